@@ -1,0 +1,4 @@
+"""Hardware profiles shipped with llmplan (data only): ``<name>/profile.yaml`` per device.
+
+See ``hwprofiles/README.md`` for the schema and ``simulator.profiles`` for the loader.
+"""

@@ -1,0 +1,364 @@
+"""The scenario: a frozen, validated description of one serving system and its traffic.
+
+A scenario is inert data (Ciw's "network", vLLM's configs): the model, the hardware profile, the
+deployment, the scheduler limits, the workload and the SLO. :func:`load_scenario` reads YAML,
+applies ``--set`` overrides and validates everything through one path, so the CLI, the UI and
+Python callers see the same one-line errors naming the field, the value and what is allowed.
+Nothing here simulates; :func:`simulator.simulate` takes a scenario and builds fresh objects.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ScenarioError
+from .models import ModelSpec
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- workload ------------------------------------------------------------------------------------
+class PoissonArrival(_Frozen):
+    """Poisson arrivals: exponential gaps with mean ``1 / rate_per_s``."""
+
+    process: Literal["poisson"] = "poisson"
+    rate_per_s: float = Field(gt=0)
+
+
+class GammaArrival(_Frozen):
+    """Renewal arrivals with gamma gaps: ``cv`` > 1 is burstier than Poisson, < 1 smoother."""
+
+    process: Literal["gamma"] = "gamma"
+    rate_per_s: float = Field(gt=0)
+    cv: float = Field(gt=0)
+    """Coefficient of variation of the inter-arrival gaps (1 = Poisson)."""
+
+
+class TraceArrival(_Frozen):
+    """Replay a request trace: arrival instants (and, unless overridden, lengths) from a file."""
+
+    process: Literal["trace"] = "trace"
+    path: str
+    """CSV (``azure``) or JSONL (``mooncake``); relative paths resolve against the scenario file."""
+    format: Literal["azure", "mooncake"]
+    speedup: float = Field(default=1.0, gt=0)
+    """Divide every gap by this factor (2 = twice the trace's request rate)."""
+    use_trace_lengths: bool = True
+    """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
+
+
+ArrivalConfig = Annotated[Union[PoissonArrival, GammaArrival, TraceArrival], Field(discriminator="process")]
+
+
+class LognormalLength(_Frozen):
+    """Lognormal token counts with the given mean, truncated to [min, max] by resampling."""
+
+    dist: Literal["lognormal"] = "lognormal"
+    mean: float = Field(gt=0)
+    sigma: float = Field(gt=0)
+    """Standard deviation of the underlying normal (0.8 is a typical chat prompt spread)."""
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+
+class GeometricLength(_Frozen):
+    """Geometric token counts on 1, 2, ... with the given mean (memoryless output lengths)."""
+
+    dist: Literal["geometric"] = "geometric"
+    mean: float = Field(ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+
+class FixedLength(_Frozen):
+    dist: Literal["fixed"] = "fixed"
+    value: int = Field(ge=1)
+
+
+class UniformLength(_Frozen):
+    """Integer uniform on [min, max] inclusive."""
+
+    dist: Literal["uniform"] = "uniform"
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _order(self) -> "UniformLength":
+        if self.max < self.min:
+            raise ValueError(f"max={self.max} is below min={self.min}")
+        return self
+
+
+class EmpiricalLength(_Frozen):
+    """Resample a column of a CSV (for example the ShareGPT length statistics).
+
+    When prompt and output lengths are both empirical from the same file, whole rows are drawn,
+    which keeps the correlation between prompt and output lengths.
+    """
+
+    dist: Literal["empirical"] = "empirical"
+    path: str
+    column: str
+
+
+LengthConfig = Annotated[
+    Union[LognormalLength, GeometricLength, FixedLength, UniformLength, EmpiricalLength],
+    Field(discriminator="dist"),
+]
+
+
+class WorkloadConfig(_Frozen):
+    arrival: ArrivalConfig
+    prompt_tokens: LengthConfig | None = None
+    output_tokens: LengthConfig | None = None
+    over_length: Literal["error", "reject", "clip"] = "error"
+    """What to do with a request whose prompt + output exceeds ``max_model_len``: stop with an
+    error naming it, reject it (counted in ``requests.rejected``), or clip its output length."""
+
+    @model_validator(mode="after")
+    def _lengths_given(self) -> "WorkloadConfig":
+        from_trace = isinstance(self.arrival, TraceArrival) and self.arrival.use_trace_lengths
+        if not from_trace and (self.prompt_tokens is None or self.output_tokens is None):
+            raise ValueError("prompt_tokens and output_tokens are required unless a trace supplies lengths")
+        return self
+
+
+# -- serving system -------------------------------------------------------------------------------
+class DeploymentConfig(_Frozen):
+    replicas: int = Field(default=1, ge=1)
+    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size."""
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    router: str = "round_robin"
+    """Request router across replicas (see ``simulator.router.ROUTERS``)."""
+
+
+class SchedulerConfig(_Frozen):
+    """Per-replica engine limits, with vLLM's names and meanings."""
+
+    policy: str = "continuous"
+    """Batching policy (see ``simulator.scheduler.POLICIES``)."""
+    max_num_seqs: int = Field(default=256, ge=1)
+    """Most requests in the running batch."""
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    """Token budget of one engine step (prefill tokens + one per decoding request)."""
+    block_size: int = Field(default=16, ge=1)
+    """Tokens per KV-cache block."""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """Fraction of device memory the engine may use for weights, activations and KV cache."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Longest prompt + output served; defaults to the model's context length."""
+    num_gpu_blocks_override: int | None = Field(default=None, ge=1)
+    """Use this many KV blocks instead of deriving them from memory (tests, what-ifs)."""
+
+    @model_validator(mode="after")
+    def _budget(self) -> "SchedulerConfig":
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_num_seqs="
+                f"{self.max_num_seqs}: every running request needs one token per step")
+        return self
+
+
+class SLOConfig(_Frozen):
+    """Latency objectives. A request meets the SLO when each of its latencies is within the
+    threshold; the percentile names say which tail the planner holds to the threshold."""
+
+    ttft_p99_ms: float | None = Field(default=None, gt=0)
+    tpot_p99_ms: float | None = Field(default=None, gt=0)
+    e2e_p99_ms: float | None = Field(default=None, gt=0)
+
+
+class InlineHardware(_Frozen):
+    """A hardware profile written inline in the scenario (see ``simulator.profiles``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    cost_model: str
+
+
+class Scenario(_Frozen):
+    """One serving system under one workload; the input of :func:`simulator.simulate`."""
+
+    name: str = "scenario"
+    seed: int = Field(default=0, ge=0)
+    num_requests: int | None = Field(default=None, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    """Generate arrivals for this long (instead of ``num_requests``); the run then drains."""
+    warmup_s: float = Field(default=0.0, ge=0)
+    """Requests arriving before this instant are left out of the statistics."""
+    cooldown_s: float = Field(default=0.0, ge=0)
+    """Requests arriving within this long of the last arrival are left out of the statistics."""
+    max_sim_time_s: float | None = Field(default=None, gt=0)
+    """Stop the clock here even if requests are still in flight (they are counted ``in_flight``)."""
+    model: str | ModelSpec
+    hardware: str | dict[str, Any]
+    deployment: DeploymentConfig = DeploymentConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    workload: WorkloadConfig
+    slo: SLOConfig = SLOConfig()
+    base_dir: str = "."
+    """Directory relative paths resolve against (the scenario file's folder when loaded)."""
+
+    @model_validator(mode="after")
+    def _size(self) -> "Scenario":
+        is_trace = isinstance(self.workload.arrival, TraceArrival)
+        if self.num_requests is None and self.duration_s is None and not is_trace:
+            raise ValueError("give num_requests or duration_s")
+        return self
+
+    def resolve_path(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        if p.is_absolute():
+            return p
+        here = Path(self.base_dir) / p
+        return here if here.exists() or not p.exists() else p
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "Scenario":
+        """A new validated scenario with dotted-path overrides applied (``{"seed": 3}``)."""
+        data = self.model_dump(mode="python", exclude_none=True)
+        for key, value in overrides.items():
+            _set_dotted(data, key, value)
+        return scenario_from_dict(data)
+
+
+# -- loading and errors ---------------------------------------------------------------------------
+def scenario_from_dict(data: dict[str, Any], base_dir: str | Path | None = None) -> Scenario:
+    """Validate a plain dict (from YAML, the UI or Python) into a :class:`Scenario`.
+
+    Raises:
+        ScenarioError: naming the first bad field, its value and what is allowed.
+    """
+    if not isinstance(data, dict):
+        raise ScenarioError("scenario", data, "must be a mapping of fields (YAML key: value)")
+    data = dict(data)
+    if base_dir is not None:
+        data.setdefault("base_dir", str(base_dir))
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _to_scenario_error(exc, data) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Read a YAML scenario file, apply ``key.path=value`` overrides and validate it."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError("scenario", str(path), "file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(str(path), "YAML", f"not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(str(path), data, "a scenario file must be a YAML mapping")
+    for key, value in parse_overrides(overrides).items():
+        _set_dotted(data, key, value)
+    return scenario_from_dict(data, base_dir=p.resolve().parent)
+
+
+def parse_overrides(overrides: list[str] | dict[str, Any] | None) -> dict[str, Any]:
+    """Turn ``["a.b=1", "c=x"]`` into ``{"a.b": 1, "c": "x"}``; values are parsed as YAML."""
+    if overrides is None:
+        return {}
+    if isinstance(overrides, dict):
+        return dict(overrides)
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError("--set", item, "expected key.path=value, e.g. workload.arrival.rate_per_s=12")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if isinstance(child, str) and part in ("model", "hardware"):
+            raise ScenarioError(key, value, f"{'.'.join(parts[:i + 1])} is the preset name {child!r}; "
+                                "replace it with an inline mapping to set its fields")
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+_UNION_TAGS = {"poisson", "gamma", "trace", "lognormal", "geometric", "fixed", "uniform", "empirical",
+               "str", "ModelSpec", "dict[str,any]", "function-after[_order(), UniformLength]"}
+
+
+def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
+    errors = exc.errors(include_url=False)
+    # For "str | ModelSpec" unions pydantic reports every branch; prefer the structured one.
+    errors.sort(key=lambda e: (e["loc"][-1:] == ("str",), len(e["loc"])), reverse=False)
+    err = errors[0]
+    loc = [str(p) for p in err["loc"] if not _is_tag(p)]
+    field = ".".join(loc) or "scenario"
+    value = err.get("input")
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        parent_model = _model_at(loc[:-1])
+        allowed = sorted(parent_model.model_fields) if parent_model else []
+        hint = difflib.get_close_matches(loc[-1], allowed, n=1)
+        msg = "unknown field" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        if allowed:
+            msg += f"; allowed: {', '.join(a for a in allowed if a != 'base_dir')}"
+    elif err["type"] == "missing":
+        value = None
+        msg = "required field is missing"
+    elif err["type"] == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        value = ctx.get("tag", value)
+        msg = f"unknown kind; allowed: {ctx.get('expected_tags', '')}"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    return ScenarioError(field, value, msg)
+
+
+def _is_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith("function-"))
+
+
+def _model_at(loc: list[str]) -> type[BaseModel] | None:
+    """The pydantic model class found by walking field names from :class:`Scenario`."""
+    import typing
+
+    model: Any = Scenario
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        candidates = [a for a in _flatten(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not candidates:
+            return None
+        model = candidates[0]
+        if len(candidates) > 1:  # discriminated unions: cannot tell which branch; list none
+            return None
+    _ = typing
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _flatten(ann: Any) -> list[Any]:
+    import typing
+
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        return _flatten(typing.get_args(ann)[0])
+    if origin is Union or str(origin) == "types.UnionType":
+        out: list[Any] = []
+        for a in typing.get_args(ann):
+            out.extend(_flatten(a))
+        return out
+    return [ann]

@@ -1,0 +1,186 @@
+"""Latency and throughput statistics from a run's records (pure numpy/pandas, no plotting).
+
+Definitions (per request, seconds):
+
+* ``queue_delay_s`` = first admission into a batch - arrival
+* ``ttft_s`` = first token - arrival (the prefill step's end)
+* ``tpot_s`` = (finish - first token) / (output tokens - 1), requests with >= 2 output tokens
+* ``e2e_s`` = finish - arrival
+* ``itl_s``: inter-token latencies; each decode step contributes its duration once per decoding
+  request in it (exact except across a preemption's recompute gap)
+
+Statistics cover requests that *arrived* in the measurement window
+``[warmup_s, last_arrival - cooldown_s]`` and finished. Percentiles carry a 95% distribution-free
+confidence interval from order statistics (binomial bounds on the rank). Samples from one run are
+autocorrelated by the queue, so these intervals are optimistic; independent replications
+(:func:`summarize_replications`) give honest intervals.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .simulation import SimulationResult
+
+PERCENTILES = (50, 90, 95, 99)
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
+
+
+def describe(values: np.ndarray) -> dict[str, Any]:
+    """Mean, p50/p90/p95/p99, count and 95% CIs of the mean and of each percentile."""
+    x = np.sort(np.asarray(values, dtype=float)[~np.isnan(values)])
+    n = len(x)
+    if n == 0:
+        out: dict[str, Any] = {"n": 0, "mean": None, **{f"p{p}": None for p in PERCENTILES}, "ci95": {}}
+        return out
+    out = {"n": n, "mean": float(x.mean())}
+    for p in PERCENTILES:
+        out[f"p{p}"] = float(np.quantile(x, p / 100.0))
+    ci: dict[str, list[float] | None] = {}
+    half = float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    ci["mean"] = [out["mean"] - half, out["mean"] + half] if n > 1 else None
+    for p in PERCENTILES:
+        ci[f"p{p}"] = quantile_ci(x, p / 100.0)
+    out["ci95"] = ci
+    return out
+
+
+def quantile_ci(sorted_x: np.ndarray, q: float, level: float = 0.95) -> list[float] | None:
+    """Distribution-free CI for the ``q`` quantile: order statistics at binomial rank bounds."""
+    n = len(sorted_x)
+    a = (1 - level) / 2
+    lo = int(stats.binom.ppf(a, n, q)) - 1
+    hi = int(stats.binom.ppf(1 - a, n, q))
+    if lo < 0 or hi >= n:
+        return None
+    return [float(sorted_x[lo]), float(sorted_x[hi])]
+
+
+def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float) -> tuple[float, float]:
+    """``[warmup_s, last_arrival - cooldown_s]``; the whole run when that would be empty."""
+    last = float(requests["arrival_time"].max()) if len(requests) else 0.0
+    start, end = warmup_s, last - cooldown_s
+    if end <= start:
+        return 0.0, last
+    return start, end
+
+
+def itl_samples(steps: pd.DataFrame, window: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Inter-token latencies as (values, weights): each step's duration, weighted by its decodes."""
+    s = steps
+    if window is not None:
+        s = s[(s["start_time"] >= window[0]) & (s["start_time"] <= window[1])]
+    w = s["num_decode_tokens"].to_numpy()
+    keep = w > 0
+    return s["duration_s"].to_numpy()[keep], w[keep]
+
+
+def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[float]) -> list[float]:
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order].astype(float)
+    cum = np.cumsum(w)
+    return [float(v[min(np.searchsorted(cum, q * cum[-1]), len(v) - 1)]) for q in qs]
+
+
+def slo_thresholds_s(slo: Any) -> dict[str, float]:
+    """``{"ttft_s": 0.5, ...}`` from an SLO config's millisecond fields that are set."""
+    out = {}
+    for metric, fieldname in (("ttft_s", "ttft_p99_ms"), ("tpot_s", "tpot_p99_ms"), ("e2e_s", "e2e_p99_ms")):
+        value = getattr(slo, fieldname)
+        if value is not None:
+            out[metric] = value / 1000.0
+    return out
+
+
+def summarize(result: "SimulationResult") -> dict[str, Any]:
+    """The run's JSON summary (the CLI's ``--json`` output; see the README for every key)."""
+    sc, req, steps = result.scenario, result.requests, result.steps
+    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
+    status = req["status"].astype(str)
+    in_window = (req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+    finished = status == "finished_length_capped"
+    measured = req[in_window & finished]
+    summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
+    for metric in LATENCIES:
+        summary[metric] = describe(measured[metric].to_numpy())
+    values, weights = itl_samples(steps, (start, end))
+    itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
+    if len(values):
+        itl.update({f"p{p}": q for p, q in zip(PERCENTILES, weighted_quantiles(values, weights,
+                                                                               [p / 100 for p in PERCENTILES]))})
+    summary["itl_s"] = itl
+    span = end - start
+    done_in_window = finished & (req["finish_time"] >= start) & (req["finish_time"] <= end)
+    summary["throughput"] = {
+        "requests_per_s": float(done_in_window.sum() / span) if span > 0 else None,
+        "output_tokens_per_s": float(req.loc[done_in_window, "num_output_tokens"].sum() / span) if span > 0 else None,
+        "input_tokens_per_s": float(req.loc[done_in_window, "num_prompt_tokens"].sum() / span) if span > 0 else None,
+        "window_s": [start, end],
+    }
+    summary["requests"] = {
+        "arrived": int(len(req)),
+        "completed": int(finished.sum()),
+        "rejected": int((status == "finished_rejected").sum()),
+        "in_flight": int((~status.str.startswith("finished")).sum()),
+        "measured": int(len(measured)),
+        "preemptions": int(req["num_preemptions"].sum()),
+    }
+    summary.update(_slo_summary(sc.slo, measured, span))
+    summary["batch"] = _batch_summary(steps, result.system.kv_plan.num_gpu_blocks)
+    plan = result.system.kv_plan
+    summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
+                           "weights_bytes_per_gpu": plan.weights_bytes,
+                           "kv_bytes_per_block": plan.kv_bytes_per_block,
+                           **summary["batch"].pop("kv")}
+    summary["sim_time_s"] = result.sim_time_s
+    return summary
+
+
+def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any]:
+    thresholds = slo_thresholds_s(slo)
+    if not thresholds or measured.empty:
+        return {"slo_attainment": None, "goodput_requests_per_s": None, "slo": {"thresholds_s": thresholds}}
+    ok = np.ones(len(measured), dtype=bool)
+    met: dict[str, bool] = {}
+    for metric, limit in thresholds.items():
+        col = measured[metric].to_numpy()
+        ok &= np.isnan(col) | (col <= limit)   # a 1-token request has no TPOT to miss
+        p99 = np.nanquantile(col, 0.99) if np.isfinite(col).any() else math.nan
+        met[metric] = bool(p99 <= limit) if not math.isnan(p99) else True
+    return {
+        "slo_attainment": float(ok.mean()),
+        "goodput_requests_per_s": float(ok.sum() / span) if span > 0 else None,
+        "slo": {"thresholds_s": thresholds, "p99_met": met, "all_met": all(met.values())},
+    }
+
+
+def _batch_summary(steps: pd.DataFrame, num_gpu_blocks: int) -> dict[str, Any]:
+    if steps.empty:
+        return {"num_steps": 0, "mean_num_seqs": None, "max_num_seqs": 0,
+                "kv": {"mean_usage": None, "max_usage": None}}
+    d = steps["duration_s"].to_numpy()
+    seqs = steps["num_seqs"].to_numpy()
+    usage = steps["kv_blocks_used"].to_numpy() / num_gpu_blocks
+    busy = float(d.sum())
+    return {
+        "num_steps": int(len(steps)),
+        "mean_num_seqs": float(np.average(seqs, weights=d)) if busy > 0 else None,
+        "max_num_seqs": int(seqs.max()),
+        "busy_s": busy,
+        "kv": {"mean_usage": float(np.average(usage, weights=d)) if busy > 0 else None,
+               "max_usage": float(usage.max())},
+    }
+
+
+def summarize_replications(summaries: Sequence[dict[str, Any]], metric: str, stat: str) -> dict[str, float]:
+    """Mean and 95% t-interval of one statistic (``"ttft_s"``, ``"p99"``) across replications."""
+    xs = np.array([s[metric][stat] for s in summaries], dtype=float)
+    n = len(xs)
+    mean = float(xs.mean())
+    half = float(stats.t.ppf(0.975, n - 1) * xs.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}

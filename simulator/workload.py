@@ -1,0 +1,368 @@
+"""Traffic: when requests arrive and how many tokens they carry.
+
+Arrival processes (``poisson``, ``gamma``, ``trace``) and length distributions (``lognormal``,
+``geometric``, ``fixed``, ``uniform``, ``empirical``) are registered under the same strings the
+YAML uses. Each takes an explicit ``numpy.random.Generator``; the simulation spawns one per stream
+(arrivals, prompt lengths, output lengths, routing) from the scenario's seed, so changing one
+stream leaves the others' draws unchanged (common random numbers across what-if comparisons).
+Every distribution exposes its analytical ``mean`` where a closed form exists.
+
+The whole arrival sequence is drawn up front as numpy arrays (:class:`Workload`); the SimPy
+arrival process then walks it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .config import (EmpiricalLength, FixedLength, GammaArrival, GeometricLength, LognormalLength,
+                     PoissonArrival, Scenario, TraceArrival, UniformLength)
+from .errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The requests of one run, as arrays indexed by request id (sorted by arrival)."""
+
+    arrival_time: np.ndarray      # float64 seconds
+    num_prompt_tokens: np.ndarray  # int64
+    max_tokens: np.ndarray        # int64 output tokens the request will generate
+    rejected: np.ndarray          # bool: refused at arrival (over_length: reject)
+
+    def __len__(self) -> int:
+        return len(self.arrival_time)
+
+
+# -- arrival processes ------------------------------------------------------------------------------
+ARRIVALS: dict[str, Callable[..., Any]] = {}
+
+
+def register_arrival(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        ARRIVALS[name] = cls
+        return cls
+    return deco
+
+
+class _RenewalArrivals:
+    """Arrivals whose gaps are i.i.d.; subclasses define ``_gaps(n, rng)``."""
+
+    rate: float
+
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
+        """Arrival instants (s) starting from 0: ``num_requests`` of them, or all before ``duration_s``."""
+        if num_requests is not None:
+            times = np.cumsum(self._gaps(num_requests, rng))
+            return times if duration_s is None else times[times < duration_s]
+        assert duration_s is not None
+        chunks, t = [], 0.0
+        chunk = max(16, int(self.rate * duration_s * 1.1) + 16)
+        while t < duration_s:
+            part = t + np.cumsum(self._gaps(chunk, rng))
+            chunks.append(part)
+            t = float(part[-1])
+        times = np.concatenate(chunks)
+        return times[times < duration_s]
+
+
+@register_arrival("poisson")
+class PoissonArrivals(_RenewalArrivals):
+    """Poisson process: exponential gaps with mean ``1 / rate_per_s`` (never clipped)."""
+
+    def __init__(self, cfg: PoissonArrival, scenario: Scenario) -> None:
+        self.rate = cfg.rate_per_s
+
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.exponential(1.0 / self.rate, n)
+
+
+@register_arrival("gamma")
+class GammaArrivals(_RenewalArrivals):
+    """Gamma renewal process: gap shape ``1 / cv^2``, mean ``1 / rate_per_s``."""
+
+    def __init__(self, cfg: GammaArrival, scenario: Scenario) -> None:
+        self.rate, self.cv = cfg.rate_per_s, cfg.cv
+        self.shape = 1.0 / cfg.cv**2
+
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.gamma(self.shape, 1.0 / (self.rate * self.shape), n)
+
+
+@register_arrival("trace")
+class TraceArrivals:
+    """Replay a trace file's arrival instants (shifted to start at 0, divided by ``speedup``)."""
+
+    def __init__(self, cfg: TraceArrival, scenario: Scenario) -> None:
+        self.cfg = cfg
+        self.table = load_trace(scenario.resolve_path(cfg.path), cfg.format, field="workload.arrival.path")
+        span = float(self.table["arrival_time"].iloc[-1]) if len(self.table) else 0.0
+        self.rate = len(self.table) / span * cfg.speedup if span > 0 else math.inf
+
+    def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
+        times = self.table["arrival_time"].to_numpy(dtype=float) / self.cfg.speedup
+        if duration_s is not None:
+            times = times[times < duration_s]
+        return times[:num_requests] if num_requests is not None else times
+
+
+def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
+    """Read a trace into columns ``arrival_time`` (s from the first request), ``num_prompt_tokens``,
+    ``max_tokens`` (and ``hash_ids`` for Mooncake), sorted by arrival.
+
+    Formats: ``azure`` — CSV ``TIMESTAMP,ContextTokens,GeneratedTokens`` (Splitwise, ISCA'24);
+    ``mooncake`` — JSONL ``{timestamp (ms), input_length, output_length, hash_ids}`` (FAST'25).
+
+    Raises:
+        ScenarioError: missing file, empty file, missing columns or unparsable rows (named).
+    """
+    if not path.is_file():
+        raise ScenarioError(field, str(path), "trace file not found")
+    if path.stat().st_size == 0:
+        raise ScenarioError(field, str(path), "trace file is empty")
+    if fmt == "azure":
+        df = _read_azure(path, field)
+    elif fmt == "mooncake":
+        df = _read_mooncake(path, field)
+    else:
+        raise ScenarioError("workload.arrival.format", fmt, "unknown trace format; allowed: azure, mooncake")
+    if df.empty:
+        raise ScenarioError(field, str(path), "trace has no requests")
+    for col in ("num_prompt_tokens", "max_tokens"):
+        bad = np.flatnonzero(df[col].to_numpy() < 1)
+        if len(bad):
+            raise ScenarioError(f"{path} row {int(bad[0]) + 1}", int(df[col].iloc[bad[0]]),
+                                f"{col} must be >= 1")
+    return df
+
+
+def _read_azure(path: Path, field: str) -> pd.DataFrame:
+    try:
+        raw = pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise ScenarioError(field, str(path), f"not a readable CSV ({type(exc).__name__})") from None
+    need = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+    missing = [c for c in need if c not in raw.columns]
+    if missing:
+        raise ScenarioError(field, str(path), f"azure trace lacks column(s) {', '.join(missing)}; "
+                            f"expected {','.join(need)}, found {','.join(map(str, raw.columns))}")
+    ts = pd.to_datetime(raw["TIMESTAMP"], errors="coerce")
+    _first_bad(ts.isna().to_numpy(), path, "TIMESTAMP", raw["TIMESTAMP"])
+    lengths = {}
+    for src, dst in (("ContextTokens", "num_prompt_tokens"), ("GeneratedTokens", "max_tokens")):
+        col = pd.to_numeric(raw[src], errors="coerce")
+        _first_bad(col.isna().to_numpy(), path, src, raw[src])
+        lengths[dst] = col.astype(np.int64)
+    seconds = (ts - ts.min()).dt.total_seconds().to_numpy()
+    df = pd.DataFrame({"arrival_time": seconds, **lengths})
+    return df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
+
+
+def _read_mooncake(path: Path, field: str) -> pd.DataFrame:
+    rows = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                rows.append((float(rec["timestamp"]) / 1000.0, int(rec["input_length"]),
+                             int(rec["output_length"]), rec.get("hash_ids", [])))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise ScenarioError(f"{path} line {lineno}", line.strip()[:60],
+                                    f"not a mooncake record ({type(exc).__name__}: {exc}); expected JSON with "
+                                    "timestamp, input_length, output_length") from None
+    df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "max_tokens", "hash_ids"])
+    if not df.empty:
+        df["arrival_time"] -= df["arrival_time"].min()
+    return df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
+
+
+def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> None:
+    bad = np.flatnonzero(mask)
+    if len(bad):
+        i = int(bad[0])
+        raise ScenarioError(f"{path} row {i + 2} column {column}", raw.iloc[i], "not a valid value")
+
+
+# -- length distributions -----------------------------------------------------------------------------
+LENGTHS: dict[str, Callable[..., Any]] = {}
+
+
+def register_length(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        LENGTHS[name] = cls
+        return cls
+    return deco
+
+
+@register_length("fixed")
+class Fixed:
+    def __init__(self, cfg: FixedLength, scenario: Scenario, field: str) -> None:
+        self.value = cfg.value
+        self.max = cfg.value
+
+    @property
+    def mean(self) -> float:
+        return float(self.value)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.full(n, self.value, dtype=np.int64)
+
+
+@register_length("uniform")
+class Uniform:
+    def __init__(self, cfg: UniformLength, scenario: Scenario, field: str) -> None:
+        self.lo, self.max = cfg.min, cfg.max
+
+    @property
+    def mean(self) -> float:
+        return (self.lo + self.max) / 2.0
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(self.lo, self.max + 1, n, dtype=np.int64)
+
+
+@register_length("geometric")
+class Geometric:
+    """P(k) = p (1-p)^(k-1) on k >= 1 with p = 1 / mean; truncated to ``max`` by resampling."""
+
+    def __init__(self, cfg: GeometricLength, scenario: Scenario, field: str) -> None:
+        self.p = 1.0 / cfg.mean
+        self.max = cfg.max
+
+    @property
+    def mean(self) -> float:
+        if self.max is None:
+            return 1.0 / self.p
+        k = np.arange(1, self.max + 1)
+        pmf = self.p * (1 - self.p) ** (k - 1)
+        return float((k * pmf).sum() / pmf.sum())
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return _resample_above(lambda m: rng.geometric(self.p, m).astype(np.int64), n, None, self.max)
+
+
+@register_length("lognormal")
+class Lognormal:
+    """Rounded lognormal with mean ``mean`` before truncation, truncated to [min, max] by resampling."""
+
+    def __init__(self, cfg: LognormalLength, scenario: Scenario, field: str) -> None:
+        self.mu = math.log(cfg.mean) - cfg.sigma**2 / 2.0
+        self.sigma, self.min, self.max = cfg.sigma, cfg.min, cfg.max
+        self._mean = cfg.mean
+        if self.max is not None and self.max < self.min:
+            raise ScenarioError(f"{field}.max", self.max, f"is below min={self.min}")
+
+    @property
+    def mean(self) -> float:
+        """Mean of the untruncated distribution (the truncated one is slightly lower)."""
+        return self._mean
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        draw = lambda m: np.rint(rng.lognormal(self.mu, self.sigma, m)).astype(np.int64)  # noqa: E731
+        return _resample_above(draw, n, self.min, self.max)
+
+
+@register_length("empirical")
+class Empirical:
+    """Draws (with replacement) from a CSV column; see :class:`simulator.config.EmpiricalLength`."""
+
+    def __init__(self, cfg: EmpiricalLength, scenario: Scenario, field: str) -> None:
+        path = scenario.resolve_path(cfg.path)
+        if not path.is_file():
+            raise ScenarioError(f"{field}.path", cfg.path, "file not found")
+        try:
+            table = pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise ScenarioError(f"{field}.path", cfg.path, f"not a readable CSV ({type(exc).__name__})") from None
+        if cfg.column not in table.columns:
+            raise ScenarioError(f"{field}.column", cfg.column,
+                                f"no such column in {path.name}; columns: {', '.join(map(str, table.columns))}")
+        values = pd.to_numeric(table[cfg.column], errors="coerce").to_numpy()
+        if len(values) == 0 or np.isnan(values).any() or (values < 1).any():
+            raise ScenarioError(f"{field}.column", cfg.column, "needs a non-empty column of integers >= 1")
+        self.path = path.resolve()
+        self.values = values.astype(np.int64)
+        self.max = int(self.values.max())
+
+    @property
+    def mean(self) -> float:
+        return float(self.values.mean())
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.values[rng.integers(0, len(self.values), n)]
+
+
+def _resample_above(draw: Callable[[int], np.ndarray], n: int, lo: int | None, hi: int | None) -> np.ndarray:
+    out = draw(n)
+    for _ in range(1000):
+        bad = np.flatnonzero(((out > hi) if hi is not None else False) | ((out < lo) if lo is not None else False))
+        if len(bad) == 0:
+            return out
+        out[bad] = draw(len(bad))
+    raise ScenarioError("workload", (lo, hi), "length truncation rejects almost every draw; widen min/max")
+
+
+def make_length(cfg: Any, scenario: Scenario, field: str) -> Any:
+    return LENGTHS[cfg.dist](cfg, scenario, field)
+
+
+# -- putting it together ---------------------------------------------------------------------------
+def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np.random.Generator]) -> Workload:
+    """Draw every request of a run: arrival instants and token counts, checked against
+    ``max_model_len`` according to ``workload.over_length``."""
+    wl = scenario.workload
+    arrivals = ARRIVALS[wl.arrival.process](wl.arrival, scenario)
+    times = arrivals.sample(rngs["arrivals"], scenario.num_requests, scenario.duration_s)
+    n = len(times)
+    if n == 0:
+        raise ScenarioError("duration_s", scenario.duration_s, "no request arrives within the duration")
+    if isinstance(wl.arrival, TraceArrival) and wl.arrival.use_trace_lengths:
+        prompt = arrivals.table["num_prompt_tokens"].to_numpy(np.int64)[:n].copy()
+        output = arrivals.table["max_tokens"].to_numpy(np.int64)[:n].copy()
+    else:
+        prompt_dist = make_length(wl.prompt_tokens, scenario, "workload.prompt_tokens")
+        output_dist = make_length(wl.output_tokens, scenario, "workload.output_tokens")
+        prompt = prompt_dist.sample(n, rngs["prompt"])
+        if isinstance(prompt_dist, Empirical) and isinstance(output_dist, Empirical) \
+                and prompt_dist.path == output_dist.path:
+            # Same file: draw whole rows so prompt and output lengths stay correlated.
+            rows = rngs["prompt"].integers(0, len(prompt_dist.values), n)
+            prompt, output = prompt_dist.values[rows], output_dist.values[rows]
+        else:
+            output = output_dist.sample(n, rngs["output"])
+        _check_static_max(wl, prompt_dist, output_dist, max_model_len)
+    rejected = np.zeros(n, dtype=bool)
+    over = prompt + output > max_model_len
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        if wl.over_length == "error":
+            raise ScenarioError(
+                "workload", f"request {i}: prompt {int(prompt[i])} + output {int(output[i])} tokens",
+                f"exceeds max_model_len={max_model_len} ({int(over.sum())} of {n} requests do); set "
+                "workload.over_length to reject or clip, or raise scheduler.max_model_len")
+        if wl.over_length == "clip":
+            output = np.where(over, np.maximum(max_model_len - prompt, 0), output)
+        rejected = over if wl.over_length == "reject" else (output < 1)
+        output = np.maximum(output, 1)
+    return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected)
+
+
+def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:
+    """A distribution whose declared max alone exceeds the context is a config error."""
+    if wl.over_length != "error":
+        return
+    for field, dist in (("workload.prompt_tokens", prompt_dist), ("workload.output_tokens", output_dist)):
+        cap = getattr(dist, "max", None)
+        if cap is not None and not isinstance(dist, Empirical) and cap >= max_model_len:
+            raise ScenarioError(f"{field}.max" if not isinstance(dist, Fixed) else f"{field}.value", cap,
+                                f"must be below max_model_len={max_model_len} (prompt + output must fit)")
