@@ -116,8 +116,16 @@ def profile_search_dirs() -> list[Path]:
     ``./hwprofiles``, then the profiles shipped with the package."""
     dirs = [Path(p) for p in os.environ.get("LLMPLAN_PROFILES", "").split(os.pathsep) if p]
     dirs.append(Path.cwd() / "hwprofiles")
-    dirs.append(Path(str(resources.files("hwprofiles"))))
+    dirs.append(_packaged_dir())
     return dirs
+
+
+def _packaged_dir() -> Path:
+    import hwprofiles
+
+    if getattr(hwprofiles, "__file__", None):
+        return Path(hwprofiles.__file__).parent
+    return Path(str(next(iter(resources.files("hwprofiles")._paths))))  # type: ignore[attr-defined]
 
 
 def available_profiles() -> dict[str, Path]:

@@ -1,0 +1,188 @@
+"""``llmplan``: the command line for everything the UI does.
+
+Every user error (bad scenario field, unknown preset, unreadable trace, a model that does not
+fit) prints one line naming the field and the value and exits with status 2; no tracebacks.
+Set ``LLMPLAN_DEBUG=1`` to see the traceback of an unexpected internal error.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .config import load_scenario, parse_overrides
+from .errors import ScenarioError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ScenarioErrors into one-line messages (exit 2) and anything else into exit 1."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except ScenarioError as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted", code=130)
+        except Exception as exc:  # noqa: BLE001 - the CLI must never print a bare traceback
+            if os.environ.get("LLMPLAN_DEBUG"):
+                raise
+            _fail(f"internal error: {type(exc).__name__}: {exc} (set LLMPLAN_DEBUG=1 for the traceback)", code=1)
+    return wrapper
+
+
+def jsonable(obj: Any) -> Any:
+    """Replace NaN/inf with None and numpy scalars with Python ones, recursively."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+@app.command()
+@guarded
+def simulate(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Override the scenario's seed."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, scenario.yaml here."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+) -> None:
+    """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
+    from .simulation import simulate as run_simulation
+
+    overrides = parse_overrides(set_)
+    if seed is not None:
+        overrides["seed"] = seed
+    sc = load_scenario(scenario, overrides)
+    show = not no_progress and err_console.is_terminal
+    with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, disable=not show, transient=True) as bar:
+        task = bar.add_task(sc.name, total=None)
+        result = run_simulation(sc, on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+    summary = jsonable(result.summary)
+    if out is not None:
+        write_outputs(result, summary, out)
+    if json_out:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
+    print_summary(summary, result)
+    if out is not None:
+        out_console.print(f"wrote {out}/requests.{{parquet,csv}}, steps.{{parquet,csv}}, summary.json, scenario.yaml")
+
+
+def write_outputs(result: Any, summary: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    result.requests.to_parquet(out / "requests.parquet", index=False)
+    result.requests.to_csv(out / "requests.csv", index=False)
+    result.steps.to_parquet(out / "steps.parquet", index=False)
+    result.steps.to_csv(out / "steps.csv", index=False)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    scenario = result.scenario.model_dump(mode="json", exclude_none=True, exclude={"base_dir"})
+    (out / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+
+
+def _ms(x: Any) -> str:
+    return "-" if x is None else f"{x * 1000:,.1f}"
+
+
+def print_summary(summary: dict[str, Any], result: Any) -> None:
+    sys_ = result.system
+    out_console.print(f"[bold]{summary['name']}[/]  model={sys_.model.name}  hardware={sys_.profile.name} "
+                      f"({sys_.profile.source})  seed={summary['seed']}  "
+                      f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}")
+    table = Table(title="latency (ms)", title_justify="left")
+    for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI", "n"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s"):
+        s = summary[metric]
+        ci = (s.get("ci95") or {}).get("p99")
+        table.add_row(metric.removesuffix("_s"), _ms(s.get("mean")), *(_ms(s.get(f"p{p}")) for p in (50, 90, 95, 99)),
+                      f"{_ms(ci[0])}-{_ms(ci[1])}" if ci else "-", str(s.get("n", "")))
+    out_console.print(table)
+    tp, rq = summary["throughput"], summary["requests"]
+    out_console.print(
+        f"throughput: {tp['requests_per_s'] or 0:.2f} req/s, {tp['output_tokens_per_s'] or 0:,.0f} output tok/s  |  "
+        f"requests: {rq['arrived']} arrived, {rq['completed']} completed, {rq['rejected']} rejected, "
+        f"{rq['in_flight']} in flight, {rq['preemptions']} preemptions")
+    b, kv = summary["batch"], summary["kv_cache"]
+    out_console.print(f"batch: mean {b['mean_num_seqs'] or 0:.1f} seqs (max {b['max_num_seqs']})  |  "
+                      f"KV usage: mean {100 * (kv['mean_usage'] or 0):.1f}%, max {100 * (kv['max_usage'] or 0):.1f}%")
+    if summary.get("slo_attainment") is not None:
+        met = summary["slo"]["p99_met"]
+        verdict = ", ".join(f"{k.removesuffix('_s')} p99 {'met' if v else '[red]MISSED[/]'}" for k, v in met.items())
+        out_console.print(f"SLO: {100 * summary['slo_attainment']:.2f}% of requests within every threshold; {verdict}; "
+                          f"goodput {summary['goodput_requests_per_s']:.2f} req/s")
+    out_console.print(f"[dim]simulated {summary['sim_time_s']:.1f} s in {summary['wall_s']:.2f} s wall[/]")
+
+
+@app.command()
+@guarded
+def models() -> None:
+    """List model presets with their sizes."""
+    from .models import MODEL_PRESETS
+
+    table = Table()
+    for col in ("name", "params (B)", "layers", "hidden", "heads/kv", "context", "KV KiB/token"):
+        table.add_column(col)
+    for name, m in MODEL_PRESETS.items():
+        table.add_row(name, f"{m.num_params / 1e9:.2f}", str(m.num_layers), str(m.hidden_size),
+                      f"{m.num_attention_heads}/{m.num_key_value_heads}", str(m.max_model_len),
+                      f"{m.kv_bytes_per_token() / 1024:.0f}")
+    out_console.print(table)
+
+
+@app.command()
+@guarded
+def profiles() -> None:
+    """List hardware profiles: name, device, source, cost model, memory, price."""
+    from .profiles import available_profiles, load_profile
+
+    table = Table()
+    for col in ("name", "device", "source", "cost model", "memory GiB", "bandwidth TB/s", "bf16 TFLOP/s", "$/GPU-h"):
+        table.add_column(col)
+    for name, path in available_profiles().items():
+        p = load_profile(str(path))
+        table.add_row(name, p.device, p.source, p.cost_model,
+                      f"{p.memory_bytes / 2**30:.1f}" if p.memory_bytes else "-",
+                      f"{p.memory_bandwidth_bytes_per_s / 1e12:.2f}" if p.memory_bandwidth_bytes_per_s else "-",
+                      f"{p.peak_flops.get('bf16', 0) / 1e12:.0f}" if p.peak_flops else "-",
+                      f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-")
+    out_console.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
