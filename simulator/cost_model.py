@@ -56,8 +56,16 @@ class CostModel(Protocol):
                     decode_context_sum: int, num_sampled: int) -> float: ...
 
     def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
-        """Durations of consecutive pure-decode steps, one per entry of ``decode_context_sums``."""
+        """Durations of consecutive pure-decode steps, one per entry of ``decode_context_sums``.
+        Must not decrease as the context sum grows (the engine relies on it to bound runs)."""
         ...
+
+    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
+        """Duration of one pure-decode step (same as ``decode_run_times`` for one entry)."""
+        ...
+
+    # Optional: ``decode_affine(num_decode) -> (a, b)`` when a pure-decode step takes exactly
+    # ``a + b * decode_context_sum`` seconds; the engine then plans decode runs in closed form.
 
 
 COST_MODELS: dict[str, Callable[..., CostModel]] = {}
@@ -101,6 +109,12 @@ class ConstantCostModel:
 
     def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
         return np.full(len(decode_context_sums), self.step_s)
+
+    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
+        return self.step_s
+
+    def decode_affine(self, num_decode: int) -> tuple[float, float]:
+        return self.step_s, 0.0
 
 
 @register("roofline")
@@ -151,6 +165,7 @@ class RooflineCostModel:
         self._overhead_step = profile.overhead.step_s
         self._overhead_seq = profile.overhead.per_seq_s
         # Decode steps are affine in the context sum: cache the slope of decode attention.
+        self._decode_fixed: dict[int, float] = {}
         self._decode_attn_slope = max(self._attn_flops_per_pair / self._attn_c,
                                       self._kv_bytes_per_token / self._attn_m)
 
@@ -189,6 +204,19 @@ class RooflineCostModel:
         return self.breakdown(prefill_tokens, prefill_context, num_decode, decode_context_sum,
                               num_sampled).total_s
 
+    def _decode_fixed_s(self, num_decode: int) -> float:
+        """Everything in a pure-decode step except attention (which grows with context)."""
+        fixed = self._decode_fixed.get(num_decode)
+        if fixed is None:
+            fixed = self.breakdown([], [], num_decode, 0, num_decode).total_s
+            self._decode_fixed[num_decode] = fixed
+        return fixed
+
     def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
-        fixed = self.breakdown([], [], num_decode, 0, num_decode).total_s
-        return fixed + self._decode_attn_slope * decode_context_sums
+        return self._decode_fixed_s(num_decode) + self._decode_attn_slope * decode_context_sums
+
+    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
+        return self._decode_fixed_s(num_decode) + self._decode_attn_slope * decode_context_sum
+
+    def decode_affine(self, num_decode: int) -> tuple[float, float]:
+        return self._decode_fixed_s(num_decode), self._decode_attn_slope

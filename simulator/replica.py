@@ -8,13 +8,13 @@ steps are advanced in one event; ``fast_forward=False`` turns that off for verif
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import simpy
 
 from .cost_model import CostModel
-from .scheduler import Scheduler
+from .scheduler import DecodeRun, Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:  # pragma: no cover
     from .simulation import StepLog
@@ -47,27 +47,57 @@ class Replica:
             self._idle.succeed()
 
     def engine_loop(self):  # noqa: ANN201 - a SimPy process generator
-        env, sched, cost, steps = self.env, self.scheduler, self.cost, self.steps
+        """Plan, cost and apply steps; sleep in simulated time until the last one ends.
+
+        Steps that end before the next external event (an arrival, or the stop time) cannot be
+        affected by anything outside this replica, so they are applied back to back and covered
+        by one SimPy timeout. The step that crosses the next event is applied only after the
+        clock has passed that event, so a router looking at this replica at an arrival instant
+        sees exactly the state a step-by-step simulation would show.
+        """
+        env, sched = self.env, self.scheduler
         while True:
             if sched.n == 0 and not sched.waiting:
                 self._idle = env.event()
                 yield self._idle
                 self._idle = None
                 continue
-            now = env.now
-            out = sched.schedule(now)
-            if out.is_pure_decode and self.fast_forward:
-                run = sched.plan_decode_run(out, now, self.next_event_time(), cost.decode_run_times)
-                yield env.timeout(run.total_s)
-                steps.add_run(self.index, now, run, out.num_decode, len(sched.waiting))
-                done = sched.advance_decode(run.num_steps, env.now)
-            else:
-                if out.num_decode == 0 and not out.admitted:
-                    raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-                duration = cost.step_time_s(out.admitted_tokens, [0] * len(out.admitted), out.num_decode,
-                                            out.decode_context_sum, out.num_decode + len(out.admitted))
-                steps.add_step(self.index, now, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
-                yield env.timeout(duration)
-                done = sched.update_from_output(out, env.now)
-            if len(done):
-                self.on_finish(len(done))
+            now = t = env.now
+            horizon = self.next_event_time()
+            while True:
+                out, end, apply = self._plan_step(t, horizon)
+                if end < horizon and self.fast_forward:
+                    self._apply(apply, end)
+                    t = end
+                    if sched.n == 0 and not sched.waiting:
+                        break
+                    continue
+                yield env.timeout(end - now)
+                self._apply(apply, end)
+                break
+            if env.now < t:   # the replica emptied mid-horizon: catch the clock up
+                yield env.timeout(t - env.now)
+
+    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput, float, Any]:
+        """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
+        sched, cost = self.scheduler, self.cost
+        out = sched.schedule(t)
+        if out.is_pure_decode and self.fast_forward:
+            run = sched.plan_decode_run(out, t, horizon, cost)
+            self.steps.add_run(self.index, t, run, len(sched.waiting))
+            return out, t + run.total_s, run
+        if out.num_decode == 0 and not out.admitted:
+            raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
+        duration = cost.step_time_s(out.admitted_tokens, [0] * len(out.admitted), out.num_decode,
+                                    out.decode_context_sum, out.num_decode + len(out.admitted))
+        self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
+        return out, t + duration, out
+
+    def _apply(self, plan: Any, end: float) -> None:
+        sched = self.scheduler
+        if isinstance(plan, DecodeRun):
+            done = sched.advance_decode(plan, end)
+        else:
+            done = sched.update_from_output(plan, end)
+        if len(done):
+            self.on_finish(len(done))

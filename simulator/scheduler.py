@@ -15,12 +15,18 @@ Each engine step hands out a token budget of ``max_num_batched_tokens``:
 A prefill step also emits the request's first token, as in vLLM. The running batch is kept as
 numpy arrays (struct of arrays) so that the engine can advance many identical decode steps in one
 event (:meth:`Scheduler.plan_decode_run`), which is what makes 100k-request runs take seconds.
+
+Block accounting needs no per-request block counter: a running request that has cached ``c``
+tokens holds ``ceil(c / block_size)`` blocks, and it needs a new block exactly when
+``c % block_size == 0``. A histogram of ``c % block_size`` over the batch therefore gives the
+blocks every future decode step needs, in closed form.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,8 +34,8 @@ from .config import SchedulerConfig
 from .kv_cache import KVCacheManager
 from .request import RequestStatus, RequestTable
 
-_RUNNING, _PREEMPTED, _DONE = int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED), \
-    int(RequestStatus.FINISHED_LENGTH_CAPPED)
+_RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
+                               int(RequestStatus.FINISHED_LENGTH_CAPPED))
 
 
 @dataclass(slots=True)
@@ -45,8 +51,13 @@ class SchedulerOutput:
     """Tokens the decoding requests attend over (cached tokens + the new one, summed)."""
     admitted: list[int] = field(default_factory=list)
     admitted_tokens: list[int] = field(default_factory=list)
+    admitted_first: list[int] = field(default_factory=list)
+    """Admitted requests that have not produced a token yet (their first token ends this step)."""
     preempted: list[int] = field(default_factory=list)
     decode_ids: np.ndarray | None = None
+    """Ids of the decoding rows (a view into the batch: valid until the step is applied)."""
+    residues: np.ndarray | None = None
+    """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -70,14 +81,51 @@ class SchedulerOutput:
 
 @dataclass(slots=True)
 class DecodeRun:
-    """``num_steps`` consecutive pure-decode steps planned as one event."""
+    """``num_steps`` consecutive pure-decode steps of ``num_seqs`` requests, planned as one event.
+
+    Step ``j`` (0-based) lasts ``a + b * (context_sum + num_seqs * j)`` when the cost model is
+    affine in the context (``durations`` is None), else ``durations[j]``.
+    """
 
     num_steps: int
-    durations_s: np.ndarray
-    kv_blocks_used: np.ndarray
-    """Blocks in use during each step (after that step's allocation)."""
+    num_seqs: int
     total_s: float
-    """Duration of the whole run (the last entry of the cumulative step times)."""
+    extra_blocks: int
+    """Blocks allocated by steps 2..num_steps (step 1's were allocated by ``schedule``)."""
+    finishes: bool
+    """Whether some request emits its last token in the last step."""
+    kv_used_first: int
+    residues: np.ndarray
+    context_sum: int
+    affine: tuple[float, float] | None
+    durations: np.ndarray | None
+
+    def durations_s(self) -> np.ndarray:
+        if self.durations is not None:
+            return self.durations
+        a, b = self.affine  # type: ignore[misc]
+        return a + b * (self.context_sum + self.num_seqs * np.arange(self.num_steps, dtype=np.float64))
+
+    def kv_blocks_used(self) -> np.ndarray:
+        return self.kv_used_first + blocks_needed_by_steps(self.residues, self.num_steps)
+
+
+def blocks_needed_by_steps(residues: np.ndarray, num_steps: int) -> np.ndarray:
+    """New blocks allocated by steps 2..j of a decode run, for j = 1..num_steps (0 for j = 1).
+
+    Step j needs a block for every row whose cached count before the run, ``c``, has
+    ``(c + j - 1) % block_size == 0``; ``residues`` is the histogram of ``c % block_size``.
+    """
+    bs = len(residues)
+    j = np.arange(2, num_steps + 1)
+    return np.concatenate(([0], np.cumsum(residues[(1 - j) % bs])))
+
+
+def _extra_blocks(prefix: np.ndarray, n: int, m: int) -> int:
+    """Blocks needed by the first ``m`` steps after step 1 (``prefix``: cumulative residues in
+    step order, length block_size + 1)."""
+    bs = len(prefix) - 1
+    return (m // bs) * n + int(prefix[m % bs])
 
 
 class Scheduler:
@@ -87,7 +135,6 @@ class Scheduler:
         config: the scenario's scheduler section (vLLM names).
         kv: the replica's block accounting.
         table: the run's request columns.
-        max_model_len: longest sequence served (validated against the budget and the cache).
     """
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
@@ -101,10 +148,10 @@ class Scheduler:
         self.n = 0
         self.req_id = np.zeros(cap, dtype=np.int64)
         self.num_computed_tokens = np.zeros(cap, dtype=np.int64)
-        self.num_output_tokens = np.zeros(cap, dtype=np.int64)
-        self.max_tokens = np.zeros(cap, dtype=np.int64)
-        self.num_blocks = np.zeros(cap, dtype=np.int64)
-        self.on_finish: Callable[[np.ndarray, float], None] | None = None
+        self.num_remaining_tokens = np.zeros(cap, dtype=np.int64)
+        """Output tokens each running request has still to emit."""
+        self.context_total = 0
+        """Sum of ``num_computed_tokens`` over the running batch (kept incrementally)."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -135,40 +182,41 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput) -> None:
         n, bs = self.n, self.block_size
         computed = self.num_computed_tokens[:n]
-        need = (computed + bs) // bs - self.num_blocks[:n]   # blocks for computed + 1 slots
-        total = int(need.sum())
+        residues = np.bincount(computed % bs, minlength=bs)
+        need = int(residues[0])   # rows whose blocks are exactly full need one more
         keep = n
-        if total > self.kv.num_free_blocks:
-            keep = self._rows_that_fit(need)
+        if need > self.kv.num_free_blocks:
+            need_rows = (computed % bs == 0).astype(np.int64)
+            keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
             self._preempt_rows(keep, out)
-            total = int(need[:keep].sum())
-        if keep:
-            ok = self.kv.allocate(total)
-            assert ok
-            self.num_blocks[:keep] += need[:keep]
+            need = int(need_rows[:keep].sum())
+            residues = None
+        ok = self.kv.allocate(need)
+        assert ok
         out.num_decode = keep
-        out.decode_ids = self.req_id[:keep].copy()
-        out.decode_context_sum = int(computed[:keep].sum()) + keep
+        out.decode_ids = self.req_id[:keep]
+        out.decode_context_sum = self.context_total + keep
+        out.residues = residues
 
-    def _rows_that_fit(self, need: np.ndarray) -> int:
+    def _rows_that_fit(self, need: np.ndarray, blocks: np.ndarray) -> int:
         """Largest prefix of running rows whose new blocks fit once every later row is preempted.
 
         vLLM's loop (preempt the last running request until the current one fits) keeps exactly
         this prefix: feasibility of a prefix only improves as it shrinks.
         """
-        n = self.n
-        blocks = self.num_blocks[:n]
         tail_free = np.concatenate((np.cumsum(blocks[::-1])[::-1], [0]))  # blocks held by rows >= m
         prefix_need = np.concatenate(([0], np.cumsum(need)))              # need of rows < m
         fits = prefix_need <= self.kv.num_free_blocks + tail_free
         return int(np.flatnonzero(fits)[-1])
 
     def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
-        n, table = self.n, self.table
+        n, table, bs = self.n, self.table, self.block_size
         rows = slice(keep, n)
         ids = self.req_id[rows]
-        self.kv.free(int(self.num_blocks[rows].sum()))
-        table.num_output_tokens[ids] = self.num_output_tokens[rows]
+        computed = self.num_computed_tokens[rows]
+        self.kv.free(int(((computed + bs - 1) // bs).sum()))
+        self.context_total -= int(computed.sum())
+        table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
         table.num_preemptions[ids] += 1
         table.status[ids] = _PREEMPTED
         preempted = [int(r) for r in ids]
@@ -185,43 +233,37 @@ class Scheduler:
             rid = waiting[0]
             generated = int(table.num_output_tokens[rid])
             tokens = int(table.num_prompt_tokens[rid]) + generated
-            if tokens > budget:
-                break
-            blocks = -(-tokens // bs)
-            if not kv.allocate(blocks):
+            if tokens > budget or not kv.allocate(-(-tokens // bs)):
                 break
             waiting.popleft()
             row = self.n
             self.req_id[row] = rid
-            self.num_computed_tokens[row] = 0
-            self.num_output_tokens[row] = generated
-            self.max_tokens[row] = table.max_tokens[rid]
-            self.num_blocks[row] = blocks
+            self.num_computed_tokens[row] = tokens     # cached once this step ends
+            self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
             self.n = row + 1
+            self.context_total += tokens
             budget -= tokens
             table.status[rid] = _RUNNING
-            if generated == 0 and table.first_scheduled_time[rid] != table.first_scheduled_time[rid]:
-                table.first_scheduled_time[rid] = now   # (NaN check: first admission only)
+            if generated == 0:
+                out.admitted_first.append(rid)
+                if table.num_preemptions[rid] == 0:
+                    table.first_scheduled_time[rid] = now
             out.admitted.append(rid)
             out.admitted_tokens.append(tokens)
 
     # -- applying a step ---------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
         """Apply a finished step at instant ``now``; returns the ids of requests that finished."""
-        m, a = out.num_decode, len(out.admitted)
+        m = out.num_decode
         if m:
             self.num_computed_tokens[:m] += 1
-            self.num_output_tokens[:m] += 1
-        if a:
-            rows = slice(m, m + a)
-            self.num_computed_tokens[rows] = out.admitted_tokens
-            self.num_output_tokens[rows] += 1
-            first = self.req_id[rows][self.num_output_tokens[rows] == 1]
-            self.table.first_token_time[first] = now
+            self.context_total += m
+        self.num_remaining_tokens[: self.n] -= 1      # every scheduled row emitted one token
+        if out.admitted_first:
+            self.table.first_token_time[out.admitted_first] = now
         return self._finish(now)
 
-    def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float,
-                        step_times: Callable[[int, np.ndarray], np.ndarray]) -> DecodeRun:
+    def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float, cost: Any) -> DecodeRun:
         """Plan as many pure-decode steps as can run before anything changes the batch.
 
         ``out`` is the (already allocated) first step. The run stops at the first of: the step in
@@ -232,62 +274,91 @@ class Scheduler:
         free blocks only shrink, so the step-by-step scheduler would make the same decisions.
         """
         n, bs = out.num_decode, self.block_size
-        computed = self.num_computed_tokens[:n]
-        k_max = int((self.max_tokens[:n] - self.num_output_tokens[:n]).min())
-        first = step_times(n, np.array([out.decode_context_sum], dtype=np.float64))
-        if next_event_time != np.inf:
-            # Steps only get longer as contexts grow, so the first step's length bounds the count.
-            k_max = min(k_max, int((next_event_time - now) / first[0]) + 2)
-        used_1 = self.kv.num_used_blocks
-        kv_used = np.full(k_max, used_1, dtype=np.int64)
-        if k_max > 1:
-            # Step j (1-based) needs a new block for rows whose slot c + j - 1 starts a block.
-            hist = np.bincount(computed % bs, minlength=bs)
-            new_blocks = np.cumsum(hist[(1 - np.arange(2, k_max + 1)) % bs])
-            over = np.flatnonzero(new_blocks > self.kv.num_free_blocks)
-            if len(over):
-                k_max = int(over[0]) + 1
-            kv_used[1:k_max] += new_blocks[: k_max - 1]
-        ctx = out.decode_context_sum + n * np.arange(k_max, dtype=np.float64)
-        durations = step_times(n, ctx)
-        cum = np.cumsum(durations)
-        k = k_max
-        if next_event_time != np.inf:
-            k = min(k, int(np.searchsorted(cum, next_event_time - now)) + 1)
-        return DecodeRun(k, durations[:k], kv_used[:k], float(cum[k - 1]))
+        residues = out.residues
+        k_fin = int(self.num_remaining_tokens[:n].min())
+        affine = cost.decode_affine(n) if hasattr(cost, "decode_affine") else None
+        ctx1 = out.decode_context_sum
+        k = k_fin
+        if next_event_time != np.inf and k > 1:
+            k = min(k, _steps_to_reach(next_event_time - now, affine, cost, n, ctx1, k))
+        free = self.kv.num_free_blocks
+        prefix = None
+        if k > 1 and n * (-(-(k - 1) // bs)) > free:
+            # The KV cache may run out during the run: find the last step whose blocks fit.
+            prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
+            q, r = divmod(free, n)
+            within = int(np.searchsorted(prefix, r, side="right")) - 1
+            k = min(k, 1 + q * bs + within)
+        extra = 0
+        if k > 1:
+            if prefix is None:
+                prefix = np.concatenate(([0], np.cumsum(residues[::-1])))
+            extra = _extra_blocks(prefix, n, k - 1)
+        if affine is not None:
+            a, b = affine
+            total = k * a + b * (k * ctx1 + n * k * (k - 1) / 2.0)
+            durations = None
+        else:
+            durations = cost.decode_run_times(n, ctx1 + n * np.arange(k, dtype=np.float64))
+            total = float(durations.sum())
+        return DecodeRun(k, n, total, extra, k == k_fin, self.kv.num_used_blocks, residues, ctx1,
+                         affine, durations)
 
-    def advance_decode(self, num_steps: int, now: float) -> np.ndarray:
-        """Apply a planned decode run of ``num_steps`` steps ending at ``now``; returns the ids of
-        the requests that finished."""
-        n, bs = self.n, self.block_size
-        self.num_computed_tokens[:n] += num_steps
-        self.num_output_tokens[:n] += num_steps
-        if num_steps > 1:
-            # The first step's blocks were allocated by schedule(); allocate the rest now.
-            blocks = (self.num_computed_tokens[:n] + bs - 1) // bs
-            ok = self.kv.allocate(int(blocks.sum() - self.num_blocks[:n].sum()))
+    def advance_decode(self, run: DecodeRun, now: float) -> np.ndarray:
+        """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
+        n, k = self.n, run.num_steps
+        if run.extra_blocks:
+            ok = self.kv.allocate(run.extra_blocks)
             assert ok, "decode run planned more KV blocks than were free"
-            self.num_blocks[:n] = blocks
-        return self._finish(now)
+        self.num_computed_tokens[:n] += k
+        self.num_remaining_tokens[:n] -= k
+        self.context_total += n * k
+        return self._finish(now) if run.finishes else _EMPTY
 
     def _finish(self, now: float) -> np.ndarray:
-        n = self.n
-        done = self.num_output_tokens[:n] >= self.max_tokens[:n]
+        n, bs = self.n, self.block_size
+        done = self.num_remaining_tokens[:n] == 0
         if not done.any():
             return _EMPTY
         ids = self.req_id[:n][done]
+        computed = self.num_computed_tokens[:n][done]
         table = self.table
         table.finish_time[ids] = now
-        table.num_output_tokens[ids] = self.num_output_tokens[:n][done]
+        table.num_output_tokens[ids] = table.max_tokens[ids]
         table.status[ids] = _DONE
-        self.kv.free(int(self.num_blocks[:n][done].sum()))
+        self.kv.free(int(((computed + bs - 1) // bs).sum()))
+        self.context_total -= int(computed.sum())
         keep = ~done
         m = n - len(ids)
-        for arr in (self.req_id, self.num_computed_tokens, self.num_output_tokens, self.max_tokens,
-                    self.num_blocks):
+        for arr in (self.req_id, self.num_computed_tokens, self.num_remaining_tokens):
             arr[:m] = arr[:n][keep]
         self.n = m
         return ids
+
+
+def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,
+                    k_cap: int) -> int:
+    """Smallest step count k (<= k_cap) whose cumulative duration reaches ``delta`` seconds."""
+    if delta <= 0:
+        return 1
+    if affine is not None:
+        a, b = affine
+        a1 = a + b * ctx1                   # first step
+        if b == 0 or n == 0:
+            k = math.ceil(delta / a1)
+        else:
+            # cum(k) = k a1 + b n k (k - 1) / 2 >= delta  (quadratic in k)
+            c2 = b * n / 2.0
+            c1 = a1 - c2
+            k = math.ceil((-c1 + math.sqrt(c1 * c1 + 4 * c2 * delta)) / (2 * c2))
+        # Guard the floating-point edge: step back while k - 1 steps already reach delta.
+        while k > 1 and (k - 1) * a1 + b * n * (k - 1) * (k - 2) / 2.0 >= delta:
+            k -= 1
+        return max(1, min(k, k_cap))
+    first = cost.decode_step_time_s(n, ctx1)
+    k_guess = min(k_cap, int(delta / first) + 2)
+    cum = np.cumsum(cost.decode_run_times(n, ctx1 + n * np.arange(k_guess, dtype=np.float64)))
+    return min(k_guess, int(np.searchsorted(cum, delta)) + 1)
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)

@@ -8,6 +8,7 @@ numbers bit for bit, and changing one stream's distribution leaves the others' d
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -93,38 +94,64 @@ STEP_COLUMNS = ("start_time", "duration_s", "replica", "num_seqs", "num_prefill_
 
 
 class StepLog:
-    """Every engine step of a run; single steps as tuples, decode runs as array chunks."""
+    """Every engine step of a run, appended in time order per replica.
 
-    def __init__(self) -> None:
-        self._singles: list[tuple] = []
-        self._runs: list[tuple] = []
+    A single step and a decode run are both one entry; runs are expanded into one row per step
+    only when the frame is built, for all runs at once (vectorised).
+    """
+
+    def __init__(self, block_size: int) -> None:
+        self._entries: list[tuple] = []
+        self._residues: list[np.ndarray] = []
+        self._tabulated: list[np.ndarray] = []
+        self._no_residues = np.zeros(block_size, dtype=np.int64)
+        self._replicas: set[int] = set()
 
     def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
                  kv_used: int, num_waiting: int) -> None:
-        self._singles.append((start, duration, replica, out.num_decode + len(out.admitted),
-                              out.num_prefill_tokens, out.num_decode, num_waiting, kv_used, len(out.preempted)))
+        self._entries.append((start, 1, replica, out.num_decode + len(out.admitted), out.num_prefill_tokens,
+                              out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
+        self._residues.append(self._no_residues)
+        self._replicas.add(replica)
 
-    def add_run(self, replica: int, start: float, run: DecodeRun, num_seqs: int, num_waiting: int) -> None:
-        self._runs.append((replica, start, run.durations_s, run.kv_blocks_used, num_seqs, num_waiting))
+    def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
+        a, b = run.affine if run.affine is not None else (math.nan, math.nan)
+        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs, num_waiting,
+                              run.kv_used_first, 0, run.context_sum, a, b))
+        self._residues.append(run.residues)
+        if run.durations is not None:
+            self._tabulated.append(run.durations)
+        self._replicas.add(replica)
 
     def to_frame(self) -> pd.DataFrame:
-        cols: dict[str, list[np.ndarray]] = {c: [] for c in STEP_COLUMNS}
-        if self._singles:
-            arr = list(zip(*self._singles))
-            for c, values in zip(STEP_COLUMNS, arr):
-                cols[c].append(np.asarray(values))
-        for replica, start, durs, kv_used, num_seqs, num_waiting in self._runs:
-            k = len(durs)
-            starts = start + np.concatenate(([0.0], np.cumsum(durs)[:-1]))
-            for c, values in (("start_time", starts), ("duration_s", durs), ("replica", np.full(k, replica)),
-                              ("num_seqs", np.full(k, num_seqs)), ("num_prefill_tokens", np.zeros(k, np.int64)),
-                              ("num_decode_tokens", np.full(k, num_seqs)), ("num_waiting", np.full(k, num_waiting)),
-                              ("kv_blocks_used", kv_used), ("num_preempted", np.zeros(k, np.int64))):
-                cols[c].append(values)
-        dtypes = {"start_time": np.float64, "duration_s": np.float64, "replica": np.int16}
-        frame = pd.DataFrame({c: (np.concatenate(v) if v else np.zeros(0)).astype(dtypes.get(c, np.int32))
-                              for c, v in cols.items()})
-        return frame.sort_values(["start_time", "replica"], kind="stable").reset_index(drop=True)
+        if not self._entries:
+            return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
+        (start, k, replica, seqs, prefill, decode, waiting, kv_first, preempted, ctx, a, b) = (
+            np.asarray(v) for v in zip(*self._entries))
+        k = k.astype(np.int64)
+        entry = np.repeat(np.arange(len(k)), k)                      # entry index of each step
+        first_row = np.cumsum(k) - k
+        j = np.arange(int(k.sum())) - first_row[entry]               # step index within its entry
+        durs = a[entry] + b[entry] * (ctx[entry] + seqs[entry] * j)
+        tabulated = np.isnan(a)
+        if tabulated.any():
+            durs[tabulated[entry]] = np.concatenate(self._tabulated)
+        before = np.cumsum(durs) - durs                              # time of all earlier steps
+        offsets = before - before[first_row][entry]
+        residues = np.stack(self._residues)
+        bs = residues.shape[1]
+        new_blocks = np.where(j == 0, 0, residues[entry, (-j) % bs])  # blocks allocated by each step
+        cum_blocks = np.cumsum(new_blocks)
+        frame = pd.DataFrame({
+            "start_time": start[entry] + offsets, "duration_s": durs,
+            "replica": replica.astype(np.int16)[entry], "num_seqs": seqs.astype(np.int32)[entry],
+            "num_prefill_tokens": prefill.astype(np.int32)[entry],
+            "num_decode_tokens": decode.astype(np.int32)[entry], "num_waiting": waiting.astype(np.int32)[entry],
+            "kv_blocks_used": (kv_first[entry] + cum_blocks - cum_blocks[first_row][entry]).astype(np.int32),
+            "num_preempted": preempted.astype(np.int32)[entry]})
+        if len(self._replicas) > 1:   # interleave the replicas' logs by time
+            frame = frame.iloc[np.argsort(frame["start_time"].to_numpy(), kind="stable")].reset_index(drop=True)
+        return frame
 
 
 @dataclass
@@ -186,7 +213,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     workload = generate_workload(scenario, system.max_model_len, rngs)
     table = RequestTable(workload)
     env = simpy.Environment()
-    steps = StepLog()
+    steps = StepLog(scenario.scheduler.block_size)
     run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)
     env.run(until=scenario.max_sim_time_s)
     result = SimulationResult(scenario, _requests_frame(table), steps.to_frame(), system,
