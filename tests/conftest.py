@@ -1,0 +1,55 @@
+"""Shared fixtures: tiny scenarios and hand-built schedulers (CPU only, no torch)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from simulator import scenario_from_dict
+from simulator.config import SchedulerConfig
+from simulator.kv_cache import KVCacheManager
+from simulator.request import RequestTable
+from simulator.scheduler import Scheduler
+from simulator.workload import Workload
+
+CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0}
+
+
+def make_scenario(**overrides: Any):
+    """A small valid scenario (constant cost model, tiny-llama) with dotted-key overrides."""
+    base = {
+        "name": "test", "seed": 1, "num_requests": 200, "model": "tiny-llama", "hardware": dict(CONSTANT_HW),
+        "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 2048, "block_size": 16},
+        "workload": {"arrival": {"process": "poisson", "rate_per_s": 5.0},
+                     "prompt_tokens": {"dist": "fixed", "value": 32},
+                     "output_tokens": {"dist": "fixed", "value": 10}},
+    }
+    sc = scenario_from_dict(base)
+    return sc.with_overrides(overrides) if overrides else sc
+
+
+@pytest.fixture
+def scenario():
+    return make_scenario
+
+
+def make_scheduler(prompts: list[int], outputs: list[int], *, num_gpu_blocks: int = 1000, block_size: int = 4,
+                   max_num_seqs: int = 4, max_num_batched_tokens: int = 64) -> Scheduler:
+    """A scheduler over requests with the given prompt/output lengths, all arrived at t=0 and
+    already in the waiting queue in id order."""
+    n = len(prompts)
+    wl = Workload(np.zeros(n), np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64),
+                  np.zeros(n, dtype=bool))
+    table = RequestTable(wl)
+    cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                          block_size=block_size)
+    sched = Scheduler(cfg, KVCacheManager(num_gpu_blocks, block_size), table)
+    for rid in range(n):
+        sched.add_request(rid)
+    return sched
+
+
+@pytest.fixture
+def scheduler_factory():
+    return make_scheduler

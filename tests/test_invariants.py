@@ -1,0 +1,140 @@
+"""Properties that hold for every scenario (hypothesis), and determinism.
+
+* conservation: every arrived request is completed, rejected or in flight;
+* KV blocks in use never exceed ``num_gpu_blocks``;
+* every completed request generated exactly the tokens it asked for;
+* time never goes backwards (per request and per replica's step log);
+* advancing decode runs in one event gives the same results as one event per step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import simulate
+
+from conftest import make_scenario
+
+scenarios = st.fixed_dictionaries({
+    "seed": st.integers(0, 10_000),
+    "num_requests": st.integers(1, 120),
+    "deployment.replicas": st.integers(1, 3),
+    "deployment.router": st.sampled_from(["round_robin", "least_outstanding", "random"]),
+    "scheduler.max_num_seqs": st.integers(1, 12),
+    "scheduler.block_size": st.sampled_from([1, 4, 16]),
+    "scheduler.num_gpu_blocks_override": st.integers(140, 400),
+    "workload.arrival.rate_per_s": st.floats(0.5, 400.0),
+    "workload.prompt_tokens": st.sampled_from([
+        {"dist": "uniform", "min": 1, "max": 120}, {"dist": "fixed", "value": 64},
+        {"dist": "lognormal", "mean": 40, "sigma": 1.0, "max": 500}]),
+    "workload.output_tokens": st.sampled_from([
+        {"dist": "geometric", "mean": 20, "max": 300}, {"dist": "fixed", "value": 1},
+        {"dist": "uniform", "min": 1, "max": 80}]),
+    "hardware": st.sampled_from([
+        {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-4},
+        "h100-sxm"]),
+})
+
+
+def fix_blocks(over: dict) -> dict:
+    # the cache must hold one max_model_len sequence: tiny-llama 2048 tokens
+    over = dict(over)
+    bs = over["scheduler.block_size"]
+    over["scheduler.num_gpu_blocks_override"] = max(over["scheduler.num_gpu_blocks_override"], -(-2048 // bs))
+    if over["hardware"] == "h100-sxm":
+        over["model"] = "tiny-llama"
+    return over
+
+
+def check_invariants(r) -> None:
+    req, steps, s = r.requests, r.steps, r.summary
+    n = len(req)
+    rq = s["requests"]
+    assert rq["arrived"] == n
+    assert rq["completed"] + rq["rejected"] + rq["in_flight"] == n
+    done = req[req["status"] == "finished_length_capped"]
+    assert (done["num_output_tokens"] == done["max_tokens"]).all()
+    assert (done["arrival_time"] <= done["first_scheduled_time"] + 1e-9).all()
+    assert (done["first_scheduled_time"] < done["first_token_time"]).all()
+    assert (done["first_token_time"] <= done["finish_time"]).all()
+    assert (steps["kv_blocks_used"] <= r.system.kv_plan.num_gpu_blocks).all()
+    assert (steps["kv_blocks_used"] >= 0).all()
+    assert (steps["num_seqs"] <= r.scenario.scheduler.max_num_seqs).all()
+    assert (steps["num_prefill_tokens"] + steps["num_decode_tokens"]
+            <= r.scenario.scheduler.max_num_batched_tokens).all()
+    for _, g in steps.groupby("replica"):
+        start = g["start_time"].to_numpy()
+        end = start + g["duration_s"].to_numpy()
+        assert (np.diff(start) > 0).all()
+        assert (start[1:] >= end[:-1] - 1e-9).all()     # a replica runs one step at a time
+    # Tokens: each admission (first or after a preemption) emits one token, each decode slot one.
+    if rq["in_flight"] == 0:
+        admissions = len(done) + int(done["num_preemptions"].sum())
+        assert int(steps["num_decode_tokens"].sum()) + admissions == int(done["max_tokens"].sum())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_invariants_hold_for_random_scenarios(over):
+    check_invariants(simulate(make_scenario(**fix_blocks(over))))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios)
+def test_decode_fast_forward_changes_nothing(over):
+    """One event per decode run and one event per step give the same requests and steps."""
+    sc = make_scenario(**fix_blocks(over))
+    fast, slow = simulate(sc), simulate(sc, fast_forward=False)
+    cols = ["first_scheduled_time", "first_token_time", "finish_time"]
+    np.testing.assert_allclose(fast.requests[cols].to_numpy(), slow.requests[cols].to_numpy(),
+                               rtol=0, atol=1e-9, equal_nan=True)
+    for col in ("status", "num_preemptions", "replica", "num_output_tokens"):
+        assert (fast.requests[col] == slow.requests[col]).all(), col
+    assert len(fast.steps) == len(slow.steps)
+    for col in ("num_seqs", "kv_blocks_used", "num_prefill_tokens", "num_waiting", "num_preempted"):
+        assert (fast.steps[col].to_numpy() == slow.steps[col].to_numpy()).all(), col
+
+
+def test_preemption_happens_and_is_conserved():
+    """A cache of 140 x 16 tokens under heavy load forces recompute preemptions; nothing is lost."""
+    sc = make_scenario(**{"num_requests": 300, "scheduler.num_gpu_blocks_override": 140,
+                          "scheduler.max_num_seqs": 32, "workload.arrival.rate_per_s": 200,
+                          "workload.prompt_tokens": {"dist": "fixed", "value": 300},
+                          "workload.output_tokens": {"dist": "fixed", "value": 400}})
+    r = simulate(sc)
+    assert r.summary["requests"]["preemptions"] > 0
+    assert r.summary["requests"]["completed"] == 300
+    check_invariants(r)
+
+
+def test_same_seed_same_numbers_bit_for_bit():
+    sc = make_scenario(**{"num_requests": 500, "workload.output_tokens": {"dist": "geometric", "mean": 30}})
+    a, b = simulate(sc), simulate(sc)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    sa, sb = dict(a.summary), dict(b.summary)
+    sa.pop("wall_s"), sb.pop("wall_s")
+    assert sa == sb
+    c = simulate(sc, seed=sc.seed + 1)
+    assert not np.array_equal(a.requests["arrival_time"], c.requests["arrival_time"])
+
+
+def test_streams_are_independent():
+    """Changing the output-length distribution leaves arrival instants and prompt lengths unchanged
+    (common random numbers for what-if comparisons)."""
+    sc = make_scenario(**{"num_requests": 300, "workload.prompt_tokens": {"dist": "uniform", "min": 1, "max": 100}})
+    other = sc.with_overrides({"workload.output_tokens": {"dist": "geometric", "mean": 50}})
+    a, b = simulate(sc), simulate(other)
+    np.testing.assert_array_equal(a.requests["arrival_time"], b.requests["arrival_time"])
+    np.testing.assert_array_equal(a.requests["num_prompt_tokens"], b.requests["num_prompt_tokens"])
+    assert not np.array_equal(a.requests["max_tokens"], b.requests["max_tokens"])
+
+
+def test_progress_callback_reaches_total():
+    calls = []
+    simulate(make_scenario(num_requests=1000), on_progress=lambda done, total: calls.append((done, total)))
+    assert calls[-1] == (1000, 1000)
+    assert len(calls) >= 100 and all(a <= b for (a, _), (b, _) in zip(calls, calls[1:]))
