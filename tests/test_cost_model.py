@@ -113,4 +113,4 @@ def test_datasheet_roofline_against_measured_h100_linear_layers():
     assert np.median(np.abs(rel)) < 0.08
     assert np.percentile(np.abs(rel), 90) < 0.30
     assert np.all(np.abs(rel) < 0.45)
-    assert np.all(rel[tokens >= 1024] > -0.10) and np.all(np.abs(rel[tokens <= 32]) < 0.10)
+    assert np.all(np.abs(rel[tokens >= 1024]) < 0.20) and np.all(np.abs(rel[tokens <= 32]) < 0.10)
