@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -24,12 +25,18 @@ from .errors import ScenarioError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
-out_console = Console()
-err_console = Console(stderr=True)
+def _console(stderr: bool = False) -> Console:
+    """A console that, when piped, prints wide enough that tables keep whole names."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=200)
+
+
+out_console = _console()
+err_console = _console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -101,13 +108,21 @@ def simulate(
 
 
 def write_outputs(result: Any, summary: dict[str, Any], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    """Write the run's records and summary under ``out``; ``scenario.yaml`` keeps the absolute
+    ``base_dir`` so relative trace/profile paths still resolve when it is loaded again."""
+    if out.exists() and not out.is_dir():
+        raise ScenarioError("--out", str(out), "exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError("--out", str(out), f"cannot create the directory ({exc.strerror})") from None
     result.requests.to_parquet(out / "requests.parquet", index=False)
     result.requests.to_csv(out / "requests.csv", index=False)
     result.steps.to_parquet(out / "steps.parquet", index=False)
     result.steps.to_csv(out / "steps.csv", index=False)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    scenario = result.scenario.model_dump(mode="json", exclude_none=True, exclude={"base_dir"})
+    scenario = result.scenario.model_dump(mode="json", exclude_none=True)
+    scenario["base_dir"] = str(Path(result.scenario.base_dir).resolve())
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
 
 

@@ -9,6 +9,7 @@ Nothing here simulates; :func:`simulator.simulate` takes a scenario and builds f
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -323,6 +324,10 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
         msg = f"unknown kind; allowed: {ctx.get('expected_tags', '')}"
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
+        # Cross-field checks name the first field as "name=value": point at that field.
+        lead = re.match(r"(\w+)=", msg)
+        if lead and isinstance(value, dict) and lead.group(1) in value:
+            field, value = f"{field}.{lead.group(1)}", value[lead.group(1)]
     return ScenarioError(field, value, msg)
 
 

@@ -26,6 +26,10 @@ class ScenarioError(ValueError):
         super().__init__(f"{field} = {_short(value)}: {message}")
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(value: Any, limit: int = 160) -> str:
+    """``repr(value)``, shortened in the middle so that both ends (a path's file name) survive."""
+    text = repr(value.item() if hasattr(value, "item") else value)
+    if len(text) <= limit:
+        return text
+    keep = (limit - 3) // 2
+    return text[:keep] + "..." + text[-keep:]

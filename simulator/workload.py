@@ -136,12 +136,18 @@ def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
         raise ScenarioError("workload.arrival.format", fmt, "unknown trace format; allowed: azure, mooncake")
     if df.empty:
         raise ScenarioError(field, str(path), "trace has no requests")
-    for col in ("num_prompt_tokens", "max_tokens"):
+    unit = "row" if fmt == "azure" else "line"
+    for col, src in (("num_prompt_tokens", _SOURCE[fmt][0]), ("max_tokens", _SOURCE[fmt][1])):
         bad = np.flatnonzero(df[col].to_numpy() < 1)
         if len(bad):
-            raise ScenarioError(f"{path} row {int(bad[0]) + 1}", int(df[col].iloc[bad[0]]),
-                                f"{col} must be >= 1")
-    return df
+            first = df.iloc[bad][["source_row"]].min().iloc[0]   # earliest in the file, not in time
+            row = df[df["source_row"] == first].iloc[0]
+            raise ScenarioError(f"{path} {unit} {int(first)} column {src}", int(row[col]), "must be >= 1")
+    return df.drop(columns="source_row")
+
+
+#: Trace column names for (prompt, output) per format, for error messages.
+_SOURCE = {"azure": ("ContextTokens", "GeneratedTokens"), "mooncake": ("input_length", "output_length")}
 
 
 def _read_azure(path: Path, field: str) -> pd.DataFrame:
@@ -159,10 +165,11 @@ def _read_azure(path: Path, field: str) -> pd.DataFrame:
     lengths = {}
     for src, dst in (("ContextTokens", "num_prompt_tokens"), ("GeneratedTokens", "max_tokens")):
         col = pd.to_numeric(raw[src], errors="coerce")
-        _first_bad(col.isna().to_numpy(), path, src, raw[src])
+        _first_bad((col.isna() | (col % 1 != 0)).to_numpy(), path, src, raw[src])
         lengths[dst] = col.astype(np.int64)
     seconds = (ts - ts.min()).dt.total_seconds().to_numpy()
-    df = pd.DataFrame({"arrival_time": seconds, **lengths})
+    # source_row: the file row, counting the header as row 1 (as a spreadsheet shows it).
+    df = pd.DataFrame({"arrival_time": seconds, **lengths, "source_row": np.arange(len(raw)) + 2})
     return df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
 
 
@@ -174,13 +181,16 @@ def _read_mooncake(path: Path, field: str) -> pd.DataFrame:
                 continue
             try:
                 rec = json.loads(line)
-                rows.append((float(rec["timestamp"]) / 1000.0, int(rec["input_length"]),
-                             int(rec["output_length"]), rec.get("hash_ids", [])))
+                lengths = [rec["input_length"], rec["output_length"]]
+                if any(isinstance(v, bool) or not float(v).is_integer() for v in lengths):
+                    raise ValueError(f"token counts must be integers, got {lengths}")
+                rows.append((float(rec["timestamp"]) / 1000.0, int(lengths[0]), int(lengths[1]),
+                             rec.get("hash_ids", []), lineno))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise ScenarioError(f"{path} line {lineno}", line.strip()[:60],
                                     f"not a mooncake record ({type(exc).__name__}: {exc}); expected JSON with "
                                     "timestamp, input_length, output_length") from None
-    df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "max_tokens", "hash_ids"])
+    df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "max_tokens", "hash_ids", "source_row"])
     if not df.empty:
         df["arrival_time"] -= df["arrival_time"].min()
     return df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
@@ -190,7 +200,9 @@ def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> Non
     bad = np.flatnonzero(mask)
     if len(bad):
         i = int(bad[0])
-        raise ScenarioError(f"{path} row {i + 2} column {column}", raw.iloc[i], "not a valid value")
+        value = raw.iloc[i]
+        shown = "(empty)" if pd.isna(value) else value
+        raise ScenarioError(f"{path} row {i + 2} column {column}", shown, "not a valid value (integer token count or timestamp)")
 
 
 # -- length distributions -----------------------------------------------------------------------------

@@ -1,0 +1,220 @@
+"""The user-facing commands: ``llmplan simulate`` (table, ``--json``, ``--out``, ``--set``, ``--seed``),
+``llmplan models`` and ``llmplan profiles``, run as a user runs them (a subprocess in the repo root)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from simulator import MODEL_PRESETS, available_profiles, load_scenario, simulate
+from simulator.cli import jsonable
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = "examples/chat-h100.yaml"
+EXAMPLE_DATA = yaml.safe_load((REPO / EXAMPLE).read_text())
+SMALL = ("--set", "num_requests=300")
+LATENCY_KEYS = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
+STATS = ("mean", "p50", "p90", "p95", "p99")
+
+
+def run_cli(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m simulator.cli ARGS``; no debug tracebacks, no terminal-width override."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("LLMPLAN_DEBUG", "COLUMNS", "LINES")}
+    clean.update(env)
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=cwd, env=clean,
+                          capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def _no_nan(token: str) -> Any:
+    raise AssertionError(f"non-standard JSON constant {token} in the output")
+
+
+def parse_json_stdout(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """Exactly one line on stdout, holding one strict-JSON object (no NaN/Infinity)."""
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout[:500]
+    obj = json.loads(lines[0], parse_constant=_no_nan)
+    assert isinstance(obj, dict)
+    return obj
+
+
+def without_wall(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k != "wall_s"}
+
+
+@pytest.fixture(scope="module")
+def baseline() -> dict[str, Any]:
+    """The example scenario cut to 300 requests, as JSON."""
+    return parse_json_stdout(run_cli("simulate", EXAMPLE, "--json", *SMALL))
+
+
+@pytest.fixture(scope="module")
+def out_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The same run with ``--out DIR``: the folder and the JSON printed on stdout."""
+    out = tmp_path_factory.mktemp("run") / "out"
+    return out, parse_json_stdout(run_cli("simulate", EXAMPLE, "--json", *SMALL, "--out", str(out)))
+
+
+# -- simulate --json --------------------------------------------------------------------------------
+def test_json_summary_has_the_documented_keys(baseline: dict[str, Any]) -> None:
+    """``--json`` prints one object with latency stats, throughput, request counts, SLO attainment,
+    seed and wall time, all finite numbers where the run has data."""
+    for metric in LATENCY_KEYS:
+        stats = baseline[metric]
+        for stat in STATS:
+            assert isinstance(stats[stat], float) and math.isfinite(stats[stat]), (metric, stat)
+        assert stats["p50"] <= stats["p90"] <= stats["p95"] <= stats["p99"]
+    assert baseline["ttft_s"]["p50"] > 0 and baseline["e2e_s"]["p50"] > baseline["ttft_s"]["p50"]
+    tp = baseline["throughput"]
+    assert tp["requests_per_s"] > 0 and tp["output_tokens_per_s"] > tp["requests_per_s"]
+    req = baseline["requests"]
+    assert set(req) >= {"arrived", "completed", "rejected", "in_flight"}
+    assert req["arrived"] == 300
+    assert req["completed"] + req["rejected"] + req["in_flight"] == req["arrived"]
+    assert req["completed"] > 0
+    assert EXAMPLE_DATA["slo"], "the example is expected to set an SLO"
+    assert 0.0 <= baseline["slo_attainment"] <= 1.0
+    assert baseline["seed"] == EXAMPLE_DATA["seed"]
+    assert baseline["wall_s"] > 0
+
+
+def test_same_seed_gives_identical_json(baseline: dict[str, Any]) -> None:
+    """Two runs of the same scenario and seed agree on every number except the wall-clock time."""
+    again = parse_json_stdout(run_cli("simulate", EXAMPLE, "--json", *SMALL))
+    assert without_wall(again) == without_wall(baseline)
+
+
+def test_other_seed_gives_other_numbers(baseline: dict[str, Any]) -> None:
+    """``--seed`` overrides the file's seed and changes the sampled workload, hence the latencies."""
+    seed = EXAMPLE_DATA["seed"] + 1
+    other = parse_json_stdout(run_cli("simulate", EXAMPLE, "--json", *SMALL, "--seed", str(seed)))
+    assert other["seed"] == seed
+    assert other["requests"]["arrived"] == 300
+    assert other["ttft_s"]["mean"] != baseline["ttft_s"]["mean"]
+    assert other["e2e_s"]["p99"] != baseline["e2e_s"]["p99"]
+
+
+def test_set_rate_changes_the_result(baseline: dict[str, Any]) -> None:
+    """``--set workload.arrival.rate_per_s=12`` changes the Poisson rate (8 in the file): the same
+    arrival draws (common random numbers) are rescaled by old/new rate, so the last arrival moves
+    by exactly that factor."""
+    rate = EXAMPLE_DATA["workload"]["arrival"]["rate_per_s"]
+    assert rate != 12
+    fast = parse_json_stdout(run_cli("simulate", EXAMPLE, "--json", *SMALL,
+                                     "--set", "workload.arrival.rate_per_s=12"))
+    last_base = baseline["throughput"]["window_s"][1]
+    last_fast = fast["throughput"]["window_s"][1]
+    assert EXAMPLE_DATA.get("cooldown_s", 0) == 0  # window_s ends at the last arrival
+    assert last_fast == pytest.approx(last_base * rate / 12, rel=1e-9)
+    assert without_wall(fast) != without_wall(baseline)
+
+
+# -- simulate --out -----------------------------------------------------------------------------------
+def test_out_writes_every_file_and_formats_agree(out_run: tuple[Path, dict[str, Any]]) -> None:
+    """``--out DIR`` writes requests and steps as parquet and CSV with the same rows, plus
+    summary.json (equal to the printed JSON) and scenario.yaml."""
+    out, printed = out_run
+    names = {"requests.parquet", "requests.csv", "steps.parquet", "steps.csv", "summary.json", "scenario.yaml"}
+    assert names <= {p.name for p in out.iterdir()}
+    requests_pq, requests_csv = pd.read_parquet(out / "requests.parquet"), pd.read_csv(out / "requests.csv")
+    steps_pq, steps_csv = pd.read_parquet(out / "steps.parquet"), pd.read_csv(out / "steps.csv")
+    assert len(requests_pq) == len(requests_csv) == 300
+    assert len(steps_pq) == len(steps_csv) == printed["batch"]["num_steps"] > 0
+    assert list(requests_pq.columns) == list(requests_csv.columns)
+    assert list(steps_pq.columns) == list(steps_csv.columns)
+    pd.testing.assert_series_equal(requests_pq["arrival_time"], requests_csv["arrival_time"], check_exact=False,
+                                   rtol=1e-12)
+    assert (requests_pq["num_output_tokens"] == requests_csv["num_output_tokens"]).all()
+    completed = int((requests_pq["status"].astype(str) == "finished_length_capped").sum())
+    assert completed == printed["requests"]["completed"]
+    assert json.loads((out / "summary.json").read_text()) == printed
+
+
+def test_out_same_numbers_as_plain_json(out_run: tuple[Path, dict[str, Any]], baseline: dict[str, Any]) -> None:
+    """Writing files does not change the simulation."""
+    assert without_wall(out_run[1]) == without_wall(baseline)
+
+
+def test_scenario_yaml_reproduces_the_run(out_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """scenario.yaml written by ``--out`` holds the effective scenario (overrides applied): loading it
+    with :func:`simulator.load_scenario` and simulating gives the same summary, and so does running
+    the CLI on it from an unrelated working directory."""
+    out, printed = out_run
+    written = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert written["num_requests"] == 300 and written["seed"] == EXAMPLE_DATA["seed"]
+    result = simulate(load_scenario(out / "scenario.yaml"))
+    assert without_wall(jsonable(result.summary)) == without_wall(printed)
+    elsewhere = parse_json_stdout(run_cli("simulate", str(out / "scenario.yaml"), "--json", cwd=tmp_path))
+    assert without_wall(elsewhere) == without_wall(printed)
+
+
+def test_scenario_yaml_with_relative_trace_path_reproduces_the_run(tmp_path: Path) -> None:
+    """A scenario whose trace path is relative to its own file, written to a different --out folder,
+    loads back and reproduces the run."""
+    src = tmp_path / "scenarios"
+    src.mkdir()
+    shutil.copy(REPO / "tests" / "data" / "azure_conv_excerpt.csv", src / "trace.csv")
+    (src / "replay.yaml").write_text(yaml.safe_dump({
+        "model": "llama-3-8b", "hardware": "h100-sxm", "num_requests": 50,
+        "workload": {"arrival": {"process": "trace", "path": "trace.csv", "format": "azure"}}}))
+    out = tmp_path / "results"
+    printed = parse_json_stdout(run_cli("simulate", str(src / "replay.yaml"), "--json", "--out", str(out)))
+    again = parse_json_stdout(run_cli("simulate", str(out / "scenario.yaml"), "--json"))
+    assert without_wall(again) == without_wall(printed)
+
+
+# -- simulate (table) --------------------------------------------------------------------------------
+def test_plain_simulate_prints_a_table(baseline: dict[str, Any]) -> None:
+    """Without ``--json`` the command prints a human table (latency rows, percentile columns) and the
+    request counts, not JSON."""
+    proc = run_cli("simulate", EXAMPLE, *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    for word in ("ttft", "tpot", "e2e", "p50", "p99", EXAMPLE_DATA["name"], "llama-3-8b", "h100-sxm"):
+        assert word in text, word
+    assert f"{baseline['requests']['arrived']} arrived" in text
+    # the ttft mean in ms, as in the JSON
+    assert f"{baseline['ttft_s']['mean'] * 1000:,.1f}" in text
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+
+
+# -- models, profiles ----------------------------------------------------------------------------------
+def test_models_lists_the_presets() -> None:
+    """``llmplan models`` lists every preset with its context length."""
+    proc = run_cli("models")
+    assert proc.returncode == 0, proc.stderr
+    for name in MODEL_PRESETS:
+        assert name in proc.stdout, name
+    row = next(line for line in proc.stdout.splitlines() if " llama-3-8b " in line)
+    assert "8192" in row and "32/8" in row
+
+
+def test_profiles_lists_the_profiles_and_their_source() -> None:
+    """``llmplan profiles`` lists every hardware profile with its source (datasheet here) on a
+    terminal wide enough for the table."""
+    proc = run_cli("profiles", COLUMNS="200")
+    assert proc.returncode == 0, proc.stderr
+    for name in available_profiles():
+        assert name in proc.stdout, name
+    row = next(line for line in proc.stdout.splitlines() if " h100-sxm " in line)
+    assert "datasheet" in row and "79.6" in row
+
+
+def test_profiles_piped_without_a_terminal_keeps_names_whole() -> None:
+    """Piped output (no terminal, no COLUMNS) still shows whole profile names and sources."""
+    proc = run_cli("profiles")
+    assert proc.returncode == 0, proc.stderr
+    assert "h100-sxm" in proc.stdout and "datasheet" in proc.stdout
