@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -337,8 +338,6 @@ def _is_tag(part: Any) -> bool:
 
 def _model_at(loc: list[str]) -> type[BaseModel] | None:
     """The pydantic model class found by walking field names from :class:`Scenario`."""
-    import typing
-
     model: Any = Scenario
     for part in loc:
         field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
@@ -351,13 +350,10 @@ def _model_at(loc: list[str]) -> type[BaseModel] | None:
         model = candidates[0]
         if len(candidates) > 1:  # discriminated unions: cannot tell which branch; list none
             return None
-    _ = typing
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def _flatten(ann: Any) -> list[Any]:
-    import typing
-
     origin = typing.get_origin(ann)
     if origin is Annotated:
         return _flatten(typing.get_args(ann)[0])

@@ -214,7 +214,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     table = RequestTable(workload)
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
-    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)
+    _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
     env.run(until=scenario.max_sim_time_s)
     result = SimulationResult(scenario, _requests_frame(table), steps.to_frame(), system,
                               float(env.now), time.perf_counter() - wall0)
@@ -222,7 +222,6 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     result.summary = summarize(result)
     result.wall_s = time.perf_counter() - wall0
     result.summary["wall_s"] = result.wall_s
-    _ = run
     return result
 
 
