@@ -121,13 +121,6 @@ def blocks_needed_by_steps(residues: np.ndarray, num_steps: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(residues[(1 - j) % bs])))
 
 
-def _extra_blocks(prefix: np.ndarray, n: int, m: int) -> int:
-    """Blocks needed by the first ``m`` steps after step 1 (``prefix``: cumulative residues in
-    step order, length block_size + 1)."""
-    bs = len(prefix) - 1
-    return (m // bs) * n + int(prefix[m % bs])
-
-
 class Scheduler:
     """Waiting queue, running batch and KV blocks of one replica (see module docstring).
 
@@ -276,13 +269,13 @@ class Scheduler:
         n, bs = out.num_decode, self.block_size
         residues = out.residues
         k_fin = int(self.num_remaining_tokens[:n].min())
-        affine = cost.decode_affine(n) if hasattr(cost, "decode_affine") else None
+        decode_affine = getattr(cost, "decode_affine", None)
+        affine = decode_affine(n) if decode_affine is not None else None
         ctx1 = out.decode_context_sum
         k = k_fin
         if next_event_time != np.inf and k > 1:
             k = min(k, _steps_to_reach(next_event_time - now, affine, cost, n, ctx1, k))
         free = self.kv.num_free_blocks
-        prefix = None
         if k > 1 and n * (-(-(k - 1) // bs)) > free:
             # The KV cache may run out during the run: find the last step whose blocks fit.
             prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
@@ -291,9 +284,10 @@ class Scheduler:
             k = min(k, 1 + q * bs + within)
         extra = 0
         if k > 1:
-            if prefix is None:
-                prefix = np.concatenate(([0], np.cumsum(residues[::-1])))
-            extra = _extra_blocks(prefix, n, k - 1)
+            # Steps 2..k: every full period of block_size steps allocates one block per row; the
+            # remaining t steps allocate for the rows whose residues come first in step order.
+            periods, t = divmod(k - 1, bs)
+            extra = periods * n + (int(residues[bs - t:].sum()) if t else 0)
         if affine is not None:
             a, b = affine
             total = k * a + b * (k * ctx1 + n * k * (k - 1) / 2.0)
