@@ -310,24 +310,44 @@ class Scheduler:
         return self._finish(now) if run.finishes else _EMPTY
 
     def _finish(self, now: float) -> np.ndarray:
-        n, bs = self.n, self.block_size
-        done = self.num_remaining_tokens[:n] == 0
-        if not done.any():
+        n = self.n
+        done = np.flatnonzero(self.num_remaining_tokens[:n] == 0)
+        if len(done) == 0:
             return _EMPTY
-        ids = self.req_id[:n][done]
-        computed = self.num_computed_tokens[:n][done]
-        table = self.table
-        table.finish_time[ids] = now
-        table.num_output_tokens[ids] = table.max_tokens[ids]
-        table.status[ids] = _DONE
-        self.kv.free(int(((computed + bs - 1) // bs).sum()))
+        if len(done) == 1:
+            return self._finish_row(int(done[0]), now)
+        ids = self.req_id[done]
+        computed = self.num_computed_tokens[done]
+        self._record_finished(ids, now)
+        self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
         self.context_total -= int(computed.sum())
-        keep = ~done
+        keep = np.ones(n, dtype=bool)
+        keep[done] = False
         m = n - len(ids)
         for arr in (self.req_id, self.num_computed_tokens, self.num_remaining_tokens):
             arr[:m] = arr[:n][keep]
         self.n = m
         return ids
+
+    def _finish_row(self, row: int, now: float) -> np.ndarray:
+        """The common case of one request finishing: scalar bookkeeping, shift the tail up."""
+        n = self.n
+        ids = self.req_id[row:row + 1].copy()
+        computed = int(self.num_computed_tokens[row])
+        self._record_finished(ids, now)
+        self.kv.free(-(-computed // self.block_size))
+        self.context_total -= computed
+        if row < n - 1:
+            for arr in (self.req_id, self.num_computed_tokens, self.num_remaining_tokens):
+                arr[row:n - 1] = arr[row + 1:n]
+        self.n = n - 1
+        return ids
+
+    def _record_finished(self, ids: np.ndarray, now: float) -> None:
+        table = self.table
+        table.finish_time[ids] = now
+        table.num_output_tokens[ids] = table.max_tokens[ids]
+        table.status[ids] = _DONE
 
 
 def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,
