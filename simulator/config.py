@@ -156,6 +156,12 @@ class SchedulerConfig(_Frozen):
     """Longest prompt + output served; defaults to the model's context length."""
     num_gpu_blocks_override: int | None = Field(default=None, ge=1)
     """Use this many KV blocks instead of deriving them from memory (tests, what-ifs)."""
+    long_prefill_token_threshold: int | None = Field(default=None, ge=1)
+    """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
+    max_wait_ms: float = Field(default=50.0, ge=0)
+    """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
+    adaptive_batching: bool = False
+    """dynamic: start at once when requests queued during the previous batch (size to the queue)."""
 
     @model_validator(mode="after")
     def _budget(self) -> "SchedulerConfig":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+import math
+
 import numpy as np
 import simpy
 
@@ -57,11 +59,13 @@ class Replica:
         """
         env, sched = self.env, self.scheduler
         while True:
-            if sched.n == 0 and not sched.waiting:
-                self._idle = env.event()
-                yield self._idle
-                self._idle = None
-                continue
+            if sched.n == 0:
+                start = sched.batch_start_time(env.now) if sched.waiting else math.inf
+                if start > env.now:      # idle, or a batching policy waits to fill its batch
+                    self._idle = env.event()
+                    yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - env.now)])
+                    self._idle = None
+                    continue
             now = t = env.now
             horizon = self.next_event_time()
             while True:
@@ -69,7 +73,7 @@ class Replica:
                 if end < horizon and self.fast_forward:
                     self._apply(apply, end)
                     t = end
-                    if sched.n == 0 and not sched.waiting:
+                    if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
                         break
                     continue
                 yield env.timeout(end - now)
@@ -88,8 +92,7 @@ class Replica:
             return out, t + run.total_s, run
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-        duration = cost.step_time_s(out.admitted_tokens, [0] * len(out.admitted), out.num_decode,
-                                    out.decode_context_sum, out.num_decode + len(out.admitted))
+        duration = cost.step_time_s(*out.cost_args())
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
         return out, t + duration, out
 

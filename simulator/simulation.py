@@ -27,7 +27,8 @@ from .profiles import HardwareProfile, load_profile
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
-from .scheduler import POLICIES, DecodeRun, SchedulerOutput
+from .policies import POLICIES  # the registry, with every policy registered
+from .scheduler import DecodeRun, SchedulerOutput
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
@@ -68,7 +69,8 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,
                             f"exceeds {model.name}'s context length {model.max_model_len}")
-    if sch.max_num_batched_tokens < max_model_len:
+    policy = POLICIES[sch.policy]
+    if sch.max_num_batched_tokens < max_model_len and policy.uses_token_budget and not policy.splits_prompts:
         raise ScenarioError(
             "scheduler.max_num_batched_tokens", sch.max_num_batched_tokens,
             f"must be >= max_model_len={max_model_len} for policy {sch.policy!r}, which never splits a prompt "
@@ -110,13 +112,14 @@ class StepLog:
 
     def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
                  kv_used: int, num_waiting: int) -> None:
-        self._entries.append((start, 1, replica, out.num_decode + len(out.admitted), out.num_prefill_tokens,
+        slots = out.num_decode if out.cost_num_decode is None else out.cost_num_decode
+        self._entries.append((start, 1, replica, slots + len(out.admitted), out.num_prefill_tokens,
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)
-        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs, num_waiting,
+        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded, num_waiting,
                               run.kv_used_first, 0, run.context_sum, a, b))
         if run.num_steps > 1:
             self._residues.append(run.residues)
