@@ -172,6 +172,29 @@ class SchedulerConfig(_Frozen):
         return self
 
 
+class SpeculativeConfig(_Frozen):
+    """Speculative decoding (vLLM's ``speculative_config``): each decode step proposes
+    ``num_speculative_tokens`` tokens per request and the target verifies them in one pass."""
+
+    method: Literal["draft", "ngram", "mtp"] = "draft"
+    """``draft``: a small model proposes; ``ngram``: prompt lookup (no model); ``mtp``: one extra
+    decoder layer of the target per proposed token (multi-token prediction heads)."""
+    num_speculative_tokens: int = Field(ge=1, le=16)
+    """Tokens proposed per step, k."""
+    acceptance_rate: float = Field(ge=0, le=1)
+    """Per-token acceptance probability alpha (each proposal accepted independently, in order)."""
+    draft_model: str | ModelSpec | None = None
+    """The draft model (a preset or an inline spec); required for ``method: draft``."""
+
+    @model_validator(mode="after")
+    def _draft(self) -> "SpeculativeConfig":
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("method 'draft' needs draft_model (a preset such as llama-3.2-1b, or an inline spec)")
+        if self.method != "draft" and self.draft_model is not None:
+            raise ValueError(f"draft_model is only used by method 'draft', not {self.method!r}")
+        return self
+
+
 class SLOConfig(_Frozen):
     """Latency objectives. A request meets the SLO when each of its latencies is within the
     threshold; the percentile names say which tail the planner holds to the threshold."""
@@ -208,6 +231,8 @@ class Scenario(_Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
+    speculative_config: SpeculativeConfig | None = None
+    """Speculative decoding (continuous batching only); None: off."""
     base_dir: str = "."
     """Directory relative paths resolve against (the scenario file's folder when loaded)."""
 

@@ -36,6 +36,7 @@ class Replica:
         self.next_event_time = next_event_time
         self.on_finish = on_finish
         self.fast_forward = fast_forward
+        self.decode_runs = fast_forward and scheduler.supports_decode_runs
         self._idle: simpy.Event | None = None
         self.process = env.process(self.engine_loop())
 
@@ -86,13 +87,13 @@ class Replica:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
         out = sched.schedule(t)
-        if out.is_pure_decode and self.fast_forward:
+        if out.is_pure_decode and self.decode_runs:
             run = sched.plan_decode_run(out, t, horizon, cost)
             self.steps.add_run(self.index, t, run, len(sched.waiting))
             return out, t + run.total_s, run
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-        duration = cost.step_time_s(*out.cost_args())
+        duration = cost.step_time_s(*out.cost_args()) + out.extra_s
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
         return out, t + duration, out
 

@@ -69,6 +69,11 @@ class SchedulerOutput:
     """Decode rows (and their context) the cost model is charged for, when padded slots compute too."""
     row_tokens: np.ndarray | None = None
     """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
+    cost_num_sampled: int | None = None
+    decode_budget_tokens: int | None = None
+    """Budget the decoding rows take, when not one token each (speculative verification)."""
+    extra_s: float = 0.0
+    """Time the step spends outside the target's forward pass (a draft model's proposals)."""
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -96,7 +101,8 @@ class SchedulerOutput:
         context = self.prefill_context if self.prefill_context is not None else [0] * k
         num_decode = self.num_decode if self.cost_num_decode is None else self.cost_num_decode
         ctx = self.decode_context_sum if self.cost_decode_context_sum is None else self.cost_decode_context_sum
-        return prefill, context, num_decode, ctx, num_decode + k - self.num_partial
+        sampled = num_decode + k - self.num_partial if self.cost_num_sampled is None else self.cost_num_sampled
+        return prefill, context, num_decode, ctx, sampled
 
 
 @dataclass(slots=True)
@@ -156,6 +162,8 @@ class Scheduler:
     """Whether a prompt may be computed over several steps (else it must fit one step's budget)."""
     uses_token_budget = True
     """Whether ``max_num_batched_tokens`` limits a step (request-level batching prefills whole batches)."""
+    supports_decode_runs = True
+    """Whether pure-decode steps are deterministic, so that runs of them can be advanced at once."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
         cap = config.max_num_seqs
@@ -255,7 +263,8 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
         table, kv, bs = self.table, self.kv, self.block_size
-        budget = (self.config.max_num_batched_tokens if self.uses_token_budget else _NO_LIMIT) - out.num_decode
+        budget = (self.config.max_num_batched_tokens if self.uses_token_budget else _NO_LIMIT) - (
+            out.num_decode if out.decode_budget_tokens is None else out.decode_budget_tokens)
         max_seqs = self.config.max_num_seqs
         waiting = self.waiting
         while waiting and self.n < max_seqs:
@@ -383,6 +392,10 @@ class Scheduler:
                 arr[row:n - 1] = arr[row + 1:n]
         self.n = n - 1
         return ids
+
+    def stats(self) -> dict[str, int]:
+        """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
+        return {}
 
     def _record_finished(self, ids: np.ndarray, now: float) -> None:
         table = self.table
