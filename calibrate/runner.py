@@ -43,9 +43,9 @@ class Timing:
     calls and more until ``min_time_s`` of kernel time or ``max_repeats``."""
 
     warmup: int = 3
-    min_repeats: int = 10
-    max_repeats: int = 50
-    min_time_s: float = 0.05
+    min_repeats: int = 15
+    max_repeats: int = 60
+    min_time_s: float = 0.1
 
 
 QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=10, min_time_s=0.005)
