@@ -321,6 +321,31 @@ def calibrate(
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
 
 
+@app.command("import-profile")
+@guarded
+def import_profile(
+    source: str = typer.Argument(..., help="vidur or aiconfigurator."),
+    out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
+    gpu: str = typer.Option("h100", "--gpu", help="vidur: h100 or a100."),
+    data: Optional[Path] = typer.Option(None, "--data", help="vidur: folder of its CSVs "
+                                        "(default: shared/data/llm_traces/vidur_profiling beside the repo)."),
+    system: str = typer.Option("h100_sxm", "--system", help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
+    framework: str = typer.Option("vllm", "--framework", help="aiconfigurator: vllm, sglang or trtllm tables."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
+) -> None:
+    """Convert someone else's per-op measurements into a `source: imported` profile."""
+    from calibrate.importers import import_aiconfigurator, import_vidur
+
+    if source == "vidur":
+        folder = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
+        path = import_vidur(folder, gpu, out, name)
+    elif source == "aiconfigurator":
+        path = import_aiconfigurator(system, out, framework, name)
+    else:
+        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator")
+    out_console.print(f"wrote {path}; use it with `hardware: {path.parent}`")
+
+
 def main() -> None:
     app()
 

@@ -9,7 +9,8 @@ one by the roofline ratio of the two shapes.
 Columns (schema 1; unused shape columns are 0):
 
 ==================  ============================================================================
-``op``              ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``, ``lm_head`` (GEMMs);
+``op``              ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``, ``lm_head``, ``gemm``
+                    (GEMMs; ``gemm`` for imported shape-keyed rows);
                     ``attn_prefill``, ``attn_decode``; ``rmsnorm``, ``rotary``, ``silu_mul``,
                     ``residual_add``, ``kv_write`` (elementwise); ``sampling``; ``all_reduce``
 ``family``          ``gemm``, ``attn_prefill``, ``attn_decode``, ``elementwise``, ``sampling``, ``comm``
@@ -46,7 +47,7 @@ SHAPE_COLUMNS = ("tokens", "n", "k", "batch", "context", "num_heads", "num_kv_he
 TIME_COLUMNS = ("median_s", "p10_s", "p90_s", "std_s", "repeats")
 TABLE_COLUMNS = ("op", "family", "dtype", *SHAPE_COLUMNS, *TIME_COLUMNS)
 
-GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "gemm")
 ELEMENTWISE_OPS = ("rmsnorm", "rotary", "silu_mul", "residual_add", "kv_write")
 OP_FAMILY: dict[str, str] = {
     **{op: "gemm" for op in GEMM_OPS},

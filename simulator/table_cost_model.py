@@ -66,6 +66,8 @@ class TableCostModel:
                         schema=profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
         dtypes = sorted(set(df["dtype"].astype(str)))
         usable = [d for d in dtypes if d == model.dtype] or [d for d in dtypes if compatible_dtype(d, model.dtype)]
+        if not dtypes:
+            usable = [model.dtype]      # an empty table: every op falls back to the roofline
         if not usable:
             raise ScenarioError("hardware.table", dtypes, f"no rows for the model's dtype {model.dtype!r}; "
                                 f"calibrate with --dtype {model.dtype} or serve the model in {dtypes[0]}")
