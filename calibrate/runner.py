@@ -116,9 +116,28 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_kernel(calls: list[kernels.Kernel], device: torch.device, timing: Timing) -> np.ndarray:
-    """Seconds per call: CUDA events around each call on a GPU, ``perf_counter`` on a CPU; calls
-    rotate through the input sets."""
+CLOCKS = ("auto", "wall", "thread")
+
+
+def resolve_clock(clock: str, device: torch.device) -> str:
+    """``auto``: CUDA events on a GPU; on a CPU running torch single-threaded, the calling thread's
+    CPU time (``time.thread_time``), which a shared machine's other processes cannot inflate by
+    time-slicing; otherwise wall time (``time.perf_counter``)."""
+    if clock not in CLOCKS:
+        raise ScenarioError("--clock", clock, f"allowed: {', '.join(CLOCKS)}")
+    if device.type == "cuda":
+        return "cuda-events"
+    if clock == "auto":
+        return "thread" if torch.get_num_threads() == 1 else "wall"
+    if clock == "thread" and torch.get_num_threads() != 1:
+        raise ScenarioError("--clock", clock, "the thread CPU clock needs --threads 1 (torch's worker threads "
+                            "would go uncounted)")
+    return clock
+
+
+def time_kernel(calls: list[kernels.Kernel], device: torch.device, timing: Timing, clock: str = "wall") -> np.ndarray:
+    """Seconds per call: CUDA events around each call on a GPU; on a CPU ``perf_counter`` (wall) or
+    the thread's CPU time (see :func:`resolve_clock`); calls rotate through the input sets."""
     n = len(calls)
     with torch.inference_mode():
         for i in range(timing.warmup):
@@ -135,6 +154,10 @@ def time_kernel(calls: list[kernels.Kernel], device: torch.device, timing: Timin
                 end.record()
                 end.synchronize()
                 dt = start.elapsed_time(end) / 1000.0
+            elif clock == "thread":
+                t0 = time.thread_time()
+                fn()
+                dt = time.thread_time() - t0
             else:
                 t0 = time.perf_counter()
                 fn()
@@ -145,11 +168,12 @@ def time_kernel(calls: list[kernels.Kernel], device: torch.device, timing: Timin
     return np.array(times)
 
 
-def measure(spec: BenchSpec, device: torch.device, dtype: str, timing: Timing, cache: int) -> dict[str, Any]:
+def measure(spec: BenchSpec, device: torch.device, dtype: str, timing: Timing, cache: int,
+            clock: str = "wall") -> dict[str, Any]:
     """Time one benchmark; returns its table row."""
     tdtype = kernels.TORCH_DTYPES[dtype]
     calls = kernels.build(spec, rotation_copies(spec, cache), device, tdtype)
-    t = time_kernel(calls, device, timing)
+    t = time_kernel(calls, device, timing, clock)
     del calls
     return row_of(spec, dtype, t)
 
@@ -185,6 +209,7 @@ class Settings:
     max_seqs: int
     max_context: int
     threads: int
+    clock: str = "wall"
 
 
 def _check_fits(specs: list[BenchSpec], device: torch.device, cache: int, limit_bytes: float | None) -> dict[str, float]:
@@ -205,7 +230,8 @@ def _check_fits(specs: list[BenchSpec], device: torch.device, cache: int, limit_
 def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device: str = "auto", tp: int = 1,
                     dtype: str | None = None, quick: bool = False, max_tokens: int | None = None,
                     max_seqs: int | None = None, max_context: int | None = None, threads: int | None = None,
-                    memory_limit_bytes: float | None = None, fresh: bool = False, name: str | None = None,
+                    memory_limit_bytes: float | None = None, fresh: bool = False, clock: str = "auto",
+                    name: str | None = None,
                     on_progress: Progress | None = None, on_start: Callable[[int, int], None] | None = None,
                     command: str | None = None) -> Path:
     """Calibrate ``model`` (sharded ``tp`` ways) on ``device`` and write a measured profile to ``out``.
@@ -234,8 +260,9 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
     limits = GridLimits(quick=quick, max_tokens=max_tokens or (256 if quick else defaults.max_tokens),
                         max_seqs=max_seqs or (64 if quick else defaults.max_seqs),
                         max_context=max_context or (1024 if quick else defaults.max_context))
+    clock = resolve_clock(clock, dev)
     settings = Settings(spec.name, tp, dtype, dev.type, quick, limits.max_tokens, limits.max_seqs,
-                        limits.max_context, torch.get_num_threads())
+                        limits.max_context, torch.get_num_threads(), clock)
     specs = build_grid(spec, tp, dtype, limits)
     cache = cache_bytes(dev)
     memory = _check_fits(specs, dev, cache, memory_limit_bytes)
@@ -257,7 +284,7 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
     timing = QUICK_TIMING if quick else Timing()
     ref = max((s for s in specs if s.op == "gate_up_proj" and s.shape["tokens"] <= 64), key=lambda s: s.shape["tokens"])
     load_before = os.getloadavg()
-    drift_start = measure(ref, dev, dtype, timing, cache)["median_s"]
+    drift_start = measure(ref, dev, dtype, timing, cache, clock)["median_s"]
     t0 = time.perf_counter()
     write_header = not partial.exists()
     comm = [s for s in todo if s.op == "all_reduce"]
@@ -274,14 +301,14 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
 
         kernels_todo = [s for s in todo if s.op != "all_reduce"]
         for i, s in enumerate(kernels_todo):
-            keep(s, measure(s, dev, dtype, timing, cache), i)
+            keep(s, measure(s, dev, dtype, timing, cache, clock), i)
         if comm:
             from .comm import time_all_reduce
 
             times = time_all_reduce([s.shape["message_bytes"] for s in comm], tp, dev, dtype, timing)
             for j, (s, t) in enumerate(zip(comm, times)):
                 keep(s, row_of(s, dtype, t), len(kernels_todo) + j)
-    drift_end = measure(ref, dev, dtype, timing, cache)["median_s"]
+    drift_end = measure(ref, dev, dtype, timing, cache, clock)["median_s"]
     noise = {"reference_kernel": ref.label, "reference_start_s": drift_start, "reference_end_s": drift_end,
              "reference_drift": drift_end / drift_start - 1.0, "load_average_before": list(load_before),
              "load_average_after": list(os.getloadavg()), "wall_s_this_session": time.perf_counter() - t0}
@@ -315,13 +342,16 @@ def _resume(partial: Path, settings_file: Path, settings: Settings) -> list[dict
         raise ScenarioError("--out", str(partial.parent), f"holds a partial calibration with other settings ({desc}); "
                             "use another --out, the same settings to resume, or --fresh to start over")
     try:
-        df = pd.read_csv(partial)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError):
-        # A row cut off by a crash mid-write: keep the complete lines.
-        lines = partial.read_text().splitlines()
-        partial.write_text("\n".join(lines[:-1]) + "\n")
-        df = pd.read_csv(partial)
-    df = df.dropna(subset=["median_s", "key"])
+        df = pd.read_csv(partial, on_bad_lines="skip")
+    except pd.errors.EmptyDataError:
+        df = pd.DataFrame(columns=[*TABLE_COLUMNS, "key"])
+    # A crash can cut the last row short: keep the complete rows and rewrite the file cleanly, so
+    # the next appended row starts on a line of its own.
+    df = df.dropna(subset=[c for c in (*TABLE_COLUMNS, "key") if c in df.columns])
+    df = df.reindex(columns=[*TABLE_COLUMNS, "key"]).dropna()
+    tmp = partial.with_suffix(".tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, partial)
     return df.to_dict("records")
 
 
@@ -386,7 +416,8 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": settings.threads,
             "torch_version": str(torch.__version__), "python": platform.python_version(),
             "platform": platform.platform(), "git_revision": git_revision(),
-            "timing": {**asdict(timing), "clock": "cuda events" if dev.type == "cuda" else "time.perf_counter",
+            "timing": {**asdict(timing), "clock": {"cuda-events": "CUDA events", "thread": "time.thread_time (the "
+                       "calling thread's CPU time; torch single-threaded)", "wall": "time.perf_counter"}[settings.clock],
                        "rotation_cache_bytes": cache_bytes(dev), "statistic": "median of repeats; p10/p90/std kept"},
             "memory_check": memory,
             "noise": {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in noise.items()},

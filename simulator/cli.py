@@ -277,6 +277,8 @@ def calibrate(
     memory_limit_gib: Optional[float] = typer.Option(None, "--memory-limit-gib",
                                                      help="Refuse a grid needing more (default: 80% of free memory)."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard partial results in --out and start over."),
+    clock: str = typer.Option("auto", "--clock", help="CPU timing: wall, thread (CPU time; needs --threads 1) "
+                              "or auto (thread when single-threaded)."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
 ) -> None:
@@ -306,7 +308,7 @@ def calibrate(
             path = run_calibration(out, model, device=device, tp=tp, dtype=dtype, quick=quick, max_tokens=max_tokens,
                                    max_seqs=max_seqs, max_context=max_context, threads=threads,
                                    memory_limit_bytes=memory_limit_gib * 2**30 if memory_limit_gib else None,
-                                   fresh=fresh, name=name, on_progress=progress, on_start=started,
+                                   fresh=fresh, clock=clock, name=name, on_progress=progress, on_start=started,
                                    command="llmplan " + " ".join(sys.argv[1:]))
         except KeyboardInterrupt:
             _fail(f"interrupted: {state['done']} of {state['total']} benchmarks kept in {out}/ops.partial.csv; "
