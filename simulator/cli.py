@@ -204,7 +204,7 @@ def profiles(ctx: typer.Context) -> None:
         table.add_row(name, p.device, p.source, p.cost_model,
                       f"{p.memory_bytes / 2**30:.1f}" if p.memory_bytes else "-",
                       f"{p.memory_bandwidth_bytes_per_s / 1e12:.2f}" if p.memory_bandwidth_bytes_per_s else "-",
-                      f"{p.peak_flops.get('bf16', 0) / 1e12:.0f}" if p.peak_flops else "-",
+                      f"{p.peak_flops['bf16'] / 1e12:.0f}" if "bf16" in p.peak_flops else "-",
                       f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-",
                       str(p.provenance.get("date", "-"))[:10], fit)
     out_console.print(table)

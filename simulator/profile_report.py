@@ -87,5 +87,5 @@ def fit_headline(profile: HardwareProfile) -> str:
     if fam.empty:
         return "- (too few points)"
     worst = fam.loc[fam["p90_abs_error"].idxmax()]
-    return (f"{100 * fam['median_abs_error'].median():.1f}% med; worst p90 {100 * worst['p90_abs_error']:.0f}% "
-            f"({worst['family']})")
+    return (f"median <= {100 * fam['median_abs_error'].max():.1f}%, p90 <= {100 * worst['p90_abs_error']:.0f}% "
+            f"(worst: {worst['family']})")

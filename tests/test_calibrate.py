@@ -85,7 +85,7 @@ def test_measured_profile_loads_simulates_and_reports(quick_profile: Path) -> No
         assert word in proc.stdout, word
     listing = run_cli("profiles", LLMPLAN_PROFILES=str(quick_profile.parent), COLUMNS="250")
     row = next(line for line in listing.stdout.splitlines() if "cpu-quick" in line)
-    assert "measured" in row and "% med" in row
+    assert "measured" in row and "median <=" in row and "worst:" in row
 
 
 def test_interrupted_run_keeps_partial_results_and_resumes(tmp_path: Path) -> None:
