@@ -305,8 +305,24 @@ class TableCostModel:
 
     def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
                     decode_context_sum: int, num_sampled: int) -> float:
-        return self.breakdown(prefill_tokens, prefill_context, num_decode, decode_context_sum,
-                              num_sampled).total_s
+        # ``breakdown(...).total_s`` without building the breakdown (the engine's hot path); the
+        # terms are added in the same order so both give the same float.
+        tokens = sum(prefill_tokens) + num_decode
+        if tokens == 0:
+            return self._step_s
+        lin, elem, comm = self._per_tokens(tokens)
+        if num_sampled:
+            head, sample = self._per_sampled(num_sampled)
+            lin, elem = lin + head, elem + sample
+        attn = 0.0
+        for q, c in zip(prefill_tokens, prefill_context):
+            if q:
+                attn += self._prefill_s(q, c)
+        if num_decode:
+            a, b = self._decode_ab(num_decode)
+            attn += a + b * decode_context_sum
+        overhead = self._step_s + self._seq_s * (len(prefill_tokens) + num_decode)
+        return lin + attn + elem + comm + overhead
 
     def decode_affine(self, num_decode: int) -> tuple[float, float]:
         """A pure-decode step of ``num_decode`` requests takes ``a + b x context_sum`` seconds."""

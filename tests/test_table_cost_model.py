@@ -99,6 +99,8 @@ def test_steps_grow_with_batch_context_and_prompt(cpu_model: TableCostModel) -> 
     with_ctx = [cpu_model.step_time_s([256], [c], 0, 0, 1) for c in (0, 512, 1792)]
     assert with_ctx == sorted(with_ctx)
     parts = cpu_model.breakdown([100], [0], 4, 400, 5)
+    for args in (([100], [0], 4, 400, 5), ([], [], 7, 900, 7), ([300, 20], [0, 512], 0, 0, 1), ([], [], 0, 0, 0)):
+        assert cpu_model.step_time_s(*args) == cpu_model.breakdown(*args).total_s
     assert parts.linear_s > 0 and parts.attention_s > 0 and parts.elementwise_s > 0 and parts.comm_s == 0
     assert parts.overhead_s == pytest.approx(0.0015 + 5 * 1e-5)
 
