@@ -218,3 +218,24 @@ def test_a_partial_calibration_folder_is_not_loaded_as_a_profile(tmp_path: Path)
     (tmp_path / "ops.partial.csv").write_text(",".join(TABLE_COLUMNS) + ",key\n")
     with pytest.raises(ScenarioError, match="interrupted calibration.*resumes"):
         load_profile(str(tmp_path))
+
+
+VIDUR_DATA = REPO.parent / "shared" / "data" / "llm_traces" / "vidur_profiling"
+
+
+@pytest.mark.skipif(not VIDUR_DATA.is_dir(), reason="shared/data/llm_traces/vidur_profiling not beside the repo")
+def test_committed_vidur_profile_is_reproduced_by_the_importer(tmp_path: Path) -> None:
+    """`llmplan import-profile vidur --gpu h100` rebuilds the committed table byte for byte."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "import-profile", "vidur", "--gpu", "h100",
+                           "--data", str(VIDUR_DATA), "--out", str(tmp_path / "v")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert file_sha256(tmp_path / "v" / "ops.csv") == load_profile("h100-sxm-vidur").table_sha256
+    prof = load_profile(str(tmp_path / "v"))
+    assert prof.source == "imported" and "MIT" in prof.provenance["license"]
+    bad = subprocess.run([sys.executable, "-m", "simulator.cli", "import-profile", "vidur", "--gpu", "v100",
+                          "--out", str(tmp_path / "w")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "Vidur profiles are for h100, a100" in bad.stderr
