@@ -31,7 +31,9 @@ fit report that ``llmplan profiles show`` prints.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -124,7 +126,7 @@ class LogCurve:
     points; outside them, the nearest measured point scaled by the roofline ratio
     ``roof(x) / roof(x_edge)`` (a roofline whose efficiency is fitted at the edge)."""
 
-    __slots__ = ("x", "_lx", "_ly", "roof")
+    __slots__ = ("x", "_lx", "_ly", "roof", "_xs", "_lxs", "_lys")
 
     def __init__(self, x: np.ndarray, t: np.ndarray, roof: Roof) -> None:
         order = np.argsort(x)
@@ -132,6 +134,19 @@ class LogCurve:
         self._lx = np.log(self.x)
         self._ly = np.log(np.asarray(t, dtype=np.float64)[order])
         self.roof = roof
+        self._xs, self._lxs, self._lys = self.x.tolist(), self._lx.tolist(), self._ly.tolist()
+
+    def scalar(self, x: float) -> float:
+        """``float(self(x))`` for one size, without numpy's per-call overhead (the engine's hot path)."""
+        xs = self._xs
+        if x <= xs[0] or x >= xs[-1]:
+            edge = xs[0] if x <= xs[0] else xs[-1]
+            t = math.exp(self._lys[0] if x <= xs[0] else self._lys[-1])
+            return t if x == edge else t * float(self.roof(np.float64(x)) / self.roof(np.float64(edge)))
+        i = bisect.bisect_right(xs, x) - 1
+        lx, ly = self._lxs, self._lys
+        w = (math.log(x) - lx[i]) / (lx[i + 1] - lx[i])
+        return math.exp(ly[i] + w * (ly[i + 1] - ly[i]))
 
     def __call__(self, x: float | np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)

@@ -25,6 +25,7 @@ measure the scheduler).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -48,6 +49,12 @@ def _nearest(candidates: pd.DataFrame, cols: list[str], target: list[float]) -> 
     vals = np.log(np.maximum(candidates[cols].to_numpy(dtype=np.float64), 1.0))
     dist = np.abs(vals - np.log(np.maximum(np.array(target, dtype=np.float64), 1.0))).sum(axis=1)
     return candidates.iloc[int(np.argmin(dist))]
+
+
+def _pairs_ratio(q: float, c: float, c0: float) -> float:
+    """Causal (query, key) pairs of a ``q`` chunk after ``c`` cached tokens over those after ``c0``."""
+    base = q * (q + 1) / 2.0
+    return (q * c + base) / (q * c0 + base)
 
 
 @register("table")
@@ -143,8 +150,8 @@ class TableCostModel:
         pts = exact.groupby("tokens")["median_s"].median()
         curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base_roof)
         if base_roof is roof:
-            return lambda m: float(curve(m))
-        return lambda m: float(curve(m) * roof(np.float64(m)) / base_roof(np.float64(m)))
+            return curve.scalar
+        return lambda m: curve.scalar(m) * float(roof(np.float64(m)) / base_roof(np.float64(m)))
 
     def _elementwise_fn(self, df: pd.DataFrame, op: str, width: float) -> Fn:
         rows = df[df["op"] == op]
@@ -163,7 +170,7 @@ class TableCostModel:
             self.sources[op] = "measured"
         pts = exact.groupby("tokens")["median_s"].median()
         curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda x: np.asarray(x, np.float64))
-        return lambda t: float(curve(t)) * scale
+        return (lambda t: curve.scalar(t) * scale) if scale != 1.0 else curve.scalar
 
     def _head_rows(self, rows: pd.DataFrame, per: str) -> tuple[pd.DataFrame, float, str]:
         """Rows for this shard's heads, or the nearest measured heads and the ratio to scale by."""
@@ -205,13 +212,13 @@ class TableCostModel:
         def fn(q: int, c: int) -> float:
             if c >= contexts[-1] or len(contexts) == 1:
                 j = len(contexts) - 1 if c >= contexts[-1] else 0
-                t = float(cols[j](q)) * float(prefill_pairs(q, c) / prefill_pairs(q, contexts[j]))
+                t = cols[j].scalar(q) * _pairs_ratio(q, c, contexts[j])
             elif c <= contexts[0]:
-                t = float(cols[0](q)) * float(prefill_pairs(q, c) / prefill_pairs(q, contexts[0]))
+                t = cols[0].scalar(q) * _pairs_ratio(q, c, contexts[0])
             else:
                 i = int(np.searchsorted(contexts, c, side="right")) - 1
-                w = (np.log1p(c) - lc[i]) / (lc[i + 1] - lc[i])
-                t = float(np.exp((1 - w) * np.log(cols[i](q)) + w * np.log(cols[i + 1](q))))
+                w = (math.log1p(c) - lc[i]) / (lc[i + 1] - lc[i])
+                t = math.exp((1 - w) * math.log(cols[i].scalar(q)) + w * math.log(cols[i + 1].scalar(q)))
             return t * ratio
         return fn
 
@@ -243,7 +250,7 @@ class TableCostModel:
             pts = sel.groupby("message_bytes")["median_s"].median()
             x0 = float(pts.index.min())
             curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda v: np.maximum(v, x0))
-            return lambda nbytes: float(curve(nbytes))
+            return curve.scalar
         ic = self.profile.interconnect
         if ic is None:
             raise ScenarioError("hardware.interconnect", None, f"tensor_parallel_size={tp} needs measured "

@@ -56,8 +56,9 @@ def test_log_curve_is_exact_on_power_laws_and_extrapolates_by_the_roofline() -> 
     roofline ratio, so a linear roofline continues a linear curve exactly."""
     x = np.array([1.0, 4.0, 16.0, 64.0])
     curve = LogCurve(x, 3e-6 * x**0.7, lambda v: np.asarray(v, float) ** 0.7)
-    for v in (2.0, 10.0, 50.0, 256.0, 0.5):
+    for v in (2.0, 10.0, 50.0, 256.0, 0.5, 1.0, 64.0):
         assert float(curve(v)) == pytest.approx(3e-6 * v**0.7, rel=1e-12)
+        assert curve.scalar(v) == pytest.approx(float(curve(v)), rel=1e-12)     # the engine's fast path
 
 
 def test_leave_one_out_is_zero_on_exact_models() -> None:
