@@ -348,6 +348,61 @@ def import_profile(
     out_console.print(f"wrote {path}; use it with `hardware: {path.parent}`")
 
 
+@app.command()
+@guarded
+def validate(
+    out: Path = typer.Option(..., "--out", help="Folder for validation.csv/.json/.html and per-request records."),
+    model: str = typer.Option("tiny-llama", "--model", help="Model preset the reference engine runs (random weights)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    loads: str = typer.Option("0.2,0.4,0.6,0.8", "--loads", help="Load fractions of the predicted capacity."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Kernel profile to reuse (default: calibrate one)."),
+    repeats: int = typer.Option(3, "--repeats", help="Engine runs per load (their spread is the stated noise)."),
+    num_requests: int = typer.Option(200, "--num-requests", help="Requests per load."),
+    capacity_requests: int = typer.Option(64, "--capacity-requests", help="Requests in the saturated runs."),
+    seed: int = typer.Option(0, "--seed", help="Workload seed (both sides serve the same requests)."),
+    policy: str = typer.Option("continuous", "--policy", help="continuous or chunked_prefill."),
+    max_num_seqs: int = typer.Option(16, "--max-num-seqs"),
+    max_num_batched_tokens: int = typer.Option(1024, "--max-num-batched-tokens"),
+    max_model_len: int = typer.Option(1024, "--max-model-len"),
+    prompt_mean: float = typer.Option(128.0, "--prompt-mean", help="Lognormal prompt length mean (sigma 0.5)."),
+    prompt_max: int = typer.Option(512, "--prompt-max"),
+    output_mean: float = typer.Option(32.0, "--output-mean", help="Geometric output length mean."),
+    output_max: int = typer.Option(128, "--output-max"),
+    clock: str = typer.Option("wall", "--clock", help="wall (real time) or thread (CPU time of each step; "
+                              "immune to time-slicing on a shared CPU)."),
+    threads: int = typer.Option(1, "--threads", help="torch CPU threads for engine and calibration."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)."),
+) -> None:
+    """Run a real torch serving engine and the simulator on the same requests; compare tails."""
+    try:
+        from calibrate.validate import ValidateSettings, format_table, run_validation
+    except ModuleNotFoundError as exc:
+        if exc.name == "torch" or "torch" in str(exc):
+            _fail("torch is not installed: `llmplan validate` needs the calibrate extra "
+                  "(pip install -e .[calibrate])")
+        raise
+    try:
+        fractions = tuple(float(x) for x in loads.split(",") if x.strip())
+    except ValueError:
+        raise ScenarioError("--loads", loads, "comma-separated load fractions, e.g. 0.2,0.4,0.6,0.8") from None
+    if not fractions or any(not 0 < f <= 2 for f in fractions):
+        raise ScenarioError("--loads", loads, "each load fraction must be in (0, 2]")
+    if repeats < 1:
+        raise ScenarioError("--repeats", repeats, "must be >= 1")
+    if clock not in ("wall", "thread"):
+        raise ScenarioError("--clock", clock, "allowed: wall, thread")
+    settings = ValidateSettings(model=model, device=device, loads=fractions, profile=profile, repeats=repeats,
+                                num_requests=num_requests, capacity_requests=capacity_requests, seed=seed,
+                                policy=policy, max_num_seqs=max_num_seqs,
+                                max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                                prompt_mean=prompt_mean, prompt_max=prompt_max, output_mean=output_mean,
+                                output_max=output_max, clock=clock, threads=threads, dtype=dtype)
+    doc = run_validation(settings, out, log=lambda m: err_console.print(escape(m), highlight=False),
+                         command="llmplan " + " ".join(sys.argv[1:]))
+    out_console.print(format_table(doc), highlight=False, soft_wrap=True)
+    out_console.print(f"wrote {out}/validation.csv, {out}/validation.json; {doc['plot']}", highlight=False)
+
+
 def main() -> None:
     app()
 

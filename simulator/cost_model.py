@@ -164,6 +164,7 @@ class RooflineCostModel:
         self._ar_bytes_per_token = (2.0 * (tp - 1) / tp) * h * abytes / ic.bandwidth_bytes_per_s if ic and tp > 1 else 0.0
         self._overhead_step = profile.overhead.step_s
         self._overhead_seq = profile.overhead.per_seq_s
+        self._overhead_tok = profile.overhead.per_token_s
         # Decode steps are affine in the context sum: cache the slope of decode attention.
         self._decode_fixed: dict[int, float] = {}
         self._decode_attn_slope = max(self._attn_flops_per_pair / self._attn_c,
@@ -197,7 +198,7 @@ class RooflineCostModel:
         seqs = len(prefill_tokens) + num_decode
         return StepTime(linear_s=self._linear_s(tokens, num_sampled), attention_s=attn,
                         elementwise_s=self._elem_bytes_per_token * tokens / self._mem_bw, comm_s=comm,
-                        overhead_s=self._overhead_step + self._overhead_seq * seqs)
+                        overhead_s=self._overhead_step + self._overhead_seq * seqs + self._overhead_tok * tokens)
 
     def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
                     decode_context_sum: int, num_sampled: int) -> float:
@@ -211,7 +212,8 @@ class RooflineCostModel:
         return (self._linear_s(tokens, num_sampled) + attn
                 + self._elem_bytes_per_token * tokens / self._mem_bw
                 + self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
-                + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decode))
+                + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decode)
+                + self._overhead_tok * tokens)
 
     def _decode_fixed_s(self, num_decode: int) -> float:
         """Everything in a pure-decode step except attention (which grows with context)."""

@@ -57,6 +57,9 @@ class Overhead(_Frozen):
     """Fixed CPU cost of every engine step."""
     per_seq_s: float = Field(default=1.0e-5, ge=0)
     """Extra cost per request in the step (bookkeeping, sampling, output processing)."""
+    per_token_s: float = Field(default=0.0, ge=0)
+    """Extra cost per token computed in the step (input preparation, gathers, cache copies); 0
+    unless measured on a real engine (``llmplan validate`` fits it)."""
 
 
 class HardwareProfile(_Frozen):

@@ -102,6 +102,7 @@ class TableCostModel:
         self._decode = self._decode_fn(df[df["family"] == "attn_decode"])
         self._comm = self._comm_fn(df[df["family"] == "comm"])
         self._step_s, self._seq_s = profile.overhead.step_s, profile.overhead.per_seq_s
+        self._tok_s = profile.overhead.per_token_s
         self._tok_cache: dict[int, tuple[float, float, float]] = {}
         self._samp_cache: dict[int, tuple[float, float]] = {}
         self._pf_cache: dict[tuple[int, int], float] = {}
@@ -308,7 +309,7 @@ class TableCostModel:
             attn += a + b * decode_context_sum
         seqs = len(prefill_tokens) + num_decode
         return StepTime(linear_s=lin, attention_s=attn, elementwise_s=elem, comm_s=comm,
-                        overhead_s=self._step_s + self._seq_s * seqs)
+                        overhead_s=self._step_s + self._seq_s * seqs + self._tok_s * tokens)
 
     def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
                     decode_context_sum: int, num_sampled: int) -> float:
@@ -328,7 +329,7 @@ class TableCostModel:
         if num_decode:
             a, b = self._decode_ab(num_decode)
             attn += a + b * decode_context_sum
-        overhead = self._step_s + self._seq_s * (len(prefill_tokens) + num_decode)
+        overhead = self._step_s + self._seq_s * (len(prefill_tokens) + num_decode) + self._tok_s * tokens
         return lin + attn + elem + comm + overhead
 
     def decode_affine(self, num_decode: int) -> tuple[float, float]:
