@@ -165,6 +165,23 @@ def write_profile(base_ref: str, overhead: dict[str, float], out: Path, command:
     return path
 
 
+def step_errors(run: EngineRun, cost: Any) -> pd.DataFrame:
+    """Every step of a run: measured duration, the cost model's prediction for its plan, and the
+    summary (``attrs["summary"]``): summed predicted over measured busy time, and the median
+    ratio for decode-only steps and for steps with a prefill."""
+    df = run.steps_frame()
+    df["predicted_s"] = [cost.step_time_s(st.prefill_tokens, st.prefill_context, st.num_decode,
+                                          st.decode_context_sum, st.num_sampled) for st in run.steps]
+    ratio = df["predicted_s"] / df["duration_s"]
+    pf = df["num_prefill_tokens"] > 0
+    df.attrs["summary"] = {
+        "busy_ratio": float(df["predicted_s"].sum() / df["duration_s"].sum()),
+        "decode_median_ratio": float(ratio[~pf].median()) if (~pf).any() else float("nan"),
+        "prefill_median_ratio": float(ratio[pf].median()) if pf.any() else float("nan"),
+        "steps": len(df)}
+    return df
+
+
 def _noise(values: list[float]) -> float:
     """Half the run-to-run range over the median (0 with one repeat)."""
     v = np.asarray(values, dtype=float)
@@ -240,6 +257,8 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
         cases.append((load, rate, sc, wl, stats(pred_res.requests)))
     cap_meas: list[float] = []
     meas: dict[float, list[dict[str, float]]] = {load: [] for load in s.loads}
+    step_err: dict[float, list[dict[str, float]]] = {load: [] for load in s.loads}
+    cost_hw = make_cost_model(load_profile(hw), spec, 1)
     for rep in range(s.repeats):
         run = eng.run(wl_cap)
         cap_meas.append(stats(_requests_frame(run.table))["throughput_rps"])
@@ -249,7 +268,10 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
             run = engine_for(sc).run(wl)
             frame = _requests_frame(run.table)
             meas[load].append(stats(frame))
+            steps = step_errors(run, cost_hw)
+            step_err[load].append(steps.attrs["summary"])
             if rep == 0:
+                steps.to_csv(out / f"steps_load{load:g}.csv", index=False)
                 frame.to_csv(out / f"requests_load{load:g}.csv", index=False)
                 _write_token_times(run, out / f"tokens_load{load:g}.csv")
     cap_m = float(np.median(cap_meas))
@@ -271,9 +293,12 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
                          "within_target_plus_noise": bool(abs(err) <= tol + noise),
                          "measured_runs": vals})
         log(_load_line(load, rows))
+    step_summary = {f"{load:g}": {k: float(np.median([e[k] for e in step_err[load]])) for k in step_err[load][0]}
+                    for load in s.loads}
     doc = {
         "settings": asdict(s) | {"loads": list(s.loads)}, "command": command, "profile": str(prof_path),
         "base_profile": base.name, "overhead": overhead, "capacity": capacity, "rows": rows,
+        "step_error": step_summary,
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads(), "load_average_before": list(load_before),
                     "load_average_after": list(os.getloadavg())},
@@ -311,6 +336,9 @@ def format_table(doc: dict[str, Any]) -> str:
     c = doc["capacity"]
     lines.append(f"| saturated | capacity | {c['measured_rps']:.2f} req/s | {c['predicted_rps']:.2f} req/s | "
                  f"{c['error']:+.1%} | {c['noise']:.1%} | {'met' if abs(c['error']) <= 0.10 else 'missed'} |")
+    for load, e in doc.get("step_error", {}).items():
+        lines.append(f"step model at load {float(load):.0%}: predicted/measured busy time {e['busy_ratio']:.3f}, "
+                     f"median step ratio decode {e['decode_median_ratio']:.3f}, prefill {e['prefill_median_ratio']:.3f}")
     return "\n".join(lines)
 
 
