@@ -223,60 +223,87 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
         eng = ServingEngine(scenario, model, system.kv_plan.num_gpu_blocks, clock=s.clock, seed=s.seed)
         return eng
 
-    # 2. engine overhead, from a saturated run and a half-load run with their own seeds
+    # 2. engine overhead, from a saturated run and a half-load run with their own seeds (repeated in
+    # every round below and refitted on all of them at the end, so that the overhead is measured
+    # over the same stretch of time as what it predicts)
     sc_oh = build_scenario(s, base_ref, BURST_RATE_PER_S, s.capacity_requests, s.seed + 10_000)
     eng = engine_for(sc_oh)
     eng.warmup()
-    log("measuring the engine's per-step overhead (saturated run, then half load) ...")
-    oh_burst = eng.run(workload_of(sc_oh))
-    rough = stats(_requests_frame(oh_burst.table))["throughput_rps"]
-    sc_half = build_scenario(s, base_ref, 0.5 * rough, s.capacity_requests, s.seed + 10_001)
-    oh_half = engine_for(sc_half).run(workload_of(sc_half))
     cost = make_cost_model(base, spec, 1)
-    overhead = fit_overhead([oh_burst, oh_half], cost)
+    wl_oh = workload_of(sc_oh)
+    oh_runs: list[EngineRun] = []
+
+    def overhead_runs() -> None:
+        burst_run = eng.run(wl_oh)
+        rough = stats(_requests_frame(burst_run.table))["throughput_rps"]
+        sc_half = build_scenario(s, base_ref, 0.5 * rough, s.capacity_requests, s.seed + 10_001)
+        oh_runs.extend([burst_run, engine_for(sc_half).run(workload_of(sc_half))])
+
+    log("measuring the engine's per-step overhead (saturated run, then half load) ...")
+    overhead_runs()
+    overhead = fit_overhead(oh_runs, cost)
     log(f"  overhead: {overhead['step_s'] * 1e3:.3f} ms/step + {overhead['per_seq_s'] * 1e6:.1f} us/seq + "
         f"{overhead['per_token_s'] * 1e6:.2f} us/token; kernels are {overhead['kernel_share']:.0%} of step time")
     prof_path = write_profile(base_ref, overhead, out / "profile", command)
     hw = str(prof_path.parent)
 
-    # 3. capacity (a saturated burst) and 4. the loads, predicted once each; the engine runs them in
-    # rounds (capacity, every load; again), so that the run-to-run spread spans the whole session
-    # and slow drift of a shared machine shows up as noise rather than as error.
+    # 3. capacity (a saturated burst) and 4. the loads. The arrival rates are fixed from this first
+    # estimate; the engine runs everything in rounds (overhead runs, capacity, every load; again), so
+    # that the run-to-run spread spans the whole session and slow drift of a shared machine shows
+    # up as noise rather than as error; the predictions come after the last round.
     sc_cap = build_scenario(s, hw, BURST_RATE_PER_S, s.capacity_requests, s.seed)
     wl_cap = workload_of(sc_cap)
-    cap_pred = stats(simulate(sc_cap).requests)["throughput_rps"]
+    cap_first = stats(simulate(sc_cap).requests)["throughput_rps"]
     cases = []
     for load in s.loads:
-        rate = load * cap_pred
+        rate = load * cap_first
         sc = build_scenario(s, hw, rate, s.num_requests, s.seed)
-        wl = workload_of(sc)
-        pred_res = simulate(sc)
-        if not np.array_equal(pred_res.requests["arrival_time"].to_numpy(), wl.arrival_time):
-            raise RuntimeError("the simulator served other requests than the engine")
-        pred_res.requests.to_csv(out / f"predicted_load{load:g}.csv", index=False)
-        cases.append((load, rate, sc, wl, stats(pred_res.requests)))
+        cases.append((load, rate, sc, workload_of(sc)))
     cap_meas: list[float] = []
     meas: dict[float, list[dict[str, float]]] = {load: [] for load in s.loads}
-    step_err: dict[float, list[dict[str, float]]] = {load: [] for load in s.loads}
-    cost_hw = make_cost_model(load_profile(hw), spec, 1)
+    engine_runs: dict[float, list[EngineRun]] = {load: [] for load in s.loads}
     for rep in range(s.repeats):
+        if rep:
+            log(f"round {rep + 1}/{s.repeats}: overhead runs ...")
+            overhead_runs()
         run = eng.run(wl_cap)
         cap_meas.append(stats(_requests_frame(run.table))["throughput_rps"])
         log(f"round {rep + 1}/{s.repeats}: saturated capacity {cap_meas[-1]:.2f} req/s")
-        for load, rate, sc, wl, _ in cases:
+        for load, rate, sc, wl in cases:
             log(f"round {rep + 1}/{s.repeats}: load {load:.0%} ({rate:.2f} req/s, {len(wl)} requests) ...")
             run = engine_for(sc).run(wl)
             frame = _requests_frame(run.table)
             meas[load].append(stats(frame))
-            steps = step_errors(run, cost_hw)
-            step_err[load].append(steps.attrs["summary"])
+            engine_runs[load].append(run)
             if rep == 0:
-                steps.to_csv(out / f"steps_load{load:g}.csv", index=False)
                 frame.to_csv(out / f"requests_load{load:g}.csv", index=False)
                 _write_token_times(run, out / f"tokens_load{load:g}.csv")
+    overhead = fit_overhead(oh_runs, cost)
+    overhead["first_round"] = fit_overhead(oh_runs[:2], cost)
+    log(f"overhead over all rounds: {overhead['step_s'] * 1e3:.3f} ms/step + {overhead['per_seq_s'] * 1e6:.1f} "
+        f"us/seq + {overhead['per_token_s'] * 1e6:.2f} us/token")
+    prof_path = write_profile(base_ref, overhead, out / "profile", command)
+    cost_hw = make_cost_model(load_profile(hw), spec, 1)
+    cap_pred = stats(simulate(sc_cap).requests)["throughput_rps"]
+    preds: dict[float, dict[str, float]] = {}
+    step_summary: dict[str, dict[str, float]] = {}
+    for load, rate, sc, wl in cases:
+        pred_res = simulate(sc)
+        if not np.array_equal(pred_res.requests["arrival_time"].to_numpy(), wl.arrival_time):
+            raise RuntimeError("the simulator served other requests than the engine")
+        pred_res.requests.to_csv(out / f"predicted_load{load:g}.csv", index=False)
+        preds[load] = stats(pred_res.requests)
+        errs = []
+        for rep, run in enumerate(engine_runs[load]):
+            steps = step_errors(run, cost_hw)
+            errs.append(steps.attrs["summary"])
+            if rep == 0:
+                steps.to_csv(out / f"steps_load{load:g}.csv", index=False)
+        step_summary[f"{load:g}"] = {k: float(np.median([e[k] for e in errs])) for k in errs[0]}
+    cases = [(load, rate, sc, wl, preds[load]) for load, rate, sc, wl in cases]
     cap_m = float(np.median(cap_meas))
     capacity = {"measured_rps": cap_m, "predicted_rps": cap_pred, "error": cap_pred / cap_m - 1.0,
-                "noise": _noise(cap_meas), "repeats": cap_meas}
+                "noise": _noise(cap_meas), "repeats": cap_meas, "first_estimate_rps": cap_first}
     log(f"capacity: measured {cap_m:.2f} req/s (noise ±{capacity['noise']:.1%}), predicted {cap_pred:.2f} "
         f"req/s, error {capacity['error']:+.1%}")
     rows: list[dict[str, Any]] = []
@@ -287,14 +314,13 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
             err = pred[metric] / med - 1.0 if med > 0 else float("nan")
             noise = _noise(vals)
             tol = _target(metric)
-            rows.append({"load": load, "rate_per_s": rate, "metric": metric, "measured": med,
+            rows.append({"load": load, "rate_per_s": rate, "load_of_predicted_capacity": rate / cap_pred,
+                         "metric": metric, "measured": med,
                          "predicted": pred[metric], "error": err, "noise": noise, "target": tol,
                          "within_target": bool(abs(err) <= tol),
                          "within_target_plus_noise": bool(abs(err) <= tol + noise),
                          "measured_runs": vals})
         log(_load_line(load, rows))
-    step_summary = {f"{load:g}": {k: float(np.median([e[k] for e in step_err[load]])) for k in step_err[load][0]}
-                    for load in s.loads}
     doc = {
         "settings": asdict(s) | {"loads": list(s.loads)}, "command": command, "profile": str(prof_path),
         "base_profile": base.name, "overhead": overhead, "capacity": capacity, "rows": rows,
