@@ -120,8 +120,11 @@ def test_refuses_policies_it_does_not_run() -> None:
 
 
 def test_quick_validate_writes_its_table(tmp_path: Path) -> None:
-    s = settings(model="tiny-llama")
+    """End to end with no profile given: calibrates (quick grid sized to the engine's knobs), fits
+    the overhead, runs the engine and the simulator, writes everything."""
+    s = settings(model="tiny-llama", profile=None, max_num_batched_tokens=96, max_model_len=96, prompt_max=48)
     doc = run_validation(s, tmp_path, log=lambda m: None)
+    assert (tmp_path / "calibration" / "ops.csv").exists()
     for name in ("validation.csv", "validation.json", "requests_load0.5.csv", "predicted_load0.5.csv",
                  "tokens_load0.5.csv", "profile/profile.yaml"):
         assert (tmp_path / name).exists(), name
