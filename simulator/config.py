@@ -162,6 +162,13 @@ class DeploymentConfig(_Frozen):
     tensor_parallel_size: int = Field(default=1, ge=1)
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.router.ROUTERS``)."""
+    prefill_replicas: int | None = Field(default=None, ge=1)
+    decode_replicas: int | None = Field(default=None, ge=1)
+    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
+    kv_transfer_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    """Prefill-to-decode KV link per GPU, one direction (default: the profile's interconnect)."""
+    kv_transfer_latency_s: float | None = Field(default=None, ge=0)
+    """Fixed cost of one KV transfer (default: the interconnect's latency)."""
 
 
 class SchedulerConfig(_Frozen):

@@ -179,7 +179,9 @@ class Scheduler:
         self.swap: SwapSpace | None = None
         """Host memory for ``preemption_mode: swap`` (None: recompute)."""
         self._swapped: dict[int, int] = {}
-        """Swapped-out request id -> tokens whose KV waits in host memory."""
+        """Request id -> tokens whose KV waits outside the cache (host memory, or in transfer)."""
+        self._restore_free: set[int] = set()
+        """Of those, requests whose KV arrives at no cost to this engine (disaggregated handoffs)."""
         # Running batch, rows [0, n) in admission order.
         self.n = 0
         self.req_id = np.zeros(cap, dtype=np.int64)
@@ -428,12 +430,15 @@ class Scheduler:
             out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
 
     def _swap_in(self, rid: int, tokens: int, out: SchedulerOutput) -> None:
-        swap = self.swap
-        blocks = -(-tokens // self.block_size)
         del self._swapped[rid]
-        swap.used_blocks -= blocks
-        swap.swap_ins += 1
-        out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+        if rid in self._restore_free:
+            self._restore_free.discard(rid)
+        else:
+            swap = self.swap
+            blocks = -(-tokens // self.block_size)
+            swap.used_blocks -= blocks
+            swap.swap_ins += 1
+            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
         if out.prefill_context is None:
             out.prefill_context = [0] * len(out.admitted)
         out.prefill_context.append(tokens)

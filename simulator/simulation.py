@@ -30,6 +30,7 @@ from .request import RequestStatus, RequestTable
 from .router import ROUTERS
 from .policies import POLICIES  # the registry, with every policy registered
 from .scheduler import DecodeRun, SchedulerOutput, SwapSpace
+from .disaggregated import DisaggregatedFleet
 from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
@@ -74,6 +75,12 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
                             f"exceeds {model.name}'s context length {model.max_model_len}")
     policy = POLICIES[sch.policy]
     spec = scenario.speculative_config
+    if sch.policy == "disaggregated":
+        _check_disaggregated(dep, profile)
+    elif dep.prefill_replicas is not None or dep.decode_replicas is not None:
+        raise ScenarioError("deployment.prefill_replicas" if dep.prefill_replicas is not None else
+                            "deployment.decode_replicas", dep.prefill_replicas or dep.decode_replicas,
+                            f"pool sizes apply to scheduler.policy: disaggregated, not {sch.policy!r}")
     if sch.preemption_mode == "swap":
         if sch.policy == "chunked_prefill":
             raise ScenarioError("scheduler.preemption_mode", "swap",
@@ -103,6 +110,22 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
         plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
     return ResolvedSystem(model, profile, plan, max_model_len, draft)
+
+
+def _check_disaggregated(dep: Any, profile: HardwareProfile) -> None:
+    for name in ("prefill_replicas", "decode_replicas"):
+        if getattr(dep, name) is None:
+            raise ScenarioError(f"deployment.{name}", None, "scheduler.policy: disaggregated needs both pool sizes "
+                                "(deployment.prefill_replicas and deployment.decode_replicas)")
+    total = dep.prefill_replicas + dep.decode_replicas
+    if dep.replicas not in (1, total):
+        raise ScenarioError("deployment.replicas", dep.replicas,
+                            f"with disaggregated pools the replica count is prefill_replicas + decode_replicas = "
+                            f"{total}; leave deployment.replicas out")
+    if dep.kv_transfer_bandwidth_bytes_per_s is None and profile.interconnect is None:
+        raise ScenarioError("deployment.kv_transfer_bandwidth_bytes_per_s", None,
+                            f"profile {profile.name!r} has no interconnect to send KV from prefill to decode "
+                            "replicas over; give the link's bandwidth")
 
 
 def _resolve_field_model(ref: str | ModelSpec, field_name: str) -> ModelSpec:
@@ -345,8 +368,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         env.run(until=scenario.max_sim_time_s)
         result = SimulationResult(scenario, _requests_frame(table, scenario), steps.freeze(), system,
                                   float(env.now), time.perf_counter() - wall0)
-        for replica in run.replicas:
-            for name, value in replica.scheduler.stats().items():
+        for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
+            for name, value in source.stats().items():
                 result.engine_stats[name] = result.engine_stats.get(name, 0) + value
     finally:
         if gc_was_enabled:
@@ -374,13 +397,25 @@ class _Run:
         self._next_report = self.progress_every
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
-        self.router = ROUTERS[dep.router](rngs["routing"])
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
         proposal = _proposal_time(scenario, system, cost)
-        self.replicas = [
-            Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
-                    self.next_event_time, self._finished, fast_forward)
-            for i in range(dep.replicas)]
+        self.fleet: DisaggregatedFleet | None = None
+        if sch.policy == "disaggregated":
+            def make_replica(index: int, cls: type, horizon: Callable[[], float]) -> Replica:
+                return Replica(env, index, _make_scheduler(scenario, system, table, rngs, proposal, cls), cost,
+                               steps, horizon, self._finished, fast_forward)
+            self.fleet = DisaggregatedFleet(env, scenario, system, table, make_replica,
+                                            lambda: ROUTERS[dep.router](rngs["routing"]), self.next_event_time)
+            self.replicas = self.fleet.replicas
+            self.entry = self.fleet.prefill              # arrivals go to the prefill pool
+            self.router = self.fleet.prefill_router
+        else:
+            self.router = ROUTERS[dep.router](rngs["routing"])
+            self.replicas = [
+                Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
+                        self.next_event_time, self._finished, fast_forward)
+                for i in range(dep.replicas)]
+            self.entry = self.replicas
         env.process(self.arrivals())
 
     def next_event_time(self) -> float:
@@ -390,7 +425,7 @@ class _Run:
         return self.stop_time
 
     def arrivals(self):  # noqa: ANN201 - SimPy process
-        env, table, times, replicas = self.env, self.table, self.times, self.replicas
+        env, table, times, replicas = self.env, self.table, self.times, self.entry
         rejected = table.rejected_at_arrival
         any_rejected = bool(rejected.any())
         for rid in range(self.total):
@@ -414,14 +449,15 @@ class _Run:
 
 
 def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
-                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None):  # noqa: ANN202
+                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
+                    cls: type | None = None):  # noqa: ANN202
     cfg = scenario.scheduler
     kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
         sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
                                      proposal_time_s=proposal_time_s)
     else:
-        sched = POLICIES[cfg.policy](cfg, kv, table)
+        sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
     if cfg.preemption_mode == "swap":
         per_block = system.kv_plan.kv_bytes_per_block
         sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,

@@ -36,7 +36,7 @@ scenarios = st.fixed_dictionaries({
     "hardware": st.sampled_from([
         {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-4},
         "h100-sxm"]),
-    "scheduler.policy": st.sampled_from(["continuous", "chunked_prefill", "dynamic", "static"]),
+    "scheduler.policy": st.sampled_from(["continuous", "chunked_prefill", "dynamic", "static", "disaggregated"]),
     "scheduler.max_wait_ms": st.sampled_from([0.0, 30.0]),
     "scheduler.adaptive_batching": st.booleans(),
     "scheduler.long_prefill_token_threshold": st.sampled_from([None, 8, 64]),
@@ -58,6 +58,11 @@ def fix_blocks(over: dict) -> dict:
         over["model"] = "tiny-llama"
     if over["hardware"] != "h100-sxm" or over["scheduler.policy"] == "chunked_prefill":
         over["scheduler.preemption_mode"] = "recompute"   # swap needs a host link; v1 chunking recomputes
+    if over["scheduler.policy"] == "disaggregated":     # one prefill replica, the rest decode
+        over["deployment.prefill_replicas"] = 1
+        over["deployment.decode_replicas"] = max(1, over["deployment.replicas"] - 1)
+        over["deployment.replicas"] = over["deployment.prefill_replicas"] + over["deployment.decode_replicas"]
+        over["deployment.kv_transfer_bandwidth_bytes_per_s"] = 2e9
     if over["scheduler.policy"] != "chunked_prefill":   # the others never split a prompt
         over["scheduler.max_num_batched_tokens"] = 2048
     return over
@@ -89,6 +94,8 @@ def check_invariants(r) -> None:
     # Tokens: each admission (first or after a preemption) emits one token, each decode slot one.
     if rq["in_flight"] == 0 and policy != "chunked_prefill":   # (a chunk emits no token)
         admissions = len(done) + int(done["num_preemptions"].sum())
+        if policy == "disaggregated":       # admitted again on the decode pool, with its KV
+            admissions += int((done["max_tokens"] > 1).sum())
         assert int(steps["num_decode_tokens"].sum()) + admissions == int(done["max_tokens"].sum())
 
 
