@@ -140,8 +140,18 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    summary["prefix_cache"] = _prefix_cache_summary(result.prefix_cache)
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | None:
+    """vLLM's prefix-cache metrics over the whole run: ``hit_rate`` = hit tokens / queried tokens
+    (prompt tokens, plus generated tokens for re-admissions after a preemption)."""
+    if counters is None:
+        return None
+    q = counters["queries"]
+    return {"hit_rate": counters["hit_tokens"] / q if q else None, **counters}
 
 
 def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any]:

@@ -88,7 +88,7 @@ class Replica:
             return out, t + run.total_s, run
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-        duration = cost.step_time_s(out.admitted_tokens, [0] * len(out.admitted), out.num_decode,
+        duration = cost.step_time_s(out.admitted_tokens, out.admitted_context, out.num_decode,
                                     out.decode_context_sum, out.num_decode + len(out.admitted))
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
         return out, t + duration, out

@@ -32,6 +32,7 @@ import numpy as np
 
 from .config import SchedulerConfig
 from .kv_cache import KVCacheManager
+from .prefix_cache import PrefixCachingKVManager
 from .request import RequestStatus, RequestTable
 
 _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
@@ -51,6 +52,9 @@ class SchedulerOutput:
     """Tokens the decoding requests attend over (cached tokens + the new one, summed)."""
     admitted: list[int] = field(default_factory=list)
     admitted_tokens: list[int] = field(default_factory=list)
+    admitted_context: list[int] = field(default_factory=list)
+    """Tokens of each admitted request already cached (prefix-cache hits) that its new tokens
+    attend over: the cost model's ``prefill_context``."""
     admitted_first: list[int] = field(default_factory=list)
     """Admitted requests that have not produced a token yet (their first token ends this step)."""
     preempted: list[int] = field(default_factory=list)
@@ -145,6 +149,8 @@ class Scheduler:
         """Output tokens each running request has still to emit."""
         self.context_total = 0
         """Sum of ``num_computed_tokens`` over the running batch (kept incrementally)."""
+        self.prefix: PrefixCachingKVManager | None = kv if isinstance(kv, PrefixCachingKVManager) else None
+        """The KV cache when it does prefix caching (``enable_prefix_caching``), else None."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -180,7 +186,10 @@ class Scheduler:
         keep = n
         if need > self.kv.num_free_blocks:
             need_rows = (computed % bs == 0).astype(np.int64)
-            keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
+            if self.prefix is None:
+                keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
+            else:   # shared blocks: release rows one by one, as vLLM's loop does
+                keep = self.prefix.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
             need = int(need_rows[:keep].sum())
             residues = None
@@ -207,7 +216,8 @@ class Scheduler:
         rows = slice(keep, n)
         ids = self.req_id[rows]
         computed = self.num_computed_tokens[rows]
-        self.kv.free(int(((computed + bs - 1) // bs).sum()))
+        if self.prefix is None:
+            self.kv.free(int(((computed + bs - 1) // bs).sum()))
         self.context_total -= int(computed.sum())
         table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
         table.num_preemptions[ids] += 1
@@ -226,8 +236,16 @@ class Scheduler:
             rid = waiting[0]
             generated = int(table.num_output_tokens[rid])
             tokens = int(table.num_prompt_tokens[rid]) + generated
-            if tokens > budget or not kv.allocate(-(-tokens // bs)):
-                break
+            if self.prefix is None:
+                hit = 0
+                if tokens > budget or not kv.allocate(-(-tokens // bs)):
+                    break
+            else:
+                hit = self.prefix.admit(rid, tokens, budget)
+                if hit < 0:
+                    break
+                if generated == 0 and table.num_preemptions[rid] == 0:
+                    table.num_cached_tokens[rid] = hit
             waiting.popleft()
             row = self.n
             self.req_id[row] = rid
@@ -235,14 +253,15 @@ class Scheduler:
             self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
             self.n = row + 1
             self.context_total += tokens
-            budget -= tokens
+            budget -= tokens - hit
             table.status[rid] = _RUNNING
             if generated == 0:
                 out.admitted_first.append(rid)
                 if table.num_preemptions[rid] == 0:
                     table.first_scheduled_time[rid] = now
             out.admitted.append(rid)
-            out.admitted_tokens.append(tokens)
+            out.admitted_tokens.append(tokens - hit)
+            out.admitted_context.append(hit)
 
     # -- applying a step ---------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
@@ -319,7 +338,11 @@ class Scheduler:
         ids = self.req_id[done]
         computed = self.num_computed_tokens[done]
         self._record_finished(ids, now)
-        self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
+        if self.prefix is None:
+            self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
+        else:
+            for rid, c in zip(ids.tolist(), computed.tolist()):
+                self.prefix.release(rid, c)
         self.context_total -= int(computed.sum())
         keep = np.ones(n, dtype=bool)
         keep[done] = False
@@ -335,7 +358,10 @@ class Scheduler:
         ids = self.req_id[row:row + 1].copy()
         computed = int(self.num_computed_tokens[row])
         self._record_finished(ids, now)
-        self.kv.free(-(-computed // self.block_size))
+        if self.prefix is None:
+            self.kv.free(-(-computed // self.block_size))
+        else:
+            self.prefix.release(int(ids[0]), computed)
         self.context_total -= computed
         if row < n - 1:
             for arr in (self.req_id, self.num_computed_tokens, self.num_remaining_tokens):
