@@ -25,8 +25,6 @@ Cache semantics (vLLM v1 ``KVCacheManager`` / ``BlockPool``):
 """
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from .kv_cache import KVCacheManager
@@ -167,7 +165,7 @@ class PrefixCachingKVManager(KVCacheManager):
     ``allocate`` takes unhashed free blocks first and evicts cached ones (LRU) for the rest.
     """
 
-    __slots__ = ("hashes", "ref", "qpos", "num_evictable_blocks", "_chunks", "_chunk_start", "_head", "_next_pos",
+    __slots__ = ("hashes", "ref", "qpos", "num_evictable_blocks", "_buf", "_base", "_head", "_tail",
                  "_held", "_registered", "hit_tokens", "query_tokens", "num_queries", "evictions")
 
     def __init__(self, num_gpu_blocks: int, block_size: int, hashes: BlockHashes) -> None:
@@ -179,10 +177,10 @@ class PrefixCachingKVManager(KVCacheManager):
         self.qpos = np.full(hashes.num_ids, -1, dtype=np.int64)
         """Per block id: its position in the eviction queue (entries elsewhere are stale)."""
         self.num_evictable_blocks = 0
-        self._chunks: deque[np.ndarray] = deque()
-        self._chunk_start: deque[int] = deque()
-        self._head = 0
-        self._next_pos = 0
+        # Eviction queue: ids in LRU order in ``_buf[_head:_tail]``; ``_buf[i]`` has position
+        # ``_base + i``. Entries of blocks revived or re-queued since are stale (skipped lazily).
+        self._buf = np.empty(max(1024, num_gpu_blocks), dtype=np.int64)
+        self._base = self._head = self._tail = 0
         self._held: dict[int, np.ndarray] = {}
         """Running request -> the cached block ids it holds a reference to."""
         self._registered: dict[int, int] = {}
@@ -205,33 +203,41 @@ class PrefixCachingKVManager(KVCacheManager):
 
     def _evict(self, count: int) -> None:
         """Drop the ``count`` least recently freed cached blocks from the cache."""
-        ref, qpos = self.ref, self.qpos
+        ref, qpos, buf = self.ref, self.qpos, self._buf
         self.num_evictable_blocks -= count
         self.evictions += count
+        head = self._head
         while count:
-            chunk, start, head = self._chunks[0], self._chunk_start[0], self._head
-            seg = chunk[head:]
-            valid = np.flatnonzero((qpos[seg] == start + head + np.arange(len(seg))) & (ref[seg] == 0))
+            end = min(self._tail, head + count + 8)     # look only a little past what is needed
+            seg = buf[head:end]
+            valid = np.flatnonzero((qpos[seg] == self._base + head + np.arange(len(seg))) & (ref[seg] == 0))
             if len(valid) > count:
                 valid = valid[:count]
-                self._head = head + int(valid[-1]) + 1
-            else:
-                self._chunks.popleft()
-                self._chunk_start.popleft()
-                self._head = 0
+                end = head + int(valid[-1]) + 1
+            head = end
             gone = seg[valid]
             ref[gone] = -1
             qpos[gone] = -1
             count -= len(gone)
+        self._head = head
 
     def _push(self, ids: np.ndarray) -> None:
         """Queue newly unreferenced blocks for eviction (``ids`` in eviction order)."""
-        if len(ids):
-            self.qpos[ids] = self._next_pos + np.arange(len(ids))
-            self._chunks.append(ids)
-            self._chunk_start.append(self._next_pos)
-            self._next_pos += len(ids)
-            self.num_evictable_blocks += len(ids)
+        n = len(ids)
+        if not n:
+            return
+        if self._tail + n > len(self._buf):
+            live = self._buf[self._head:self._tail]      # drop the consumed head, grow if still short
+            size = max(len(self._buf), 2 * (len(live) + n))
+            buf = np.empty(size, dtype=np.int64)
+            buf[:len(live)] = live
+            self._base += self._head
+            self._buf, self._head, self._tail = buf, 0, len(live)
+        t = self._tail
+        self._buf[t:t + n] = ids
+        self.qpos[ids] = self._base + t + np.arange(n)
+        self._tail = t + n
+        self.num_evictable_blocks += n
 
     # -- requests ------------------------------------------------------------------------------------
     def admit(self, rid: int, num_tokens: int, budget: int) -> int:
@@ -241,7 +247,8 @@ class PrefixCachingKVManager(KVCacheManager):
         the tokens left to compute exceed ``budget`` or their blocks are not free (nothing changes).
         """
         bs, ref = self.block_size, self.ref
-        cand = self.hashes.ids(rid, (num_tokens - 1) // bs)
+        known = self.hashes.ids(rid, num_tokens // bs)
+        cand = known[:(num_tokens - 1) // bs]
         hit = len(cand)
         if hit:
             miss = np.flatnonzero(ref[cand] < 0)
@@ -261,7 +268,7 @@ class PrefixCachingKVManager(KVCacheManager):
         ok = self.allocate(new_blocks)
         assert ok
         full = num_tokens // bs
-        computed = self.hashes.ids(rid, full)[hit:]
+        computed = known[hit:full]
         new_ids = computed[ref[computed] < 0]   # blocks cached elsewhere already stay private
         ref[new_ids] = 1
         self._held[rid] = np.concatenate((hit_ids, new_ids)) if hit else new_ids
