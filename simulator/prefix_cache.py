@@ -61,6 +61,8 @@ class BlockHashes:
     def ids(self, r: int, upto: int) -> np.ndarray:
         """The ids of request ``r``'s first ``upto`` full blocks."""
         s, e = int(self.offsets[r]), int(self.offsets[r + 1])
+        if s == e:
+            return self.fresh_base[r] + np.arange(upto)
         if upto <= e - s:
             return self.explicit[s:s + upto]
         return np.concatenate((self.explicit[s:e], self.fresh_base[r] + np.arange(upto - (e - s))))
@@ -175,10 +177,10 @@ class PrefixCachingKVManager(KVCacheManager):
         self.ref = np.full(hashes.num_ids, -1, dtype=np.int32)
         """Per block id: -1 not cached, 0 cached and evictable, k >= 1 held by k running requests."""
         self.qpos = np.full(hashes.num_ids, -1, dtype=np.int64)
-        """Per block id: its position in the eviction queue (entries elsewhere are stale)."""
+        """Per block id: its position in the eviction queue while it is evictable."""
         self.num_evictable_blocks = 0
         # Eviction queue: ids in LRU order in ``_buf[_head:_tail]``; ``_buf[i]`` has position
-        # ``_base + i``. Entries of blocks revived or re-queued since are stale (skipped lazily).
+        # ``_base + i``. A block revived by a hit leaves a tombstone (-1) in its slot.
         self._buf = np.empty(max(1024, num_gpu_blocks), dtype=np.int64)
         self._base = self._head = self._tail = 0
         self._held: dict[int, np.ndarray] = {}
@@ -203,22 +205,17 @@ class PrefixCachingKVManager(KVCacheManager):
 
     def _evict(self, count: int) -> None:
         """Drop the ``count`` least recently freed cached blocks from the cache."""
-        ref, qpos, buf = self.ref, self.qpos, self._buf
+        ref, buf = self.ref, self._buf
         self.num_evictable_blocks -= count
         self.evictions += count
         head = self._head
         while count:
-            end = min(self._tail, head + count + 8)     # look only a little past what is needed
+            end = head + count          # at most ``count`` live entries in the next ``count`` slots
             seg = buf[head:end]
-            valid = np.flatnonzero((qpos[seg] == self._base + head + np.arange(len(seg))) & (ref[seg] == 0))
-            if len(valid) > count:
-                valid = valid[:count]
-                end = head + int(valid[-1]) + 1
-            head = end
-            gone = seg[valid]
+            gone = seg if seg.min() >= 0 else seg[seg >= 0]
             ref[gone] = -1
-            qpos[gone] = -1
             count -= len(gone)
+            head = end
         self._head = head
 
     def _push(self, ids: np.ndarray) -> None:
@@ -257,14 +254,16 @@ class PrefixCachingKVManager(KVCacheManager):
         if num_tokens - hit * bs > budget:
             return -1
         hit_ids = cand[:hit]
-        revived = int(np.count_nonzero(ref[hit_ids] == 0)) if hit else 0
+        revived = hit_ids[ref[hit_ids] == 0] if hit else hit_ids
         new_blocks = -(-num_tokens // bs) - hit
-        if new_blocks + revived > self.num_gpu_blocks - self.num_used_blocks:
+        if new_blocks + len(revived) > self.num_gpu_blocks - self.num_used_blocks:
             return -1
         if hit:
             ref[hit_ids] += 1
-            self.num_evictable_blocks -= revived
-            self.num_used_blocks += revived
+            if len(revived):
+                self._buf[self.qpos[revived] - self._base] = -1     # out of the eviction queue
+                self.num_evictable_blocks -= len(revived)
+                self.num_used_blocks += len(revived)
         ok = self.allocate(new_blocks)
         assert ok
         full = num_tokens // bs

@@ -405,3 +405,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 #: Batching policies by the name the YAML and the UI use.
 POLICIES: dict[str, type[Scheduler]] = {"continuous": Scheduler}
+
+#: Policies whose admission goes through ``PrefixCachingKVManager.admit``/``release`` (a policy with
+#: its own admission or chunking must integrate those before it is listed here).
+PREFIX_CACHING_POLICIES = {"continuous"}

@@ -28,7 +28,7 @@ from .profiles import HardwareProfile, load_profile
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
-from .scheduler import POLICIES, DecodeRun, SchedulerOutput
+from .scheduler import POLICIES, PREFIX_CACHING_POLICIES, DecodeRun, SchedulerOutput
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
@@ -65,6 +65,10 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
         raise ScenarioError("scheduler.policy", sch.policy, f"unknown policy; known: {', '.join(sorted(POLICIES))}")
     if dep.router not in ROUTERS:
         raise ScenarioError("deployment.router", dep.router, f"unknown router; known: {', '.join(sorted(ROUTERS))}")
+    if sch.enable_prefix_caching and sch.policy not in PREFIX_CACHING_POLICIES:
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            f"not modelled with policy {sch.policy!r}; policies with prefix caching: "
+                            f"{', '.join(sorted(PREFIX_CACHING_POLICIES))}")
     max_model_len = sch.max_model_len or model.max_model_len
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,

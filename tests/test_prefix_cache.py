@@ -327,3 +327,11 @@ def test_cli_json_reports_prefix_cache(tmp_path):
     pc = json.loads(proc.stdout)["prefix_cache"]
     assert set(pc) >= {"hit_rate", "hit_tokens", "queries", "evictions"}
     assert pc["hit_tokens"] == 39 * 64   # every request but the first hits the 4 prefix blocks
+
+
+def test_policy_without_prefix_caching_support_is_an_error(monkeypatch):
+    from simulator.scheduler import POLICIES, Scheduler
+    monkeypatch.setitem(POLICIES, "other", Scheduler)
+    with pytest.raises(ScenarioError) as info:
+        resolve(with_prefix(**{"scheduler.policy": "other"}))
+    assert info.value.field == "scheduler.enable_prefix_caching" and "'other'" in str(info.value)
