@@ -67,6 +67,14 @@ class BlockHashes:
             return self.explicit[s:s + upto]
         return np.concatenate((self.explicit[s:e], self.fresh_base[r] + np.arange(upto - (e - s))))
 
+    def ids_between(self, r: int, lo: int, hi: int) -> np.ndarray:
+        """The ids of request ``r``'s blocks ``lo .. hi - 1``."""
+        s, e = int(self.offsets[r]), int(self.offsets[r + 1])
+        n = e - s
+        if lo >= n:
+            return self.fresh_base[r] + np.arange(lo - n, hi - n)
+        return self.ids(r, hi)[lo:]
+
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.explicit, self.offsets, self.fresh_base, self.num_blocks))
@@ -284,16 +292,18 @@ class PrefixCachingKVManager(KVCacheManager):
         held = self._held.pop(rid)
         done = self._registered.pop(rid)
         full = num_computed_tokens // bs
-        if full > done:
-            more = self.hashes.ids(rid, full)[done:]
-            more = more[ref[more] < 0]
-            ref[more] = 1
-            held = np.concatenate((held, more))
-        private = -(-num_computed_tokens // bs) - len(held)
         ref[held] -= 1
-        zero = held[ref[held] == 0]
+        zero = held[ref[held] == 0][::-1]        # last block first: tails are evicted before shared heads
+        private = -(-num_computed_tokens // bs) - len(held)
+        if full > done:
+            # Blocks its decode steps filled: cached now, unreferenced at once (unless a copy is cached).
+            more = self.hashes.ids_between(rid, done, full)
+            more = more[ref[more] < 0]
+            ref[more] = 0
+            private -= len(more)
+            zero = np.concatenate((more[::-1], zero))
         self.num_used_blocks -= private + len(zero)
-        self._push(zero[::-1])   # last block first: tails are evicted before shared heads
+        self._push(zero)
         assert self.num_used_blocks >= 0
 
     def release_tail_until_fits(self, req_id: np.ndarray, computed: np.ndarray, need: np.ndarray) -> int:
