@@ -141,6 +141,8 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
     summary["prefix_cache"] = _prefix_cache_summary(result.prefix_cache)
+    if sc.speculative_config is not None:
+        summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
     return summary
 
@@ -152,6 +154,20 @@ def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | N
         return None
     q = counters["queries"]
     return {"hit_rate": counters["hit_tokens"] / q if q else None, **counters}
+
+
+def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:
+    from .speculative import expected_tokens_per_step
+
+    proposed, steps = stats.get("num_draft_tokens", 0), stats.get("num_verify_steps", 0)
+    return {
+        "method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
+        "acceptance_rate": spec.acceptance_rate,
+        "num_draft_tokens": proposed, "num_accepted_tokens": stats.get("num_accepted_tokens", 0),
+        "draft_acceptance_rate": stats.get("num_accepted_tokens", 0) / proposed if proposed else None,
+        "mean_tokens_per_step": stats.get("num_emitted_decode_tokens", 0) / steps if steps else None,
+        "expected_tokens_per_step": expected_tokens_per_step(spec.acceptance_rate, spec.num_speculative_tokens),
+    }
 
 
 def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any]:
