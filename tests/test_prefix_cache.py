@@ -349,3 +349,9 @@ def test_other_policies_refuse_prefix_caching(policy):
     with pytest.raises(ScenarioError) as info:
         resolve(with_prefix(**{"scheduler.policy": policy}))
     assert info.value.field == "scheduler.enable_prefix_caching" and repr(policy) in str(info.value)
+
+
+def test_prefix_caching_with_swap_preemption_is_an_error():
+    with pytest.raises(ScenarioError) as info:
+        resolve(with_prefix(**{"scheduler.preemption_mode": "swap"}))
+    assert info.value.field == "scheduler.enable_prefix_caching" and "swap" in str(info.value)
