@@ -152,6 +152,10 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     b, kv = summary["batch"], summary["kv_cache"]
     out_console.print(f"batch: mean {b['mean_num_seqs'] or 0:.1f} seqs (max {b['max_num_seqs']})  |  "
                       f"KV usage: mean {100 * (kv['mean_usage'] or 0):.1f}%, max {100 * (kv['max_usage'] or 0):.1f}%")
+    pc = summary.get("prefix_cache")
+    if pc is not None:
+        out_console.print(f"prefix cache: hit rate {100 * (pc['hit_rate'] or 0):.1f}% "
+                          f"({pc['hit_tokens']:,} of {pc['queries']:,} prompt tokens), {pc['evictions']:,} evictions")
     if summary.get("slo_attainment") is not None:
         met = summary["slo"]["p99_met"]
         verdict = ", ".join(f"{k.removesuffix('_s')} p99 {'met' if v else '[red]MISSED[/]'}" for k, v in met.items())

@@ -114,6 +114,39 @@ LengthConfig = Annotated[
 ]
 
 
+class PrefixConfig(_Frozen):
+    """Shared system prompts: a fraction ``share`` of requests (of sessions' first turns) start
+    with one of ``num_prefixes`` system prompts of ``prefix_tokens`` tokens (equally likely). The
+    prefix is part of the drawn prompt length, not added to it."""
+
+    num_prefixes: int = Field(default=1, ge=1)
+    prefix_tokens: int = Field(ge=1)
+    share: float = Field(default=1.0, ge=0, le=1)
+    short_prompt: Literal["error", "clip"] = "error"
+    """A prefixed request whose prompt is not longer than ``prefix_tokens``: stop with an error
+    naming it, or clip its prefix to its first ``prompt - 1`` tokens."""
+
+
+class SessionsConfig(_Frozen):
+    """Multi-turn conversations: the arrival process gives each session's first turn; turn k+1
+    arrives ``turn_gap_s`` (exponential mean) after turn k *arrived* (open loop) and its prompt is
+    turn k's prompt + turn k's answer + ``followup_tokens`` new user tokens."""
+
+    turns: LengthConfig
+    """Turns per session (``{dist: fixed, value: 4}``, geometric, ...; an integer means fixed)."""
+    turn_gap_s: float = Field(gt=0)
+    """Mean gap between the arrivals of consecutive turns of a session (exponential)."""
+    followup_tokens: LengthConfig | None = None
+    """New user tokens of each later turn (default: ``workload.prompt_tokens``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _int_turns(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("turns"), int) and not isinstance(data["turns"], bool):
+            data = {**data, "turns": {"dist": "fixed", "value": data["turns"]}}
+        return data
+
+
 class TierConfig(_Frozen):
     """A class of requests (e.g. interactive vs batch) with its share of traffic, its priority and SLO."""
 
@@ -133,6 +166,10 @@ class WorkloadConfig(_Frozen):
     over_length: Literal["error", "reject", "clip"] = "error"
     """What to do with a request whose prompt + output exceeds ``max_model_len``: stop with an
     error naming it, reject it (counted in ``requests.rejected``), or clip its output length."""
+    prefix: PrefixConfig | None = None
+    """Shared system prompts (see :class:`PrefixConfig`); only prefix caching makes them matter."""
+    sessions: SessionsConfig | None = None
+    """Multi-turn sessions (see :class:`SessionsConfig`); not with trace arrivals."""
     tiers: list[TierConfig] | None = None
     """Request tiers, drawn independently per request with the given shares (None: one tier)."""
 
@@ -152,6 +189,21 @@ class WorkloadConfig(_Frozen):
         from_trace = isinstance(self.arrival, TraceArrival) and self.arrival.use_trace_lengths
         if not from_trace and (self.prompt_tokens is None or self.output_tokens is None):
             raise ValueError("prompt_tokens and output_tokens are required unless a trace supplies lengths")
+        return self
+
+    @model_validator(mode="after")
+    def _prefix_not_on_hash_ids(self) -> "WorkloadConfig":
+        a = self.arrival
+        if self.prefix is not None and isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
+            raise ValueError("prefix={...}: a mooncake trace's hash_ids already say which prompt blocks are shared; "
+                             "drop workload.prefix or set workload.arrival.use_trace_lengths: false")
+        return self
+
+    @model_validator(mode="after")
+    def _sessions_need_synthetic_arrivals(self) -> "WorkloadConfig":
+        if self.sessions is not None and isinstance(self.arrival, TraceArrival):
+            raise ValueError("sessions={...}: multi-turn sessions need a poisson or gamma arrival process "
+                             "(a trace already fixes every request's arrival)")
         return self
 
 
@@ -202,6 +254,9 @@ class SchedulerConfig(_Frozen):
     lowest-priority running request is the one preempted when KV blocks run out."""
     adaptive_batching: bool = False
     """dynamic: start at once when requests queued during the previous batch (size to the queue)."""
+    enable_prefix_caching: bool = False
+    """vLLM's automatic prefix caching: reuse cached full KV blocks of identical prompt prefixes
+    (block hashes, ref counts, LRU eviction; see ``simulator.prefix_cache``)."""
 
     @model_validator(mode="after")
     def _budget(self) -> "SchedulerConfig":

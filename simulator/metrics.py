@@ -148,6 +148,7 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    summary["prefix_cache"] = _prefix_cache_summary(result.prefix_cache)
     if sc.scheduler.preemption_mode == "swap":
         summary["requests"]["swap"] = {k: result.engine_stats.get(k, 0)
                                        for k in ("swap_outs", "swap_ins", "swap_recompute_fallbacks")}
@@ -155,6 +156,15 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | None:
+    """vLLM's prefix-cache metrics over the whole run: ``hit_rate`` = hit tokens / queried tokens
+    (prompt tokens, plus generated tokens for re-admissions after a preemption)."""
+    if counters is None:
+        return None
+    q = counters["queries"]
+    return {"hit_rate": counters["hit_tokens"] / q if q else None, **counters}
 
 
 def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:

@@ -24,18 +24,19 @@ from .cost_model import CostModel, make_cost_model
 from .errors import ScenarioError
 from .kv_cache import KVCacheManager, KVCachePlan, plan_kv_cache
 from .models import MODEL_PRESETS, ModelSpec
+from .prefix_cache import PrefixCachingKVManager, prefix_cache_counters
 from .profiles import GIB, HardwareProfile, load_profile
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
 from .policies import POLICIES  # the registry, with every policy registered
-from .scheduler import DecodeRun, SchedulerOutput, SwapSpace
+from .scheduler import PREFIX_CACHING_POLICIES, DecodeRun, SchedulerOutput, SwapSpace
 from .disaggregated import DisaggregatedFleet
 from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier")
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions")   # append only
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -69,6 +70,18 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
         raise ScenarioError("scheduler.policy", sch.policy, f"unknown policy; known: {', '.join(sorted(POLICIES))}")
     if dep.router not in ROUTERS:
         raise ScenarioError("deployment.router", dep.router, f"unknown router; known: {', '.join(sorted(ROUTERS))}")
+    if sch.enable_prefix_caching and sch.policy not in PREFIX_CACHING_POLICIES:
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            f"not modelled with policy {sch.policy!r}; policies with prefix caching: "
+                            f"{', '.join(sorted(PREFIX_CACHING_POLICIES))}")
+    if sch.enable_prefix_caching and scenario.speculative_config is not None:
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            "not modelled together with speculative_config (lookahead KV slots are not "
+                            "tracked per block); turn one of them off")
+    if sch.enable_prefix_caching and sch.preemption_mode == "swap":
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            "not modelled together with preemption_mode: swap (swapped blocks would lose their "
+                            "identities); use preemption_mode: recompute, where re-admission hits the cache")
     max_model_len = sch.max_model_len or model.max_model_len
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,
@@ -295,6 +308,8 @@ class SimulationResult:
     summary: dict[str, Any] = field(default_factory=dict)
     engine_stats: dict[str, int] = field(default_factory=dict)
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
+    prefix_cache: dict[str, int] | None = None
+    """Prefix-cache counters summed over replicas (None when prefix caching is off)."""
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -318,6 +333,7 @@ def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
         "finish_time": table.finish_time,
         "replica": table.replica,
         "num_preemptions": table.num_preemptions,
+        "num_cached_tokens": table.num_cached_tokens,
         "status": status,
     })
     tiers = scenario.workload.tiers
@@ -368,6 +384,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         env.run(until=scenario.max_sim_time_s)
         result = SimulationResult(scenario, _requests_frame(table, scenario), steps.freeze(), system,
                                   float(env.now), time.perf_counter() - wall0)
+        result.prefix_cache = prefix_cache_counters(run.replicas)
         for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
             for name, value in source.stats().items():
                 result.engine_stats[name] = result.engine_stats.get(name, 0) + value
@@ -452,7 +469,10 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
                     rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
                     cls: type | None = None):  # noqa: ANN202
     cfg = scenario.scheduler
-    kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
+    if cfg.enable_prefix_caching:
+        kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
+    else:
+        kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
         sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
                                      proposal_time_s=proposal_time_s)
