@@ -195,6 +195,37 @@ def profiles() -> None:
     out_console.print(table)
 
 
+@app.command()
+@guarded
+def plan(
+    plan_file: Path = typer.Argument(..., help="Plan YAML file (see examples/plan-fy27.yaml)."),
+    out: Path = typer.Option(Path("worksheet.csv"), "--out", help="Worksheet CSV; -totals.csv and -candidates.csv are written beside it."),
+    backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or dask."),
+    address: Optional[str] = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars."),
+) -> None:
+    """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
+    from .planner import load_plan, plan as run_plan, write_worksheets
+    from .planner.report import PlanProgressDisplay, print_plan
+    from .planner.worksheet import check_out
+
+    loaded = load_plan(plan_file)
+    check_out(out)
+    show = not no_progress and err_console.is_terminal
+    with PlanProgressDisplay(loaded, err_console, show) as display:
+        result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
+                          timeout_s=timeout)
+    paths = write_worksheets(result, out)
+    print_plan(result, out_console)
+    bad = result.worksheet[result.worksheet["status"] != "ok"]
+    for r in bad.to_dict("records"):
+        err_console.print(f"[yellow]warning:[/] {escape(str(r['quarter']))} {escape(r['region'])}: no candidate meets "
+                          "the SLO; see the candidates CSV for the best each achieved", highlight=False)
+    out_console.print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
 def main() -> None:
     app()
 
