@@ -287,9 +287,12 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
 # -- errors ----------------------------------------------------------------------------------------
 def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
     errors = exc.errors(include_url=False)
-    errors.sort(key=lambda e: len(e["loc"]))
+    # For "str | list[...]" unions pydantic reports every branch: a type mismatch of one branch is
+    # less telling than a field error inside the other.
+    errors.sort(key=lambda e: (e["type"].endswith("_type") and isinstance(e.get("input"), (dict, list)),
+                               len(e["loc"])))
     err = errors[0]
-    loc = [p for p in err["loc"] if not _is_tag(p)]
+    loc = [p for p in err["loc"] if not _is_tag(p) and not (isinstance(p, str) and "[" in p)]
     field = ""
     for part in loc:
         field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
