@@ -138,7 +138,8 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI", "n"):
         table.add_column(col, justify="right" if col != "metric" else "left")
-    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s"):
+    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s",
+                   *(m for m in ("client_ttft_s", "client_e2e_s") if m in summary)):
         s = summary[metric]
         ci = (s.get("ci95") or {}).get("p99")
         table.add_row(metric.removesuffix("_s"), _ms(s.get("mean")), *(_ms(s.get(f"p{p}")) for p in (50, 90, 95, 99)),

@@ -55,7 +55,42 @@ class TraceArrival(_Frozen):
     """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
 
 
-ArrivalConfig = Annotated[Union[PoissonArrival, GammaArrival, TraceArrival], Field(discriminator="process")]
+class Burst(_Frozen):
+    """A window in which the arrival rate is multiplied (a launch, a retry storm)."""
+
+    start_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+    multiplier: float = Field(gt=0)
+
+
+class DiurnalArrival(_Frozen):
+    """Non-homogeneous Poisson arrivals following a daily profile, drawn by thinning.
+
+    Either ``peak_to_mean`` (a raised cosine peaking at ``peak_time_s``; at most 2, when the
+    trough reaches zero) or ``hourly`` (24 relative rates, one per hour of the period, scaled so
+    that their mean is ``mean_rate_per_s``). ``period_s`` compresses the day for quick runs.
+    """
+
+    process: Literal["diurnal"] = "diurnal"
+    mean_rate_per_s: float = Field(gt=0)
+    peak_to_mean: float | None = Field(default=None, ge=1, le=2)
+    hourly: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=24, max_length=24)
+    period_s: float = Field(default=86400.0, gt=0)
+    peak_time_s: float = Field(default=0.0, ge=0)
+    """Instant of the cosine's peak within the period (``peak_to_mean`` profile only)."""
+    bursts: list[Burst] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_profile(self) -> "DiurnalArrival":
+        if (self.peak_to_mean is None) == (self.hourly is None):
+            raise ValueError("give exactly one of peak_to_mean or hourly")
+        if self.hourly is not None and not any(self.hourly):
+            raise ValueError("hourly needs at least one positive hour")
+        return self
+
+
+ArrivalConfig = Annotated[Union[PoissonArrival, GammaArrival, TraceArrival, DiurnalArrival],
+                          Field(discriminator="process")]
 
 
 class LognormalLength(_Frozen):
@@ -175,6 +210,25 @@ class SLOConfig(_Frozen):
     e2e_p99_ms: float | None = Field(default=None, gt=0)
 
 
+class ClientConfig(_Frozen):
+    """A client population: its share of the requests and its round-trip time to the servers."""
+
+    name: str = "clients"
+    share: float = Field(default=1.0, gt=0)
+    rtt_ms: float = Field(ge=0)
+
+
+class NetworkConfig(_Frozen):
+    """Client-side network (see ``simulator.network``): adds ``client_ttft_s``/``client_e2e_s``,
+    which the SLO then judges instead of the server-side TTFT and E2E."""
+
+    clients: list[ClientConfig] = Field(min_length=1)
+    setup_round_trips: int = Field(default=2, ge=0)
+    """Round trips a new connection pays first (TCP 1 + TLS 1.3 1; TLS 1.2 adds one more)."""
+    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of requests sent on an already open connection (no set-up)."""
+
+
 class InlineHardware(_Frozen):
     """A hardware profile written inline in the scenario (see ``simulator.profiles``)."""
 
@@ -202,6 +256,8 @@ class Scenario(_Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
+    network: NetworkConfig | None = None
+    """Client RTTs and connection set-up added to client-perceived TTFT and E2E (none: server-side only)."""
     base_dir: str = "."
     """Directory relative paths resolve against (the scenario file's folder when loaded)."""
 
@@ -296,7 +352,7 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-_UNION_TAGS = {"poisson", "gamma", "trace", "lognormal", "geometric", "fixed", "uniform", "empirical",
+_UNION_TAGS = {"poisson", "gamma", "trace", "diurnal", "lognormal", "geometric", "fixed", "uniform", "empirical",
                "str", "ModelSpec", "dict[str,any]", "function-after[_order(), UniformLength]"}
 
 

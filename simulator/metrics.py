@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 PERCENTILES = (50, 90, 95, 99)
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
+CLIENT_LATENCIES = ("client_ttft_s", "client_e2e_s")
 
 
 def describe(values: np.ndarray) -> dict[str, Any]:
@@ -108,6 +109,10 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
     for metric in LATENCIES:
         summary[metric] = describe(measured[metric].to_numpy())
+    if "client_ttft_s" in measured:   # scenario.network: client-perceived latencies, judged by the SLO
+        for metric in CLIENT_LATENCIES:
+            summary[metric] = describe(measured[metric].to_numpy())
+        measured = measured.assign(ttft_s=measured["client_ttft_s"], e2e_s=measured["client_e2e_s"])
     values, weights = itl_samples(steps, (start, end))
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
     if len(values):

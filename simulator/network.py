@@ -70,3 +70,8 @@ def network_from_clients(clients: Sequence[tuple[str, float, float]], setup_roun
                          keepalive_reuse: float) -> ClientNetwork:
     """Build from ``(name, share, rtt_s)`` tuples."""
     return ClientNetwork(tuple(ClientPopulation(n, s, r) for n, s, r in clients), setup_round_trips, keepalive_reuse)
+
+
+def network_from_config(cfg) -> ClientNetwork:  # noqa: ANN001 - simulator.config.NetworkConfig
+    return network_from_clients([(c.name, c.share, c.rtt_ms / 1000.0) for c in cfg.clients],
+                                cfg.setup_round_trips, cfg.keepalive_reuse)

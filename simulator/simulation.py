@@ -31,7 +31,8 @@ from .scheduler import POLICIES, DecodeRun, SchedulerOutput
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing")
+STREAMS = ("arrivals", "prompt", "output", "routing", "network")
+"""Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -234,6 +235,9 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         env.run(until=scenario.max_sim_time_s)
         result = SimulationResult(scenario, _requests_frame(table), steps.to_frame(), system,
                                   float(env.now), time.perf_counter() - wall0)
+        if scenario.network is not None:
+            from .network import add_client_latencies, network_from_config
+            add_client_latencies(result.requests, network_from_config(scenario.network), rngs["network"])
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -149,6 +149,7 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
                 cooldown_s=sim.cooldown_fraction * span, slo={},
                 name=f"{row['quarter']}/{row['region']}/{cfg.candidates[index].name}")
     data.pop("duration_s", None)
+    data.pop("network", None)        # the plan's regions give the client RTTs
     data.pop("max_sim_time_s", None)
     try:
         return scenario_from_dict(data)
