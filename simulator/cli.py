@@ -158,6 +158,9 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
         verdict = ", ".join(f"{k.removesuffix('_s')} p99 {'met' if v else '[red]MISSED[/]'}" for k, v in met.items())
         out_console.print(f"SLO: {100 * summary['slo_attainment']:.2f}% of requests within every threshold; {verdict}; "
                           f"goodput {summary['goodput_requests_per_s']:.2f} req/s")
+    for region, f in (summary.get("fleet") or {}).items():
+        out_console.print(f"region {escape(region)}: {f['requests']} requests, client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
+                          f"E2E p99 {_ms(f['client_e2e_p99_s'])} ms, mean RTT {_ms(f['rtt_mean_s'])} ms")
     out_console.print(f"[dim]simulated {summary['sim_time_s']:.1f} s in {summary['wall_s']:.2f} s wall[/]")
 
 

@@ -229,6 +229,56 @@ class NetworkConfig(_Frozen):
     """Fraction of requests sent on an already open connection (no set-up)."""
 
 
+class FleetRegionConfig(_Frozen):
+    name: str = Field(min_length=1)
+    replicas: int = Field(ge=1)
+
+
+class FleetClientConfig(_Frozen):
+    """A client population: its share of the requests and its RTT to every region."""
+
+    name: str = Field(min_length=1)
+    share: float = Field(default=1.0, gt=0)
+    rtt_ms: dict[str, Annotated[float, Field(ge=0)]]
+
+
+class OutageConfig(_Frozen):
+    """A region marked down: no new request is routed to it in ``[start_s, start_s + duration_s)``."""
+
+    region: str
+    start_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+
+
+class FleetConfig(_Frozen):
+    """Several regions in one simulation (see ``simulator.fleet``): each client goes to its nearest
+    healthy region, or spills over to the next nearest when that region's queue is too long."""
+
+    regions: list[FleetRegionConfig] = Field(min_length=1)
+    clients: list[FleetClientConfig] = Field(min_length=1)
+    spillover_waiting_per_replica: float | None = Field(default=None, gt=0)
+    """Send a request to the next nearest healthy region while the nearest has at least this many
+    requests waiting per replica (none: never spill over)."""
+    outages: list[OutageConfig] = Field(default_factory=list)
+    setup_round_trips: int = Field(default=2, ge=0)
+    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> "FleetConfig":
+        names = [r.name for r in self.regions]
+        for c in self.clients:
+            missing = [n for n in names if n not in c.rtt_ms]
+            unknown = [k for k in c.rtt_ms if k not in names]
+            if missing or unknown:
+                raise ValueError(f"clients={c.name!r} rtt_ms needs every region exactly: "
+                                 + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}")
+                                 + f"; regions: {', '.join(names)}")
+        for o in self.outages:
+            if o.region not in names:
+                raise ValueError(f"outages={o.region!r}: unknown region; regions: {', '.join(names)}")
+        return self
+
+
 class InlineHardware(_Frozen):
     """A hardware profile written inline in the scenario (see ``simulator.profiles``)."""
 
@@ -258,6 +308,8 @@ class Scenario(_Frozen):
     slo: SLOConfig = SLOConfig()
     network: NetworkConfig | None = None
     """Client RTTs and connection set-up added to client-perceived TTFT and E2E (none: server-side only)."""
+    fleet: FleetConfig | None = None
+    """Several regions with geo routing, spillover and outages (replaces ``deployment.replicas``)."""
     base_dir: str = "."
     """Directory relative paths resolve against (the scenario file's folder when loaded)."""
 
@@ -266,6 +318,8 @@ class Scenario(_Frozen):
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise ValueError("give num_requests or duration_s")
+        if self.fleet is not None and self.network is not None:
+            raise ValueError("network=set together with fleet: give the client RTTs in fleet.clients instead")
         return self
 
     def resolve_path(self, path: str) -> Path:

@@ -136,6 +136,9 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         "preemptions": int(req["num_preemptions"].sum()),
     }
     summary.update(_slo_summary(sc.slo, measured, span))
+    if "region" in req:   # scenario.fleet: per-region breakdown
+        from .fleet import fleet_summary
+        summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
     summary["batch"] = _batch_summary(steps, result.system.kv_plan.num_gpu_blocks)
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,

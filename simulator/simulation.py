@@ -225,7 +225,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     table = RequestTable(workload)
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
-    _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
+    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
     # The run allocates many small objects (step-log tuples, SimPy events) but no lasting reference
     # cycles, so the cyclic collector's repeated scans of the growing logs are pure overhead (12%
     # of a 100k-request run). Pause it for the run and restore the caller's setting.
@@ -238,6 +238,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         if scenario.network is not None:
             from .network import add_client_latencies, network_from_config
             add_client_latencies(result.requests, network_from_config(scenario.network), rngs["network"])
+        if run.geo is not None:
+            run.geo.add_columns(result.requests)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -265,11 +267,18 @@ class _Run:
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
         self.router = ROUTERS[dep.router](rngs["routing"])
+        num_replicas = dep.replicas
+        self.geo = None
+        if scenario.fleet is not None:   # several regions: a geo router over per-region routers
+            from .fleet import GeoRouter
+            self.geo = GeoRouter(scenario.fleet, ROUTERS[dep.router], self.total, rngs["routing"], rngs["network"],
+                                 lambda: float(env.now))
+            self.router, num_replicas = self.geo, self.geo.num_replicas
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
         self.replicas = [
             Replica(env, i, _make_scheduler(sch, system, table), cost, steps, self.next_event_time,
                     self._finished, fast_forward)
-            for i in range(dep.replicas)]
+            for i in range(num_replicas)]
         env.process(self.arrivals())
 
     def next_event_time(self) -> float:
@@ -291,7 +300,7 @@ class _Run:
                 table.status[rid] = RequestStatus.FINISHED_REJECTED
                 self._finished(1)
                 continue
-            i = self.router.route(rid, replicas) if len(replicas) > 1 else 0
+            i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
             table.replica[rid] = i
             replicas[i].add_request(rid)
 

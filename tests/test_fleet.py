@@ -143,3 +143,52 @@ def test_diurnal_bad_config(arrival, field):
     with pytest.raises(ScenarioError) as info:
         _diurnal(**arrival)
     assert info.value.field == field
+
+
+# -- several regions ---------------------------------------------------------------------------------
+FLEET = {"regions": [{"name": "east", "replicas": 2}, {"name": "west", "replicas": 1}],
+         "clients": [{"name": "e", "share": 2, "rtt_ms": {"east": 10, "west": 60}},
+                     {"name": "w", "rtt_ms": {"east": 60, "west": 10}}]}
+
+
+def _fleet_run(**fleet):
+    return simulate(make_scenario(fleet={**FLEET, **fleet}, num_requests=900, **{"workload.arrival.rate_per_s": 15}))
+
+
+def test_geo_routing_sends_clients_to_their_nearest_region():
+    q = _fleet_run().requests
+    assert (q.loc[q["client"] == "e", "region"] == "east").all() and (q.loc[q["client"] == "w", "region"] == "west").all()
+    assert set(q.loc[q["region"] == "east", "replica"]) == {0, 1} and set(q.loc[q["region"] == "west", "replica"]) == {2}
+    assert np.allclose(q["rtt_s"], 0.010)
+
+
+def test_failover_moves_traffic_with_its_extra_rtt():
+    r = _fleet_run(outages=[{"region": "east", "start_s": 15, "duration_s": 20}])
+    q = r.requests
+    down = (q["arrival_time"] >= 15) & (q["arrival_time"] < 35)
+    assert (q.loc[down, "region"] == "west").all()
+    moved = down & (q["client"] == "e")
+    assert moved.sum() > 100 and np.allclose(q.loc[moved, "client_ttft_s"] - q.loc[moved, "ttft_s"], 0.060)
+    assert (q.loc[~down & (q["client"] == "e"), "region"] == "east").all()
+    assert r.summary["fleet"]["west"]["rtt_mean_s"] > 0.010
+
+
+def test_spillover_only_above_the_threshold():
+    heavy = {"clients": [{"name": "e", "rtt_ms": {"east": 10, "west": 60}}],
+             "regions": [{"name": "east", "replicas": 1}, {"name": "west", "replicas": 1}]}
+    sc = dict(num_requests=600, **{"workload.arrival.rate_per_s": 60, "scheduler.max_num_seqs": 2})
+    never = simulate(make_scenario(fleet=heavy, **sc)).requests
+    spill = simulate(make_scenario(fleet={**heavy, "spillover_waiting_per_replica": 4}, **sc)).requests
+    assert (never["region"] == "east").all()
+    assert 0 < (spill["region"] == "west").sum() < len(spill)
+    assert spill["queue_delay_s"].quantile(0.99) < never["queue_delay_s"].quantile(0.99)
+
+
+@pytest.mark.parametrize("fleet, field, words", [
+    ({**FLEET, "clients": [{"name": "e", "rtt_ms": {"east": 10}}]}, "fleet.clients", "missing west"),
+    ({**FLEET, "outages": [{"region": "north", "start_s": 0, "duration_s": 1}]}, "fleet.outages", "unknown region"),
+])
+def test_fleet_bad_config(fleet, field, words):
+    with pytest.raises(ScenarioError) as info:
+        make_scenario(fleet=fleet)
+    assert info.value.field == field and words in info.value.message
