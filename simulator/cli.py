@@ -161,6 +161,13 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     for region, f in (summary.get("fleet") or {}).items():
         out_console.print(f"region {escape(region)}: {f['requests']} requests, client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
                           f"E2E p99 {_ms(f['client_e2e_p99_s'])} ms, mean RTT {_ms(f['rtt_mean_s'])} ms")
+    auto = summary.get("autoscaler")
+    if auto:
+        out_console.print(f"autoscaler: cold start {auto['cold_start_s']:.1f} s, {auto['scale_events']} changes, "
+                          f"mean {auto['mean_active_replicas'] or 0:.2f} / max {auto['max_active_replicas']} replicas, "
+                          f"{auto['gpu_replica_seconds'] / 3600:.2f} replica-hours; TTFT p99 during ramps "
+                          f"{_ms(auto['ttft_p99_in_ramps_s'])} ms ({auto['ramp_s']:.0f} s), outside "
+                          f"{_ms(auto['ttft_p99_outside_ramps_s'])} ms")
     out_console.print(f"[dim]simulated {summary['sim_time_s']:.1f} s in {summary['wall_s']:.2f} s wall[/]")
 
 

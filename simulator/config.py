@@ -166,12 +166,46 @@ class WorkloadConfig(_Frozen):
 
 
 # -- serving system -------------------------------------------------------------------------------
+class AutoscalerConfig(_Frozen):
+    """Replicas added and removed during the run (see ``simulator.autoscaler``)."""
+
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(ge=1)
+    initial_replicas: int | None = Field(default=None, ge=1)
+    """Active at t = 0 (default ``min_replicas``)."""
+    target_outstanding_per_replica: float = Field(gt=0)
+    """Desired requests waiting + running per active replica (Knative's concurrency target)."""
+    interval_s: float = Field(default=10.0, gt=0)
+    """How often the autoscaler looks at the load."""
+    scale_down_delay_s: float = Field(default=60.0, ge=0)
+    """Scale down only to the largest count wanted over this trailing window."""
+    load_bandwidth_bytes_per_s: float = Field(default=1.5e9, gt=0)
+    """Weights load rate of a cold start (storage/network to GPU); the weights per GPU divide by it."""
+    engine_start_s: float = Field(default=20.0, ge=0)
+    """Engine start on top of the weights load (process, CUDA graphs, warm-up)."""
+    warm_pool: int = Field(default=0, ge=0)
+    """Standby replicas with weights loaded: they start in ``warm_start_s``; a used one is
+    replaced in the background by a cold start."""
+    warm_start_s: float = Field(default=2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "AutoscalerConfig":
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas={self.max_replicas} is below min_replicas={self.min_replicas}")
+        init = self.initial_replicas
+        if init is not None and not self.min_replicas <= init <= self.max_replicas:
+            raise ValueError(f"initial_replicas={init} is outside [min_replicas, max_replicas]")
+        return self
+
+
 class DeploymentConfig(_Frozen):
     replicas: int = Field(default=1, ge=1)
     """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.router.ROUTERS``)."""
+    autoscaler: AutoscalerConfig | None = None
+    """Scale between ``min_replicas`` and ``max_replicas`` during the run (``replicas`` is then unused)."""
 
 
 class SchedulerConfig(_Frozen):
@@ -320,6 +354,8 @@ class Scenario(_Frozen):
             raise ValueError("give num_requests or duration_s")
         if self.fleet is not None and self.network is not None:
             raise ValueError("network=set together with fleet: give the client RTTs in fleet.clients instead")
+        if self.fleet is not None and self.deployment.autoscaler is not None:
+            raise ValueError("fleet=set together with deployment.autoscaler: not supported yet (one or the other)")
         return self
 
     def resolve_path(self, path: str) -> Path:

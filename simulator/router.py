@@ -41,7 +41,7 @@ class RoundRobin:
         self._next = 0
 
     def route(self, rid: int, replicas: Sequence[ReplicaView]) -> int:
-        i = self._next
+        i = self._next % len(replicas)   # the pool may have shrunk (autoscaler)
         self._next = (i + 1) % len(replicas)
         return i
 

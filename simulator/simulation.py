@@ -245,6 +245,13 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
             gc.enable()
     from .metrics import summarize  # local import: metrics depends on this module's result type
     result.summary = summarize(result)
+    if run.autoscaler is not None:
+        from .metrics import measurement_window
+        req = result.requests
+        start, end = measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
+        measured = ((req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+                    & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
+        result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
     result.summary["wall_s"] = result.wall_s
     return result
@@ -274,15 +281,25 @@ class _Run:
             self.geo = GeoRouter(scenario.fleet, ROUTERS[dep.router], self.total, rngs["routing"], rngs["network"],
                                  lambda: float(env.now))
             self.router, num_replicas = self.geo, self.geo.num_replicas
+        self.autoscaler = None
+        if dep.autoscaler is not None:
+            num_replicas = dep.autoscaler.max_replicas
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
         self.replicas = [
             Replica(env, i, _make_scheduler(sch, system, table), cost, steps, self.next_event_time,
                     self._finished, fast_forward)
             for i in range(num_replicas)]
+        if dep.autoscaler is not None:   # replicas [0, active) take requests; the rest start on demand
+            from .autoscaler import Autoscaler
+            self.autoscaler = Autoscaler(env, dep.autoscaler, system.kv_plan.weights_bytes, self.replicas,
+                                         lambda: self.next_index >= self.total and self.done >= self.total)
         env.process(self.arrivals())
 
     def next_event_time(self) -> float:
         """Instant of the next arrival not yet delivered (or the stop time), for decode runs."""
+        if self.autoscaler is not None:   # its ticks read the replicas' state: they are events too
+            nxt = self.times[self.next_index] if self.next_index < self.total else np.inf
+            return min(float(nxt), self.stop_time, self.autoscaler.next_tick)
         if self.next_index < self.total:
             return min(float(self.times[self.next_index]), self.stop_time)
         return self.stop_time
@@ -300,7 +317,10 @@ class _Run:
                 table.status[rid] = RequestStatus.FINISHED_REJECTED
                 self._finished(1)
                 continue
-            i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
+            if self.autoscaler is not None:
+                i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
+            else:
+                i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
             table.replica[rid] = i
             replicas[i].add_request(rid)
 

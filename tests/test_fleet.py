@@ -192,3 +192,54 @@ def test_fleet_bad_config(fleet, field, words):
     with pytest.raises(ScenarioError) as info:
         make_scenario(fleet=fleet)
     assert info.value.field == field and words in info.value.message
+
+
+# -- autoscaler --------------------------------------------------------------------------------------
+def _scaled(**auto):
+    cfg = {"min_replicas": 1, "max_replicas": 6, "target_outstanding_per_replica": 6, "interval_s": 5,
+           "scale_down_delay_s": 20, "engine_start_s": 10, **auto}
+    return make_scenario(**{"num_requests": None, "duration_s": 300.0,
+                            "workload.arrival": {"process": "diurnal", "mean_rate_per_s": 15, "peak_to_mean": 1.0,
+                                                 "period_s": 300, "bursts": [{"start_s": 100, "duration_s": 100,
+                                                                              "multiplier": 3}]},
+                            "workload.output_tokens": {"dist": "geometric", "mean": 20},
+                            "deployment.autoscaler": cfg})
+
+
+def test_autoscaler_cold_start_and_routing_follow_the_timeline():
+    sc = _scaled(load_bandwidth_bytes_per_s=1e8)
+    r = simulate(sc)
+    a = r.summary["autoscaler"]
+    assert a["cold_start_s"] == pytest.approx(r.system.kv_plan.weights_bytes / 1e8 + 10)
+    tl = a["timeline"]
+    # Every start becomes active exactly one cold start later (no warm pool): starts and
+    # activations pair up in order.
+    starts = [t for (t, _, s), (_, _, s0) in zip(tl[1:], tl[:-1]) if s > s0 for _ in range(s - s0)]
+    ups = [t for (t, act, s), (_, act0, s0) in zip(tl[1:], tl[:-1]) if act > act0]
+    assert len(starts) >= 2 and np.allclose(ups[:len(starts)], np.array(starts[:len(ups)]) + a["cold_start_s"])
+    assert 1 < a["max_active_replicas"] <= 6 and tl[-1][1] < a["max_active_replicas"]    # scaled back down
+    # A request only ever goes to a replica that was active when it arrived.
+    times = np.array([t for t, _, _ in tl])
+    active_at = np.array([act for _, act, _ in tl])[np.searchsorted(times, r.requests["arrival_time"], side="right") - 1]
+    assert (r.requests["replica"].to_numpy() < active_at).all()
+
+
+def test_autoscaler_ramps_hurt_and_a_warm_pool_helps():
+    cold = simulate(_scaled()).summary["autoscaler"]
+    warm = simulate(_scaled(warm_pool=3)).summary["autoscaler"]
+    assert cold["ttft_p99_in_ramps_s"] > cold["ttft_p99_outside_ramps_s"]
+    assert warm["ramp_s"] < cold["ramp_s"] and warm["ttft_p99_in_ramps_s"] < cold["ttft_p99_in_ramps_s"]
+
+
+def test_autoscaler_bad_bounds():
+    with pytest.raises(ScenarioError) as info:
+        _scaled(min_replicas=4, max_replicas=2)
+    assert info.value.field == "deployment.autoscaler.max_replicas"
+
+
+def test_autoscaler_fast_forward_matches_step_by_step():
+    sc = _scaled().with_overrides({"duration_s": 140.0})
+    a, b = simulate(sc), simulate(sc, fast_forward=False)
+    assert a.summary["autoscaler"]["timeline"] == b.summary["autoscaler"]["timeline"]
+    assert np.allclose(a.requests["finish_time"], b.requests["finish_time"], rtol=0, atol=1e-9)
+    assert (a.requests["replica"] == b.requests["replica"]).all()
