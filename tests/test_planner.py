@@ -112,6 +112,7 @@ def test_infeasible_slo_reports_best_instead_of_looping():
     assert ws["replicas"].isna().all() and ws["cost_per_hour"].isna().all()
     assert ws["binding_constraint"].str.contains("no count up to max_replicas=4").all()
     assert ws["ttft_p99_ms"].notna().all()      # the best achieved is still reported
+    assert (ws["slo_worst_ratio"] > 1).all()
 
 
 def test_worksheet_schema_and_formula_safety(tmp_path):

@@ -192,7 +192,7 @@ WORKSHEET_COLUMNS = (
     "quarter", "region", "status", "peak_rps", "design_rps", "failover_rps", "headroom", "avg_prompt_tokens",
     "avg_output_tokens", "candidate", "hardware", "tensor_parallel_size", "quantization", "max_num_seqs",
     "replicas", "gpus", "analytic_min_replicas", "batching_factor", "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms",
-    "e2e_p99_ms", "slo_attainment", "utilization", "rtt_ms", "worst_case", "price_per_gpu_hour",
+    "e2e_p99_ms", "slo_attainment", "slo_worst_ratio", "utilization", "rtt_ms", "worst_case", "price_per_gpu_hour",
     "price_multiplier", "cost_per_hour", "gpu_hours", "cost_per_quarter", "cost_per_million_tokens",
     "binding_constraint", "minus_one_check", "simulations", "replicas_tried", "seed")
 
@@ -227,7 +227,7 @@ def _worksheet(loaded: LoadedPlan, candidates: pd.DataFrame) -> pd.DataFrame:
             key = ok.assign(_r=ok["candidate"].map(rank)).sort_values(["cost_per_hour", "gpus", "_r"], kind="stable")
             picked.append(key.index[0])
         else:   # no candidate meets the SLO: show the one that came closest, marked infeasible
-            picked.append(cell.index[0])
+            picked.append(cell["slo_worst_ratio"].idxmin())
     return candidates.loc[picked].reset_index(drop=True)
 
 

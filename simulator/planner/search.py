@@ -182,6 +182,7 @@ def _row(task: SearchTask, runs: dict[int, dict[str, Any]], chosen: dict[str, An
         "tpot_p99_ms": 1000 * chosen["tpot_p99_s"], "e2e_p99_ms": 1000 * chosen["e2e_p99_s"],
         "slo_attainment": chosen["attainment"],
         "batching_factor": chosen["batching_factor"], "worst_case": chosen["case"],
+        "slo_worst_ratio": chosen["score"],
         "binding_constraint": binding, "minus_one_check": below,
         "simulations": len(runs), "replicas_tried": " ".join(str(k) for k in sorted(runs)),
         **task.meta,
