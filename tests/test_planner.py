@@ -204,3 +204,13 @@ def test_cli_plan_writes_worksheets(tmp_path):
 def test_example_plan_loads():
     loaded = load_plan(Path(__file__).parents[1] / "examples" / "plan-fy27.yaml")
     assert len(build_tasks(loaded)) == 12 * 3
+
+
+def test_base_scenario_fleet_features_do_not_leak_into_cells():
+    data = base_plan(failover="none")
+    data["scenario"] = dict(data["scenario"], network={"clients": [{"rtt_ms": 500}]},
+                            deployment={"router": "power_of_two",
+                                        "autoscaler": {"max_replicas": 2, "target_outstanding_per_replica": 4}})
+    for task in build_tasks(load_plan(data)):
+        sc = task.scenario
+        assert sc.network is None and sc.deployment.autoscaler is None and sc.deployment.router == "power_of_two"

@@ -150,6 +150,8 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
                 name=f"{row['quarter']}/{row['region']}/{cfg.candidates[index].name}")
     data.pop("duration_s", None)
     data.pop("network", None)        # the plan's regions give the client RTTs
+    data.pop("fleet", None)          # one region per cell, sized at a steady peak
+    data.get("deployment", {}).pop("autoscaler", None)
     data.pop("max_sim_time_s", None)
     try:
         return scenario_from_dict(data)
