@@ -112,10 +112,11 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
     for metric in LATENCIES:
         summary[metric] = describe(measured[metric].to_numpy())
-    if "client_ttft_s" in measured:   # scenario.network: client-perceived latencies, judged by the SLO
+    judged = measured   # what the SLO judges: client-perceived TTFT/E2E when the scenario has a network
+    if "client_ttft_s" in measured:
         for metric in CLIENT_LATENCIES:
             summary[metric] = describe(measured[metric].to_numpy())
-        measured = measured.assign(ttft_s=measured["client_ttft_s"], e2e_s=measured["client_e2e_s"])
+        judged = measured.assign(ttft_s=measured["client_ttft_s"], e2e_s=measured["client_e2e_s"])
     values, weights = itl_samples(steps, (start, end))
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
     if len(values):
@@ -138,7 +139,15 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         "measured": int(len(measured)),
         "preemptions": int(req["num_preemptions"].sum()),
     }
-    summary.update(_slo_summary(sc.slo, measured, span))
+    summary.update(_slo_summary(sc.slo, judged, span))
+    if sc.workload.tiers is not None:
+        summary["tiers"] = {
+            t.name: {"share": t.share, "priority": t.priority,
+                     "requests": {"arrived": int((req["tier"] == t.name).sum()),
+                                  "completed": int((finished & (req["tier"] == t.name)).sum())},
+                     **{m: describe(g[m].to_numpy()) for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
+                     **_slo_summary(t.slo or sc.slo, judged[judged["tier"] == t.name], span)}
+            for t in sc.workload.tiers}
     if "region" in req:   # scenario.fleet: per-region breakdown
         from .fleet import fleet_summary
         summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
@@ -148,6 +157,9 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    if sc.scheduler.preemption_mode == "swap":
+        summary["requests"]["swap"] = {k: result.engine_stats.get(k, 0)
+                                       for k in ("swap_outs", "swap_ins", "swap_recompute_fallbacks")}
     if sc.speculative_config is not None:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
