@@ -48,6 +48,21 @@ class Replica:
     def num_outstanding(self) -> int:
         return self.scheduler.n + len(self.scheduler.waiting)
 
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process: whole prompt + remaining output of each waiting request (a
+        preempted one recomputes its prompt), remaining output of each running one."""
+        sched, table = self.scheduler, self.scheduler.table
+        running = int(sched.num_remaining_tokens[: sched.n].sum())
+        if not sched.waiting:
+            return running
+        w = np.fromiter(sched.waiting, dtype=np.int64, count=len(sched.waiting))
+        return running + int((table.num_prompt_tokens[w] + table.max_tokens[w] - table.num_output_tokens[w]).sum())
+
     def add_request(self, rid: int) -> None:
         self.scheduler.add_request(rid)
         if self._idle is not None and not self._idle.triggered:

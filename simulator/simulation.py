@@ -36,7 +36,8 @@ from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions")   # append only
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network")
+"""Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -90,6 +91,9 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     spec = scenario.speculative_config
     if sch.policy == "disaggregated":
         _check_disaggregated(dep, profile)
+        if dep.autoscaler is not None or scenario.fleet is not None:
+            raise ScenarioError("deployment.autoscaler" if dep.autoscaler is not None else "fleet", "set",
+                                "is not modelled with disaggregated pools yet; size the pools by hand")
     elif dep.prefill_replicas is not None or dep.decode_replicas is not None:
         raise ScenarioError("deployment.prefill_replicas" if dep.prefill_replicas is not None else
                             "deployment.decode_replicas", dep.prefill_replicas or dep.decode_replicas,
@@ -388,11 +392,23 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
             for name, value in source.stats().items():
                 result.engine_stats[name] = result.engine_stats.get(name, 0) + value
+        if scenario.network is not None:
+            from .network import add_client_latencies, network_from_config
+            add_client_latencies(result.requests, network_from_config(scenario.network), rngs["network"])
+        if run.geo is not None:
+            run.geo.add_columns(result.requests)
     finally:
         if gc_was_enabled:
             gc.enable()
     from .metrics import summarize  # local import: metrics depends on this module's result type
     result.summary = summarize(result)
+    if run.autoscaler is not None:
+        from .metrics import measurement_window
+        req = result.requests
+        start, end = measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
+        measured = ((req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+                    & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
+        result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
     result.summary["wall_s"] = result.wall_s
     return result
@@ -417,6 +433,8 @@ class _Run:
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
         proposal = _proposal_time(scenario, system, cost)
         self.fleet: DisaggregatedFleet | None = None
+        self.geo = None
+        self.autoscaler = None
         if sch.policy == "disaggregated":
             def make_replica(index: int, cls: type, horizon: Callable[[], float]) -> Replica:
                 return Replica(env, index, _make_scheduler(scenario, system, table, rngs, proposal, cls), cost,
@@ -428,15 +446,30 @@ class _Run:
             self.router = self.fleet.prefill_router
         else:
             self.router = ROUTERS[dep.router](rngs["routing"])
+            num_replicas = dep.replicas
+            if scenario.fleet is not None:   # several regions: a geo router over per-region routers
+                from .fleet import GeoRouter
+                self.geo = GeoRouter(scenario.fleet, ROUTERS[dep.router], self.total, rngs["routing"], rngs["network"],
+                                     lambda: float(env.now))
+                self.router, num_replicas = self.geo, self.geo.num_replicas
+            if dep.autoscaler is not None:
+                num_replicas = dep.autoscaler.max_replicas
             self.replicas = [
                 Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
                         self.next_event_time, self._finished, fast_forward)
-                for i in range(dep.replicas)]
+                for i in range(num_replicas)]
             self.entry = self.replicas
+            if dep.autoscaler is not None:   # replicas [0, active) take requests; the rest start on demand
+                from .autoscaler import Autoscaler
+                self.autoscaler = Autoscaler(env, dep.autoscaler, system.kv_plan.weights_bytes, self.replicas,
+                                             lambda: self.next_index >= self.total and self.done >= self.total)
         env.process(self.arrivals())
 
     def next_event_time(self) -> float:
         """Instant of the next arrival not yet delivered (or the stop time), for decode runs."""
+        if self.autoscaler is not None:   # its ticks read the replicas' state: they are events too
+            nxt = self.times[self.next_index] if self.next_index < self.total else np.inf
+            return min(float(nxt), self.stop_time, self.autoscaler.next_tick)
         if self.next_index < self.total:
             return min(float(self.times[self.next_index]), self.stop_time)
         return self.stop_time
@@ -454,7 +487,10 @@ class _Run:
                 table.status[rid] = RequestStatus.FINISHED_REJECTED
                 self._finished(1)
                 continue
-            i = self.router.route(rid, replicas) if len(replicas) > 1 else 0
+            if self.autoscaler is not None:
+                i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
+            else:
+                i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
             table.replica[rid] = i
             replicas[i].add_request(rid)
 
