@@ -190,6 +190,12 @@ class EngineRun:
     clock: str
     wall_s: float
     engine_steps_cpu_s: float = 0.0
+    scenario: Scenario | None = None
+
+    def requests_frame(self) -> "Any":
+        """One row per request, built by the simulator's own code (same columns as ``result.requests``)."""
+        from simulator.simulation import _requests_frame
+        return _requests_frame(self.table, self.scenario)
 
     def steps_frame(self) -> "Any":
         import pandas as pd
@@ -235,6 +241,11 @@ class ServingEngine:
         if clock not in CLOCKS:
             from simulator.errors import ScenarioError
             raise ScenarioError("clock", clock, f"allowed: {', '.join(CLOCKS)}")
+        if cfg.enable_prefix_caching or cfg.preemption_mode != "recompute" or scenario.workload.tiers:
+            from simulator.errors import ScenarioError
+            raise ScenarioError("scheduler", cfg.policy, "the reference engine runs without prefix caching, swap "
+                                "preemption or request tiers")
+        self.scenario = scenario
         self.config = cfg
         self.model = model
         self.num_gpu_blocks = num_gpu_blocks
@@ -322,7 +333,7 @@ class ServingEngine:
             if max_wall_s is not None and time.perf_counter() - wall0 > max_wall_s:
                 raise TimeoutError(f"engine run exceeded {max_wall_s:.0f} s of wall time")
         return EngineRun(table, steps, token_times, [s.out for s in seqs], self.clock,
-                         time.perf_counter() - wall0, busy_cpu)
+                         time.perf_counter() - wall0, busy_cpu, self.scenario)
 
     def _execute(self, out: SchedulerOutput, seqs: list[_Seq]) -> tuple[list[int], StepRecord]:
         """Run the forward pass for one planned step; returns the requests that emitted a token."""

@@ -40,7 +40,7 @@ from simulator.cost_model import make_cost_model
 from simulator.errors import ScenarioError
 from simulator.models import ModelSpec
 from simulator.profiles import load_profile
-from simulator.simulation import _requests_frame, resolve, resolve_model, simulate, spawn_rngs
+from simulator.simulation import resolve, resolve_model, simulate, spawn_rngs
 from simulator.workload import Workload, generate_workload
 
 from .engine import EngineRun, LlamaModel, ServingEngine
@@ -235,7 +235,7 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
 
     def overhead_runs() -> None:
         burst_run = eng.run(wl_oh)
-        rough = stats(_requests_frame(burst_run.table))["throughput_rps"]
+        rough = stats(burst_run.requests_frame())["throughput_rps"]
         sc_half = build_scenario(s, base_ref, 0.5 * rough, s.capacity_requests, s.seed + 10_001)
         oh_runs.extend([burst_run, engine_for(sc_half).run(workload_of(sc_half))])
 
@@ -267,12 +267,12 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
             log(f"round {rep + 1}/{s.repeats}: overhead runs ...")
             overhead_runs()
         run = eng.run(wl_cap)
-        cap_meas.append(stats(_requests_frame(run.table))["throughput_rps"])
+        cap_meas.append(stats(run.requests_frame())["throughput_rps"])
         log(f"round {rep + 1}/{s.repeats}: saturated capacity {cap_meas[-1]:.2f} req/s")
         for load, rate, sc, wl in cases:
             log(f"round {rep + 1}/{s.repeats}: load {load:.0%} ({rate:.2f} req/s, {len(wl)} requests) ...")
             run = engine_for(sc).run(wl)
-            frame = _requests_frame(run.table)
+            frame = run.requests_frame()
             meas[load].append(stats(frame))
             engine_runs[load].append(run)
             if rep == 0:

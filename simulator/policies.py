@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from .config import SchedulerConfig
+from .disaggregated import DecodeScheduler
 from .kv_cache import KVCacheManager
 from .request import RequestStatus, RequestTable
 from .scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
@@ -146,6 +147,8 @@ class ChunkedPrefillScheduler(Scheduler):
             out.num_partial += t < total
         if not admitted:
             return
+        if self.priority_order:
+            self.sort_pending = True
         if out.row_tokens is None:                           # the running rows all decoded
             out.row_tokens = np.ones(first_row, dtype=np.int64)
             out.prefill_context = []
@@ -240,6 +243,7 @@ class StaticBatchScheduler(DynamicBatchScheduler):
 
 
 POLICIES.update({
+    "disaggregated": DecodeScheduler,     # the decode pool's class; simulation.py builds both pools
     "chunked_prefill": ChunkedPrefillScheduler,
     "dynamic": DynamicBatchScheduler,
     "static": StaticBatchScheduler,

@@ -59,6 +59,9 @@ class RequestTable:
         self.num_prompt_tokens = workload.num_prompt_tokens
         self.max_tokens = workload.max_tokens
         self.rejected_at_arrival = workload.rejected
+        self.tier = workload.tier if workload.tier is not None else np.zeros(n, dtype=np.int16)
+        self.priority = np.zeros(n, dtype=np.int64)
+        """vLLM's request priority (lower first); set from the tiers by the simulation."""
         self.status = np.zeros(n, dtype=np.int8)
         self.num_output_tokens = np.zeros(n, dtype=np.int64)
         """Tokens generated so far; authoritative while a request is not running."""
@@ -67,6 +70,10 @@ class RequestTable:
         self.first_scheduled_time = np.full(n, np.nan)
         self.first_token_time = np.full(n, np.nan)
         self.finish_time = np.full(n, np.nan)
+        self.num_cached_tokens = np.zeros(n, dtype=np.int64)
+        """Prompt tokens found in the prefix cache at first admission (vLLM's name; 0 when off)."""
+        self.block_hashes = workload.block_hashes
+        """Block identities for prefix caching (None when it is off)."""
 
     def __len__(self) -> int:
         return len(self.arrival_time)

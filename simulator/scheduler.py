@@ -23,15 +23,17 @@ blocks every future decode step needs, in closed form.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from .config import SchedulerConfig
 from .kv_cache import KVCacheManager
+from .prefix_cache import PrefixCachingKVManager
 from .request import RequestStatus, RequestTable
 
 _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
@@ -171,7 +173,16 @@ class Scheduler:
         self.kv = kv
         self.table = table
         self.block_size = config.block_size
-        self.waiting: deque[int] = deque()
+        self.priority_order = config.scheduling_policy == "priority"
+        self.waiting: deque[int] | PriorityWaitingQueue = PriorityWaitingQueue(table) if self.priority_order else deque()
+        self.sort_pending = False
+        """Rows must be re-sorted by (priority, arrival) before the next step (priority scheduling)."""
+        self.swap: SwapSpace | None = None
+        """Host memory for ``preemption_mode: swap`` (None: recompute)."""
+        self._swapped: dict[int, int] = {}
+        """Request id -> tokens whose KV waits outside the cache (host memory, or in transfer)."""
+        self._restore_free: set[int] = set()
+        """Of those, requests whose KV arrives at no cost to this engine (disaggregated handoffs)."""
         # Running batch, rows [0, n) in admission order.
         self.n = 0
         self.req_id = np.zeros(cap, dtype=np.int64)
@@ -185,6 +196,8 @@ class Scheduler:
         self.pad_rows = 0
         self.pad_context = 0
         """Slots of finished requests that still compute (static batching pads), and their context."""
+        self.prefix: PrefixCachingKVManager | None = kv if isinstance(kv, PrefixCachingKVManager) else None
+        """The KV cache when it does prefix caching (``enable_prefix_caching``), else None."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -224,7 +237,10 @@ class Scheduler:
         keep = n
         if need > self.kv.num_free_blocks:
             need_rows = (computed % bs == 0).astype(np.int64)
-            keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
+            if self.prefix is None:
+                keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
+            else:   # shared blocks: release rows one by one, as vLLM's loop does
+                keep = self.prefix.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
             need = int(need_rows[:keep].sum())
             residues = None
@@ -251,7 +267,10 @@ class Scheduler:
         rows = slice(keep, n)
         ids = self.req_id[rows]
         computed = self.num_computed_tokens[rows]
-        self.kv.free(int(((computed + bs - 1) // bs).sum()))
+        if self.swap is not None:
+            self._swap_out(ids, computed, out)
+        if self.prefix is None:
+            self.kv.free(int(((computed + bs - 1) // bs).sum()))
         self.context_total -= int(computed.sum())
         table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
         table.num_preemptions[ids] += 1
@@ -270,24 +289,45 @@ class Scheduler:
         while waiting and self.n < max_seqs:
             rid = waiting[0]
             generated = int(table.num_output_tokens[rid])
-            tokens = int(table.num_prompt_tokens[rid]) + generated
-            if tokens > budget or not kv.allocate(-(-tokens // bs)):
-                break
+            swapped = self._swapped.get(rid) if self._swapped else None
+            if swapped is None:
+                tokens = int(table.num_prompt_tokens[rid]) + generated
+                cached = tokens
+            else:                                      # swap in: its KV returns, it decodes a token
+                tokens, cached = 1, swapped + 1
+            if self.prefix is None:
+                hit = 0
+                if tokens > budget or not kv.allocate(-(-cached // bs)):
+                    break
+            else:                                      # (never with swap: refused in resolve)
+                hit = self.prefix.admit(rid, tokens, budget)
+                if hit < 0:
+                    break
+                if generated == 0 and table.num_preemptions[rid] == 0:
+                    table.num_cached_tokens[rid] = hit
             waiting.popleft()
+            if swapped is not None:
+                self._swap_in(rid, swapped, out)
+            elif hit or out.prefill_context is not None:   # new tokens attend over the cached ones
+                if out.prefill_context is None:
+                    out.prefill_context = [0] * len(out.admitted)
+                out.prefill_context.append(hit)
             row = self.n
             self.req_id[row] = rid
-            self.num_computed_tokens[row] = tokens     # cached once this step ends
+            self.num_computed_tokens[row] = cached     # cached once this step ends
             self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
             self.n = row + 1
-            self.context_total += tokens
-            budget -= tokens
+            self.context_total += cached
+            budget -= tokens - hit
             table.status[rid] = _RUNNING
             if generated == 0:
                 out.admitted_first.append(rid)
                 if table.num_preemptions[rid] == 0:
                     table.first_scheduled_time[rid] = now
             out.admitted.append(rid)
-            out.admitted_tokens.append(tokens)
+            out.admitted_tokens.append(tokens - hit)
+        if self.priority_order and out.admitted:
+            self.sort_pending = True
 
     # -- applying a step ---------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
@@ -369,7 +409,11 @@ class Scheduler:
         ids = self.req_id[done]
         computed = self.num_computed_tokens[done]
         self._record_finished(ids, now)
-        self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
+        if self.prefix is None:
+            self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
+        else:
+            for rid, c in zip(ids.tolist(), computed.tolist()):
+                self.prefix.release(rid, c)
         self.context_total -= int(computed.sum())
         keep = np.ones(n, dtype=bool)
         keep[done] = False
@@ -385,7 +429,10 @@ class Scheduler:
         ids = self.req_id[row:row + 1].copy()
         computed = int(self.num_computed_tokens[row])
         self._record_finished(ids, now)
-        self.kv.free(-(-computed // self.block_size))
+        if self.prefix is None:
+            self.kv.free(-(-computed // self.block_size))
+        else:
+            self.prefix.release(int(ids[0]), computed)
         self.context_total -= computed
         if row < n - 1:
             for arr in self._row_arrays:
@@ -393,15 +440,111 @@ class Scheduler:
         self.n = n - 1
         return ids
 
+    def _swap_out(self, ids: np.ndarray, computed: np.ndarray, out: SchedulerOutput) -> None:
+        """Copy preempted requests' KV to host memory while it has room (else they recompute)."""
+        swap, bs = self.swap, self.block_size
+        for rid, c in zip(ids.tolist(), computed.tolist()):
+            blocks = -(-c // bs)
+            if swap.used_blocks + blocks > swap.capacity_blocks:
+                swap.recompute_fallbacks += 1
+                continue
+            swap.used_blocks += blocks
+            swap.swap_outs += 1
+            self._swapped[rid] = c
+            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+
+    def _swap_in(self, rid: int, tokens: int, out: SchedulerOutput) -> None:
+        del self._swapped[rid]
+        if rid in self._restore_free:
+            self._restore_free.discard(rid)
+        else:
+            swap = self.swap
+            blocks = -(-tokens // self.block_size)
+            swap.used_blocks -= blocks
+            swap.swap_ins += 1
+            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+        if out.prefill_context is None:
+            out.prefill_context = [0] * len(out.admitted)
+        out.prefill_context.append(tokens)
+
+    def sort_rows(self) -> None:
+        """Order the running batch by (priority, arrival) so that the last row is the one vLLM's
+        priority policy preempts first; called between steps, never while a step is planned."""
+        n, table = self.n, self.table
+        ids = self.req_id[:n]
+        order = np.lexsort((table.arrival_time[ids], table.priority[ids]))
+        for arr in self._row_arrays:
+            arr[:n] = arr[:n][order]
+        self.sort_pending = False
+
     def stats(self) -> dict[str, int]:
         """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
-        return {}
+        if self.swap is None:
+            return {}
+        return {"swap_outs": self.swap.swap_outs, "swap_ins": self.swap.swap_ins,
+                "swap_recompute_fallbacks": self.swap.recompute_fallbacks}
 
     def _record_finished(self, ids: np.ndarray, now: float) -> None:
         table = self.table
         table.finish_time[ids] = now
         table.num_output_tokens[ids] = table.max_tokens[ids]
         table.status[ids] = _DONE
+
+
+@dataclass(slots=True)
+class SwapSpace:
+    """Host memory that preempted requests' KV blocks are copied to (vLLM v0's ``swap_space``)."""
+
+    capacity_blocks: int
+    bytes_per_block: float
+    bandwidth_bytes_per_s: float
+    """Device-host link, one direction (PCIe)."""
+    used_blocks: int = 0
+    swap_outs: int = 0
+    swap_ins: int = 0
+    recompute_fallbacks: int = 0
+
+
+class PriorityWaitingQueue:
+    """The waiting queue under ``scheduling_policy: priority``: a heap on (priority, arrival time),
+    as vLLM's; it offers the deque operations the schedulers use."""
+
+    def __init__(self, table: RequestTable) -> None:
+        self._table = table
+        self._heap: list[tuple[int, float, int]] = []
+
+    def _key(self, rid: int) -> tuple[int, float, int]:
+        return int(self._table.priority[rid]), float(self._table.arrival_time[rid]), int(rid)
+
+    def append(self, rid: int) -> None:
+        heapq.heappush(self._heap, self._key(rid))
+
+    appendleft = append     # a preempted request goes back by its key, ahead of later arrivals
+
+    def extendleft(self, rids: Iterable[int]) -> None:
+        for rid in rids:
+            self.append(rid)
+
+    def popleft(self) -> int:
+        return heapq.heappop(self._heap)[2]
+
+    def remove(self, rid: int) -> None:
+        self._heap.remove(self._key(rid))
+        heapq.heapify(self._heap)
+
+    def __getitem__(self, index: int) -> int:
+        if index != 0:
+            raise IndexError("only the head of a priority queue can be read")
+        return self._heap[0][2]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def __iter__(self) -> Iterator[int]:
+        return (key[2] for key in sorted(self._heap))
 
 
 def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,
@@ -434,3 +577,7 @@ _NO_LIMIT = 1 << 62
 
 #: Batching policies by the name the YAML and the UI use (:mod:`simulator.policies` adds the others).
 POLICIES: dict[str, type[Scheduler]] = {"continuous": Scheduler}
+
+#: Policies whose admission goes through ``PrefixCachingKVManager.admit``/``release`` (a policy with
+#: its own admission or chunking must integrate those before it is listed here).
+PREFIX_CACHING_POLICIES = {"continuous"}
