@@ -125,11 +125,12 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     summary["requests"] = {
         "arrived": int(len(req)),
         "completed": int(finished.sum()),
-        "rejected": int((status == "finished_rejected").sum()),
+        "rejected": int(status.isin(("finished_rejected", "finished_shed")).sum()),
         "in_flight": int((~status.str.startswith("finished")).sum()),
         "measured": int(len(measured)),
         "preemptions": int(req["num_preemptions"].sum()),
     }
+    summary["requests"].update(_lever_counts(req, status))
     summary.update(_slo_summary(sc.slo, measured, span))
     summary["batch"] = _batch_summary(steps, result.system.kv_plan.num_gpu_blocks)
     plan = result.system.kv_plan
@@ -137,8 +138,37 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    summary.update(_deployment_summary(result))
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:
+    """Requests the client abandoned (``client.timeout_s``) and those shed by admission control."""
+    aborted = status == "finished_aborted"
+    return {"timed_out": int(aborted.sum()),
+            "timed_out_waiting": int((aborted & req["first_scheduled_time"].isna()).sum()),
+            "shed": int((status == "finished_shed").sum())}
+
+
+def _deployment_summary(result: "SimulationResult") -> dict[str, Any]:
+    """GPU count and the model-level levers as served (quantization, KV dtype, TP)."""
+    dep, system = result.scenario.deployment, result.system
+    p = system.precision
+    plan = system.kv_plan
+    return {
+        "num_gpus": dep.replicas * dep.tensor_parallel_size,
+        "deployment": {
+            "replicas": dep.replicas, "tensor_parallel_size": dep.tensor_parallel_size,
+            "num_gpus": dep.replicas * dep.tensor_parallel_size,
+            "quantization": p.quantization if p is not None else "none",
+            "compute_dtype": p.compute_dtype if p is not None else system.model.dtype,
+            "kv_cache_dtype": p.kv_cache_dtype if p is not None else system.model.dtype,
+            "stream": result.scenario.client.stream,
+            # vLLM's "maximum concurrency for max_model_len tokens per request"
+            "max_concurrency": plan.num_token_slots / system.max_model_len,
+        },
+    }
 
 
 def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any]:

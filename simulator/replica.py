@@ -14,6 +14,7 @@ import numpy as np
 import simpy
 
 from .cost_model import CostModel
+from .levers import Deadlines
 from .scheduler import DecodeRun, Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +35,8 @@ class Replica:
         self.next_event_time = next_event_time
         self.on_finish = on_finish
         self.fast_forward = fast_forward
+        self.deadlines: Deadlines | None = None
+        """Timeouts and queue-delay shedding (``simulator.levers``); None when both are off."""
         self._idle: simpy.Event | None = None
         self.process = env.process(self.engine_loop())
 
@@ -43,6 +46,8 @@ class Replica:
 
     def add_request(self, rid: int) -> None:
         self.scheduler.add_request(rid)
+        if self.deadlines is not None:
+            self.deadlines.add(rid)
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
 
@@ -57,6 +62,8 @@ class Replica:
         """
         env, sched = self.env, self.scheduler
         while True:
+            if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
+                self.deadlines.expire(env.now)
             if sched.n == 0 and not sched.waiting:
                 self._idle = env.event()
                 yield self._idle
@@ -64,6 +71,8 @@ class Replica:
                 continue
             now = t = env.now
             horizon = self.next_event_time()
+            if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
+                horizon = min(horizon, self.deadlines.next_deadline())
             while True:
                 out, end, apply = self._plan_step(t, horizon)
                 if end < horizon and self.fast_forward:

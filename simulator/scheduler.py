@@ -349,6 +349,36 @@ class Scheduler:
         table.num_output_tokens[ids] = table.max_tokens[ids]
         table.status[ids] = _DONE
 
+    # -- request-level levers (simulator.levers): aborts and shedding ---------------------------------
+    def finish_requests(self, ids: list[int], status: RequestStatus, now: float) -> None:
+        """Finish unfinished requests early, at a step boundary (vLLM's ``finish_requests``).
+
+        A waiting request leaves the queue; a running one leaves the batch and its KV blocks are
+        freed. Each keeps the tokens it has generated (``num_output_tokens``) and gets ``status``
+        (``FINISHED_ABORTED`` for a client timeout, ``FINISHED_SHED`` for admission control).
+        """
+        table, n, bs = self.table, self.n, self.block_size
+        gone = set(ids)
+        rows = np.flatnonzero(np.isin(self.req_id[:n], ids)) if n else _EMPTY
+        if len(rows):
+            rids = self.req_id[rows]
+            computed = self.num_computed_tokens[rows]
+            table.num_output_tokens[rids] = table.max_tokens[rids] - self.num_remaining_tokens[rows]
+            self.kv.free(int(((computed + bs - 1) // bs).sum()))
+            self.context_total -= int(computed.sum())
+            keep = np.ones(n, dtype=bool)
+            keep[rows] = False
+            m = n - len(rows)
+            for arr in (self.req_id, self.num_computed_tokens, self.num_remaining_tokens):
+                arr[:m] = arr[:n][keep]
+            self.n = m
+        if len(rows) < len(gone):
+            kept = [r for r in self.waiting if r not in gone]
+            self.waiting.clear()
+            self.waiting.extend(kept)
+        table.status[ids] = status
+        table.finish_time[ids] = now
+
 
 def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,
                     k_cap: int) -> int:

@@ -22,8 +22,10 @@ from .config import Scenario, SchedulerConfig
 from .cost_model import CostModel, make_cost_model
 from .errors import ScenarioError
 from .kv_cache import KVCacheManager, KVCachePlan, plan_kv_cache
+from .levers import Deadlines, apply_client_view, queue_is_full
 from .models import MODEL_PRESETS, ModelSpec
 from .profiles import HardwareProfile, load_profile
+from .quantization import Precision, check_kv_head_split, resolve_precision
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
@@ -43,6 +45,8 @@ class ResolvedSystem:
     profile: HardwareProfile
     kv_plan: KVCachePlan
     max_model_len: int
+    precision: Precision | None = None
+    """Weight quantization and KV-cache dtype as served (``deployment.quantization``, ``kv_cache_dtype``)."""
 
 
 def resolve_model(ref: str | ModelSpec) -> ModelSpec:
@@ -76,11 +80,14 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     if model.num_attention_heads % dep.tensor_parallel_size:
         raise ScenarioError("deployment.tensor_parallel_size", dep.tensor_parallel_size,
                             f"must divide num_attention_heads={model.num_attention_heads}")
+    check_kv_head_split(model, dep.tensor_parallel_size)
+    precision = resolve_precision(model, profile, dep.quantization, dep.kv_cache_dtype)
     plan = plan_kv_cache(model, profile, tensor_parallel_size=dep.tensor_parallel_size,
                          block_size=sch.block_size, gpu_memory_utilization=sch.gpu_memory_utilization,
                          max_num_batched_tokens=sch.max_num_batched_tokens, max_num_seqs=sch.max_num_seqs,
-                         max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override)
-    return ResolvedSystem(model, profile, plan, max_model_len)
+                         max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override,
+                         precision=precision)
+    return ResolvedSystem(model, profile, plan, max_model_len, precision)
 
 
 def spawn_rngs(seed: int) -> dict[str, np.random.Generator]:
@@ -232,8 +239,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     gc.disable()
     try:
         env.run(until=scenario.max_sim_time_s)
-        result = SimulationResult(scenario, _requests_frame(table), steps.to_frame(), system,
-                                  float(env.now), time.perf_counter() - wall0)
+        result = SimulationResult(scenario, apply_client_view(_requests_frame(table), scenario), steps.to_frame(),
+                                  system, float(env.now), time.perf_counter() - wall0)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -261,11 +268,17 @@ class _Run:
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
         self.router = ROUTERS[dep.router](rngs["routing"])
-        cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
+        cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
+                                          system.precision if system.precision.quantization != "none"
+                                          or scenario.deployment.kv_cache_dtype != "auto" else None)
         self.replicas = [
             Replica(env, i, _make_scheduler(sch, system, table), cost, steps, self.next_event_time,
                     self._finished, fast_forward)
             for i in range(dep.replicas)]
+        self.scenario = scenario
+        self.shed_when_full = scenario.admission.max_queue_len is not None
+        for r in self.replicas:
+            r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
         env.process(self.arrivals())
 
     def next_event_time(self) -> float:
@@ -289,6 +302,11 @@ class _Run:
                 continue
             i = self.router.route(rid, replicas) if len(replicas) > 1 else 0
             table.replica[rid] = i
+            if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
+                table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
+                table.finish_time[rid] = env.now
+                self._finished(1)
+                continue
             replicas[i].add_request(rid)
 
     def _finished(self, count: int) -> None:
