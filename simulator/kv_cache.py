@@ -90,7 +90,8 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
         raise ScenarioError(
             "scheduler.max_model_len", max_model_len,
             f"KV cache holds only {plan.num_token_slots} tokens ({blocks} blocks of {block_size}); "
-            "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size")
+            "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or shrink the KV "
+            "(deployment.kv_cache_dtype: fp8) or the weights (deployment.quantization)")
     return plan
 
 

@@ -9,7 +9,8 @@
   of the abort between steps (vLLM aborts requests at step boundaries), so at the first step
   boundary at or after the deadline the request leaves the waiting queue, or the running batch
   with its KV blocks freed; its status is ``finished_aborted`` and it counts in
-  ``requests.timed_out``.
+  ``requests.timed_out``. A request whose last token comes in the step during which its client
+  gave up is also counted as timed out (the response found no one to deliver it to).
 * ``admission.max_queue_len``: an arrival that finds its replica's waiting queue this long is
   rejected at once (``finished_shed``, counted in ``requests.shed`` and ``requests.rejected``).
 * ``admission.max_queue_delay_s``: a request still waiting for its first admission this long after
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import Scheduler
 
 _TIMEOUT, _SHED = 0, 1
-_WAITING = int(RequestStatus.WAITING)
+_WAITING, _DONE = int(RequestStatus.WAITING), int(RequestStatus.FINISHED_LENGTH_CAPPED)
 _UNFINISHED = (int(RequestStatus.WAITING), int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED))
 
 
@@ -109,11 +110,15 @@ class Deadlines:
         timed_out: list[int] = []
         shed: list[int] = []
         seen: set[int] = set()
+        table = self.table
         while heap and heap[0][0] <= now:
-            _, rid, kind = heapq.heappop(heap)
+            deadline, rid, kind = heapq.heappop(heap)
             if rid not in seen and self._pending(rid, kind):
                 seen.add(rid)
                 (shed if kind == _SHED else timed_out).append(rid)
+            elif kind == _TIMEOUT and table.status[rid] == _DONE and table.finish_time[rid] > deadline:
+                # Its last token came in the step during which the client gave up: never delivered.
+                table.status[rid] = RequestStatus.FINISHED_ABORTED
         if timed_out:
             self.sched.finish_requests(timed_out, RequestStatus.FINISHED_ABORTED, now)
         if shed:

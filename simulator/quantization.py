@@ -12,8 +12,8 @@ streams and for the peak FLOP/s of prefill GEMMs. Names follow vLLM's ``--quanti
 
   - ``bf16`` / ``fp16``: 16-bit weights (the unquantized baseline; an fp32 model is served in 16 bits).
   - ``fp8``: W8A8 fp8 (1 byte/weight); GEMMs at the profile's ``fp8`` peak. A profile without an
-    ``fp8`` peak (A100, L40S has one) runs it weight-only at the 16-bit peak, as vLLM's FP8 Marlin
-    kernels do on Ampere.
+    ``fp8`` peak (A100) runs it weight-only at the 16-bit peak, as vLLM's FP8 Marlin kernels do on
+    Ampere.
   - ``int8``: W8A8 int8 (SmoothQuant-style, 1 byte/weight); GEMMs at the ``int8`` peak when the
     profile has one, else weight-only at the 16-bit peak.
   - ``int4``: W4A16 weight-only (AWQ/GPTQ with Marlin kernels): 4-bit weights plus one 16-bit scale

@@ -198,6 +198,30 @@ CASES = [
          lambda t: trace_scenario(_write(t, "zero.jsonl", MOONCAKE_OK
                                          + '{"timestamp": 5, "input_length": 10, "output_length": 0}\n'), "mooncake"),
          "zero.jsonl", ("line 2 column output_length", "must be >= 1")),
+    # -- levers (issue 3): model-level and request-level
+    Case("negative-timeout", lambda t: minimal(client={"timeout_s": -1}), "client.timeout_s",
+         ("client.timeout_s = -1", "greater than 0")),
+    Case("zero-max-tokens", lambda t: minimal(client={"max_tokens": 0}), "client.max_tokens",
+         ("client.max_tokens = 0", "greater than or equal to 1")),
+    Case("negative-queue-delay", lambda t: minimal(admission={"max_queue_delay_s": -0.5}),
+         "admission.max_queue_delay_s", ("admission.max_queue_delay_s = -0.5", "greater than 0")),
+    Case("tp-not-dividing-attention-heads", lambda t: minimal(deployment={"tensor_parallel_size": 3}),
+         "deployment.tensor_parallel_size", ("deployment.tensor_parallel_size = 3", "num_attention_heads=32")),
+    Case("tp-not-dividing-kv-heads",
+         lambda t: minimal(model={"name": "gqa-6", "num_layers": 4, "hidden_size": 768, "num_attention_heads": 12,
+                                  "num_key_value_heads": 6, "intermediate_size": 2048, "vocab_size": 32000},
+                           deployment={"tensor_parallel_size": 4}),
+         "deployment.tensor_parallel_size", ("deployment.tensor_parallel_size = 4", "num_key_value_heads=6")),
+    Case("unknown-quantization", lambda t: minimal(deployment={"quantization": "awq"}), "deployment.quantization",
+         ("'awq'", "unknown quantization", "fp8", "int8", "int4")),
+    Case("unknown-kv-cache-dtype", lambda t: minimal(deployment={"kv_cache_dtype": "int2"}),
+         "deployment.kv_cache_dtype", ("'int2'", "auto", "fp8")),
+    Case("model-does-not-fit-after-quantization",
+         lambda t: minimal(model="llama-3-70b", hardware="l40s", deployment={"quantization": "int8"}), "model",
+         ("llama-3-70b", "does not fit", "67.7 GiB", "l40s", "tensor_parallel_size")),
+    Case("kv-too-small-after-quantization",
+         lambda t: minimal(model="llama-3-70b", deployment={"quantization": "fp8"}), "scheduler.max_model_len",
+         ("8192", "KV cache holds only 4976 tokens", "kv_cache_dtype")),
 ]
 
 
