@@ -268,9 +268,9 @@ class _Run:
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
         self.router = ROUTERS[dep.router](rngs["routing"])
+        levers_on = dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
-                                          system.precision if system.precision.quantization != "none"
-                                          or scenario.deployment.kv_cache_dtype != "auto" else None)
+                                          system.precision if levers_on else None)
         self.replicas = [
             Replica(env, i, _make_scheduler(sch, system, table), cost, steps, self.next_event_time,
                     self._finished, fast_forward)

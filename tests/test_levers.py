@@ -215,3 +215,18 @@ def test_timeouts_and_shedding_fast_forward_equals_step_by_step():
     assert fast.summary["requests"]["timed_out"] > 0 and fast.summary["requests"]["shed"] > 0
     for col in ("num_seqs", "kv_blocks_used", "num_waiting"):
         assert (fast.steps[col].to_numpy() == slow.steps[col].to_numpy()).all(), col
+
+
+def test_levers_example_runs_and_its_guards_act_without_the_model_levers():
+    from simulator import load_scenario
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples/levers-h100.yaml"
+    small = {"num_requests": 1500, "warmup_s": 0, "cooldown_s": 0}
+    with_levers = simulate(load_scenario(path, small)).summary
+    assert with_levers["deployment"]["quantization"] == "int4" and with_levers["deployment"]["kv_cache_dtype"] == "fp8"
+    without = simulate(load_scenario(path, {**small, "deployment.quantization": None,
+                                            "deployment.kv_cache_dtype": "auto", "client.max_tokens": None})).summary
+    rq, rq0 = with_levers["requests"], without["requests"]
+    assert rq["timed_out"] + rq["shed"] < rq0["timed_out"] + rq0["shed"]
+    assert with_levers["throughput"]["requests_per_s"] > without["throughput"]["requests_per_s"]
