@@ -93,6 +93,13 @@ def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_
         raise ScenarioError("hardware.cost_model", profile.cost_model,
                             f"unknown cost model; known: {', '.join(sorted(COST_MODELS))}")
     if precision is not None:
+        import inspect
+
+        if "precision" not in inspect.signature(factory).parameters:
+            raise ScenarioError("deployment.quantization", precision.quantization,
+                                f"cost model {profile.cost_model!r} of profile {profile.name!r} times the model in "
+                                f"its own dtype only (kv_cache_dtype {precision.kv_cache_dtype!r}); quantization "
+                                "and kv_cache_dtype need a roofline profile")
         return factory(profile, model, tensor_parallel_size, precision=precision)
     return factory(profile, model, tensor_parallel_size)
 
@@ -212,8 +219,17 @@ class RooflineCostModel:
 
     def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
                     decode_context_sum: int, num_sampled: int) -> float:
-        return self.breakdown(prefill_tokens, prefill_context, num_decode, decode_context_sum,
-                              num_sampled).total_s
+        # ``breakdown(...).total_s`` without building the breakdown: the engine's hot path.
+        tokens = sum(prefill_tokens) + num_decode
+        if tokens == 0:
+            return self._overhead_step
+        attn = self._decode_attn_slope * decode_context_sum
+        for n, c in zip(prefill_tokens, prefill_context):
+            attn += self._prefill_attention_s(n, c)
+        return (self._linear_s(tokens, num_sampled) + attn
+                + self._elem_bytes_per_token * tokens / self._mem_bw
+                + self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
+                + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decode))
 
     def _decode_fixed_s(self, num_decode: int) -> float:
         """Everything in a pure-decode step except attention (which grows with context)."""
@@ -231,3 +247,7 @@ class RooflineCostModel:
 
     def decode_affine(self, num_decode: int) -> tuple[float, float]:
         return self._decode_fixed_s(num_decode), self._decode_attn_slope
+
+
+# The table-driven model lives in its own module; importing it registers ``table``.
+from . import table_cost_model as _table_cost_model  # noqa: E402,F401

@@ -8,6 +8,7 @@ numbers bit for bit, and changing one stream's distribution leaves the others' d
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
@@ -29,11 +30,13 @@ from .quantization import Precision, check_kv_head_split, resolve_precision
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
-from .scheduler import POLICIES, DecodeRun, SchedulerOutput
+from .policies import POLICIES  # the registry, with every policy registered
+from .scheduler import DecodeRun, SchedulerOutput
+from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing")
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative")
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -45,6 +48,7 @@ class ResolvedSystem:
     profile: HardwareProfile
     kv_plan: KVCachePlan
     max_model_len: int
+    draft_model: ModelSpec | None = None
     precision: Precision | None = None
     """Weight quantization and KV-cache dtype as served (``deployment.quantization``, ``kv_cache_dtype``)."""
 
@@ -72,7 +76,12 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,
                             f"exceeds {model.name}'s context length {model.max_model_len}")
-    if sch.max_num_batched_tokens < max_model_len:
+    policy = POLICIES[sch.policy]
+    spec = scenario.speculative_config
+    if spec is not None and sch.policy != "continuous":
+        raise ScenarioError("speculative_config", spec.method,
+                            f"speculative decoding is modelled with policy 'continuous' only, not {sch.policy!r}")
+    if sch.max_num_batched_tokens < max_model_len and policy.uses_token_budget and not policy.splits_prompts:
         raise ScenarioError(
             "scheduler.max_num_batched_tokens", sch.max_num_batched_tokens,
             f"must be >= max_model_len={max_model_len} for policy {sch.policy!r}, which never splits a prompt "
@@ -87,7 +96,35 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
                          max_num_batched_tokens=sch.max_num_batched_tokens, max_num_seqs=sch.max_num_seqs,
                          max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override,
                          precision=precision)
-    return ResolvedSystem(model, profile, plan, max_model_len, precision)
+    draft = None
+    if spec is not None and spec.method == "draft":
+        draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
+        plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
+    return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
+
+
+def _resolve_field_model(ref: str | ModelSpec, field_name: str) -> ModelSpec:
+    try:
+        return resolve_model(ref)
+    except ScenarioError as e:
+        raise ScenarioError(field_name, ref, e.message) from None
+
+
+def _plan_with_draft(plan: KVCachePlan, model: ModelSpec, draft: ModelSpec, tp: int, max_model_len: int,
+                     block_size: int) -> KVCachePlan:
+    """The target's KV plan once a draft model shares the GPU: its weights come off the budget and
+    every cached token also holds the draft's KV."""
+    draft_weights = draft.weight_bytes() / tp
+    draft_kv_per_block = block_size * draft.kv_bytes_per_token() / max(1, min(tp, draft.num_key_value_heads))
+    per_block = plan.kv_bytes_per_block + draft_kv_per_block
+    free = plan.usable_bytes - plan.weights_bytes - draft_weights - plan.activation_bytes
+    blocks = int(free // per_block) if free > 0 else 0
+    if blocks * block_size < max_model_len:
+        raise ScenarioError("speculative_config.draft_model", draft.name,
+                            f"with the draft's {draft_weights / 2**30:.1f} GiB of weights the KV cache holds "
+                            f"{blocks * block_size} tokens, less than max_model_len={max_model_len}")
+    return dataclasses.replace(plan, num_gpu_blocks=blocks, weights_bytes=plan.weights_bytes + draft_weights,
+                               kv_bytes_per_block=per_block)
 
 
 def spawn_rngs(seed: int) -> dict[str, np.random.Generator]:
@@ -110,78 +147,137 @@ class StepLog:
 
     def __init__(self, block_size: int) -> None:
         self._entries: list[tuple] = []
-        self._residues: list[np.ndarray] = []
+        self._residues: list[np.ndarray] = []   # decode runs of more than one step only
         self._tabulated: list[np.ndarray] = []
-        self._no_residues = np.zeros(block_size, dtype=np.int64)
+        self._block_size = block_size
         self._replicas: set[int] = set()
 
     def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
                  kv_used: int, num_waiting: int) -> None:
-        self._entries.append((start, 1, replica, out.num_decode + len(out.admitted), out.num_prefill_tokens,
+        slots = out.num_decode if out.cost_num_decode is None else out.cost_num_decode
+        self._entries.append((start, 1, replica, slots + len(out.admitted), out.num_prefill_tokens,
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
-        self._residues.append(self._no_residues)
         self._replicas.add(replica)
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)
-        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs, num_waiting,
+        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded, num_waiting,
                               run.kv_used_first, 0, run.context_sum, a, b))
-        self._residues.append(run.residues)
+        if run.num_steps > 1:
+            self._residues.append(run.residues)
         if run.durations is not None:
             self._tabulated.append(run.durations)
         self._replicas.add(replica)
 
-    def to_frame(self) -> pd.DataFrame:
-        if not self._entries:
-            return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
-        (start, k, replica, seqs, prefill, decode, waiting, kv_first, preempted, ctx, a, b) = (
-            np.asarray(v) for v in zip(*self._entries))
-        k = k.astype(np.int64)
+    def freeze(self) -> "FrozenStepLog":
+        """The log as compact per-entry arrays (one row per step or decode run); drops the list."""
+        frozen = FrozenStepLog(self._entries, self._residues, self._tabulated, len(self._replicas) > 1,
+                               self._block_size)
+        self._entries, self._residues, self._tabulated = [], [], []
+        return frozen
+
+
+class FrozenStepLog:
+    """A finished run's step log: per-entry arrays, expanded to one row per step on demand.
+
+    Expansion is vectorised over all entries; ``columns()`` gives numpy arrays (what the summary
+    reads) and ``to_frame()`` the DataFrame (built only when a caller asks for ``result.steps``).
+    """
+
+    def __init__(self, entries: list[tuple], residues: list[np.ndarray], tabulated: list[np.ndarray],
+                 interleave: bool, block_size: int) -> None:
+        self.num_entries = len(entries)
+        self._interleave = interleave
+        self._tabulated = np.concatenate(tabulated) if tabulated else np.zeros(0)
+        # Residue histograms of the multi-step runs, in entry order, one row each.
+        self._residues = (np.concatenate(residues) if residues else np.zeros(0, dtype=np.int64)).reshape(-1, block_size)
+        # Every field is an int or a float well inside float64's exact integer range.
+        cols = [np.ascontiguousarray(c) for c in np.array(entries, dtype=np.float64).reshape(-1, 12).T]
+        (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
+         self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
+        self._k = k.astype(np.int64)
+        self._columns: dict[str, np.ndarray] | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return int(self._k.sum())
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """One array per column of :data:`STEP_COLUMNS`, one element per engine step, in time order."""
+        if self._columns is not None:
+            return self._columns
+        k = self._k
+        if len(k) == 0:
+            self._columns = {c: np.zeros(0) for c in STEP_COLUMNS}
+            return self._columns
         total = int(k.sum())
         first_row = np.cumsum(k) - k
         j = np.arange(total) - np.repeat(first_row, k)               # step index within its entry
-        seqs_per_step = np.repeat(seqs.astype(np.int32), k)
-        durs = np.repeat(a, k) + np.repeat(b, k) * (np.repeat(ctx.astype(np.float64), k) + seqs_per_step * j)
+        seqs_per_step = np.repeat(self._seqs.astype(np.int32), k)
+        a, b = self._a, self._b
+        durs = np.repeat(a, k) + np.repeat(b, k) * (np.repeat(self._ctx.astype(np.float64), k) + seqs_per_step * j)
         tabulated = np.isnan(a)
         if tabulated.any():
-            durs[np.repeat(tabulated, k)] = np.concatenate(self._tabulated)
+            durs[np.repeat(tabulated, k)] = self._tabulated
         before = np.cumsum(durs) - durs                              # time of all earlier steps
         offsets = before - np.repeat(before[first_row], k)
         # Blocks allocated by each step of a run: the residue histogram read in step order.
-        residues = np.stack(self._residues)
+        residues = self._residues
         bs = residues.shape[1]
         multi = np.flatnonzero(k > 1)
         new_blocks = np.zeros(total, dtype=np.int64)
         if len(multi):
             rows = np.concatenate([np.arange(f + 1, f + n) for f, n in zip(first_row[multi], k[multi])]) \
                 if len(multi) < 64 else np.flatnonzero(j)
-            new_blocks[rows] = residues.ravel()[np.repeat(np.arange(len(k)), k)[rows] * bs + (-j[rows]) % bs]
+            position = np.zeros(len(k), dtype=np.int64)    # entry -> its row in ``residues``
+            position[multi] = np.arange(len(multi))
+            entry_of_row = np.repeat(np.arange(len(k)), k)[rows]
+            new_blocks[rows] = residues.ravel()[position[entry_of_row] * bs + (-j[rows]) % bs]
         cum_blocks = np.cumsum(new_blocks)
-        kv = np.repeat(kv_first - cum_blocks[first_row], k) + cum_blocks
-        frame = pd.DataFrame({
-            "start_time": np.repeat(start, k) + offsets, "duration_s": durs,
-            "replica": np.repeat(replica.astype(np.int16), k), "num_seqs": seqs_per_step,
-            "num_prefill_tokens": np.repeat(prefill.astype(np.int32), k),
-            "num_decode_tokens": np.repeat(decode.astype(np.int32), k),
-            "num_waiting": np.repeat(waiting.astype(np.int32), k),
+        kv = np.repeat(self._kv_first - cum_blocks[first_row], k) + cum_blocks
+        cols = {
+            "start_time": np.repeat(self._start, k) + offsets, "duration_s": durs,
+            "replica": np.repeat(self._replica.astype(np.int16), k), "num_seqs": seqs_per_step,
+            "num_prefill_tokens": np.repeat(self._prefill.astype(np.int32), k),
+            "num_decode_tokens": np.repeat(self._decode.astype(np.int32), k),
+            "num_waiting": np.repeat(self._waiting.astype(np.int32), k),
             "kv_blocks_used": kv.astype(np.int32),
-            "num_preempted": np.repeat(preempted.astype(np.int32), k)})
-        if len(self._replicas) > 1:   # interleave the replicas' logs by time
-            frame = frame.iloc[np.argsort(frame["start_time"].to_numpy(), kind="stable")].reset_index(drop=True)
-        return frame
+            "num_preempted": np.repeat(self._preempted.astype(np.int32), k)}
+        if self._interleave:   # interleave the replicas' logs by time
+            order = np.argsort(cols["start_time"], kind="stable")
+            cols = {name: col[order] for name, col in cols.items()}
+        self._columns = cols
+        return cols
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns())
 
 
 @dataclass
 class SimulationResult:
-    """What a run produced: one row per request, one row per engine step, and the summary."""
+    """What a run produced: one row per request, one row per engine step, and the summary.
+
+    ``steps`` is built on first access from the compact step log (a 100k-request run has millions
+    of steps; the summary and the planner never need the DataFrame).
+    """
 
     scenario: Scenario
     requests: pd.DataFrame
-    steps: pd.DataFrame
+    step_log: FrozenStepLog
     system: ResolvedSystem
     sim_time_s: float
     wall_s: float
     summary: dict[str, Any] = field(default_factory=dict)
+    engine_stats: dict[str, int] = field(default_factory=dict)
+    """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        frame = self.__dict__.get("_steps_frame")
+        if frame is None:
+            frame = self.step_log.to_frame()
+            self.__dict__["_steps_frame"] = frame
+        return frame
 
 
 def _requests_frame(table: RequestTable) -> pd.DataFrame:
@@ -231,7 +327,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     table = RequestTable(workload)
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
-    _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
+    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
     # The run allocates many small objects (step-log tuples, SimPy events) but no lasting reference
     # cycles, so the cyclic collector's repeated scans of the growing logs are pure overhead (12%
     # of a 100k-request run). Pause it for the run and restore the caller's setting.
@@ -239,8 +335,11 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     gc.disable()
     try:
         env.run(until=scenario.max_sim_time_s)
-        result = SimulationResult(scenario, apply_client_view(_requests_frame(table), scenario), steps.to_frame(),
+        result = SimulationResult(scenario, apply_client_view(_requests_frame(table), scenario), steps.freeze(),
                                   system, float(env.now), time.perf_counter() - wall0)
+        for replica in run.replicas:
+            for name, value in replica.scheduler.stats().items():
+                result.engine_stats[name] = result.engine_stats.get(name, 0) + value
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -271,9 +370,10 @@ class _Run:
         levers_on = dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
                                           system.precision if levers_on else None)
+        proposal = _proposal_time(scenario, system, cost)
         self.replicas = [
-            Replica(env, i, _make_scheduler(sch, system, table), cost, steps, self.next_event_time,
-                    self._finished, fast_forward)
+            Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
+                    self.next_event_time, self._finished, fast_forward)
             for i in range(dep.replicas)]
         self.scenario = scenario
         self.shed_when_full = scenario.admission.max_queue_len is not None
@@ -316,6 +416,34 @@ class _Run:
             self.on_progress(self.done, self.total)
 
 
-def _make_scheduler(cfg: SchedulerConfig, system: ResolvedSystem, table: RequestTable):  # noqa: ANN202
+def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
+                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None):  # noqa: ANN202
+    cfg = scenario.scheduler
     kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
+    if scenario.speculative_config is not None:
+        return SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
+                                    proposal_time_s=proposal_time_s)
     return POLICIES[cfg.policy](cfg, kv, table)
+
+
+def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) -> Callable[[int, int], float] | None:
+    """Seconds one step spends proposing ``k`` tokens for ``n`` requests with context sum ``ctx``."""
+    spec = scenario.speculative_config
+    if spec is None:
+        return None
+    k, tp = spec.num_speculative_tokens, scenario.deployment.tensor_parallel_size
+    if spec.method == "ngram":
+        return lambda n, ctx: 0.0
+    if spec.method == "mtp":
+        layers = system.model.num_layers
+
+        def mtp(n: int, ctx: int) -> float:   # k extra decoder layers of the target
+            bd = cost.breakdown([], [], n, ctx, n)
+            return k * (bd.total_s - bd.overhead_s) / layers
+        return mtp
+    draft_cost = make_cost_model(system.profile, system.draft_model, tp)
+
+    def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
+        overhead = draft_cost.breakdown([], [], n, 0, n).overhead_s
+        return sum(draft_cost.decode_step_time_s(n, ctx + n * j) - overhead for j in range(k))
+    return draft

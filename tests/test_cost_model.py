@@ -24,7 +24,7 @@ def roofline(model="llama-3-8b", hw="h100-sxm", tp=1) -> RooflineCostModel:
 def test_model_parameter_counts_match_published_sizes():
     """8.03B (Llama 3 8B), 70.6B (Llama 3 70B), 6.74B (Llama 2 7B), 7.24B (Mistral 7B), 7.62B (Qwen2.5 7B)."""
     published = {"llama-3-8b": 8.03e9, "llama-3-70b": 70.55e9, "llama-2-7b": 6.74e9, "mistral-7b": 7.24e9,
-                 "qwen2.5-7b": 7.62e9, "llama-2-70b": 68.98e9}
+                 "qwen2.5-7b": 7.62e9, "llama-2-70b": 68.98e9, "llama-3.2-1b": 1.236e9}
     for name, params in published.items():
         assert MODEL_PRESETS[name].num_params == pytest.approx(params, rel=0.005), name
 
@@ -85,6 +85,20 @@ def test_tensor_parallel_shortens_steps_but_adds_communication():
     one, two = roofline(tp=1), roofline(tp=2)
     assert two.step_time_s([2048], [0], 0, 0, 1) < one.step_time_s([2048], [0], 0, 0, 1)
     assert two.breakdown([2048], [0], 0, 0, 1).comm_s > 0 == one.breakdown([2048], [0], 0, 0, 1).comm_s
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_step_time_fast_path_equals_breakdown_total(tp):
+    """``step_time_s`` skips building the breakdown; it must still be the breakdown's total."""
+    cm = roofline("llama-3-70b", tp=tp)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        k = int(rng.integers(0, 4))
+        prompts = [int(x) for x in rng.integers(1, 4000, k)]
+        ctxs = [int(x) for x in rng.integers(0, 2000, k)]
+        dec = int(rng.integers(0, 64))
+        args = (prompts, ctxs, dec, dec * int(rng.integers(1, 3000)), dec + k)
+        assert cm.step_time_s(*args) == pytest.approx(cm.breakdown(*args).total_s, rel=1e-12)
 
 
 def test_constant_cost_model():
