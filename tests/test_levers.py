@@ -230,3 +230,16 @@ def test_levers_example_runs_and_its_guards_act_without_the_model_levers():
     rq, rq0 = with_levers["requests"], without["requests"]
     assert rq["timed_out"] + rq["shed"] < rq0["timed_out"] + rq0["shed"]
     assert with_levers["throughput"]["requests_per_s"] > without["throughput"]["requests_per_s"]
+
+
+def test_timeout_while_a_dynamic_batcher_waits_to_fill_its_batch():
+    """An idle engine waiting (max_wait_ms) to fill a batch still notices a client giving up: the
+    request is dropped at its deadline exactly, and the engine never starts a batch for it."""
+    sc = make_scenario(**{"num_requests": 1, "scheduler.policy": "dynamic", "scheduler.max_wait_ms": 5000.0,
+                          "client.timeout_s": 1.0})
+    for fast in (True, False):
+        r = simulate(sc, fast_forward=fast)
+        req = r.requests
+        assert req["status"].astype(str)[0] == "finished_aborted"
+        assert req["finish_time"][0] == pytest.approx(req["arrival_time"][0] + 1.0, abs=1e-12)
+        assert r.summary["requests"]["timed_out_waiting"] == 1 and len(r.steps) == 0
