@@ -243,3 +243,29 @@ def test_timeout_while_a_dynamic_batcher_waits_to_fill_its_batch():
         assert req["status"].astype(str)[0] == "finished_aborted"
         assert req["finish_time"][0] == pytest.approx(req["arrival_time"][0] + 1.0, abs=1e-12)
         assert r.summary["requests"]["timed_out_waiting"] == 1 and len(r.steps) == 0
+
+
+def test_aborting_a_swapped_out_request_returns_its_host_blocks():
+    """Swap preemption parks a request's KV in host memory; if its client gives up while it waits,
+    those host blocks come back (and nothing is left in the waiting queue)."""
+    from simulator.scheduler import SwapSpace
+
+    sched = make_scheduler([8, 8], [50, 50], num_gpu_blocks=5, block_size=4, max_num_seqs=2,
+                           preemption_mode="swap")
+    sched.swap = SwapSpace(capacity_blocks=100, bytes_per_block=1e6, bandwidth_bytes_per_s=1e10)
+    out = sched.schedule(0.0)                 # both admitted: 2 x 2 blocks
+    sched.update_from_output(out, 0.1)
+    out = sched.schedule(0.1)                 # both need a 3rd block, 1 free: request 1 swapped out
+    assert out.preempted == [1] and sched.swap.used_blocks == 2
+    sched.update_from_output(out, 0.2)
+    sched.finish_requests([1], RequestStatus.FINISHED_ABORTED, 0.2)
+    assert sched.swap.used_blocks == 0 and not sched.waiting and sched.running_ids() == [0]
+    assert sched.table.num_output_tokens[1] == 1
+
+
+def test_aborting_under_priority_scheduling_removes_from_the_heap():
+    sched = make_scheduler([8, 8, 8], [5, 5, 5], max_num_seqs=1, scheduling_policy="priority")
+    sched.finish_requests([2], RequestStatus.FINISHED_SHED, 0.0)
+    assert list(sched.waiting) == [0, 1]
+    out = sched.schedule(0.0)
+    assert out.admitted == [0]
