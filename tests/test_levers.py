@@ -269,3 +269,11 @@ def test_aborting_under_priority_scheduling_removes_from_the_heap():
     assert list(sched.waiting) == [0, 1]
     out = sched.schedule(0.0)
     assert out.admitted == [0]
+
+
+def test_num_gpus_counts_disaggregated_pools():
+    sc = make_scenario(**{"num_requests": 30, "scheduler.policy": "disaggregated", "deployment.prefill_replicas": 1,
+                          "deployment.decode_replicas": 2, "deployment.kv_transfer_bandwidth_bytes_per_s": 2e9,
+                          "admission.max_queue_len": 1000})
+    s = simulate(sc).summary
+    assert s["num_gpus"] == 3 and s["requests"]["completed"] == 30
