@@ -119,8 +119,10 @@ def stats(requests: pd.DataFrame) -> dict[str, float]:
 def fit_overhead(runs: list[EngineRun], cost: Any) -> dict[str, float]:
     """Engine CPU overhead per step: measured step time minus the predicted kernel time, fitted as
     ``step_s + per_seq_s x seqs + per_token_s x tokens`` by non-negative least squares on relative
-    residuals (each step weighted by 1 / its duration, so that the many small decode steps count
-    as much as the few long prefills)."""
+    residuals, so that the many small decode steps count as much as the few long prefills. Each
+    step is weighted by 1 / its *predicted kernel* time, not 1 / its measured duration: weights
+    taken from the noisy response would favour the steps that happened to run fast and bias the
+    fit (and every prediction) low."""
     from scipy.optimize import nnls
 
     rows, resid, kernel, dur = [], [], [], []
@@ -137,7 +139,7 @@ def fit_overhead(runs: list[EngineRun], cost: Any) -> dict[str, float]:
             dur.append(s.duration_s)
     A, y = np.array(rows), np.array(resid)
     kernel_a, dur_a = np.array(kernel), np.array(dur)
-    w = 1.0 / dur_a
+    w = 1.0 / np.maximum(kernel_a, 1e-9)
     coef, _ = nnls(A * w[:, None], y * w)
     fitted = A @ coef
     return {"step_s": float(coef[0]), "per_seq_s": float(coef[1]), "per_token_s": float(coef[2]),
