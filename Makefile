@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The calibrate extra pins torch==2.13.0; a local wheel folder (the CPU build) wins over PyPI's CUDA build.
+# The notebooks extra (plotly, nbclient, ipykernel) is what tests/test_notebooks.py needs to run notebooks/ in CI.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 .PHONY: install run test bench clean
@@ -11,7 +12,7 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,calibrate]'
+	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,calibrate,notebooks]'
 	touch $(STAMP)
 
 install: $(STAMP)
