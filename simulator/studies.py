@@ -185,12 +185,13 @@ def sustainable_rate(rates: Sequence[float], values: Sequence[float], limit: flo
 
 def knees(sweep: pd.DataFrame, metrics: Iterable[str] = ("ttft_p99_s", "tpot_p99_s"), factor: float = 2.0,
           limits: Mapping[str, float] | None = None) -> pd.DataFrame:
-    """Per policy of a :func:`load_sweep` table: the knee of each metric (``<metric>_knee_rps``)
-    and, for metrics with a limit in ``limits`` (seconds), the sustainable rate
-    (``<metric>_max_rps``)."""
+    """Per policy of a :func:`load_sweep` table: the highest completed throughput in the sweep
+    (``max_throughput_rps``: where the policy saturates, if the sweep went that far), the knee of
+    each metric (``<metric>_knee_rps``) and, for metrics with a limit in ``limits`` (seconds), the
+    sustainable rate (``<metric>_max_rps``)."""
     rows = []
     for policy, g in sweep.groupby("policy", sort=False):
-        row: dict[str, Any] = {"policy": policy}
+        row: dict[str, Any] = {"policy": policy, "max_throughput_rps": float(g["throughput_rps"].max())}
         for m in metrics:
             row[f"{m}_knee_rps"] = knee(g["rate_per_s"], g[m], factor)
             if limits and m in limits:

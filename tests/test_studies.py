@@ -90,6 +90,7 @@ def test_load_sweep_runs_each_policy_at_each_rate():
     assert (sweep["ttft_p99_s"] >= sweep["ttft_p50_s"]).all()
     k = studies.knees(sweep)
     assert list(k["policy"]) == ["cont", "dyn"]
+    assert k.loc[0, "max_throughput_rps"] == sweep.loc[sweep["policy"] == "cont", "throughput_rps"].max()
 
 
 def test_saturation_capacity_of_a_constant_cost_engine():
