@@ -24,17 +24,17 @@ from .cost_model import CostModel, make_cost_model
 from .errors import ScenarioError
 from .kv_cache import KVCacheManager, KVCachePlan, plan_kv_cache
 from .models import MODEL_PRESETS, ModelSpec
-from .profiles import HardwareProfile, load_profile
+from .profiles import GIB, HardwareProfile, load_profile
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
 from .policies import POLICIES  # the registry, with every policy registered
-from .scheduler import DecodeRun, SchedulerOutput
+from .scheduler import DecodeRun, SchedulerOutput, SwapSpace
 from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing", "speculative")
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier")
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -74,6 +74,15 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
                             f"exceeds {model.name}'s context length {model.max_model_len}")
     policy = POLICIES[sch.policy]
     spec = scenario.speculative_config
+    if sch.preemption_mode == "swap":
+        if sch.policy == "chunked_prefill":
+            raise ScenarioError("scheduler.preemption_mode", "swap",
+                                "is modelled for continuous, dynamic and static batching (vLLM v1's chunked "
+                                "prefill only recomputes); use recompute")
+        if profile.host_link_bandwidth_bytes_per_s is None:
+            raise ScenarioError("hardware.host_link_bandwidth_bytes_per_s", None,
+                                f"profile {profile.name!r} has no device-host bandwidth, which "
+                                "preemption_mode: swap needs (PCIe Gen5 x16: about 5.5e10)")
     if spec is not None and sch.policy != "continuous":
         raise ScenarioError("speculative_config", spec.method,
                             f"speculative decoding is modelled with policy 'continuous' only, not {sch.policy!r}")
@@ -273,7 +282,7 @@ class SimulationResult:
         return frame
 
 
-def _requests_frame(table: RequestTable) -> pd.DataFrame:
+def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
     status = pd.Categorical.from_codes(table.status.astype(np.int64), [s.name.lower() for s in RequestStatus])
     df = pd.DataFrame({
         "request_id": np.arange(len(table), dtype=np.int64),
@@ -288,6 +297,10 @@ def _requests_frame(table: RequestTable) -> pd.DataFrame:
         "num_preemptions": table.num_preemptions,
         "status": status,
     })
+    tiers = scenario.workload.tiers
+    if tiers is not None:
+        df["tier"] = pd.Categorical.from_codes(table.tier.astype(np.int64), [t.name for t in tiers])
+        df["priority"] = table.priority
     df["queue_delay_s"] = df["first_scheduled_time"] - df["arrival_time"]
     df["ttft_s"] = df["first_token_time"] - df["arrival_time"]
     df["e2e_s"] = df["finish_time"] - df["arrival_time"]
@@ -318,6 +331,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     rngs = spawn_rngs(scenario.seed)
     workload = generate_workload(scenario, system.max_model_len, rngs)
     table = RequestTable(workload)
+    if scenario.workload.tiers is not None:
+        table.priority = np.array([t.priority for t in scenario.workload.tiers], dtype=np.int64)[table.tier]
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
     run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
@@ -328,7 +343,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     gc.disable()
     try:
         env.run(until=scenario.max_sim_time_s)
-        result = SimulationResult(scenario, _requests_frame(table), steps.freeze(), system,
+        result = SimulationResult(scenario, _requests_frame(table, scenario), steps.freeze(), system,
                                   float(env.now), time.perf_counter() - wall0)
         for replica in run.replicas:
             for name, value in replica.scheduler.stats().items():
@@ -403,9 +418,15 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
     cfg = scenario.scheduler
     kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
-        return SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
-                                    proposal_time_s=proposal_time_s)
-    return POLICIES[cfg.policy](cfg, kv, table)
+        sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
+                                     proposal_time_s=proposal_time_s)
+    else:
+        sched = POLICIES[cfg.policy](cfg, kv, table)
+    if cfg.preemption_mode == "swap":
+        per_block = system.kv_plan.kv_bytes_per_block
+        sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,
+                               float(system.profile.host_link_bandwidth_bytes_per_s))
+    return sched
 
 
 def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) -> Callable[[int, int], float] | None:
