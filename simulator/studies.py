@@ -377,6 +377,29 @@ def burstiness_cost(base: Scenario | Mapping[str, Any], trace: pd.DataFrame, *, 
     return {"replicas_needed": needed, "same": pd.DataFrame(same), "searches": searches}
 
 
+def speedup_sweep(base: Scenario | Mapping[str, Any], trace: pd.DataFrame, speedups: Sequence[float], *,
+                  replicas: int = 1, seed: int = 0) -> pd.DataFrame:
+    """Burstiness cost as load rises: ``trace`` and its :func:`poisson_twin`, both time-compressed
+    by each ``speedup`` (arrival times / speedup: same requests, rate x speedup), replayed on
+    ``replicas`` engines. One row per (speedup, stream): ``speedup, stream, rate_per_s, replicas``
+    and :func:`summary_row`'s columns."""
+    twin = poisson_twin(trace, seed)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="llmplan-speedup-") as folder:
+        for speedup in speedups:
+            if speedup <= 0:
+                raise ValueError(f"speedup must be > 0, got {speedup}")
+            for label, tr in (("trace", trace), ("poisson", twin)):
+                fast = tr.assign(arrival_time=tr["arrival_time"] / float(speedup))
+                sc = replay_scenario(base, fast, folder, f"{label}-x{speedup:g}").with_overrides(
+                    {"deployment.replicas": replicas})
+                t = fast["arrival_time"].to_numpy(float)
+                rows.append({"speedup": float(speedup), "stream": label,
+                             "rate_per_s": (len(t) - 1) / (t[-1] - t[0]) if t[-1] > t[0] else math.inf,
+                             "replicas": replicas, **summary_row(simulate(sc))})
+    return pd.DataFrame(rows)
+
+
 # -- speculative decoding -----------------------------------------------------------------------------
 def speculative_sweep(scenario: Scenario, acceptance_rates: Sequence[float], ks: Sequence[int], *,
                       method: str = "draft", draft_model: str | None = "llama-3.2-1b",

@@ -201,6 +201,24 @@ def test_burstiness_cost_compares_trace_and_twin_at_the_same_deployment():
     assert not same.loc["trace", "meets_slo"] and same.loc["poisson", "meets_slo"]
 
 
+def test_speedup_sweep_compresses_both_streams_and_burst_cost_grows_with_load():
+    """Bursts of 20 requests every 0.5 s (40 req/s on an 80 req/s engine), then 1.8x faster (72 req/s):
+    the trace's p99 TTFT is above its twin's at both, and both grow with the load."""
+    bursts = np.repeat(np.arange(100) * 0.5, 20)
+    trace = pd.DataFrame({"arrival_time": bursts, "num_prompt_tokens": 32, "max_tokens": 10})
+    base = make_scenario(**{"slo.ttft_p99_ms": 60.0})
+    sw = studies.speedup_sweep(base, trace, [1.0, 1.8], seed=1)
+    assert list(zip(sw["speedup"], sw["stream"])) == [(1.0, "trace"), (1.0, "poisson"), (1.8, "trace"), (1.8, "poisson")]
+    r = sw.set_index(["speedup", "stream"])
+    assert r.loc[(1.8, "trace"), "rate_per_s"] == pytest.approx(1.8 * r.loc[(1.0, "trace"), "rate_per_s"])
+    for k in (1.0, 1.8):
+        assert r.loc[(k, "trace"), "ttft_p99_s"] > r.loc[(k, "poisson"), "ttft_p99_s"]
+    for stream in ("trace", "poisson"):
+        assert r.loc[(1.8, stream), "ttft_p99_s"] > r.loc[(1.0, stream), "ttft_p99_s"]
+    with pytest.raises(ValueError):
+        studies.speedup_sweep(base, trace, [0.0])
+
+
 # -- speculative decoding -----------------------------------------------------------------------------
 def test_speculative_sweep_follows_the_closed_form():
     sc = make_scenario(num_requests=60, model="llama-3-8b", hardware="h100-sxm",
