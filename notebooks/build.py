@@ -375,9 +375,9 @@ for name, fp in points.items():
                      log_x=True, log_y=True, hover_data=["tokens", "n", "k", "batch", "context", "rel_error"],
                      title=f"{name}: each point predicted from the others (leave-one-out)", height=600)
     lo, hi = ok["measured_s"].min(), ok["measured_s"].max()
-    for i in range(len(ok["family"].unique())):
+    for xaxis, yaxis in sorted({(t.xaxis, t.yaxis) for t in fig.data}):   # y = x in every panel with points
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color="gray", dash="dot"),
-                                 showlegend=False), row=i // 3 + 1, col=i % 3 + 1)
+                                 showlegend=False, xaxis=xaxis, yaxis=yaxis))
     fig.update_xaxes(matches=None)
     fig.update_yaxes(matches=None)
     fig.show()'''),
