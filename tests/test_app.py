@@ -1,0 +1,184 @@
+"""Every dashboard page through streamlit's AppTest: widgets changed, results checked against the
+library, bad input shown as an error naming the field while the page keeps working."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit", reason="the app extra (streamlit, plotly) is not installed")
+pytest.importorskip("plotly", reason="the app extra (streamlit, plotly) is not installed")
+import streamlit as st  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from simulator import available_profiles, load_scenario, simulate  # noqa: E402
+from simulator.analysis import load_sweep, max_load_meeting_slo, with_arrival_rate  # noqa: E402
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-h100.yaml"
+
+
+@pytest.fixture
+def app():
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_what_if_runs_and_matches_the_library(app):
+    assert "llama-3-8b" in app.markdown[0].value and "28,116 blocks" in app.markdown[0].value
+    app.number_input(key="wi_num_requests").set_value(1500)
+    app.number_input(key="wi_seed").set_value(3)
+    ok(app.run())
+    ok(app.button(key="wi_run").click().run())
+    cards = metrics(app)
+    assert len(cards) == 10
+    expected = simulate(load_scenario(EXAMPLE, {"num_requests": 1500, "seed": 3})).summary
+    assert cards["TTFT p99 (ms)"] == f"{expected['ttft_s']['p99'] * 1e3:,.1f}"
+    assert cards["E2E p50 (s)"] == f"{expected['e2e_s']['p50']:,.2f}"
+    price = 3.0  # h100-sxm's assumed $/GPU-hour
+    cost = price / 3600 / expected["throughput"]["output_tokens_per_s"] * 1e6
+    assert cards["Cost ($/1M output tok)"] == f"{cost:,.2f}"
+    assert len(app.get("plotly_chart")) == 3                 # CDF, stages, time series
+    assert app.download_button(key="wi_download").label == "Download scenario YAML"
+    # Shareable: the URL now carries the example and the knobs.
+    assert app.query_params["example"] == "chat-h100.yaml" and app.query_params["n"] == "1500"
+
+
+def test_baseline_compare_shows_deltas(app):
+    app.number_input(key="wi_num_requests").set_value(1000)
+    ok(app.button(key="wi_run").click().run())
+    ok(app.button(key="wi_pin").click().run())
+    app.number_input(key="wi_rate").set_value(12.0)
+    app.number_input(key="wi_cv").set_value(2.0)
+    ok(app.run())
+    assert any("knobs changed" in c.value for c in app.caption)
+    ok(app.button(key="wi_run").click().run())
+    deltas = {m.label: m.delta for m in app.metric}
+    assert deltas["TTFT p99 (ms)"].endswith("ms vs baseline") and deltas["TTFT p99 (ms)"].startswith("+")
+    # The compare tab: one KPI table and the list of changed fields.
+    changed = app.dataframe[-1].value
+    assert set(changed["field"]) == {"workload.arrival.rate_per_s", "workload.arrival.process", "workload.arrival.cv"}
+    ok(app.button(key="wi_clear").click().run())
+    assert all(m.delta is None or m.delta == "" for m in app.metric)
+
+
+def test_impossible_configuration_names_the_field(app):
+    app.selectbox(key="wi_model").set_value("llama-3-70b")
+    ok(app.run())
+    assert any("does not fit" in e.value and "model" in e.value for e in app.error)
+    assert app.button(key="wi_run").disabled
+    app.selectbox(key="wi_tp").set_value(4)
+    ok(app.run())
+    assert not app.error and not app.button(key="wi_run").disabled
+    app.number_input(key="wi_max_num_batched_tokens").set_value(64)
+    ok(app.run())
+    assert any("max_num_batched_tokens" in e.value for e in app.error)
+
+
+def test_bad_uploads_show_errors_and_the_page_keeps_working(app):
+    app.radio(key="wi_mode").set_value("Upload YAML")
+    ok(app.run())
+    text = EXAMPLE.read_text().replace("max_num_seqs: 256", "max_num_seq: 256")
+    app.file_uploader(key="wi_upload").set_value(("typo.yaml", text.encode(), "application/x-yaml"))
+    ok(app.run())
+    assert any("scheduler.max_num_seq" in e.value and "did you mean 'max_num_seqs'" in e.value for e in app.error)
+    app.file_uploader(key="wi_upload").set_value(("big.yaml", b"#" * 70_000, "application/x-yaml"))
+    ok(app.run())
+    assert any("too large" in e.value for e in app.error)
+    app.file_uploader(key="wi_upload").set_value(("evil.yaml", b"!!python/object/apply:os.system ['true']",
+                                                  "application/x-yaml"))
+    ok(app.run())
+    assert any("not valid YAML" in e.value for e in app.error)
+    good = EXAMPLE.read_text().replace("num_requests: 20000", "num_requests: 800")
+    app.file_uploader(key="wi_upload").set_value(("good.yaml", good.encode(), "application/x-yaml"))
+    ok(app.run())
+    assert not app.error
+    ok(app.button(key="wi_run").click().run())
+    assert len(metrics(app)) == 10
+
+
+def test_time_limit_cancels_a_run(app):
+    app.number_input(key="wi_seed").set_value(12345)
+    app.number_input(key="wi_time_limit_s").set_value(0.001)
+    ok(app.run())
+    ok(app.button(key="wi_run").click().run())
+    assert any("cancelled" in w.value for w in app.warning)
+    assert not app.metric                                    # nothing half-done is shown or cached
+    app.number_input(key="wi_time_limit_s").set_value(60.0)
+    app.number_input(key="wi_num_requests").set_value(500)
+    ok(app.button(key="wi_run").click().run())
+    assert len(metrics(app)) == 10
+
+
+def test_query_parameters_restore_a_view():
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params.update({"example": "chat-h100.yaml", "rate": "3.5", "cv": "2", "n": "400", "replicas": "2",
+                            "seqs": "nonsense"})
+    ok(at.run())
+    assert at.number_input(key="wi_rate").value == 3.5
+    assert at.number_input(key="wi_num_requests").value == 400
+    assert at.number_input(key="wi_replicas").value == 2
+    assert any("seqs" in w.value for w in at.warning)
+    assert "2 × h100-sxm" in at.markdown[0].value
+
+
+def test_load_curve_page(app):
+    ok(app.switch_page("app_pages/load_curve.py").run())
+    assert app.radio(key="lc_mode").value == "What-if's"
+    app.slider(key="lc_points").set_value(3)
+    app.number_input(key="lc_min_rate").set_value(4.0)
+    app.number_input(key="lc_max_rate").set_value(40.0)
+    app.number_input(key="lc_num_requests").set_value(600)
+    ok(app.run())
+    ok(app.button(key="lc_run").click().run())
+    cards = metrics(app)
+    sc = with_arrival_rate(load_scenario(EXAMPLE, {"num_requests": 600}), 4.0)
+    limit = max_load_meeting_slo(load_sweep(sc, [4.0, 22.0, 40.0]))
+    assert cards["Max load meeting the SLO (req/s)"] == f"{limit['max_rate_per_s']:,.2f}"
+    assert cards["First swept rate missing it (req/s)"] == f"{limit['first_failing_rate_per_s']:,.2f}"
+    assert len(app.get("plotly_chart")) == 1
+    assert app.dataframe[0].value.shape[0] == 3
+    # No SLO: a warning, no limit marked, the sweep still runs.
+    app.number_input(key="lc_slo_ttft_ms").set_value(0.0)
+    app.number_input(key="lc_slo_tpot_ms").set_value(0.0)
+    ok(app.run())
+    assert any("No SLO" in w.value for w in app.warning)
+    ok(app.button(key="lc_run").click().run())
+    assert metrics(app)["Max load meeting the SLO (req/s)"] == "–"
+    # A bad range is an error naming it, and the button is off.
+    app.number_input(key="lc_max_rate").set_value(1.0)
+    ok(app.run())
+    assert any("highest rate" in e.value for e in app.error) and app.button(key="lc_run").disabled
+
+
+def test_hardware_page(app):
+    ok(app.switch_page("app_pages/hardware.py").run())
+    table = app.dataframe[0].value
+    assert set(table["profile"]) == set(available_profiles())
+    assert (table["source"] == "datasheet").all()
+    assert len(app.get("plotly_chart")) == 1
+    app.selectbox(key="hw_model").set_value("llama-3-70b")
+    app.selectbox(key="hw_tp").set_value(8)
+    app.multiselect(key="hw_profiles").set_value(["h100-sxm", "b200"])
+    ok(app.run())
+    assert len(app.get("plotly_chart")) == 1
+    app.selectbox(key="hw_detail").set_value("l40s")
+    ok(app.run())
+    provenance = app.dataframe[1].value
+    assert "document" in set(provenance["field"])
+    app.multiselect(key="hw_profiles").set_value([])
+    ok(app.run())
+    assert len(app.get("plotly_chart")) == 0
