@@ -4,17 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run simulate test bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,app]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/streamlit run app.py
+
+simulate: $(STAMP)
 	$(BIN)/llmplan simulate examples/chat-h100.yaml
 
 test: $(STAMP)

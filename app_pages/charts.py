@@ -11,7 +11,14 @@ METRIC_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 COLORS = {"ttft_s": "#1f77b4", "tpot_s": "#ff7f0e", "e2e_s": "#2ca02c",
           "queue_depth": "#d62728", "running_batch": "#1f77b4", "kv_usage": "#9467bd"}
 STAGE_COLORS = {"queue": "#d62728", "prefill": "#ff7f0e", "decode": "#1f77b4"}
-_LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.2), height=380)
+_LAYOUT = dict(margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", y=-0.2), height=400,
+               title_y=0.97)
+_SLO_LINE = dict(color="black", dash="dash", width=1.5)
+
+
+def _line(x: list[float], y: list[float], name: str, line: dict[str, Any], show: bool) -> go.Scatter:
+    """A straight reference line drawn as a trace (shapes on log axes need log coordinates)."""
+    return go.Scatter(x=x, y=y, mode="lines", name=name, line=line, showlegend=show, hoverinfo="name")
 
 
 def cdf_figure(cdf: pd.DataFrame, slo_s: dict[str, float], baseline: pd.DataFrame | None = None) -> go.Figure:
@@ -31,12 +38,12 @@ def cdf_figure(cdf: pd.DataFrame, slo_s: dict[str, float], baseline: pd.DataFram
                                      name=f"{METRIC_LABELS[m]} {name}", line=dict(color=COLORS[m], dash=dash),
                                      hovertemplate="%{x:.3g} → %{y:.3f}<extra></extra>"), row=1, col=i)
         if m in slo_s:
-            fig.add_vline(x=slo_s[m] * scale, line=dict(color="black", dash="dot"), row=1, col=i,
-                          annotation_text="SLO", annotation_position="top left")
+            fig.add_trace(_line([slo_s[m] * scale] * 2, [0, 1], "SLO threshold (p99)", _SLO_LINE,
+                                show=m == next(k for k in metrics if k in slo_s)), row=1, col=i)
         fig.add_hline(y=0.99, line=dict(color="grey", width=1, dash="dot"), row=1, col=i)
         fig.update_xaxes(type="log", title_text=f"latency ({'s' if m == 'e2e_s' else 'ms'})", row=1, col=i)
     fig.update_yaxes(title_text="fraction of requests ≤ x", range=[0, 1.02], row=1, col=1)
-    fig.update_layout(title="Latency CDF (measured requests; dotted: p99 and SLO)", **_LAYOUT)
+    fig.update_layout(title="Latency CDF of the measured requests (dotted: the 99th percentile)", **_LAYOUT)
     return fig
 
 
@@ -67,6 +74,7 @@ def series_figure(series: pd.DataFrame) -> go.Figure:
     for i, (col, scale) in enumerate((("queue_depth", 1.0), ("running_batch", 1.0), ("kv_usage", 100.0)), start=1):
         fig.add_trace(go.Scatter(x=series["time_s"], y=series[col] * scale, mode="lines", line_shape="hv",
                                  name=col.replace("_", " "), line=dict(color=COLORS[col])), row=i, col=1)
+        fig.update_yaxes(rangemode="tozero", row=i, col=1)
     fig.update_xaxes(title_text="simulated time (s)", row=3, col=1)
     bin_s = float(series["bin_s"].iloc[0]) if len(series) else 0.0
     fig.update_layout(title=f"Engine state over time (time averages over {bin_s:.3g} s bins, all replicas)",
@@ -85,15 +93,16 @@ def load_curve_figure(sweep: pd.DataFrame, slo_s: dict[str, float], limit: dict[
             fig.add_trace(go.Scatter(x=x, y=sweep[f"{metric}_{p}_s"] * 1e3, mode="lines+markers",
                                      name=f"{metric.upper()} {p}", line=dict(color=color, dash=dash)), row=1, col=i)
         if f"{metric}_s" in slo_s:
-            fig.add_hline(y=slo_s[f"{metric}_s"] * 1e3, line=dict(color="black", dash="dash"), row=1, col=i,
-                          annotation_text=f"SLO p99 {slo_s[f'{metric}_s'] * 1e3:g} ms", annotation_position="top left")
+            fig.add_trace(_line([float(x.min()), float(x.max())], [slo_s[f"{metric}_s"] * 1e3] * 2,
+                                f"{metric.upper()} SLO p99 {slo_s[f'{metric}_s'] * 1e3:g} ms",
+                                {**_SLO_LINE, "color": color}, show=True), row=1, col=i)
         best = limit.get("max_rate_per_gpu" if per_gpu else "max_rate_per_s")
         if best is not None:
             fig.add_vline(x=best, line=dict(color="green", width=2), row=1, col=i,
-                          annotation_text="max load meeting SLO", annotation_position="bottom right")
+                          annotation_text="max load meeting the SLO", annotation_position="top left")
         fig.update_xaxes(title_text=x_title, row=1, col=i)
         fig.update_yaxes(type="log", row=1, col=i)
-    fig.update_layout(title="Latency against load (log scale)", **{**_LAYOUT, "height": 440})
+    fig.update_layout(title="p50 (dotted) and p99 (solid) latency against load, log scale", **{**_LAYOUT, "height": 460})
     return fig
 
 

@@ -37,7 +37,7 @@ if st.session_state.get(f"{P}_base_id") != scenario_key(base):   # a new scenari
     st.session_state[f"{P}_base_id"] = scenario_key(base)
     n = base.num_requests or 2000
     st.session_state.update({
-        f"{P}_min_rate": round(arrival.rate_per_s * 0.25, 3), f"{P}_max_rate": round(arrival.rate_per_s * 2.0, 3),
+        f"{P}_min_rate": round(arrival.rate_per_s * 0.25, 3), f"{P}_max_rate": round(arrival.rate_per_s * 4.0, 3),
         f"{P}_points": 8, f"{P}_num_requests": int(min(n, 3000)),
         f"{P}_slo_ttft_ms": float(base.slo.ttft_p99_ms or 0.0), f"{P}_slo_tpot_ms": float(base.slo.tpot_p99_ms or 0.0)})
 st.session_state.setdefault(f"{P}_per_gpu", False)
@@ -101,14 +101,18 @@ c1, c2, c3 = st.columns(3)
 c1.metric("Max load meeting the SLO (req/s)", fmt(limit["max_rate_per_s"], 2), border=True)
 c2.metric(f"Per GPU (req/s, {gpus} GPU{'s' if gpus > 1 else ''})", fmt(limit["max_rate_per_gpu"], 2), border=True)
 c3.metric("First swept rate missing it (req/s)", fmt(limit["first_failing_rate_per_s"], 2), border=True)
-st.caption(f"{limit['reason']}. The limit is only as fine as the grid of rates; narrow the range around it for "
+reason = limit["reason"]
+st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; narrow the range around it for "
            "a sharper answer. Above capacity the queue grows for the whole run, so the tails there depend on the "
            "number of requests.")
 st.plotly_chart(load_curve_figure(sweep, slo_s, limit, per_gpu), key=f"{P}_chart")
-table = sweep.copy()
-for col in [c for c in table.columns if c.endswith("_s")]:
-    table[col.removesuffix("_s") + " (ms)"] = table.pop(col) * 1e3
+table = sweep.rename(columns={"rate_per_s": "rate (req/s)", "rate_per_gpu": "rate per GPU (req/s)",
+                              "throughput_rps": "throughput (req/s)", "slo_attainment": "SLO attainment",
+                              "slo_met": "p99s meet SLO", "completed": "completed"})
+for col in [c for c in table.columns if c.endswith(("_p50_s", "_p99_s"))]:
+    metric, p, _ = col.split("_")
+    table[f"{metric.upper()} {p} (ms)"] = table.pop(col) * 1e3
 st.dataframe(table, hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g")
-                                                   for c in table.columns if c not in ("slo_met", "completed")})
+                                                   for c in table.columns if c not in ("p99s meet SLO", "completed")})
 st.download_button("Download sweep CSV", sweep.to_csv(index=False), file_name="load_curve.csv", mime="text/csv",
                    key=f"{P}_download", icon=":material/download:")
