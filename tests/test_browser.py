@@ -132,3 +132,19 @@ def test_click_through_the_dashboard(server, browser):
     expect(page.get_by_role("button", name="Run simulation")).to_be_enabled()
     expect(page.get_by_test_id("stAlertContentError")).to_have_count(0)
     page.close()
+
+
+def test_stop_button_cancels_a_long_run(server, browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1200})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{server}/?example=chat-h100.yaml&n=200000&seed=99")     # about 20 s of simulation
+    page.get_by_role("button", name="Run simulation").click()
+    expect(page.get_by_test_id("stProgress")).to_be_visible()
+    started = time.monotonic()
+    page.get_by_role("button", name="Stop").click()
+    expect(page.get_by_text("Stopped.", exact=False)).to_be_visible()
+    expect(page.get_by_test_id("stProgress")).to_have_count(0)
+    assert time.monotonic() - started < 10
+    expect(page.get_by_test_id("stMetric")).to_have_count(0)             # nothing half-done is shown
+    page.screenshot(path=str(ARTIFACTS / "what-if-stopped.png"))
+    page.close()
