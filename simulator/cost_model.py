@@ -201,8 +201,17 @@ class RooflineCostModel:
 
     def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
                     decode_context_sum: int, num_sampled: int) -> float:
-        return self.breakdown(prefill_tokens, prefill_context, num_decode, decode_context_sum,
-                              num_sampled).total_s
+        # ``breakdown(...).total_s`` without building the breakdown: the engine's hot path.
+        tokens = sum(prefill_tokens) + num_decode
+        if tokens == 0:
+            return self._overhead_step
+        attn = self._decode_attn_slope * decode_context_sum
+        for n, c in zip(prefill_tokens, prefill_context):
+            attn += self._prefill_attention_s(n, c)
+        return (self._linear_s(tokens, num_sampled) + attn
+                + self._elem_bytes_per_token * tokens / self._mem_bw
+                + self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
+                + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decode))
 
     def _decode_fixed_s(self, num_decode: int) -> float:
         """Everything in a pure-decode step except attention (which grows with context)."""

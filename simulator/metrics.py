@@ -18,7 +18,7 @@ autocorrelated by the queue, so these intervals are optimistic; independent repl
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -70,14 +70,17 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
     return start, end
 
 
-def itl_samples(steps: pd.DataFrame, window: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Inter-token latencies as (values, weights): each step's duration, weighted by its decodes."""
-    s = steps
-    if window is not None:
-        s = s[(s["start_time"] >= window[0]) & (s["start_time"] <= window[1])]
-    w = s["num_decode_tokens"].to_numpy()
+def itl_samples(steps: Mapping[str, Any], window: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Inter-token latencies as (values, weights): each step's duration, weighted by its decodes.
+
+    ``steps`` is the steps DataFrame or the step log's ``columns()`` (same column names).
+    """
+    w = np.asarray(steps["num_decode_tokens"])
     keep = w > 0
-    return s["duration_s"].to_numpy()[keep], w[keep]
+    if window is not None:
+        start = np.asarray(steps["start_time"])
+        keep &= (start >= window[0]) & (start <= window[1])
+    return np.asarray(steps["duration_s"])[keep], w[keep]
 
 
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[float]) -> list[float]:
@@ -99,7 +102,7 @@ def slo_thresholds_s(slo: Any) -> dict[str, float]:
 
 def summarize(result: "SimulationResult") -> dict[str, Any]:
     """The run's JSON summary (the CLI's ``--json`` output; see the README for every key)."""
-    sc, req, steps = result.scenario, result.requests, result.steps
+    sc, req, steps = result.scenario, result.requests, result.step_log.columns()
     start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
     status = req["status"].astype(str)
     in_window = (req["arrival_time"] >= start) & (req["arrival_time"] <= end)
@@ -159,16 +162,16 @@ def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any
     }
 
 
-def _batch_summary(steps: pd.DataFrame, num_gpu_blocks: int) -> dict[str, Any]:
-    if steps.empty:
+def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: int) -> dict[str, Any]:
+    if len(steps["duration_s"]) == 0:
         return {"num_steps": 0, "mean_num_seqs": None, "max_num_seqs": 0,
                 "kv": {"mean_usage": None, "max_usage": None}}
-    d = steps["duration_s"].to_numpy()
-    seqs = steps["num_seqs"].to_numpy()
-    usage = steps["kv_blocks_used"].to_numpy() / num_gpu_blocks
+    d = steps["duration_s"]
+    seqs = steps["num_seqs"]
+    usage = steps["kv_blocks_used"] / num_gpu_blocks
     busy = float(d.sum())
     return {
-        "num_steps": int(len(steps)),
+        "num_steps": int(len(d)),
         "mean_num_seqs": float(np.average(seqs, weights=d)) if busy > 0 else None,
         "max_num_seqs": int(seqs.max()),
         "busy_s": busy,

@@ -168,7 +168,7 @@ class Scheduler:
         out = SchedulerOutput()
         if self.n:
             self._schedule_running(out)
-        if not out.preempted:
+        if self.waiting and not out.preempted:
             self._schedule_waiting(out, now)
         return out
 
@@ -311,7 +311,7 @@ class Scheduler:
 
     def _finish(self, now: float) -> np.ndarray:
         n = self.n
-        done = np.flatnonzero(self.num_remaining_tokens[:n] == 0)
+        done = (self.num_remaining_tokens[:n] == 0).nonzero()[0]
         if len(done) == 0:
             return _EMPTY
         if len(done) == 1:

@@ -87,6 +87,20 @@ def test_tensor_parallel_shortens_steps_but_adds_communication():
     assert two.breakdown([2048], [0], 0, 0, 1).comm_s > 0 == one.breakdown([2048], [0], 0, 0, 1).comm_s
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+def test_step_time_fast_path_equals_breakdown_total(tp):
+    """``step_time_s`` skips building the breakdown; it must still be the breakdown's total."""
+    cm = roofline("llama-3-70b", tp=tp)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        k = int(rng.integers(0, 4))
+        prompts = [int(x) for x in rng.integers(1, 4000, k)]
+        ctxs = [int(x) for x in rng.integers(0, 2000, k)]
+        dec = int(rng.integers(0, 64))
+        args = (prompts, ctxs, dec, dec * int(rng.integers(1, 3000)), dec + k)
+        assert cm.step_time_s(*args) == pytest.approx(cm.breakdown(*args).total_s, rel=1e-12)
+
+
 def test_constant_cost_model():
     cm = ConstantCostModel(HardwareProfile(cost_model="constant", step_time_s=0.01, prefill_time_per_token_s=1e-4))
     assert cm.step_time_s([100, 50], [0, 0], 3, 999, 5) == pytest.approx(0.01 + 150e-4)
