@@ -86,7 +86,7 @@ if run and scenario is not None:
         st.session_state[f"{P}_result"] = (scenario, sweep)
     except RunCancelled as exc:
         st.warning(f"Sweep cancelled: {exc}", icon=":material/timer_off:")
-    except ScenarioError as exc:
+    except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
         show_error(exc)
 
 if f"{P}_result" not in st.session_state:

@@ -218,7 +218,7 @@ if run and scenario is not None:
         st.session_state[f"{P}_report"] = report
     except RunCancelled as exc:
         st.warning(f"Run cancelled: {exc}", icon=":material/timer_off:")
-    except ScenarioError as exc:
+    except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
         show_error(exc)
 
 report = st.session_state.get(f"{P}_report")

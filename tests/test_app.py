@@ -182,3 +182,25 @@ def test_hardware_page(app):
     app.multiselect(key="hw_profiles").set_value([])
     ok(app.run())
     assert len(app.get("plotly_chart")) == 0
+
+
+def test_second_view_of_a_scenario_comes_from_the_cache(app, monkeypatch):
+    import sys
+
+    app.number_input(key="wi_num_requests").set_value(700)
+    ok(app.button(key="wi_run").click().run())
+    first = metrics(app)
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("simulated again instead of using the cache")
+
+    monkeypatch.setattr(sys.modules["app_pages.common"], "simulate", no_simulation)
+    app.number_input(key="wi_num_requests").set_value(800)          # away and back: same frozen scenario
+    ok(app.run())
+    app.number_input(key="wi_num_requests").set_value(700)
+    ok(app.button(key="wi_run").click().run())
+    assert metrics(app) == first
+    app.number_input(key="wi_num_requests").set_value(800)          # a new scenario does simulate
+    ok(app.button(key="wi_run").click().run())                    # an internal error is shown, not raised
+    assert any("Internal error" in e.value and "simulated again" in e.value for e in app.error)
+    assert metrics(app) == first                                   # the last good results stay
