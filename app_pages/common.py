@@ -83,7 +83,8 @@ def scenario_source(prefix: str, *, default_example: str | None = None, offer_wh
     upload = st.sidebar.file_uploader(
         "Scenario file (.yaml)", type=["yaml", "yml"], key=f"{prefix}_upload",
         help=f"A scenario as in the README; at most {MAX_SCENARIO_BYTES // 1024} KiB. Parsed with "
-             "yaml.safe_load; relative paths resolve against the app's folder.")
+             "yaml.safe_load; traces and length files must lie under the app's folder (relative paths "
+             "resolve against it).")
     kept = f"{prefix}_uploaded"   # the last valid upload survives a visit to another page
     if upload is None:
         if st.session_state.get(kept):
@@ -93,7 +94,8 @@ def scenario_source(prefix: str, *, default_example: str | None = None, offer_wh
         st.info("Upload a scenario YAML in the sidebar, or choose an example.", icon=":material/upload_file:")
         return None, None
     try:
-        scenario = scenario_from_yaml_bytes(upload.getvalue(), source=upload.name, base_dir=ROOT)
+        scenario = scenario_from_yaml_bytes(upload.getvalue(), source=upload.name, base_dir=ROOT,
+                                            allowed_root=ROOT)
     except ScenarioError as exc:
         st.session_state.pop(kept, None)
         show_error(exc)

@@ -12,17 +12,19 @@ from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_repo
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
 from simulator.analysis import RunCancelled, compare_kpis, num_gpus, with_arrival_rate
 from simulator.config import GammaArrival, PoissonArrival
+from simulator.models import DTYPE_BYTES
 from simulator.router import ROUTERS
 from simulator.scenario_io import scenario_diff, scenario_key, scenario_to_yaml
 
 P = "wi"
 FROM_FILE = "(as in the file)"
 TP_SIZES = [1, 2, 4, 8]
+DTYPES = list(DTYPE_BYTES)
 BLOCK_SIZES = [8, 16, 32]
 # knob -> (query parameter, type); the query string reproduces an example-based view.
 KNOBS: dict[str, tuple[str, type]] = {
     "rate": ("rate", float), "cv": ("cv", float), "num_requests": ("n", int), "duration_s": ("dur", float),
-    "seed": ("seed", int), "model": ("model", str), "hardware": ("hw", str), "tp": ("tp", int),
+    "seed": ("seed", int), "model": ("model", str), "dtype": ("dtype", str), "hardware": ("hw", str), "tp": ("tp", int),
     "replicas": ("replicas", int), "router": ("router", str), "max_num_seqs": ("seqs", int),
     "max_num_batched_tokens": ("mbt", int), "block_size": ("bs", int), "gmu": ("gmu", float),
     "max_model_len": ("mml", int), "slo_ttft_ms": ("ttft", float), "slo_tpot_ms": ("tpot", float),
@@ -40,6 +42,8 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "cv": float(arr.cv) if isinstance(arr, GammaArrival) else 1.0,
         "num_requests": sc.num_requests, "duration_s": sc.duration_s, "seed": int(sc.seed),
         "model": sc.model if isinstance(sc.model, str) else FROM_FILE,
+        "dtype": (sc.model.dtype if not isinstance(sc.model, str)
+                  else getattr(MODEL_PRESETS.get(sc.model), "dtype", "bf16")),
         "hardware": sc.hardware if isinstance(sc.hardware, str) else FROM_FILE,
         "tp": dep.tensor_parallel_size, "replicas": dep.replicas, "router": dep.router,
         "max_num_seqs": sch.max_num_seqs, "max_num_batched_tokens": sch.max_num_batched_tokens,
@@ -65,7 +69,11 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
     elif base.duration_s is not None:
         ov["duration_s"] = k["duration_s"]
     if k["model"] != FROM_FILE:
-        ov["model"] = k["model"]
+        preset = MODEL_PRESETS.get(k["model"])
+        same = preset is None or preset.dtype == k["dtype"]
+        ov["model"] = k["model"] if same else {**preset.model_dump(), "dtype": k["dtype"]}
+    elif base.model.dtype != k["dtype"]:
+        ov["model.dtype"] = k["dtype"]
     if k["hardware"] != FROM_FILE:
         ov["hardware"] = k["hardware"]
     sc = base.with_overrides(ov)
@@ -114,6 +122,9 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         if st.session_state[f"{P}_model"] not in models:
             models.append(st.session_state[f"{P}_model"])
         k["model"] = st.selectbox("Model", models, key=f"{P}_model")
+        k["dtype"] = st.selectbox("Weights and KV cache dtype", DTYPES, key=f"{P}_dtype",
+                                  help="Quantisation: fp8/int8/int4 store weights and the KV cache in that type; "
+                                       "steps use the profile's peak for it (int4 computes at the 16-bit peak)")
         profiles = list(available_profiles()) + ([FROM_FILE] if not isinstance(base.hardware, str) else [])
         if st.session_state[f"{P}_hardware"] not in profiles:
             profiles.append(st.session_state[f"{P}_hardware"])

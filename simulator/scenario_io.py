@@ -13,8 +13,9 @@ from typing import Any
 
 import yaml
 
-from .config import Scenario, scenario_from_dict
+from .config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
 from .errors import ScenarioError
+from .profiles import available_profiles
 
 #: Largest scenario file accepted from an upload (a scenario is a few hundred bytes; traces are
 #: referenced by path, never uploaded inline).
@@ -45,7 +46,7 @@ def scenario_to_yaml(scenario: Scenario, *, keep_base_dir: bool = False) -> str:
 
 
 def scenario_from_yaml_bytes(data: bytes, *, source: str = "upload", base_dir: str | Path = ".",
-                             max_bytes: int = MAX_SCENARIO_BYTES) -> Scenario:
+                             max_bytes: int = MAX_SCENARIO_BYTES, allowed_root: str | Path | None = None) -> Scenario:
     """Parse and validate an uploaded scenario file.
 
     Args:
@@ -53,10 +54,13 @@ def scenario_from_yaml_bytes(data: bytes, *, source: str = "upload", base_dir: s
         source: how to name the file in errors (its file name).
         base_dir: folder relative paths in the scenario resolve against.
         max_bytes: size limit.
+        allowed_root: if given, every file the scenario references (trace, empirical lengths, a
+            hardware profile given as a path) must lie under this folder, so that an upload cannot
+            make the server read arbitrary files.
 
     Raises:
-        ScenarioError: too large, not UTF-8, not YAML, YAML aliases, not a mapping, or any invalid
-            field (named as in the CLI's errors).
+        ScenarioError: too large, not UTF-8, not YAML, YAML aliases, not a mapping, a referenced
+            file outside ``allowed_root``, or any invalid field (named as in the CLI's errors).
     """
     if len(data) > max_bytes:
         raise ScenarioError(source, f"{len(data):,} bytes", f"file too large; a scenario file may be at most "
@@ -80,7 +84,28 @@ def scenario_from_yaml_bytes(data: bytes, *, source: str = "upload", base_dir: s
     if not isinstance(parsed, dict):
         raise ScenarioError(source, parsed, "a scenario file must be a YAML mapping (name: ..., model: ..., ...)")
     parsed.pop("base_dir", None)   # an upload cannot choose where paths resolve on the server
-    return scenario_from_dict(parsed, base_dir=base_dir)
+    scenario = scenario_from_dict(parsed, base_dir=base_dir)
+    if allowed_root is not None:
+        root = Path(allowed_root).resolve()
+        for field, path in referenced_paths(scenario):
+            if not scenario.resolve_path(path).resolve().is_relative_to(root):
+                raise ScenarioError(field, path, f"an uploaded scenario may only reference files under {root}")
+    return scenario
+
+
+def referenced_paths(scenario: Scenario) -> list[tuple[str, str]]:
+    """``(field, path)`` of every file a scenario reads: trace, empirical lengths, a profile path."""
+    out: list[tuple[str, str]] = []
+    wl = scenario.workload
+    if isinstance(wl.arrival, TraceArrival):
+        out.append(("workload.arrival.path", wl.arrival.path))
+    for name in ("prompt_tokens", "output_tokens"):
+        dist = getattr(wl, name)
+        if isinstance(dist, EmpiricalLength):
+            out.append((f"workload.{name}.path", dist.path))
+    if isinstance(scenario.hardware, str) and scenario.hardware not in available_profiles():
+        out.append(("hardware", scenario.hardware))
+    return out
 
 
 def scenario_diff(before: Scenario, after: Scenario) -> list[tuple[str, Any, Any]]:

@@ -3,6 +3,7 @@ closed forms (constant cost model), conservation and Little's law."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -223,6 +224,30 @@ def test_upload_good_file(tmp_path):
     assert sc.name == "up" and sc.base_dir == str(tmp_path)
     hostile = GOOD + b"base_dir: /etc\n"
     assert scenario_from_yaml_bytes(hostile, base_dir=tmp_path).base_dir == str(tmp_path)
+
+
+def test_upload_may_only_reference_files_under_the_root(tmp_path):
+    repo = Path(__file__).resolve().parent.parent
+    lengths = (b"\n  prompt_tokens: {dist: empirical, path: %s, column: num_prefill_tokens}"
+               b"\n  output_tokens: {dist: fixed, value: 4}\n")
+    body = GOOD.split(b"\n  prompt_tokens")[0]
+    inside = scenario_from_yaml_bytes(body + lengths % b"examples/data/sharegpt_lengths.csv.gz", base_dir=repo,
+                                      allowed_root=repo)
+    assert inside.workload.prompt_tokens.path == "examples/data/sharegpt_lengths.csv.gz"
+    for path in (b"/etc/passwd", b"../../etc/passwd"):
+        with pytest.raises(ScenarioError) as err:
+            scenario_from_yaml_bytes(body + lengths % path, base_dir=repo, allowed_root=repo)
+        assert err.value.field == "workload.prompt_tokens.path" and "only reference files under" in str(err.value)
+    trace = GOOD.replace(b"{process: poisson, rate_per_s: 2}", b"{process: trace, path: /tmp/x.csv, format: azure}")
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_yaml_bytes(trace, base_dir=repo, allowed_root=repo)
+    assert err.value.field == "workload.arrival.path"
+    hw = GOOD.replace(b"hardware: {cost_model: constant, step_time_s: 0.01}", b"hardware: /etc/hwprofile")
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_yaml_bytes(hw, base_dir=repo, allowed_root=repo)
+    assert err.value.field == "hardware"
+    assert scenario_from_yaml_bytes(GOOD.replace(b"hardware: {cost_model: constant, step_time_s: 0.01}",
+                                                 b"hardware: h100-sxm"), allowed_root=repo).hardware == "h100-sxm"
 
 
 @pytest.mark.parametrize("data, field, words", [

@@ -204,3 +204,19 @@ def test_second_view_of_a_scenario_comes_from_the_cache(app, monkeypatch):
     ok(app.button(key="wi_run").click().run())                    # an internal error is shown, not raised
     assert any("Internal error" in e.value and "simulated again" in e.value for e in app.error)
     assert metrics(app) == first                                   # the last good results stay
+
+
+def test_quantisation_knob_changes_memory_and_speed(app):
+    app.number_input(key="wi_num_requests").set_value(600)
+    ok(app.run())
+    assert "28,116 blocks" in app.markdown[0].value
+    ok(app.button(key="wi_run").click().run())
+    bf16 = float(metrics(app)["TPOT p50 (ms)"])
+    app.selectbox(key="wi_dtype").set_value("fp8")
+    ok(app.run())
+    # fp8 halves weights (8.0 GB) and KV bytes per token: more than twice the blocks fit.
+    blocks = int(app.markdown[0].value.split("KV cache ")[1].split(" blocks")[0].replace(",", ""))
+    assert blocks > 2 * 28_116
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["TPOT p50 (ms)"]) < bf16            # decode is memory-bound: half the bytes
+    assert app.query_params["dtype"] == "fp8"
