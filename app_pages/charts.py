@@ -62,6 +62,7 @@ def stages_figure(stages: pd.DataFrame, baseline: pd.DataFrame | None = None) ->
         fig.add_trace(go.Bar(x=xs, y=ys, orientation="h", name=stage, text=texts, textposition="inside",
                              marker_color=STAGE_COLORS.get(stage)))
     fig.update_layout(barmode="stack", title="Mean end-to-end time by stage", xaxis_title="mean time (ms)",
+                      legend_traceorder="normal",
                       **{**_LAYOUT, "height": 260 if baseline is None else 320})
     return fig
 

@@ -42,12 +42,22 @@ def load_example(name: str):  # noqa: ANN201 - returns a Scenario
     return scenario_from_key(_example_key(name, path.stat().st_mtime))
 
 
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\*$`[]<>~|"})
+
+
+def plain(text: str) -> str:
+    """Text shown literally in markdown (values in errors may hold ``*``, ``$``, brackets...)."""
+    return text.translate(_MARKDOWN)
+
+
 def show_error(exc: BaseException) -> None:
-    """One clear message: a ScenarioError names the field, the value and what is allowed."""
+    """One clear message: a ScenarioError names the field (in bold), the value and what is allowed."""
     if isinstance(exc, ScenarioError):
-        st.error(f"**{exc.field}**: {exc}", icon=":material/error:")
+        text = str(exc)
+        rest = text[len(exc.field):] if text.startswith(exc.field) else f": {text}"
+        st.error(f"**{plain(exc.field)}**{plain(rest)}", icon=":material/error:")
     else:
-        st.error(f"Internal error: {type(exc).__name__}: {exc}", icon=":material/bug_report:")
+        st.error(f"Internal error: {plain(f'{type(exc).__name__}: {exc}')}", icon=":material/bug_report:")
 
 
 WHAT_IF = "What-if's"

@@ -164,7 +164,7 @@ def kpi_cards(report: Any, baseline: Any | None) -> None:
             b = base.get(k.key)
             delta = None
             if b is not None and b.value is not None and k.value is not None:
-                delta = f"{k.value - b.value:+,.{digits}f} {k.unit} vs baseline"
+                delta = f"{k.value - b.value:+,.{digits}f}"      # the unit is in the label
             col.metric(f"{k.label} ({k.unit})", fmt(k.value, digits), delta=delta,
                        delta_color="normal" if k.higher_is_better else "inverse", border=True)
 
@@ -172,7 +172,7 @@ def kpi_cards(report: Any, baseline: Any | None) -> None:
 def system_line(sc: Any) -> str:
     sysm = resolve(sc)
     p = sysm.profile
-    price = f"${p.price_per_gpu_hour:.2f}/GPU-h (assumed)" if p.price_per_gpu_hour is not None else "no price"
+    price = f"\\${p.price_per_gpu_hour:.2f}/GPU-h (assumed)" if p.price_per_gpu_hour is not None else "no price"
     return (f"**{sysm.model.name}** on **{num_gpus(sc)} × {p.name}** ({p.source}; {sc.deployment.replicas} replica(s) "
             f"× TP {sc.deployment.tensor_parallel_size}) · KV cache {sysm.kv_plan.num_gpu_blocks:,} blocks × "
             f"{sysm.kv_plan.block_size} = {sysm.kv_plan.num_token_slots:,} tokens per replica · "
@@ -247,7 +247,7 @@ if scenario is not None and scenario_key(report.scenario) != scenario_key(scenar
 
 s = report.summary
 rq = s["requests"]
-st.subheader(f"Results: {report.scenario.name}" + (" (baseline pinned)" if baseline is not None else ""))
+st.subheader(f"Results: {report.scenario.name}" + (" (deltas against the pinned baseline)" if baseline is not None else ""))
 kpi_cards(report, baseline)
 slo_txt = "no SLO set"
 if s.get("slo_attainment") is not None:

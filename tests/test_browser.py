@@ -31,6 +31,7 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
 ARTIFACTS = Path(os.environ.get("LLMPLAN_ARTIFACTS", ROOT / "build" / "screenshots"))
 TIMEOUT_MS = 90_000
+expect.set_options(timeout=TIMEOUT_MS)   # the 2-core CI machine is slow to start a session
 
 
 def _free_port() -> int:
@@ -99,6 +100,23 @@ def test_click_through_the_dashboard(server, browser):
     page.get_by_role("tab", name="Time series").click()
     expect(page.get_by_text("Running batch (requests)").first).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "what-if-time-series.png"), full_page=True)
+
+    # Pin it, double the load, run again: every card shows its delta; the compare tab lists changes.
+    page.get_by_role("button", name="Pin as baseline").click()
+    expect(page.get_by_role("button", name="Clear baseline")).to_be_enabled()
+    rate = page.get_by_role("spinbutton", name="Arrival rate (req/s)")
+    rate.fill("16")
+    rate.press("Enter")
+    expect(page.get_by_text("The knobs changed since this run")).to_be_visible()
+    page.get_by_role("button", name="Run simulation").click()
+    expect(page.get_by_test_id("stMetricDelta")).to_have_count(10)
+    expect(card.get_by_test_id("stMetricDelta")).to_contain_text("+")
+    page.get_by_role("tab", name="Compare with baseline").click()
+    expect(page.get_by_text("Scenario changes from the baseline")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "what-if-compare.png"), full_page=True)
+    page.get_by_role("tab", name="Stage breakdown").click()
+    expect(page.get_by_text("Mean end-to-end time by stage").first).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "what-if-stages.png"), full_page=True)
 
     # Load curve on the What-if's scenario: the sweep's CSV has one row per rate.
     page.get_by_role("link", name="Load curve").click()
