@@ -23,7 +23,8 @@ DTYPES = list(DTYPE_BYTES)
 BLOCK_SIZES = [8, 16, 32]
 # knob -> (query parameter, type); the query string reproduces an example-based view.
 KNOBS: dict[str, tuple[str, type]] = {
-    "rate": ("rate", float), "cv": ("cv", float), "num_requests": ("n", int), "duration_s": ("dur", float),
+    "rate": ("rate", float), "cv": ("cv", float), "speedup": ("speedup", float), "num_requests": ("n", int),
+    "duration_s": ("dur", float),
     "seed": ("seed", int), "model": ("model", str), "dtype": ("dtype", str), "hardware": ("hw", str), "tp": ("tp", int),
     "replicas": ("replicas", int), "router": ("router", str), "max_num_seqs": ("seqs", int),
     "max_num_batched_tokens": ("mbt", int), "block_size": ("bs", int), "gmu": ("gmu", float),
@@ -40,6 +41,7 @@ def knob_values(sc: Any) -> dict[str, Any]:
     return {
         "rate": float(arr.rate_per_s) if rate_based else None,
         "cv": float(arr.cv) if isinstance(arr, GammaArrival) else 1.0,
+        "speedup": None if rate_based else float(arr.speedup),
         "num_requests": sc.num_requests, "duration_s": sc.duration_s, "seed": int(sc.seed),
         "model": sc.model if isinstance(sc.model, str) else FROM_FILE,
         "dtype": (sc.model.dtype if not isinstance(sc.model, str)
@@ -64,6 +66,8 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         "slo.ttft_p99_ms": k["slo_ttft_ms"] or None, "slo.tpot_p99_ms": k["slo_tpot_ms"] or None,
         "slo.e2e_p99_ms": k["slo_e2e_ms"] or None,
     }
+    if k.get("speedup") is not None:
+        ov["workload.arrival.speedup"] = k["speedup"]
     if base.num_requests is not None:
         ov["num_requests"] = k["num_requests"]
     elif base.duration_s is not None:
@@ -108,8 +112,10 @@ def knob_widgets(base: Any) -> dict[str, Any]:
             k["cv"] = st.number_input("Burstiness: CV of gaps", min_value=0.05, max_value=20.0, step=0.25,
                                       key=f"{P}_cv", help="1 = Poisson; >1 burstier (gamma gaps); <1 smoother")
         else:
-            st.caption("Arrivals replay a trace (rate and burstiness are the trace's).")
             k["rate"], k["cv"] = None, 1.0
+            k["speedup"] = st.number_input("Trace speedup", min_value=0.01, max_value=1000.0, step=0.5,
+                                           key=f"{P}_speedup",
+                                           help="Arrivals replay a trace; every gap is divided by this (2 = twice the rate)")
         if base.num_requests is not None:
             k["num_requests"] = st.number_input("Requests", min_value=10, max_value=200_000, step=1000,
                                                 key=f"{P}_num_requests")

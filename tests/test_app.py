@@ -221,3 +221,22 @@ def test_quantisation_knob_changes_memory_and_speed(app):
     ok(app.button(key="wi_run").click().run())
     assert float(metrics(app)["TPOT p50 (ms)"]) < bf16            # decode is memory-bound: half the bytes
     assert app.query_params["dtype"] == "fp8"
+
+
+def test_trace_upload_replays_with_a_speedup(app):
+    """A scenario replaying the Azure conversation excerpt: no rate knob, a speedup instead; twice
+    the speed gives twice the throughput (the system is far from saturation)."""
+    text = ("name: trace-up\nmodel: llama-3-8b\nhardware: h100-sxm\nworkload:\n"
+            "  arrival: {process: trace, path: tests/data/azure_conv_excerpt.csv, format: azure}\n")
+    app.radio(key="wi_mode").set_value("Upload YAML")
+    ok(app.run())
+    app.file_uploader(key="wi_upload").set_value(("trace.yaml", text.encode(), "application/x-yaml"))
+    ok(app.run())
+    assert not app.error and not [w for w in app.number_input if w.key == "wi_rate"]
+    ok(app.button(key="wi_run").click().run())
+    slow = float(metrics(app)["Throughput (req/s)"])
+    app.number_input(key="wi_speedup").set_value(2.0)
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["Throughput (req/s)"]) == pytest.approx(2 * slow, rel=0.1)
+    ok(app.switch_page("app_pages/load_curve.py").run())
+    assert any("needs poisson or gamma arrivals" in e.value for e in app.error)
