@@ -175,3 +175,19 @@ def restore_widgets(prefix: str) -> None:
 def save_widgets(prefix: str, keys: list[str]) -> None:
     """Remember these widgets' values for :func:`restore_widgets`."""
     st.session_state[f"_{prefix}_shadow"] = {k: st.session_state[k] for k in keys if k in st.session_state}
+
+
+def interrupted_run(prefix: str, stop_clicked: bool) -> None:
+    """Say why there are no new results when the last run did not finish.
+
+    Streamlit stops a running script as soon as the user clicks or changes any widget (the next
+    progress update raises inside the run), so the Stop button needs no flag of its own: the run
+    sets ``<prefix>_running`` and clears it when it ends; if it is still set, the run was cut short.
+    """
+    was_running = st.session_state.pop(f"{prefix}_running", False)
+    if was_running and stop_clicked:
+        st.info("Stopped. Nothing from the stopped run was kept; the results below are from the last "
+                "finished one.", icon=":material/stop_circle:")
+    elif was_running:
+        st.info("The run in progress was interrupted by a change on the page; press the run button to "
+                "start again.", icon=":material/pause_circle:")

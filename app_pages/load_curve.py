@@ -5,8 +5,8 @@ import numpy as np
 import streamlit as st
 
 from app_pages.charts import load_curve_figure
-from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_sweep, fmt, restore_widgets,
-                              save_widgets, scenario_source, show_error)
+from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_sweep, fmt, interrupted_run,
+                              restore_widgets, save_widgets, scenario_source, show_error)
 from simulator import ScenarioError, resolve
 from simulator.analysis import RunCancelled, max_load_meeting_slo, num_gpus, with_arrival_rate
 from simulator.config import GammaArrival, PoissonArrival
@@ -78,9 +78,11 @@ if scenario is not None and not slo_thresholds_s(scenario.slo):
 
 c_run, c_stop, _ = st.columns([1.3, 0.8, 5])
 run = c_run.button("Run sweep", type="primary", disabled=scenario is None, key=f"{P}_run", icon=":material/play_arrow:")
-if c_stop.button("Stop", key=f"{P}_stop", icon=":material/stop:", help="Stops a sweep in progress"):
-    st.info("Stopped. The results below are from the last finished sweep.", icon=":material/stop_circle:")
+stop = c_stop.button("Stop", key=f"{P}_stop", icon=":material/stop:",
+                     help="Stops a sweep in progress (nothing is cached); so does changing any widget")
+interrupted_run(P, stop)
 if run and scenario is not None:
+    st.session_state[f"{P}_running"] = True
     try:
         sweep = cached_sweep(scenario_key(scenario), rates, float(st.session_state[f"{P}_time_limit_s"]))
         st.session_state[f"{P}_result"] = (scenario, sweep)
@@ -88,6 +90,7 @@ if run and scenario is not None:
         st.warning(f"Sweep cancelled: {exc}", icon=":material/timer_off:")
     except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
         show_error(exc)
+    st.session_state[f"{P}_running"] = False
 
 if f"{P}_result" not in st.session_state:
     st.info("Press **Run sweep**.", icon=":material/play_circle:")

@@ -7,8 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.charts import cdf_figure, series_figure, stages_figure
-from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_report, fmt, restore_widgets,
-                              save_widgets, scenario_source, show_error)
+from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_report, fmt, interrupted_run,
+                              restore_widgets, save_widgets, scenario_source, show_error)
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
 from simulator.analysis import RunCancelled, compare_kpis, num_gpus, with_arrival_rate
 from simulator.config import GammaArrival, PoissonArrival
@@ -226,10 +226,10 @@ c_run, c_stop, c_pin, c_clear, _ = st.columns([1.3, 0.8, 1.2, 1.2, 3])
 run = c_run.button("Run simulation", type="primary", disabled=problem is not None, key=f"{P}_run",
                    icon=":material/play_arrow:")
 stop = c_stop.button("Stop", key=f"{P}_stop", icon=":material/stop:",
-                     help="Stops a simulation in progress (nothing is cached)")
-if stop:
-    st.info("Stopped. The results below are from the last finished run.", icon=":material/stop_circle:")
+                     help="Stops a simulation in progress (nothing is cached); so does changing any widget")
+interrupted_run(P, stop)
 if run and scenario is not None:
+    st.session_state[f"{P}_running"] = True     # still set on the next rerun if this one is interrupted
     try:
         report = cached_report(scenario_key(scenario), float(st.session_state[f"{P}_time_limit_s"]))
         st.session_state[f"{P}_report"] = report
@@ -237,6 +237,7 @@ if run and scenario is not None:
         st.warning(f"Run cancelled: {exc}", icon=":material/timer_off:")
     except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
         show_error(exc)
+    st.session_state[f"{P}_running"] = False
 
 report = st.session_state.get(f"{P}_report")
 if c_pin.button("Pin as baseline", key=f"{P}_pin", disabled=report is None, icon=":material/push_pin:"):

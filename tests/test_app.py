@@ -240,3 +240,17 @@ def test_trace_upload_replays_with_a_speedup(app):
     assert float(metrics(app)["Throughput (req/s)"]) == pytest.approx(2 * slow, rel=0.1)
     ok(app.switch_page("app_pages/load_curve.py").run())
     assert any("needs poisson or gamma arrivals" in e.value for e in app.error)
+
+
+def test_stop_reports_only_a_run_that_was_cut_short(app):
+    """A run still flagged as running on the next rerun was interrupted (the browser test clicks
+    Stop during a real run); Stop with nothing running says nothing."""
+    app.session_state["wi_running"] = True
+    ok(app.button(key="wi_stop").click().run())
+    assert any("Stopped" in i.value for i in app.info)
+    ok(app.button(key="wi_stop").click().run())
+    assert not any("Stopped" in i.value for i in app.info)
+    app.session_state["wi_running"] = True
+    app.number_input(key="wi_seed").set_value(5)
+    ok(app.run())
+    assert any("interrupted by a change" in i.value for i in app.info)
