@@ -186,8 +186,8 @@ def interrupted_run(prefix: str, stop_clicked: bool) -> None:
     """
     was_running = st.session_state.pop(f"{prefix}_running", False)
     if was_running and stop_clicked:
-        st.info("Stopped. Nothing from the stopped run was kept; the results below are from the last "
-                "finished one.", icon=":material/stop_circle:")
+        st.info("Stopped. Nothing from the stopped run was kept (any results below are from the last "
+                "finished run).", icon=":material/stop_circle:")
     elif was_running:
         st.info("The run in progress was interrupted by a change on the page; press the run button to "
                 "start again.", icon=":material/pause_circle:")
