@@ -3,13 +3,15 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The calibrate extra pins torch==2.13.0; a local wheel folder (the CPU build) wins over PyPI's CUDA build.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 .PHONY: install run simulate test bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,app]'
+	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,calibrate,app]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -20,6 +20,6 @@ pages = [
     st.Page("app_pages/hardware.py", title="Hardware profiles", icon=":material/memory:"),
 ]
 page = st.navigation(pages)
-st.sidebar.caption("llmplan: discrete-event simulation of LLM serving (vLLM-style continuous batching, "
-                   "paged KV cache, roofline cost model over datasheet profiles).")
+st.sidebar.caption("llmplan: discrete-event simulation of LLM serving (vLLM-style batching, paged KV cache, "
+                   "cost models over datasheet, imported and measured hardware profiles).")
 page.run()

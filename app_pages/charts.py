@@ -126,3 +126,32 @@ def step_time_figure(curves: pd.DataFrame, profile_names: list[str]) -> go.Figur
     fig.update_layout(title="Predicted engine step time (roofline cost model, datasheet numbers)",
                       **{**_LAYOUT, "height": 420})
     return fig
+
+
+def fit_figure(points: pd.DataFrame, profile_name: str, max_points_per_family: int = 1500) -> go.Figure:
+    """Measured op time against the held-out prediction (log-log), one colour per op family,
+    with the y = x line and a ±15% band."""
+    palette = {"gemm": "#1f77b4", "elementwise": "#ff7f0e", "sampling": "#2ca02c", "attn_prefill": "#d62728",
+               "attn_decode": "#9467bd", "comm": "#8c564b"}
+    fig = go.Figure()
+    ok = points.dropna(subset=["fitted_ms"])
+    for fam, g in ok.groupby("family", sort=False):
+        if len(g) > max_points_per_family:                     # evenly thinned for the browser
+            g = g.iloc[:: -(-len(g) // max_points_per_family)]
+        fig.add_trace(go.Scattergl(
+            x=g["measured_ms"], y=g["fitted_ms"], mode="markers", name=fam, marker=dict(size=5, opacity=0.6,
+                                                                                         color=palette.get(fam)),
+            customdata=g[["op", "size", "size_unit", "rel_error"]].to_numpy(),
+            hovertemplate="%{customdata[0]} at %{customdata[1]:,.0f} %{customdata[2]}<br>measured %{x:.4g} ms, "
+                          "fitted %{y:.4g} ms (%{customdata[3]:+.1%})<extra></extra>"))
+    if len(ok):
+        lo = float(min(ok["measured_ms"].min(), ok["fitted_ms"].min()))
+        hi = float(max(ok["measured_ms"].max(), ok["fitted_ms"].max()))
+        for factor, name, dash in ((1.0, "fitted = measured", "solid"), (1.15, "±15%", "dot"), (1 / 1.15, "±15%", "dot")):
+            fig.add_trace(_line([lo, hi], [lo * factor, hi * factor], name, dict(color="grey", dash=dash, width=1),
+                                show=factor >= 1.0))
+    fig.update_xaxes(type="log", title_text="measured (ms)")
+    fig.update_yaxes(type="log", title_text="fitted, point held out (ms)")
+    fig.update_layout(title=f"{profile_name}: measured op times vs the cost model's held-out fit",
+                      **{**_LAYOUT, "height": 480})
+    return fig

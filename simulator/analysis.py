@@ -320,7 +320,7 @@ def max_load_meeting_slo(sweep: pd.DataFrame) -> dict[str, Any]:
 
 
 # -- hardware --------------------------------------------------------------------------------------
-def profile_table(profiles: dict[str, Any]) -> pd.DataFrame:
+def profiles_overview(profiles: dict[str, Any]) -> pd.DataFrame:
     """One row per hardware profile with its source and datasheet numbers (display units)."""
     rows = []
     for name, p in profiles.items():
@@ -356,3 +356,43 @@ def step_time_curves(profile: Any, model: Any, tensor_parallel_size: int = 1, *,
         t = cost.step_time_s([int(n)], [0], 0, 0, 1)
         rows.append({"kind": "prefill", "x": int(n), "step_ms": 1e3 * t, "per_token_ms": 1e3 * t / n})
     return pd.DataFrame(rows)
+
+
+_SIZE_AXIS = {"gemm": ("tokens", "tokens"), "elementwise": ("tokens", "tokens"), "sampling": ("tokens", "tokens"),
+              "attn_prefill": ("tokens", "tokens"), "attn_decode": ("context", "context tokens"),
+              "comm": ("message_bytes", "bytes")}
+
+
+def measured_vs_fitted(profile: Any) -> pd.DataFrame:
+    """Every measured op time of a ``table`` profile beside the time the cost model predicts for
+    it with that point held out (leave-one-out, as :mod:`simulator.op_table` fits it).
+
+    Columns: ``op``, ``family``, ``size`` and ``size_unit`` (tokens, context tokens or bytes),
+    ``measured_ms``, ``fitted_ms``, ``rel_error`` (fitted / measured - 1; NaN where a point
+    cannot be held out).
+
+    Raises:
+        ScenarioError: the profile has no measurement table.
+    """
+    from .models import DTYPE_BYTES
+    from .op_table import leave_one_out
+    from .profile_report import profile_table as read_ops
+
+    if profile.cost_model != "table" or profile.table is None:
+        raise ScenarioError("hardware.cost_model", profile.cost_model,
+                            f"profile {profile.name!r} has no measurements (only 'table' profiles do)")
+    ops = read_ops(profile)
+    dtype = str(ops["dtype"].iloc[0]) if len(ops) else "bf16"
+    peak = float(profile.peak_flops_for(dtype)) if profile.peak_flops else 1e12
+    bw = float(profile.memory_bandwidth_bytes_per_s or 1e11)
+    loo = leave_one_out(ops, peak=peak, bw=bw, elem_bytes=DTYPE_BYTES.get(dtype, 2.0))
+    size = pd.Series(np.nan, index=loo.index)
+    unit = pd.Series("", index=loo.index, dtype=object)
+    for fam, (col, label) in _SIZE_AXIS.items():
+        m = loo["family"] == fam
+        size[m] = loo.loc[m, col].astype(float)
+        unit[m] = label
+    measured = loo["median_s"].astype(float) * 1e3
+    return pd.DataFrame({"op": loo["op"], "family": loo["family"], "size": size, "size_unit": unit,
+                         "measured_ms": measured, "fitted_ms": measured * (1.0 + loo["rel_error"].astype(float)),
+                         "rel_error": loo["rel_error"].astype(float)})

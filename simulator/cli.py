@@ -176,23 +176,176 @@ def models() -> None:
     out_console.print(table)
 
 
-@app.command()
+profiles_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                           help="List hardware profiles, or `show NAME` for one profile's fit quality.")
+app.add_typer(profiles_app, name="profiles")
+
+
+@profiles_app.callback(invoke_without_command=True)
 @guarded
-def profiles() -> None:
-    """List hardware profiles: name, device, source, cost model, memory, price."""
+def profiles(ctx: typer.Context) -> None:
+    """List hardware profiles: name, device, source, cost model, memory, price, date, fit error."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from .profile_report import fit_headline
     from .profiles import available_profiles, load_profile
 
     table = Table()
-    for col in ("name", "device", "source", "cost model", "memory GiB", "bandwidth TB/s", "bf16 TFLOP/s", "$/GPU-h"):
+    for col in ("name", "device", "source", "cost model", "memory GiB", "bandwidth TB/s", "bf16 TFLOP/s", "$/GPU-h",
+                "date", "fit error (held out)"):
         table.add_column(col)
     for name, path in available_profiles().items():
-        p = load_profile(str(path))
+        try:
+            p = load_profile(str(path))
+            fit = fit_headline(p)
+        except ScenarioError as exc:
+            table.add_row(name, "-", "[red]invalid[/]", "-", "-", "-", "-", "-", "-", escape(str(exc)))
+            continue
         table.add_row(name, p.device, p.source, p.cost_model,
                       f"{p.memory_bytes / 2**30:.1f}" if p.memory_bytes else "-",
                       f"{p.memory_bandwidth_bytes_per_s / 1e12:.2f}" if p.memory_bandwidth_bytes_per_s else "-",
-                      f"{p.peak_flops.get('bf16', 0) / 1e12:.0f}" if p.peak_flops else "-",
-                      f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-")
+                      f"{p.peak_flops['bf16'] / 1e12:.0f}" if "bf16" in p.peak_flops else "-",
+                      f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-",
+                      str(p.provenance.get("date", "-"))[:10], fit)
     out_console.print(table)
+
+
+@profiles_app.command("show")
+@guarded
+def profiles_show(name: str = typer.Argument(..., help="Profile name or path.")) -> None:
+    """One profile: provenance, and per op its held-out fit error and roofline efficiency."""
+    from .profile_report import TARGET_MEDIAN, TARGET_P90, family_report, op_report
+    from .profiles import load_profile
+
+    p = load_profile(name, field="profile")
+    prov = p.provenance
+    out_console.print(f"[bold]{escape(p.name)}[/]  {escape(p.device)}  source={p.source}  cost_model={p.cost_model}  "
+                      f"date={prov.get('date', '-')}")
+    for key in ("tool", "model", "dtype", "torch_version", "cpu_model", "torch_threads", "git_revision", "document",
+                "imported_from", "license"):
+        if key in prov:
+            out_console.print(f"  {key}: {escape(str(prov[key]))}", highlight=False)
+    if isinstance(prov.get("noise"), dict):
+        n = prov["noise"]
+        out_console.print(f"  noise: p90-p10 spread {100 * n.get('median_rel_spread_p90_p10', 0):.0f}% of the median "
+                          f"(median over benchmarks), reference drift {100 * n.get('reference_drift', 0):+.1f}%, "
+                          f"load average {n.get('load_average_before', ['-'])[0]}", highlight=False)
+    if p.cost_model != "table" or p.table is None:
+        eff = p.efficiency
+        out_console.print(f"no per-op measurements: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
+                          f"of peak, memory {eff.memory:.0%}, attention {eff.attention_compute:.0%}/"
+                          f"{eff.attention_memory:.0%}); fit error: n/a")
+        return
+    ops = op_report(p)
+    table = Table(title="per op: leave-one-out error on held-out shapes, best efficiency vs the profile's peak",
+                  title_justify="left")
+    for col in ("op", "family", "points", "median |err|", "p90 |err|", "max |err|", "best", "of peak"):
+        table.add_column(col, justify="left" if col in ("op", "family") else "right")
+    for r in ops.to_dict("records"):
+        best = f"{r['best'] / 1e9:,.1f} G{r['unit'].split('/')[0]}/s"
+        table.add_row(r["op"], r["family"], str(r["points"]), _pct(r["median_abs_error"]), _pct(r["p90_abs_error"]),
+                      _pct(r["max_abs_error"]), best, _pct(r["efficiency"]))
+    out_console.print(table)
+    fam = family_report(p)
+    ftable = Table(title=f"per family (target: median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%})",
+                   title_justify="left")
+    for col in ("family", "points", "median |err|", "p90 |err|", "max |err|", "target"):
+        ftable.add_column(col, justify="left" if col == "family" else "right")
+    for r in fam.to_dict("records"):
+        ftable.add_row(r["family"], str(r["points"]), _pct(r["median_abs_error"]), _pct(r["p90_abs_error"]),
+                       _pct(r["max_abs_error"]), "met" if r["meets_target"] else "[red]missed[/]")
+    out_console.print(ftable)
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.1f}%"
+
+
+@app.command()
+@guarded
+def calibrate(
+    out: Path = typer.Option(..., "--out", help="Folder for the measured profile (profile.yaml + ops.csv)."),
+    model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (shards the shapes; >1 times all-reduces)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid and few repeats: a minute-scale run."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Largest token count timed."),
+    max_seqs: Optional[int] = typer.Option(None, "--max-seqs", help="Largest decode batch / sampled rows timed."),
+    max_context: Optional[int] = typer.Option(None, "--max-context", help="Longest context timed."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's)."),
+    memory_limit_gib: Optional[float] = typer.Option(None, "--memory-limit-gib",
+                                                     help="Refuse a grid needing more (default: 80% of free memory)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard partial results in --out and start over."),
+    clock: str = typer.Option("auto", "--clock", help="CPU timing: wall, thread (CPU time; needs --threads 1) "
+                              "or auto (thread when single-threaded)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+) -> None:
+    """Time real torch kernels over the model's shapes and write a measured hardware profile."""
+    try:
+        from calibrate.runner import run_calibration
+    except ModuleNotFoundError as exc:
+        if exc.name == "torch" or "torch" in str(exc):
+            _fail("torch is not installed: `llmplan calibrate` needs the calibrate extra "
+                  "(pip install -e .[calibrate])")
+        raise
+    show = not no_progress and err_console.is_terminal
+    state = {"done": 0, "total": 0}
+    with Progress(TextColumn("[bold]calibrating[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=err_console, disable=not show, transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def started(done: int, total: int) -> None:
+            state.update(done=done, total=total)
+            bar.update(task, completed=done, total=total, description="resuming" if done else "")
+
+        def progress(done: int, total: int, label: str) -> None:
+            state.update(done=done, total=total)
+            bar.update(task, completed=done, total=total, description=label)
+
+        try:
+            path = run_calibration(out, model, device=device, tp=tp, dtype=dtype, quick=quick, max_tokens=max_tokens,
+                                   max_seqs=max_seqs, max_context=max_context, threads=threads,
+                                   memory_limit_bytes=memory_limit_gib * 2**30 if memory_limit_gib else None,
+                                   fresh=fresh, clock=clock, name=name, on_progress=progress, on_start=started,
+                                   command="llmplan " + " ".join(sys.argv[1:]))
+        except KeyboardInterrupt:
+            _fail(f"interrupted: {state['done']} of {state['total']} benchmarks kept in {out}/ops.partial.csv; "
+                  "run the same command again to resume", code=130)
+    from .profile_report import family_report
+    from .profiles import load_profile
+
+    p = load_profile(str(path))
+    out_console.print(f"wrote {path} ({p.device}); use it with `hardware: {path.parent}`")
+    for r in family_report(p).to_dict("records"):
+        out_console.print(f"  {r['family']:<13} held-out error: median {_pct(r['median_abs_error'])}, "
+                          f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
+
+
+@app.command("import-profile")
+@guarded
+def import_profile(
+    source: str = typer.Argument(..., help="vidur or aiconfigurator."),
+    out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
+    gpu: str = typer.Option("h100", "--gpu", help="vidur: h100 or a100."),
+    data: Optional[Path] = typer.Option(None, "--data", help="vidur: folder of its CSVs "
+                                        "(default: shared/data/llm_traces/vidur_profiling beside the repo)."),
+    system: str = typer.Option("h100_sxm", "--system", help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
+    framework: str = typer.Option("vllm", "--framework", help="aiconfigurator: vllm, sglang or trtllm tables."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
+) -> None:
+    """Convert someone else's per-op measurements into a `source: imported` profile."""
+    from calibrate.importers import import_aiconfigurator, import_vidur
+
+    if source == "vidur":
+        folder = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
+        path = import_vidur(folder, gpu, out, name)
+    elif source == "aiconfigurator":
+        path = import_aiconfigurator(system, out, framework, name)
+    else:
+        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator")
+    out_console.print(f"wrote {path}; use it with `hardware: {path.parent}`")
 
 
 def main() -> None:

@@ -156,6 +156,12 @@ class SchedulerConfig(_Frozen):
     """Longest prompt + output served; defaults to the model's context length."""
     num_gpu_blocks_override: int | None = Field(default=None, ge=1)
     """Use this many KV blocks instead of deriving them from memory (tests, what-ifs)."""
+    long_prefill_token_threshold: int | None = Field(default=None, ge=1)
+    """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
+    max_wait_ms: float = Field(default=50.0, ge=0)
+    """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
+    adaptive_batching: bool = False
+    """dynamic: start at once when requests queued during the previous batch (size to the queue)."""
 
     @model_validator(mode="after")
     def _budget(self) -> "SchedulerConfig":
@@ -163,6 +169,29 @@ class SchedulerConfig(_Frozen):
             raise ValueError(
                 f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_num_seqs="
                 f"{self.max_num_seqs}: every running request needs one token per step")
+        return self
+
+
+class SpeculativeConfig(_Frozen):
+    """Speculative decoding (vLLM's ``speculative_config``): each decode step proposes
+    ``num_speculative_tokens`` tokens per request and the target verifies them in one pass."""
+
+    method: Literal["draft", "ngram", "mtp"] = "draft"
+    """``draft``: a small model proposes; ``ngram``: prompt lookup (no model); ``mtp``: one extra
+    decoder layer of the target per proposed token (multi-token prediction heads)."""
+    num_speculative_tokens: int = Field(ge=1, le=16)
+    """Tokens proposed per step, k."""
+    acceptance_rate: float = Field(ge=0, le=1)
+    """Per-token acceptance probability alpha (each proposal accepted independently, in order)."""
+    draft_model: str | ModelSpec | None = None
+    """The draft model (a preset or an inline spec); required for ``method: draft``."""
+
+    @model_validator(mode="after")
+    def _draft(self) -> "SpeculativeConfig":
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("method 'draft' needs draft_model (a preset such as llama-3.2-1b, or an inline spec)")
+        if self.method != "draft" and self.draft_model is not None:
+            raise ValueError(f"draft_model is only used by method 'draft', not {self.method!r}")
         return self
 
 
@@ -202,6 +231,8 @@ class Scenario(_Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
+    speculative_config: SpeculativeConfig | None = None
+    """Speculative decoding (continuous batching only); None: off."""
     base_dir: str = "."
     """Directory relative paths resolve against (the scenario file's folder when loaded)."""
 

@@ -229,3 +229,7 @@ class RooflineCostModel:
 
     def decode_affine(self, num_decode: int) -> tuple[float, float]:
         return self._decode_fixed_s(num_decode), self._decode_attn_slope
+
+
+# The table-driven model lives in its own module; importing it registers ``table``.
+from . import table_cost_model as _table_cost_model  # noqa: E402,F401

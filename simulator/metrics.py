@@ -140,8 +140,24 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    if sc.speculative_config is not None:
+        summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:
+    from .speculative import expected_tokens_per_step
+
+    proposed, steps = stats.get("num_draft_tokens", 0), stats.get("num_verify_steps", 0)
+    return {
+        "method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
+        "acceptance_rate": spec.acceptance_rate,
+        "num_draft_tokens": proposed, "num_accepted_tokens": stats.get("num_accepted_tokens", 0),
+        "draft_acceptance_rate": stats.get("num_accepted_tokens", 0) / proposed if proposed else None,
+        "mean_tokens_per_step": stats.get("num_emitted_decode_tokens", 0) / steps if steps else None,
+        "expected_tokens_per_step": expected_tokens_per_step(spec.acceptance_rate, spec.num_speculative_tokens),
+    }
 
 
 def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any]:

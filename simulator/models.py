@@ -113,6 +113,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     "llama-3-8b": _spec(name="llama-3-8b", num_layers=32, hidden_size=4096, num_attention_heads=32,
                         num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
                         max_model_len=8192),
+    "llama-3.2-1b": _spec(name="llama-3.2-1b", num_layers=16, hidden_size=2048, num_attention_heads=32,
+                          num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
+                          max_model_len=8192, tie_word_embeddings=True),   # (context capped at 8k: a draft for Llama 3)
     "llama-3-70b": _spec(name="llama-3-70b", num_layers=80, hidden_size=8192, num_attention_heads=64,
                          num_key_value_heads=8, intermediate_size=28672, vocab_size=128256,
                          max_model_len=8192),

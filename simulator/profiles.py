@@ -89,6 +89,13 @@ class HardwareProfile(_Frozen):
     """``constant`` cost model: added per prompt token computed in the step."""
     provenance: dict[str, Any] = Field(default_factory=dict)
     """Where the numbers came from: documents, dates, measurement details, assumptions."""
+    table: str | None = None
+    """``table`` cost model: the per-op CSV (:mod:`simulator.op_table`), relative to the profile's
+    folder; :func:`load_profile` makes it absolute."""
+    table_sha256: str | None = None
+    """Checksum of ``table`` as written; a mismatch on load means the file was edited or corrupted."""
+    table_schema: int | None = None
+    """Version of the table's columns (:data:`simulator.op_table.TABLE_SCHEMA`)."""
 
     @model_validator(mode="after")
     def _complete(self) -> "HardwareProfile":
@@ -100,6 +107,10 @@ class HardwareProfile(_Frozen):
                 missing.append("peak_flops")
             if missing:
                 raise ValueError(f"cost_model 'roofline' needs {', '.join(missing)}")
+        if self.cost_model == "table":
+            missing = [f for f in ("table", "memory_bytes") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"cost_model 'table' needs {', '.join(missing)}")
         return self
 
     def peak_flops_for(self, dtype: str) -> float:
@@ -161,7 +172,13 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
     if not isinstance(data, dict):
         raise ScenarioError(field, str(path), "profile must be a YAML mapping")
     data.setdefault("name", path.parent.name)
+    if isinstance(data.get("table"), str) and not Path(data["table"]).is_absolute():
+        data["table"] = str(path.parent / data["table"])
     return _validate(data, f"{field} ({path})")
+
+
+#: Left in a calibration folder until the run completes (see ``calibrate.runner``).
+PARTIAL_TABLE = "ops.partial.csv"
 
 
 def _find(ref: str, base_dir: str | Path) -> Path | None:
@@ -170,6 +187,9 @@ def _find(ref: str, base_dir: str | Path) -> Path | None:
             return cand
         if (cand / "profile.yaml").is_file():
             return cand / "profile.yaml"
+        if (cand / PARTIAL_TABLE).is_file():
+            raise ScenarioError("hardware", ref, "an interrupted calibration (partial results, no profile.yaml); "
+                                f"finish it with `llmplan calibrate ... --out {cand}` (it resumes)")
     return available_profiles().get(ref)
 
 

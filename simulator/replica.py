@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+import math
+
 import numpy as np
 import simpy
 
@@ -34,6 +36,7 @@ class Replica:
         self.next_event_time = next_event_time
         self.on_finish = on_finish
         self.fast_forward = fast_forward
+        self.decode_runs = fast_forward and scheduler.supports_decode_runs
         self._idle: simpy.Event | None = None
         self.process = env.process(self.engine_loop())
 
@@ -57,11 +60,13 @@ class Replica:
         """
         env, sched = self.env, self.scheduler
         while True:
-            if sched.n == 0 and not sched.waiting:
-                self._idle = env.event()
-                yield self._idle
-                self._idle = None
-                continue
+            if sched.n == 0:
+                start = sched.batch_start_time(env.now) if sched.waiting else math.inf
+                if start > env.now:      # idle, or a batching policy waits to fill its batch
+                    self._idle = env.event()
+                    yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - env.now)])
+                    self._idle = None
+                    continue
             now = t = env.now
             horizon = self.next_event_time()
             while True:
@@ -69,7 +74,7 @@ class Replica:
                 if end < horizon and self.fast_forward:
                     self._apply(apply, end)
                     t = end
-                    if sched.n == 0 and not sched.waiting:
+                    if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
                         break
                     continue
                 yield env.timeout(end - now)
@@ -82,14 +87,13 @@ class Replica:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
         out = sched.schedule(t)
-        if out.is_pure_decode and self.fast_forward:
+        if out.is_pure_decode and self.decode_runs:
             run = sched.plan_decode_run(out, t, horizon, cost)
             self.steps.add_run(self.index, t, run, len(sched.waiting))
             return out, t + run.total_s, run
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-        duration = cost.step_time_s(out.admitted_tokens, [0] * len(out.admitted), out.num_decode,
-                                    out.decode_context_sum, out.num_decode + len(out.admitted))
+        duration = cost.step_time_s(*out.cost_args()) + out.extra_s
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
         return out, t + duration, out
 

@@ -58,6 +58,22 @@ class SchedulerOutput:
     """Ids of the decoding rows (a view into the batch: valid until the step is applied)."""
     residues: np.ndarray | None = None
     """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
+    prefill_context: list[int] | None = None
+    """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
+    num_partial: int = 0
+    """``admitted`` entries whose prompt is not finished by this step (chunked prefill): no token."""
+    cost_prefill_tokens: list[int] | None = None
+    """Prefill tokens the cost model is charged for, when not ``admitted_tokens`` (padding)."""
+    cost_num_decode: int | None = None
+    cost_decode_context_sum: int | None = None
+    """Decode rows (and their context) the cost model is charged for, when padded slots compute too."""
+    row_tokens: np.ndarray | None = None
+    """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
+    cost_num_sampled: int | None = None
+    decode_budget_tokens: int | None = None
+    """Budget the decoding rows take, when not one token each (speculative verification)."""
+    extra_s: float = 0.0
+    """Time the step spends outside the target's forward pass (a draft model's proposals)."""
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -77,6 +93,16 @@ class SchedulerOutput:
     @property
     def is_pure_decode(self) -> bool:
         return not self.admitted and not self.preempted and self.num_decode > 0
+
+    def cost_args(self) -> tuple[list[int], list[int], int, int, int]:
+        """Arguments of ``CostModel.step_time_s`` for this step."""
+        k = len(self.admitted)
+        prefill = self.cost_prefill_tokens if self.cost_prefill_tokens is not None else self.admitted_tokens
+        context = self.prefill_context if self.prefill_context is not None else [0] * k
+        num_decode = self.num_decode if self.cost_num_decode is None else self.cost_num_decode
+        ctx = self.decode_context_sum if self.cost_decode_context_sum is None else self.cost_decode_context_sum
+        sampled = num_decode + k - self.num_partial if self.cost_num_sampled is None else self.cost_num_sampled
+        return prefill, context, num_decode, ctx, sampled
 
 
 @dataclass(slots=True)
@@ -99,6 +125,8 @@ class DecodeRun:
     context_sum: int
     affine: tuple[float, float] | None
     durations: np.ndarray | None
+    num_padded: int = 0
+    """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
 
     def durations_s(self) -> np.ndarray:
         if self.durations is not None:
@@ -130,6 +158,13 @@ class Scheduler:
         table: the run's request columns.
     """
 
+    splits_prompts = False
+    """Whether a prompt may be computed over several steps (else it must fit one step's budget)."""
+    uses_token_budget = True
+    """Whether ``max_num_batched_tokens`` limits a step (request-level batching prefills whole batches)."""
+    supports_decode_runs = True
+    """Whether pure-decode steps are deterministic, so that runs of them can be advanced at once."""
+
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
         cap = config.max_num_seqs
         self.config = config
@@ -145,6 +180,11 @@ class Scheduler:
         """Output tokens each running request has still to emit."""
         self.context_total = 0
         """Sum of ``num_computed_tokens`` over the running batch (kept incrementally)."""
+        self._row_arrays = [self.req_id, self.num_computed_tokens, self.num_remaining_tokens]
+        """Per-row arrays, moved together when rows leave the batch (policies may add theirs)."""
+        self.pad_rows = 0
+        self.pad_context = 0
+        """Slots of finished requests that still compute (static batching pads), and their context."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -163,6 +203,10 @@ class Scheduler:
         self.table.status[rid] = RequestStatus.WAITING
 
     # -- planning ------------------------------------------------------------------------------------
+    def batch_start_time(self, now: float) -> float:
+        """When an idle engine with waiting requests starts working: at once, for continuous batching."""
+        return now
+
     def schedule(self, now: float) -> SchedulerOutput:
         """Plan the next step (allocating its KV blocks); see the module docstring."""
         out = SchedulerOutput()
@@ -219,7 +263,8 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
         table, kv, bs = self.table, self.kv, self.block_size
-        budget = self.config.max_num_batched_tokens - out.num_decode
+        budget = (self.config.max_num_batched_tokens if self.uses_token_budget else _NO_LIMIT) - (
+            out.num_decode if out.decode_budget_tokens is None else out.decode_budget_tokens)
         max_seqs = self.config.max_num_seqs
         waiting = self.waiting
         while waiting and self.n < max_seqs:
@@ -251,6 +296,8 @@ class Scheduler:
         if m:
             self.num_computed_tokens[:m] += 1
             self.context_total += m
+            if self.pad_rows:
+                self.pad_context += self.pad_rows
         self.num_remaining_tokens[: self.n] -= 1      # every scheduled row emitted one token
         if out.admitted_first:
             self.table.first_token_time[out.admitted_first] = now
@@ -269,12 +316,13 @@ class Scheduler:
         n, bs = out.num_decode, self.block_size
         residues = out.residues
         k_fin = int(self.num_remaining_tokens[:n].min())
+        nc = n + self.pad_rows      # rows that compute: padded slots of a static batch do too
         decode_affine = getattr(cost, "decode_affine", None)
-        affine = decode_affine(n) if decode_affine is not None else None
-        ctx1 = out.decode_context_sum
+        affine = decode_affine(nc) if decode_affine is not None else None
+        ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
         k = k_fin
         if next_event_time != np.inf and k > 1:
-            k = min(k, _steps_to_reach(next_event_time - now, affine, cost, n, ctx1, k))
+            k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
         free = self.kv.num_free_blocks
         if k > 1 and n * (-(-(k - 1) // bs)) > free:
             # The KV cache may run out during the run: find the last step whose blocks fit.
@@ -290,13 +338,13 @@ class Scheduler:
             extra = periods * n + (int(residues[bs - t:].sum()) if t else 0)
         if affine is not None:
             a, b = affine
-            total = k * a + b * (k * ctx1 + n * k * (k - 1) / 2.0)
+            total = k * a + b * (k * ctx1 + nc * k * (k - 1) / 2.0)
             durations = None
         else:
-            durations = cost.decode_run_times(n, ctx1 + n * np.arange(k, dtype=np.float64))
+            durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
             total = float(durations.sum())
-        return DecodeRun(k, n, total, extra, k == k_fin, self.kv.num_used_blocks, residues, ctx1,
-                         affine, durations)
+        return DecodeRun(k, nc, total, extra, k == k_fin, self.kv.num_used_blocks, residues, ctx1,
+                         affine, durations, self.pad_rows)
 
     def advance_decode(self, run: DecodeRun, now: float) -> np.ndarray:
         """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
@@ -307,6 +355,8 @@ class Scheduler:
         self.num_computed_tokens[:n] += k
         self.num_remaining_tokens[:n] -= k
         self.context_total += n * k
+        if self.pad_rows:
+            self.pad_context += self.pad_rows * k
         return self._finish(now) if run.finishes else _EMPTY
 
     def _finish(self, now: float) -> np.ndarray:
@@ -324,7 +374,7 @@ class Scheduler:
         keep = np.ones(n, dtype=bool)
         keep[done] = False
         m = n - len(ids)
-        for arr in (self.req_id, self.num_computed_tokens, self.num_remaining_tokens):
+        for arr in self._row_arrays:
             arr[:m] = arr[:n][keep]
         self.n = m
         return ids
@@ -338,10 +388,14 @@ class Scheduler:
         self.kv.free(-(-computed // self.block_size))
         self.context_total -= computed
         if row < n - 1:
-            for arr in (self.req_id, self.num_computed_tokens, self.num_remaining_tokens):
+            for arr in self._row_arrays:
                 arr[row:n - 1] = arr[row + 1:n]
         self.n = n - 1
         return ids
+
+    def stats(self) -> dict[str, int]:
+        """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
+        return {}
 
     def _record_finished(self, ids: np.ndarray, now: float) -> None:
         table = self.table
@@ -376,6 +430,7 @@ def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any,
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_NO_LIMIT = 1 << 62
 
-#: Batching policies by the name the YAML and the UI use.
+#: Batching policies by the name the YAML and the UI use (:mod:`simulator.policies` adds the others).
 POLICIES: dict[str, type[Scheduler]] = {"continuous": Scheduler}

@@ -8,6 +8,7 @@ numbers bit for bit, and changing one stream's distribution leaves the others' d
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
@@ -27,11 +28,13 @@ from .profiles import HardwareProfile, load_profile
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
-from .scheduler import POLICIES, DecodeRun, SchedulerOutput
+from .policies import POLICIES  # the registry, with every policy registered
+from .scheduler import DecodeRun, SchedulerOutput
+from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing")
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative")
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -43,6 +46,7 @@ class ResolvedSystem:
     profile: HardwareProfile
     kv_plan: KVCachePlan
     max_model_len: int
+    draft_model: ModelSpec | None = None
 
 
 def resolve_model(ref: str | ModelSpec) -> ModelSpec:
@@ -68,7 +72,12 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,
                             f"exceeds {model.name}'s context length {model.max_model_len}")
-    if sch.max_num_batched_tokens < max_model_len:
+    policy = POLICIES[sch.policy]
+    spec = scenario.speculative_config
+    if spec is not None and sch.policy != "continuous":
+        raise ScenarioError("speculative_config", spec.method,
+                            f"speculative decoding is modelled with policy 'continuous' only, not {sch.policy!r}")
+    if sch.max_num_batched_tokens < max_model_len and policy.uses_token_budget and not policy.splits_prompts:
         raise ScenarioError(
             "scheduler.max_num_batched_tokens", sch.max_num_batched_tokens,
             f"must be >= max_model_len={max_model_len} for policy {sch.policy!r}, which never splits a prompt "
@@ -80,7 +89,35 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
                          block_size=sch.block_size, gpu_memory_utilization=sch.gpu_memory_utilization,
                          max_num_batched_tokens=sch.max_num_batched_tokens, max_num_seqs=sch.max_num_seqs,
                          max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override)
-    return ResolvedSystem(model, profile, plan, max_model_len)
+    draft = None
+    if spec is not None and spec.method == "draft":
+        draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
+        plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
+    return ResolvedSystem(model, profile, plan, max_model_len, draft)
+
+
+def _resolve_field_model(ref: str | ModelSpec, field_name: str) -> ModelSpec:
+    try:
+        return resolve_model(ref)
+    except ScenarioError as e:
+        raise ScenarioError(field_name, ref, e.message) from None
+
+
+def _plan_with_draft(plan: KVCachePlan, model: ModelSpec, draft: ModelSpec, tp: int, max_model_len: int,
+                     block_size: int) -> KVCachePlan:
+    """The target's KV plan once a draft model shares the GPU: its weights come off the budget and
+    every cached token also holds the draft's KV."""
+    draft_weights = draft.weight_bytes() / tp
+    draft_kv_per_block = block_size * draft.kv_bytes_per_token() / max(1, min(tp, draft.num_key_value_heads))
+    per_block = plan.kv_bytes_per_block + draft_kv_per_block
+    free = plan.usable_bytes - plan.weights_bytes - draft_weights - plan.activation_bytes
+    blocks = int(free // per_block) if free > 0 else 0
+    if blocks * block_size < max_model_len:
+        raise ScenarioError("speculative_config.draft_model", draft.name,
+                            f"with the draft's {draft_weights / 2**30:.1f} GiB of weights the KV cache holds "
+                            f"{blocks * block_size} tokens, less than max_model_len={max_model_len}")
+    return dataclasses.replace(plan, num_gpu_blocks=blocks, weights_bytes=plan.weights_bytes + draft_weights,
+                               kv_bytes_per_block=per_block)
 
 
 def spawn_rngs(seed: int) -> dict[str, np.random.Generator]:
@@ -110,13 +147,14 @@ class StepLog:
 
     def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
                  kv_used: int, num_waiting: int) -> None:
-        self._entries.append((start, 1, replica, out.num_decode + len(out.admitted), out.num_prefill_tokens,
+        slots = out.num_decode if out.cost_num_decode is None else out.cost_num_decode
+        self._entries.append((start, 1, replica, slots + len(out.admitted), out.num_prefill_tokens,
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)
-        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs, num_waiting,
+        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded, num_waiting,
                               run.kv_used_first, 0, run.context_sum, a, b))
         if run.num_steps > 1:
             self._residues.append(run.residues)
@@ -223,6 +261,8 @@ class SimulationResult:
     sim_time_s: float
     wall_s: float
     summary: dict[str, Any] = field(default_factory=dict)
+    engine_stats: dict[str, int] = field(default_factory=dict)
+    """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -280,7 +320,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     table = RequestTable(workload)
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
-    _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
+    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
     # The run allocates many small objects (step-log tuples, SimPy events) but no lasting reference
     # cycles, so the cyclic collector's repeated scans of the growing logs are pure overhead (12%
     # of a 100k-request run). Pause it for the run and restore the caller's setting.
@@ -290,6 +330,9 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         env.run(until=scenario.max_sim_time_s)
         result = SimulationResult(scenario, _requests_frame(table), steps.freeze(), system,
                                   float(env.now), time.perf_counter() - wall0)
+        for replica in run.replicas:
+            for name, value in replica.scheduler.stats().items():
+                result.engine_stats[name] = result.engine_stats.get(name, 0) + value
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -318,9 +361,10 @@ class _Run:
         dep, sch = scenario.deployment, scenario.scheduler
         self.router = ROUTERS[dep.router](rngs["routing"])
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
+        proposal = _proposal_time(scenario, system, cost)
         self.replicas = [
-            Replica(env, i, _make_scheduler(sch, system, table), cost, steps, self.next_event_time,
-                    self._finished, fast_forward)
+            Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
+                    self.next_event_time, self._finished, fast_forward)
             for i in range(dep.replicas)]
         env.process(self.arrivals())
 
@@ -354,6 +398,34 @@ class _Run:
             self.on_progress(self.done, self.total)
 
 
-def _make_scheduler(cfg: SchedulerConfig, system: ResolvedSystem, table: RequestTable):  # noqa: ANN202
+def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
+                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None):  # noqa: ANN202
+    cfg = scenario.scheduler
     kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
+    if scenario.speculative_config is not None:
+        return SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
+                                    proposal_time_s=proposal_time_s)
     return POLICIES[cfg.policy](cfg, kv, table)
+
+
+def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) -> Callable[[int, int], float] | None:
+    """Seconds one step spends proposing ``k`` tokens for ``n`` requests with context sum ``ctx``."""
+    spec = scenario.speculative_config
+    if spec is None:
+        return None
+    k, tp = spec.num_speculative_tokens, scenario.deployment.tensor_parallel_size
+    if spec.method == "ngram":
+        return lambda n, ctx: 0.0
+    if spec.method == "mtp":
+        layers = system.model.num_layers
+
+        def mtp(n: int, ctx: int) -> float:   # k extra decoder layers of the target
+            bd = cost.breakdown([], [], n, ctx, n)
+            return k * (bd.total_s - bd.overhead_s) / layers
+        return mtp
+    draft_cost = make_cost_model(system.profile, system.draft_model, tp)
+
+    def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
+        overhead = draft_cost.breakdown([], [], n, 0, n).overhead_s
+        return sum(draft_cost.decode_step_time_s(n, ctx + n * j) - overhead for j in range(k))
+    return draft

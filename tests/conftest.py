@@ -35,16 +35,19 @@ def scenario():
 
 
 def make_scheduler(prompts: list[int], outputs: list[int], *, num_gpu_blocks: int = 1000, block_size: int = 4,
-                   max_num_seqs: int = 4, max_num_batched_tokens: int = 64) -> Scheduler:
-    """A scheduler over requests with the given prompt/output lengths, all arrived at t=0 and
-    already in the waiting queue in id order."""
+                   max_num_seqs: int = 4, max_num_batched_tokens: int = 64, policy: str = "continuous",
+                   **config: Any) -> Scheduler:
+    """A scheduler (of ``policy``) over requests with the given prompt/output lengths, all arrived
+    at t=0 and already in the waiting queue in id order; ``config``: more SchedulerConfig fields."""
+    from simulator.policies import POLICIES
+
     n = len(prompts)
     wl = Workload(np.zeros(n), np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64),
                   np.zeros(n, dtype=bool))
     table = RequestTable(wl)
     cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                          block_size=block_size)
-    sched = Scheduler(cfg, KVCacheManager(num_gpu_blocks, block_size), table)
+                          block_size=block_size, policy=policy, **config)
+    sched = POLICIES[policy](cfg, KVCacheManager(num_gpu_blocks, block_size), table)
     for rid in range(n):
         sched.add_request(rid)
     return sched

@@ -11,7 +11,8 @@ import pytest
 
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile, load_scenario, simulate
 from simulator.analysis import (KPI, RunCancelled, compare_kpis, cost_per_million_tokens, kpis, latency_cdf,
-                                load_sweep, max_load_meeting_slo, measured_requests, profile_table, run_report,
+                                load_sweep, max_load_meeting_slo, measured_requests, measured_vs_fitted,
+                                profiles_overview, run_report,
                                 stage_breakdown, step_time_curves, time_series, with_arrival_rate)
 from simulator.scenario_io import (MAX_SCENARIO_BYTES, scenario_diff, scenario_from_key, scenario_from_yaml_bytes,
                                    scenario_key, scenario_to_yaml)
@@ -176,11 +177,34 @@ def test_max_load_meeting_slo_cases():
 # -- hardware ----------------------------------------------------------------------------------------------
 def test_profile_table_lists_every_profile():
     profiles = {n: load_profile(str(p)) for n, p in available_profiles().items()}
-    table = profile_table(profiles).set_index("profile")
+    table = profiles_overview(profiles).set_index("profile")
     assert set(table.index) == set(profiles)
     assert table.loc["h100-sxm", "bandwidth_tb_s"] == pytest.approx(3.35)
     assert table.loc["h100-sxm", "source"] == "datasheet"
     assert table.loc["h100-sxm", "usd_per_gpu_hour"] == 3.0
+    assert set(table["source"]) <= {"datasheet", "measured", "imported", "inline"}
+
+
+def test_measured_vs_fitted_matches_the_table_and_its_fit_report():
+    """Every measured point of the measured CPU profile appears once, measured times equal the
+    table's, and the held-out errors are the ones the profile report summarises."""
+    from simulator.profile_report import family_report, profile_table as read_ops
+
+    prof = load_profile("cpu-amd-epyc-tiny-llama")
+    mf = measured_vs_fitted(prof)
+    ops = read_ops(prof)
+    assert len(mf) == len(ops)
+    assert sorted(mf["measured_ms"]) == pytest.approx(sorted(ops["median_s"] * 1e3))
+    fam = family_report(prof).set_index("family")
+    for family, g in mf.groupby("family"):
+        e = g["rel_error"].abs().dropna()
+        if len(e):
+            assert e.median() == pytest.approx(fam.loc[family, "median_abs_error"])
+    ok = mf["rel_error"].notna()
+    assert (mf.loc[ok, "fitted_ms"] / mf.loc[ok, "measured_ms"] - 1).to_numpy() == pytest.approx(mf.loc[ok, "rel_error"])
+    assert set(mf.loc[mf["family"] == "attn_decode", "size_unit"]) == {"context tokens"}
+    with pytest.raises(ScenarioError):
+        measured_vs_fitted(load_profile("h100-sxm"))
 
 
 def test_step_time_curves():

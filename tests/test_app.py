@@ -169,20 +169,30 @@ def test_hardware_page(app):
     ok(app.switch_page("app_pages/hardware.py").run())
     table = app.dataframe[0].value
     assert set(table["profile"]) == set(available_profiles())
-    assert (table["source"] == "datasheet").all()
-    assert len(app.get("plotly_chart")) == 1
+    assert table.set_index("profile").loc["h100-sxm", "source"] == "datasheet"
+    assert len(app.get("plotly_chart")) == 2                 # step times; measured vs fitted
     app.selectbox(key="hw_model").set_value("llama-3-70b")
     app.selectbox(key="hw_tp").set_value(8)
     app.multiselect(key="hw_profiles").set_value(["h100-sxm", "b200"])
     ok(app.run())
-    assert len(app.get("plotly_chart")) == 1
+    assert not any(c.value.startswith("Not shown") for c in app.caption)
+    # Measured vs fitted: the family table is the profile report's held-out fit.
+    from simulator import load_profile
+    from simulator.profile_report import family_report
+    app.selectbox(key="hw_fit_profile").set_value("cpu-amd-epyc-tiny-llama")
+    ok(app.run())
+    fit = app.dataframe[1].value.set_index("family")
+    expected = family_report(load_profile("cpu-amd-epyc-tiny-llama")).set_index("family")
+    assert fit["median |error| (%)"].to_numpy() == pytest.approx(100 * expected["median_abs_error"].to_numpy())
     app.selectbox(key="hw_detail").set_value("l40s")
     ok(app.run())
-    provenance = app.dataframe[1].value
+    provenance = app.dataframe[2].value
     assert "document" in set(provenance["field"])
-    app.multiselect(key="hw_profiles").set_value([])
+    # A profile that cannot time the chosen model is listed with the reason, not drawn.
+    app.multiselect(key="hw_profiles").set_value(["cpu-amd-epyc-tiny-llama"])
     ok(app.run())
-    assert len(app.get("plotly_chart")) == 0
+    assert any(c.value.startswith("Not shown: cpu-amd-epyc-tiny-llama") for c in app.caption)
+    assert len(app.get("plotly_chart")) == 1
 
 
 def test_second_view_of_a_scenario_comes_from_the_cache(app, monkeypatch):

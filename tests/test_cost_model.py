@@ -24,7 +24,7 @@ def roofline(model="llama-3-8b", hw="h100-sxm", tp=1) -> RooflineCostModel:
 def test_model_parameter_counts_match_published_sizes():
     """8.03B (Llama 3 8B), 70.6B (Llama 3 70B), 6.74B (Llama 2 7B), 7.24B (Mistral 7B), 7.62B (Qwen2.5 7B)."""
     published = {"llama-3-8b": 8.03e9, "llama-3-70b": 70.55e9, "llama-2-7b": 6.74e9, "mistral-7b": 7.24e9,
-                 "qwen2.5-7b": 7.62e9, "llama-2-70b": 68.98e9}
+                 "qwen2.5-7b": 7.62e9, "llama-2-70b": 68.98e9, "llama-3.2-1b": 1.236e9}
     for name, params in published.items():
         assert MODEL_PRESETS[name].num_params == pytest.approx(params, rel=0.005), name
 

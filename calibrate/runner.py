@@ -1,0 +1,445 @@
+"""Run a calibration: time the grid, keep partial results, write the measured profile.
+
+The output folder holds, while a run is under way, ``calibration.json`` (its settings) and
+``ops.partial.csv`` (one row appended and flushed per finished benchmark). Running the same
+command again resumes from there. Only when every benchmark is done are ``ops.csv`` and then
+``profile.yaml`` written (each to a temporary name, then renamed), so a folder without
+``profile.yaml`` is never mistaken for a complete profile.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+
+from simulator.errors import ScenarioError
+from simulator.models import MODEL_PRESETS, ModelSpec
+from simulator.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
+from simulator.profiles import PARTIAL_TABLE
+
+from . import kernels
+from .grid import BenchSpec, GridLimits, build_grid, grid_memory_bytes, rotation_copies
+
+GIB = 1024**3
+DEVICES = ("auto", "cpu", "cuda")
+SETTINGS_FILE = "calibration.json"
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How each benchmark is timed: ``warmup`` untimed calls, then at least ``min_repeats`` timed
+    calls and more until ``min_time_s`` of kernel time or ``max_repeats``."""
+
+    warmup: int = 3
+    min_repeats: int = 15
+    max_repeats: int = 60
+    min_time_s: float = 0.1
+
+
+QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=10, min_time_s=0.005)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in DEVICES:
+        raise ScenarioError("--device", device, f"unknown device; allowed: {', '.join(DEVICES)}")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ScenarioError("--device", device, f"no CUDA device visible to torch {torch.__version__}; "
+                            "use --device cpu (or install a CUDA build of torch on a GPU machine)")
+    return torch.device(device)
+
+
+def default_dtype(device: torch.device) -> str:
+    return "bf16" if device.type == "cuda" else "fp32"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _meminfo(key: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def device_memory(device: torch.device) -> tuple[int, int]:
+    """(total, available) bytes on the device."""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return int(total), int(free)
+    total = _meminfo("MemTotal") or 0
+    avail = _meminfo("MemAvailable") or total
+    return total, avail
+
+
+def cache_bytes(device: torch.device) -> int:
+    """Last-level cache the rotation must defeat (L2 on a GPU, L3 on a CPU; 32 MiB if unknown)."""
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20))
+    for idx in (3, 2):
+        p = Path(f"/sys/devices/system/cpu/cpu0/cache/index{idx}/size")
+        try:
+            text = p.read_text().strip()
+            mult = {"K": 1024, "M": 2**20}.get(text[-1], 1)
+            return int(text.rstrip("KM")) * mult
+        except (OSError, ValueError):
+            continue
+    return 32 * 2**20
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+CLOCKS = ("auto", "wall", "thread")
+
+
+def resolve_clock(clock: str, device: torch.device) -> str:
+    """``auto``: CUDA events on a GPU; on a CPU running torch single-threaded, the calling thread's
+    CPU time (``time.thread_time``), which a shared machine's other processes cannot inflate by
+    time-slicing; otherwise wall time (``time.perf_counter``)."""
+    if clock not in CLOCKS:
+        raise ScenarioError("--clock", clock, f"allowed: {', '.join(CLOCKS)}")
+    if device.type == "cuda":
+        return "cuda-events"
+    if clock == "auto":
+        return "thread" if torch.get_num_threads() == 1 else "wall"
+    if clock == "thread" and torch.get_num_threads() != 1:
+        raise ScenarioError("--clock", clock, "the thread CPU clock needs --threads 1 (torch's worker threads "
+                            "would go uncounted)")
+    return clock
+
+
+def time_kernel(calls: list[kernels.Kernel], device: torch.device, timing: Timing, clock: str = "wall") -> np.ndarray:
+    """Seconds per call: CUDA events around each call on a GPU; on a CPU ``perf_counter`` (wall) or
+    the thread's CPU time (see :func:`resolve_clock`); calls rotate through the input sets."""
+    n = len(calls)
+    with torch.inference_mode():
+        for i in range(timing.warmup):
+            calls[i % n]()
+        _sync(device)
+        times: list[float] = []
+        total, i = 0.0, 0
+        while len(times) < timing.min_repeats or (total < timing.min_time_s and len(times) < timing.max_repeats):
+            fn = calls[i % n]
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                dt = start.elapsed_time(end) / 1000.0
+            elif clock == "thread":
+                t0 = time.thread_time()
+                fn()
+                dt = time.thread_time() - t0
+            else:
+                t0 = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t0
+            times.append(dt)
+            total += dt
+            i += 1
+    return np.array(times)
+
+
+def measure(spec: BenchSpec, device: torch.device, dtype: str, timing: Timing, cache: int,
+            clock: str = "wall") -> dict[str, Any]:
+    """Time one benchmark; returns its table row."""
+    tdtype = kernels.TORCH_DTYPES[dtype]
+    calls = kernels.build(spec, rotation_copies(spec, cache), device, tdtype)
+    t = time_kernel(calls, device, timing, clock)
+    del calls
+    return row_of(spec, dtype, t)
+
+
+def row_of(spec: BenchSpec, dtype: str, t: np.ndarray) -> dict[str, Any]:
+    return {"op": spec.op, "family": spec.family, "dtype": dtype, **spec.shape,
+            "median_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
+            "p90_s": float(np.percentile(t, 90)), "std_s": float(np.std(t)), "repeats": len(t)}
+
+
+def git_revision() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev + ("+dirty" if dirty else "")) if rev else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run measures; a partial run resumes only under the same settings."""
+
+    model: str
+    tensor_parallel_size: int
+    dtype: str
+    device: str
+    quick: bool
+    max_tokens: int
+    max_seqs: int
+    max_context: int
+    threads: int
+    clock: str = "wall"
+
+
+def _check_fits(specs: list[BenchSpec], device: torch.device, cache: int, limit_bytes: float | None) -> dict[str, float]:
+    need, worst = grid_memory_bytes(specs, cache)
+    need = int(need * 1.25)      # outputs and kernel workspaces
+    total, avail = device_memory(device)
+    limit = limit_bytes if limit_bytes is not None else 0.8 * avail
+    if need > limit:
+        what = f"--memory-limit-gib {limit / GIB:.3g}" if limit_bytes is not None else \
+            f"80% of the {avail / GIB:.2f} GiB available on {device.type}"
+        raise ScenarioError("shape grid", worst.label if worst else None,
+                            f"needs {need / GIB:.3f} GiB at its largest benchmark but only {limit / GIB:.3f} GiB may "
+                            f"be used ({what}); lower --max-tokens/--max-seqs/--max-context or use --quick")
+    return {"largest_benchmark_bytes": need, "limit_bytes": float(limit), "available_bytes": float(avail),
+            "total_bytes": float(total)}
+
+
+def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device: str = "auto", tp: int = 1,
+                    dtype: str | None = None, quick: bool = False, max_tokens: int | None = None,
+                    max_seqs: int | None = None, max_context: int | None = None, threads: int | None = None,
+                    memory_limit_bytes: float | None = None, fresh: bool = False, clock: str = "auto",
+                    name: str | None = None,
+                    on_progress: Progress | None = None, on_start: Callable[[int, int], None] | None = None,
+                    command: str | None = None) -> Path:
+    """Calibrate ``model`` (sharded ``tp`` ways) on ``device`` and write a measured profile to ``out``.
+
+    Returns the path of the written ``profile.yaml``. Raises :class:`ScenarioError` for bad
+    settings, a grid too big for memory, or a partial run in ``out`` made with other settings.
+    ``KeyboardInterrupt`` leaves the partial results in place for the next run to resume.
+    """
+    spec = _model(model)
+    dev = resolve_device(device)
+    dtype = dtype or default_dtype(dev)
+    if dtype not in kernels.TORCH_DTYPES:
+        raise ScenarioError("--dtype", dtype, f"calibration supports {', '.join(kernels.TORCH_DTYPES)} "
+                            "(fp8 GEMMs need scaled-mm kernels this tool does not time yet)")
+    if dev.type == "cpu" and dtype != "fp32":
+        pass  # allowed, but bf16/fp16 on CPU are far slower than fp32: the README says so
+    kv = spec.num_key_value_heads
+    if tp < 1 or spec.num_attention_heads % tp or (kv % tp and tp % kv):
+        raise ScenarioError("--tp", tp, f"must divide the model's {spec.num_attention_heads} attention heads")
+    if tp > 1 and dev.type == "cuda" and torch.cuda.device_count() < tp:
+        raise ScenarioError("--tp", tp, f"needs {tp} GPUs for the all-reduce benchmarks; "
+                            f"{torch.cuda.device_count()} visible")
+    if threads:
+        torch.set_num_threads(threads)
+    defaults = GridLimits() if dev.type == "cuda" else GridLimits(max_tokens=4096, max_seqs=256, max_context=4096)
+    limits = GridLimits(quick=quick, max_tokens=max_tokens or (256 if quick else defaults.max_tokens),
+                        max_seqs=max_seqs or (64 if quick else defaults.max_seqs),
+                        max_context=max_context or (1024 if quick else defaults.max_context))
+    clock = resolve_clock(clock, dev)
+    settings = Settings(spec.name, tp, dtype, dev.type, quick, limits.max_tokens, limits.max_seqs,
+                        limits.max_context, torch.get_num_threads(), clock)
+    specs = build_grid(spec, tp, dtype, limits)
+    cache = cache_bytes(dev)
+    memory = _check_fits(specs, dev, cache, memory_limit_bytes)
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ScenarioError("--out", str(out), "exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    partial, settings_file = out / PARTIAL_TABLE, out / SETTINGS_FILE
+    if fresh:
+        partial.unlink(missing_ok=True)
+        settings_file.unlink(missing_ok=True)
+    done_rows = _resume(partial, settings_file, settings)
+    settings_file.write_text(json.dumps({"settings": asdict(settings), "started": _now()}, indent=2) + "\n")
+    done = {r["key"] for r in done_rows}
+    todo = [s for s in specs if s.key not in done]
+    if on_start:
+        on_start(len(specs) - len(todo), len(specs))
+    timing = QUICK_TIMING if quick else Timing()
+    ref = max((s for s in specs if s.op == "gate_up_proj" and s.shape["tokens"] <= 64), key=lambda s: s.shape["tokens"])
+    load_before = os.getloadavg()
+    drift_start = measure(ref, dev, dtype, timing, cache, clock)["median_s"]
+    t0 = time.perf_counter()
+    write_header = not partial.exists()
+    comm = [s for s in todo if s.op == "all_reduce"]
+    with open(partial, "a", newline="") as f:
+        def keep(s: BenchSpec, row: dict[str, Any], i: int) -> None:
+            nonlocal write_header
+            row["key"] = s.key
+            pd.DataFrame([row], columns=[*TABLE_COLUMNS, "key"]).to_csv(f, header=write_header, index=False)
+            write_header = False
+            f.flush()
+            os.fsync(f.fileno())
+            if on_progress:
+                on_progress(len(specs) - len(todo) + i + 1, len(specs), s.label)
+
+        kernels_todo = [s for s in todo if s.op != "all_reduce"]
+        for i, s in enumerate(kernels_todo):
+            keep(s, measure(s, dev, dtype, timing, cache, clock), i)
+        if comm:
+            from .comm import time_all_reduce
+
+            times = time_all_reduce([s.shape["message_bytes"] for s in comm], tp, dev, dtype, timing)
+            for j, (s, t) in enumerate(zip(comm, times)):
+                keep(s, row_of(s, dtype, t), len(kernels_todo) + j)
+    drift_end = measure(ref, dev, dtype, timing, cache, clock)["median_s"]
+    noise = {"reference_kernel": ref.label, "reference_start_s": drift_start, "reference_end_s": drift_end,
+             "reference_drift": drift_end / drift_start - 1.0, "load_average_before": list(load_before),
+             "load_average_after": list(os.getloadavg()), "wall_s_this_session": time.perf_counter() - t0}
+    return _finalize(out, specs, settings, dev, memory, noise, timing, name, command)
+
+
+def _model(model: str | ModelSpec) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    if model not in MODEL_PRESETS:
+        raise ScenarioError("--model", model, f"unknown model preset; known: {', '.join(MODEL_PRESETS)}")
+    return MODEL_PRESETS[model]
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _resume(partial: Path, settings_file: Path, settings: Settings) -> list[dict[str, Any]]:
+    if not partial.exists():
+        return []
+    try:
+        old = json.loads(settings_file.read_text())["settings"]
+    except (OSError, ValueError, KeyError):
+        raise ScenarioError("--out", str(partial.parent), f"holds {PARTIAL_TABLE} without a readable "
+                            f"{SETTINGS_FILE}; pass --fresh to start over") from None
+    mine = asdict(settings)
+    diff = {k: (old.get(k), v) for k, v in mine.items() if old.get(k) != v and k != "threads"}
+    if diff:
+        desc = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
+        raise ScenarioError("--out", str(partial.parent), f"holds a partial calibration with other settings ({desc}); "
+                            "use another --out, the same settings to resume, or --fresh to start over")
+    try:
+        df = pd.read_csv(partial, on_bad_lines="skip")
+    except pd.errors.EmptyDataError:
+        df = pd.DataFrame(columns=[*TABLE_COLUMNS, "key"])
+    # A crash can cut the last row short: keep the complete rows and rewrite the file cleanly, so
+    # the next appended row starts on a line of its own.
+    df = df.dropna(subset=[c for c in (*TABLE_COLUMNS, "key") if c in df.columns])
+    df = df.reindex(columns=[*TABLE_COLUMNS, "key"]).dropna()
+    tmp = partial.with_suffix(".tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, partial)
+    return df.to_dict("records")
+
+
+def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.device, memory: dict[str, float],
+              noise: dict[str, Any], timing: Timing, name: str | None, command: str | None) -> Path:
+    partial = out / PARTIAL_TABLE
+    df = pd.read_csv(partial).drop_duplicates("key", keep="last")
+    order = {s.key: i for i, s in enumerate(specs)}
+    df = df[df["key"].isin(order)].sort_values("key", key=lambda k: k.map(order))
+    missing = len(specs) - len(df)
+    if missing:
+        raise ScenarioError("--out", str(out), f"{missing} benchmarks have no result; run again to resume")
+    table = df[list(TABLE_COLUMNS)].reset_index(drop=True)
+    tmp = out / "ops.csv.tmp"
+    table.to_csv(tmp, index=False, float_format="%.6g")
+    os.replace(tmp, out / "ops.csv")
+    table = pd.read_csv(out / "ops.csv")
+
+    spread = ((table["p90_s"] - table["p10_s"]) / table["median_s"]).to_numpy()
+    noise.update({"median_rel_spread_p90_p10": float(np.median(spread)),
+                  "p90_rel_spread_p90_p10": float(np.percentile(spread, 90))})
+    gemm = table[table["family"] == "gemm"]
+    peak = float((2.0 * gemm["tokens"] * gemm["n"] * gemm["k"] / gemm["median_s"]).max())
+    eb = 4.0 if settings.dtype == "fp32" else 2.0
+    stream = table[table["op"].isin(["residual_add"])]
+    bw = float((3.0 * stream["tokens"] * stream["width"] * eb / stream["median_s"]).max())
+    loo = leave_one_out(table, peak=peak, bw=bw, elem_bytes=eb)
+    fit = {r["family"]: {"points": int(r["points"]), "median_abs_error": round(float(r["median_abs_error"]), 4),
+                         "p90_abs_error": round(float(r["p90_abs_error"]), 4)}
+           for r in fit_summary(loo).to_dict("records")}
+    total_mem = memory["total_bytes"]
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        device_name = props.name
+        env = {"device_name": props.name, "cuda_version": str(torch.version.cuda),
+               "driver": _nvidia_driver(), "device_count": torch.cuda.device_count()}
+    else:
+        device_name = f"{cpu_model()} ({settings.threads} torch threads)"
+        env = {}
+    profile = {
+        "name": name or out.resolve().name,
+        "source": "measured",
+        "device": device_name,
+        "cost_model": "table",
+        "table": "ops.csv",
+        "table_sha256": file_sha256(out / "ops.csv"),
+        "table_schema": TABLE_SCHEMA,
+        "memory_bytes": total_mem,
+        "memory_bandwidth_bytes_per_s": float(f"{bw:.4g}"),
+        "peak_flops": {settings.dtype: float(f"{peak:.4g}")},
+        "non_torch_memory_bytes": GIB if dev.type == "cuda" else 0,
+        "provenance": {
+            "tool": "llmplan calibrate",
+            "command": command or "",
+            "date": _now(),
+            "model": settings.model, "tensor_parallel_size": settings.tensor_parallel_size,
+            "dtype": settings.dtype, "quick": settings.quick,
+            "grid": {"benchmarks": len(table), "max_tokens": settings.max_tokens, "max_seqs": settings.max_seqs,
+                     "max_context": settings.max_context},
+            "device": device_name, "device_type": dev.type, "device_memory_bytes": total_mem,
+            **env,
+            "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": settings.threads,
+            "torch_version": str(torch.__version__), "python": platform.python_version(),
+            "platform": platform.platform(), "git_revision": git_revision(),
+            "timing": {**asdict(timing), "clock": {"cuda-events": "CUDA events", "thread": "time.thread_time (the "
+                       "calling thread's CPU time; torch single-threaded)", "wall": "time.perf_counter"}[settings.clock],
+                       "rotation_cache_bytes": cache_bytes(dev), "statistic": "median of repeats; p10/p90/std kept"},
+            "memory_check": memory,
+            "noise": {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in noise.items()},
+            "fit_leave_one_out": fit,
+            "peaks_note": "peak_flops and memory_bandwidth_bytes_per_s are the best this run measured (GEMM "
+                          "FLOP/s, residual-add streaming), not vendor figures; they only shape extrapolation",
+            "overhead_note": "overhead.step_s/per_seq_s are not measured by kernel benchmarks: the defaults "
+                             "(1.5 ms per step, 10 us per request) are assumptions",
+        },
+    }
+    tmp = out / "profile.yaml.tmp"
+    tmp.write_text("# Measured by `llmplan calibrate`; the per-op table is ops.csv (see hwprofiles/README.md).\n"
+                   + yaml.safe_dump(profile, sort_keys=False, width=110))
+    os.replace(tmp, out / "profile.yaml")
+    partial.unlink(missing_ok=True)
+    (out / SETTINGS_FILE).unlink(missing_ok=True)
+    return out / "profile.yaml"
+
+
+def _nvidia_driver() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"

@@ -1,0 +1,209 @@
+"""``llmplan calibrate`` on the CPU (``--quick``, tiny-llama): a measured profile end to end, loaded
+and simulated; interrupted and resumed runs; memory refusal; bad settings; the missing-torch
+message. GPU runs are marked ``gpu`` and skip without CUDA."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from simulator import ScenarioError, simulate
+from simulator.op_table import file_sha256
+from simulator.profiles import load_profile
+from tests.conftest import make_scenario
+
+torch = pytest.importorskip("torch")
+
+from calibrate.grid import GridLimits, build_grid  # noqa: E402
+from calibrate.runner import run_calibration  # noqa: E402
+from simulator.models import MODEL_PRESETS  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = dict(model="tiny-llama", device="cpu", quick=True, threads=1, max_tokens=16, max_seqs=4, max_context=128)
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k != "LLMPLAN_DEBUG"}
+    clean.update(env)
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=REPO, env=clean,
+                          capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def quick_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``llmplan calibrate --device cpu --model tiny-llama --quick`` as a user runs it."""
+    out = tmp_path_factory.mktemp("cal") / "cpu-quick"
+    proc = run_cli("calibrate", "--device", "cpu", "--model", "tiny-llama", "--quick", "--threads", "1",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "held-out error" in proc.stdout and "wrote" in proc.stdout
+    return out
+
+
+def test_quick_calibration_writes_a_complete_measured_profile(quick_profile: Path) -> None:
+    assert sorted(p.name for p in quick_profile.iterdir()) == ["ops.csv", "profile.yaml"]
+    prof = yaml.safe_load((quick_profile / "profile.yaml").read_text())
+    assert prof["source"] == "measured" and prof["cost_model"] == "table"
+    assert prof["table_sha256"] == file_sha256(quick_profile / "ops.csv")
+    prov = prof["provenance"]
+    for key in ("date", "device", "device_memory_bytes", "torch_version", "cpu_model", "torch_threads", "dtype",
+                "git_revision", "noise", "timing", "fit_leave_one_out", "command"):
+        assert key in prov, key
+    assert prov["torch_threads"] == 1 and prov["dtype"] == "fp32" and prov["quick"] is True
+    assert "thread_time" in prov["timing"]["clock"]
+    assert {"median_rel_spread_p90_p10", "reference_drift", "load_average_before"} <= set(prov["noise"])
+    table = pd.read_csv(quick_profile / "ops.csv")
+    expected = build_grid(MODEL_PRESETS["tiny-llama"], 1, "fp32", GridLimits(quick=True, max_tokens=256, max_seqs=64,
+                                                                               max_context=1024))
+    assert len(table) == len(expected)
+    assert set(table["op"]) == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "attn_prefill",
+                                "attn_decode", "rmsnorm", "rotary", "silu_mul", "residual_add", "kv_write", "sampling"}
+    assert (table["median_s"] > 0).all()
+    assert (table["p10_s"] <= table["median_s"]).all() and (table["median_s"] <= table["p90_s"]).all()
+    assert (table["repeats"] >= 5).all()
+    # Bigger GEMMs take longer (noise cannot reverse a 256x larger problem).
+    g = table[table["op"] == "gate_up_proj"].set_index("tokens")["median_s"]
+    assert g[256] > 5 * g[1]
+
+
+def test_measured_profile_loads_simulates_and_reports(quick_profile: Path) -> None:
+    sc = make_scenario(hardware=str(quick_profile), num_requests=80)
+    r = simulate(sc)
+    assert r.system.profile.source == "measured" and r.summary["requests"]["completed"] == 80
+    assert r.summary["ttft_s"]["p50"] > 0
+    proc = run_cli("profiles", "show", str(quick_profile), COLUMNS="200")
+    assert proc.returncode == 0, proc.stderr
+    for word in ("measured", "qkv_proj", "attn_decode", "median |err|", "of peak", "target"):
+        assert word in proc.stdout, word
+    listing = run_cli("profiles", LLMPLAN_PROFILES=str(quick_profile.parent), COLUMNS="250")
+    row = next(line for line in listing.stdout.splitlines() if "cpu-quick" in line)
+    assert "measured" in row and "median <=" in row and "worst:" in row
+
+
+def test_interrupted_run_keeps_partial_results_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    seen: list[int] = []
+
+    def stop_after_five(done: int, total: int, label: str) -> None:
+        seen.append(done)
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_calibration(out, on_progress=stop_after_five, **SMALL)
+    assert (out / "ops.partial.csv").is_file() and not (out / "profile.yaml").exists()
+    assert len(pd.read_csv(out / "ops.partial.csv")) == 5
+    with pytest.raises(ScenarioError, match="interrupted calibration"):
+        load_profile(str(out))
+    with pytest.raises(ScenarioError, match="other settings.*max_tokens"):
+        run_calibration(out, **{**SMALL, "max_tokens": 32})
+    starts: list[tuple[int, int]] = []
+    resumed: list[int] = []
+    path = run_calibration(out, on_start=lambda d, t: starts.append((d, t)),
+                           on_progress=lambda d, t, label: resumed.append(d), **SMALL)
+    total = starts[0][1]
+    assert starts == [(5, total)] and resumed == list(range(6, total + 1))
+    assert len(pd.read_csv(out / "ops.csv")) == total
+    assert not (out / "ops.partial.csv").exists()
+    assert load_profile(str(path)).source == "measured"
+
+
+def test_a_row_cut_off_mid_write_is_dropped_on_resume(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+
+    def stop(done: int, total: int, label: str) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_calibration(out, on_progress=stop, **SMALL)
+    partial = out / "ops.partial.csv"
+    partial.write_text(partial.read_text() + "qkv_proj,gemm,fp32,8,")        # a crash mid-row
+    path = run_calibration(out, **SMALL)
+    table = pd.read_csv(path.parent / "ops.csv")
+    assert table["median_s"].notna().all() and len(table) == len(set(zip(table["op"], table["tokens"],
+                                                                          table["context"], table["batch"])))
+
+
+def test_grid_too_big_for_memory_is_refused_before_allocating(tmp_path: Path) -> None:
+    out = tmp_path / "never"
+    proc = run_cli("calibrate", "--device", "cpu", "--model", "llama-3-8b", "--quick", "--memory-limit-gib", "0.01",
+                   "--out", str(out))
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "needs" in proc.stderr and "GiB" in proc.stderr and "--memory-limit-gib 0.01" in proc.stderr
+    assert not out.exists()
+
+
+def test_bad_settings_are_clear_errors(tmp_path: Path) -> None:
+    proc = run_cli("calibrate", "--device", "tpu", "--quick", "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "--device = 'tpu': unknown device; allowed: auto, cpu, cuda" in proc.stderr
+    cases = [(dict(model="gpt-9"), "unknown model preset"),
+             (dict(dtype="fp8"), "calibration supports fp32, bf16, fp16"),
+             (dict(tp=3), "must divide"),
+             (dict(clock="thread", threads=2), "needs --threads 1"),
+             (dict(clock="tsc"), "allowed: auto, wall, thread")]
+    if not torch.cuda.is_available():
+        cases.append((dict(device="cuda"), "no CUDA device"))
+    try:
+        for kw, msg in cases:
+            with pytest.raises(ScenarioError, match=msg):
+                run_calibration(tmp_path / "x", **{**SMALL, **kw})
+    finally:
+        torch.set_num_threads(1)
+    assert not (tmp_path / "x").exists()
+
+
+NO_TORCH = ("import sys, importlib.abc\n"
+            "class NoTorch(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n"
+            "sys.meta_path.insert(0, NoTorch())\n")
+
+
+def test_missing_torch_names_the_extra_to_install(tmp_path: Path) -> None:
+    code = (NO_TORCH + 
+            f"sys.argv = ['llmplan', 'calibrate', '--quick', '--out', {str(tmp_path / 'x')!r}]; "
+            "from simulator.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "pip install -e .[calibrate]" in proc.stderr and "Traceback" not in proc.stderr
+    # ... while simulating needs no torch at all.
+    code = (NO_TORCH + "from simulator import simulate; "
+            "from tests.conftest import make_scenario; "
+            f"print(simulate(make_scenario(hardware={'cpu-amd-epyc-tiny-llama'!r})).summary['requests']['completed'])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "200"
+
+
+def test_all_reduce_over_gloo_between_two_cpu_processes() -> None:
+    from calibrate.comm import time_all_reduce
+    from calibrate.runner import QUICK_TIMING
+
+    times = time_all_reduce([4096, 1 << 20], 2, torch.device("cpu"), "fp32", QUICK_TIMING)
+    # Sizes are not compared: on two shared cores, two gloo processes wait on the scheduler more
+    # than on the bytes (the README says so); a GPU box gives NCCL numbers worth comparing.
+    assert len(times) == 2 and all(len(t) == QUICK_TIMING.min_repeats and (t > 0).all() for t in times)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_quick_gpu_calibration(tmp_path: Path) -> None:
+    path = run_calibration(tmp_path / "gpu", "llama-3-8b", device="cuda", quick=True)
+    prof = load_profile(str(path))
+    assert prof.source == "measured" and "cuda_version" in prof.provenance
+    assert family_ok(pd.read_csv(path.parent / "ops.csv"))
+
+
+def family_ok(table: pd.DataFrame) -> bool:
+    return {"gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"} <= set(table["family"])

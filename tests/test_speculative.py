@@ -1,0 +1,96 @@
+"""Speculative decoding: tokens per step against the closed form, TPOT direction against acceptance,
+memory taken by a draft model, determinism and clear errors."""
+from __future__ import annotations
+
+import pytest
+
+from simulator import ScenarioError, load_scenario, simulate
+from simulator.speculative import expected_tokens_per_step
+
+from conftest import make_scenario
+
+
+
+def spec(method="ngram", k=4, alpha=0.8, **extra):
+    return {"speculative_config": {"method": method, "num_speculative_tokens": k, "acceptance_rate": alpha, **extra}}
+
+
+def test_expected_tokens_per_step_closed_form():
+    assert expected_tokens_per_step(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert expected_tokens_per_step(0.0, 4) == 1.0
+    assert expected_tokens_per_step(1.0, 4) == 5.0
+
+
+@pytest.mark.parametrize("alpha,k", [(0.6, 3), (0.9, 5), (0.3, 2)])
+def test_tokens_per_step_match_theory(alpha, k):
+    """Long outputs (so the cap at max_tokens rarely truncates a step): the measured mean tokens per
+    verification step is within 1.5% of (1 - alpha^(k+1)) / (1 - alpha)."""
+    sc = make_scenario(**{"num_requests": 300, "workload.output_tokens": {"dist": "fixed", "value": 400},
+                          **spec(alpha=alpha, k=k)})
+    s = simulate(sc).summary["speculative"]
+    assert s["mean_tokens_per_step"] == pytest.approx(s["expected_tokens_per_step"], rel=0.015)
+    assert s["draft_acceptance_rate"] == pytest.approx((s["expected_tokens_per_step"] - 1) / k, rel=0.03)
+
+
+def test_tpot_with_a_free_proposer_is_step_time_over_tokens_per_step():
+    """Constant 10 ms steps, one request at a time, n-gram proposals (no draft cost): each output
+    token after the first costs 10 ms / E[tokens per step] on average."""
+    sc = make_scenario(**{"num_requests": 200, "scheduler.max_num_seqs": 1, "workload.arrival.rate_per_s": 1.0,
+                          "workload.output_tokens": {"dist": "fixed", "value": 301}, **spec(alpha=0.7, k=3)})
+    tpot = simulate(sc).summary["tpot_s"]["mean"]
+    assert tpot == pytest.approx(0.01 / expected_tokens_per_step(0.7, 3), rel=0.03)
+
+
+def reference(**over):
+    sc = load_scenario("examples/sharegpt-h100.yaml")
+    return sc.with_overrides({"num_requests": 400, "warmup_s": 0, "workload.arrival.rate_per_s": 1.0, **over})
+
+
+def test_draft_model_speculation_helps_at_high_acceptance_and_hurts_at_low():
+    """llama-3-8b with a llama-3.2-1b draft on an H100, k=4: alpha=0.8 lowers TPOT (about 3.4
+    tokens per step for one verification plus four cheap draft steps), alpha=0.1 raises it (1.1
+    tokens per step still pays for the draft)."""
+    base = simulate(reference()).summary["tpot_s"]["p50"]
+    good = simulate(reference(**spec("draft", 4, 0.8, draft_model="llama-3.2-1b"))).summary["tpot_s"]["p50"]
+    bad = simulate(reference(**spec("draft", 4, 0.1, draft_model="llama-3.2-1b"))).summary["tpot_s"]["p50"]
+    assert good < 0.6 * base
+    assert bad > 1.1 * base
+
+
+def test_draft_model_takes_memory_from_the_kv_cache():
+    plain = simulate(reference(num_requests=20)).summary["kv_cache"]
+    with_draft = simulate(reference(num_requests=20, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b"))).summary["kv_cache"]
+    # 1.24B draft parameters in bf16 come off the budget, and each token also holds the draft's KV
+    # (16 layers x 8 kv heads x 64 dims, against the target's 32 x 8 x 128: a quarter more).
+    assert with_draft["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == pytest.approx(2 * 1.236e9, rel=0.01)
+    assert with_draft["kv_bytes_per_block"] == pytest.approx(1.25 * plain["kv_bytes_per_block"])
+    assert with_draft["num_gpu_blocks"] < plain["num_gpu_blocks"]
+
+
+def test_speculation_conserves_tokens_and_is_reproducible():
+    sc = make_scenario(**{"num_requests": 200, "scheduler.num_gpu_blocks_override": 160,
+                          "workload.arrival.rate_per_s": 100, "scheduler.max_num_seqs": 8,
+                          "workload.output_tokens": {"dist": "geometric", "mean": 60}, **spec(alpha=0.5, k=3)})
+    a, b = simulate(sc), simulate(sc)
+    check_invariants_spec(a)
+    assert a.requests["finish_time"].equals(b.requests["finish_time"])
+    assert a.summary["speculative"] == b.summary["speculative"]
+
+
+def check_invariants_spec(r):
+    req = r.requests
+    done = req[req["status"] == "finished_length_capped"]
+    assert len(done) == len(req)
+    assert (done["num_output_tokens"] == done["max_tokens"]).all()
+    assert (r.steps["kv_blocks_used"] <= r.system.kv_plan.num_gpu_blocks).all()
+
+
+def test_bad_speculative_configs_are_clear_errors():
+    with pytest.raises(ScenarioError, match="num_speculative_tokens = 0"):
+        make_scenario(**spec(k=0))
+    with pytest.raises(ScenarioError, match="needs draft_model"):
+        make_scenario(**spec("draft"))
+    with pytest.raises(ScenarioError, match="continuous"):
+        simulate(make_scenario(**{"scheduler.policy": "static", **spec()}))
+    with pytest.raises(ScenarioError, match="speculative_config.draft_model.*unknown model preset"):
+        simulate(make_scenario(**spec("draft", draft_model="llama-9")))
