@@ -13,6 +13,7 @@ from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
 from simulator.analysis import RunCancelled, compare_kpis, num_gpus, with_arrival_rate
 from simulator.config import GammaArrival, PoissonArrival
 from simulator.models import DTYPE_BYTES
+from simulator.policies import POLICIES
 from simulator.router import ROUTERS
 from simulator.scenario_io import scenario_diff, scenario_key, scenario_to_yaml
 
@@ -21,22 +22,33 @@ FROM_FILE = "(as in the file)"
 TP_SIZES = [1, 2, 4, 8]
 DTYPES = list(DTYPE_BYTES)
 BLOCK_SIZES = [8, 16, 32]
+SPEC_METHODS = ["off", "draft", "ngram", "mtp"]
+DEFAULT_DRAFT = "llama-3.2-1b"
+
+
+def flag(raw: object) -> bool:
+    """A boolean from a query string ("true"/"1"/"yes")."""
+    return str(raw).strip().lower() in ("1", "true", "yes")
+
+
 # knob -> (query parameter, type); the query string reproduces an example-based view.
-KNOBS: dict[str, tuple[str, type]] = {
+KNOBS: dict[str, tuple[str, Any]] = {
     "rate": ("rate", float), "cv": ("cv", float), "speedup": ("speedup", float), "num_requests": ("n", int),
     "duration_s": ("dur", float),
     "seed": ("seed", int), "model": ("model", str), "dtype": ("dtype", str), "hardware": ("hw", str), "tp": ("tp", int),
     "replicas": ("replicas", int), "router": ("router", str), "max_num_seqs": ("seqs", int),
     "max_num_batched_tokens": ("mbt", int), "block_size": ("bs", int), "gmu": ("gmu", float),
     "max_model_len": ("mml", int), "slo_ttft_ms": ("ttft", float), "slo_tpot_ms": ("tpot", float),
-    "slo_e2e_ms": ("e2e", float),
+    "slo_e2e_ms": ("e2e", float), "policy": ("policy", str), "long_prefill": ("lpt", int),
+    "max_wait_ms": ("wait", float), "adaptive": ("adaptive", flag), "spec_method": ("spec", str),
+    "spec_k": ("k", int), "spec_alpha": ("alpha", float), "spec_draft": ("draft", str),
 }
 WIDGET_KEYS = [f"{P}_mode", f"{P}_example", f"{P}_time_limit_s"] + [f"{P}_{k}" for k in KNOBS]
 
 
 def knob_values(sc: Any) -> dict[str, Any]:
     """The knobs' values as the scenario has them (what a fresh view starts from)."""
-    arr, dep, sch, slo = sc.workload.arrival, sc.deployment, sc.scheduler, sc.slo
+    arr, dep, sch, slo, spec = sc.workload.arrival, sc.deployment, sc.scheduler, sc.slo, sc.speculative_config
     rate_based = isinstance(arr, (PoissonArrival, GammaArrival))
     return {
         "rate": float(arr.rate_per_s) if rate_based else None,
@@ -53,6 +65,13 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "max_model_len": sch.max_model_len or 0,
         "slo_ttft_ms": float(slo.ttft_p99_ms or 0.0), "slo_tpot_ms": float(slo.tpot_p99_ms or 0.0),
         "slo_e2e_ms": float(slo.e2e_p99_ms or 0.0),
+        "policy": sch.policy, "long_prefill": sch.long_prefill_token_threshold or 0,
+        "max_wait_ms": float(sch.max_wait_ms), "adaptive": bool(sch.adaptive_batching),
+        "spec_method": spec.method if spec is not None else "off",
+        "spec_k": spec.num_speculative_tokens if spec is not None else 4,
+        "spec_alpha": float(spec.acceptance_rate) if spec is not None else 0.8,
+        "spec_draft": (spec.draft_model if isinstance(spec.draft_model, str) else FROM_FILE)
+        if spec is not None and spec.draft_model is not None else DEFAULT_DRAFT,
     }
 
 
@@ -64,8 +83,19 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         "scheduler.max_num_batched_tokens": k["max_num_batched_tokens"], "scheduler.block_size": k["block_size"],
         "scheduler.gpu_memory_utilization": k["gmu"], "scheduler.max_model_len": k["max_model_len"] or None,
         "slo.ttft_p99_ms": k["slo_ttft_ms"] or None, "slo.tpot_p99_ms": k["slo_tpot_ms"] or None,
-        "slo.e2e_p99_ms": k["slo_e2e_ms"] or None,
+        "slo.e2e_p99_ms": k["slo_e2e_ms"] or None, "scheduler.policy": k["policy"],
+        "scheduler.long_prefill_token_threshold": k["long_prefill"] or None,
+        "scheduler.max_wait_ms": k["max_wait_ms"], "scheduler.adaptive_batching": k["adaptive"],
     }
+    if k["spec_method"] == "off":
+        ov["speculative_config"] = None
+    else:
+        spec: dict[str, Any] = {"method": k["spec_method"], "num_speculative_tokens": k["spec_k"],
+                                "acceptance_rate": k["spec_alpha"]}
+        if k["spec_method"] == "draft":
+            kept = base.speculative_config.draft_model if base.speculative_config is not None else None
+            spec["draft_model"] = kept if k["spec_draft"] == FROM_FILE else k["spec_draft"]
+        ov["speculative_config"] = spec
     if k.get("speedup") is not None:
         ov["workload.arrival.speedup"] = k["speedup"]
     if base.num_requests is not None:
@@ -139,17 +169,50 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         k["tp"] = st.selectbox("Tensor parallel (GPUs per replica)", tps, key=f"{P}_tp")
         k["replicas"] = st.number_input("Replicas", min_value=1, max_value=256, step=1, key=f"{P}_replicas")
         k["router"] = st.selectbox("Router", sorted(ROUTERS), key=f"{P}_router")
-    with sb.expander("Scheduler limits (per replica)"):
+    with sb.expander("Batching (per replica)"):
+        policies = sorted(POLICIES)
+        k["policy"] = st.selectbox("Batching policy", policies, key=f"{P}_policy",
+                                   help="continuous: vLLM iteration-level; chunked_prefill: prompts split into chunks; "
+                                        "dynamic/static: request-level batches (see the README)")
+        if k["policy"] == "chunked_prefill":
+            st.number_input(
+                "long_prefill_token_threshold (0 = the budget)", min_value=0, max_value=1_048_576, step=256,
+                key=f"{P}_long_prefill", help="Most prompt tokens one request computes in a step")
+        if k["policy"] in ("dynamic", "static"):
+            st.number_input("max_wait_ms", min_value=0.0, max_value=600_000.0, step=10.0, key=f"{P}_max_wait_ms",
+                            help="Longest an idle engine waits for a full batch after the oldest arrival")
+        if k["policy"] == "dynamic":
+            st.toggle("adaptive_batching", key=f"{P}_adaptive",
+                      help="Start at once when requests queued during the previous batch")
+        # Hidden knobs keep their values (they matter only for the policies that show them).
+        for name in ("long_prefill", "max_wait_ms", "adaptive"):
+            k[name] = st.session_state[f"{P}_{name}"]
         k["max_num_seqs"] = st.number_input("max_num_seqs", min_value=1, max_value=4096, step=16,
                                             key=f"{P}_max_num_seqs", help="Most requests in the running batch")
         k["max_num_batched_tokens"] = st.number_input(
             "max_num_batched_tokens", min_value=1, max_value=1_048_576, step=1024, key=f"{P}_max_num_batched_tokens",
-            help="Token budget of one step; must cover max_model_len (prompts are never split)")
+            help="Token budget of one step; must cover max_model_len unless the policy is chunked_prefill")
         sizes = sorted(set(BLOCK_SIZES) | {st.session_state[f"{P}_block_size"]})
         k["block_size"] = st.selectbox("block_size (tokens per KV block)", sizes, key=f"{P}_block_size")
         k["gmu"] = st.slider("gpu_memory_utilization", min_value=0.30, max_value=0.99, step=0.01, key=f"{P}_gmu")
         k["max_model_len"] = st.number_input("max_model_len (0 = the model's context)", min_value=0,
                                              max_value=1_048_576, step=1024, key=f"{P}_max_model_len")
+    with sb.expander("Speculative decoding"):
+        k["spec_method"] = st.selectbox("Method", SPEC_METHODS, key=f"{P}_spec_method",
+                                        help="draft: a small model proposes; ngram: prompt lookup; mtp: extra "
+                                             "decoder layers of the target. Continuous batching only.")
+        if k["spec_method"] != "off":
+            st.number_input("num_speculative_tokens (k)", min_value=1, max_value=16, step=1, key=f"{P}_spec_k")
+            st.slider("acceptance_rate (alpha)", min_value=0.0, max_value=1.0, step=0.05, key=f"{P}_spec_alpha",
+                      help="Probability that each proposed token is accepted (independently, in order)")
+        if k["spec_method"] == "draft":
+            drafts = list(MODEL_PRESETS)
+            if st.session_state[f"{P}_spec_draft"] not in drafts:
+                drafts.append(st.session_state[f"{P}_spec_draft"])
+            st.selectbox("Draft model", drafts, key=f"{P}_spec_draft")
+        k["spec_k"] = st.session_state[f"{P}_spec_k"]
+        k["spec_alpha"] = st.session_state[f"{P}_spec_alpha"]
+        k["spec_draft"] = st.session_state[f"{P}_spec_draft"]
     with sb.expander("SLO (p99 thresholds; 0 = none)"):
         k["slo_ttft_ms"] = st.number_input("TTFT p99 (ms)", min_value=0.0, step=50.0, key=f"{P}_slo_ttft_ms")
         k["slo_tpot_ms"] = st.number_input("TPOT p99 (ms)", min_value=0.0, step=5.0, key=f"{P}_slo_tpot_ms")
@@ -260,10 +323,15 @@ slo_txt = "no SLO set"
 if s.get("slo_attainment") is not None:
     met = s["slo"]["p99_met"]
     slo_txt = "SLO: " + ", ".join(f"{m.removesuffix('_s').upper()} p99 {'met' if ok else 'MISSED'}" for m, ok in met.items())
+spec_txt = ""
+if s.get("speculative"):
+    sp = s["speculative"]
+    spec_txt = (f" · speculative ({sp['method']}, k={sp['num_speculative_tokens']}): "
+                f"{sp.get('mean_tokens_per_step') or 0:.2f} tokens per step (expected {sp['expected_tokens_per_step']:.2f})")
 st.caption(f"{rq['measured']:,} measured of {rq['arrived']:,} requests ({rq['completed']:,} completed, "
            f"{rq['rejected']:,} rejected, {rq['in_flight']:,} in flight, {rq['preemptions']:,} preemptions) · "
            f"{slo_txt} · simulated {s['sim_time_s']:,.0f} s in {s['wall_s']:.2f} s wall · seed {s['seed']} · "
-           "cost = GPUs × price ÷ output tokens/s")
+           f"cost = GPUs × price ÷ output tokens/s{spec_txt}")
 
 tabs = st.tabs(["Latency CDF", "Stage breakdown", "Time series", "Compare with baseline", "Scenario"])
 with tabs[0]:

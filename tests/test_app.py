@@ -264,3 +264,36 @@ def test_stop_reports_only_a_run_that_was_cut_short(app):
     app.number_input(key="wi_seed").set_value(5)
     ok(app.run())
     assert any("interrupted by a change" in i.value for i in app.info)
+
+
+def test_batching_policy_and_speculative_knobs(app):
+    """A budget below max_model_len is an error for continuous batching and fine for chunked
+    prefill; speculative decoding with a good draft cuts TPOT at light load (the README's test)."""
+    app.number_input(key="wi_num_requests").set_value(400)
+    app.number_input(key="wi_rate").set_value(1.0)
+    app.number_input(key="wi_max_num_batched_tokens").set_value(512)
+    ok(app.run())
+    assert any("max_num_batched_tokens" in e.value for e in app.error)
+    app.selectbox(key="wi_policy").set_value("chunked_prefill")
+    ok(app.run())
+    app.number_input(key="wi_long_prefill").set_value(256)
+    ok(app.run())
+    assert not app.error
+    ok(app.button(key="wi_run").click().run())
+    assert app.query_params["policy"] == "chunked_prefill" and app.query_params["lpt"] == "256"
+    app.selectbox(key="wi_policy").set_value("continuous")
+    app.number_input(key="wi_max_num_batched_tokens").set_value(8192)
+    ok(app.button(key="wi_run").click().run())
+    plain_tpot = float(metrics(app)["TPOT p50 (ms)"])
+    app.selectbox(key="wi_spec_method").set_value("draft")
+    ok(app.run())
+    app.slider(key="wi_spec_alpha").set_value(0.8)
+    app.selectbox(key="wi_spec_draft").set_value("llama-3.2-1b")
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["TPOT p50 (ms)"]) < 0.8 * plain_tpot
+    assert any("speculative" in c.value for c in app.caption)
+    app.selectbox(key="wi_policy").set_value("static")              # speculation is continuous-only
+    ok(app.run())
+    assert any("speculative_config" in e.value for e in app.error)
+    app.number_input(key="wi_max_wait_ms").set_value(20.0)
+    ok(app.run())
