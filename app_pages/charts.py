@@ -123,7 +123,7 @@ def step_time_figure(curves: pd.DataFrame, profile_names: list[str]) -> go.Figur
     fig.update_xaxes(type="log", title_text="prompt tokens in the step", row=1, col=2)
     fig.update_yaxes(type="log", title_text="step time (ms)", row=1, col=1)
     fig.update_yaxes(type="log", row=1, col=2)
-    fig.update_layout(title="Predicted engine step time (roofline cost model, datasheet numbers)",
+    fig.update_layout(title="Predicted engine step time (each profile's cost model: roofline or measured table)",
                       **{**_LAYOUT, "height": 420})
     return fig
 

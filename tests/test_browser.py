@@ -132,7 +132,8 @@ def test_click_through_the_dashboard(server, browser):
     # Hardware profiles: the table and the step-time chart.
     page.get_by_role("link", name="Hardware profiles").click()
     expect(page.get_by_text("Predicted step time")).to_be_visible()
-    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    expect(page.locator(".js-plotly-plot")).to_have_count(2)          # step times; measured vs fitted
+    expect(page.get_by_text("held out (leave one out)", exact=False)).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "hardware.png"), full_page=True)
 
     # A broken upload: an error naming the field; the page keeps working.
