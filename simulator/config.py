@@ -114,6 +114,18 @@ LengthConfig = Annotated[
 ]
 
 
+class TierConfig(_Frozen):
+    """A class of requests (e.g. interactive vs batch) with its share of traffic, its priority and SLO."""
+
+    name: str = Field(min_length=1)
+    share: float = Field(gt=0, le=1)
+    """Fraction of requests in this tier (shares sum to 1)."""
+    priority: int = 0
+    """vLLM's request priority: lower is served first under ``scheduling_policy: priority``."""
+    slo: SLOConfig | None = None
+    """This tier's objectives (default: the scenario's ``slo``)."""
+
+
 class WorkloadConfig(_Frozen):
     arrival: ArrivalConfig
     prompt_tokens: LengthConfig | None = None
@@ -121,6 +133,19 @@ class WorkloadConfig(_Frozen):
     over_length: Literal["error", "reject", "clip"] = "error"
     """What to do with a request whose prompt + output exceeds ``max_model_len``: stop with an
     error naming it, reject it (counted in ``requests.rejected``), or clip its output length."""
+    tiers: list[TierConfig] | None = None
+    """Request tiers, drawn independently per request with the given shares (None: one tier)."""
+
+    @model_validator(mode="after")
+    def _tiers(self) -> "WorkloadConfig":
+        if self.tiers is not None:
+            names = [t.name for t in self.tiers]
+            if len(set(names)) != len(names):
+                raise ValueError(f"tier names must be unique, got {names}")
+            total = sum(t.share for t in self.tiers)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"tier shares must sum to 1, got {total:g} ({', '.join(f'{t.name}: {t.share:g}' for t in self.tiers)})")
+        return self
 
     @model_validator(mode="after")
     def _lengths_given(self) -> "WorkloadConfig":
@@ -160,6 +185,9 @@ class SchedulerConfig(_Frozen):
     """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
     max_wait_ms: float = Field(default=50.0, ge=0)
     """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """vLLM's queue order: arrival order, or (tier priority, arrival); under ``priority`` the
+    lowest-priority running request is the one preempted when KV blocks run out."""
     adaptive_batching: bool = False
     """dynamic: start at once when requests queued during the previous batch (size to the queue)."""
 

@@ -134,6 +134,14 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         "preemptions": int(req["num_preemptions"].sum()),
     }
     summary.update(_slo_summary(sc.slo, measured, span))
+    if sc.workload.tiers is not None:
+        summary["tiers"] = {
+            t.name: {"share": t.share, "priority": t.priority,
+                     "requests": {"arrived": int((req["tier"] == t.name).sum()),
+                                  "completed": int((finished & (req["tier"] == t.name)).sum())},
+                     **{m: describe(g[m].to_numpy()) for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
+                     **_slo_summary(t.slo or sc.slo, measured[measured["tier"] == t.name], span)}
+            for t in sc.workload.tiers}
     summary["batch"] = _batch_summary(steps, result.system.kv_plan.num_gpu_blocks)
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,

@@ -146,6 +146,8 @@ class ChunkedPrefillScheduler(Scheduler):
             out.num_partial += t < total
         if not admitted:
             return
+        if self.priority_order:
+            self.sort_pending = True
         if out.row_tokens is None:                           # the running rows all decoded
             out.row_tokens = np.ones(first_row, dtype=np.int64)
             out.prefill_context = []

@@ -86,6 +86,8 @@ class Replica:
     def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput, float, Any]:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
+        if sched.sort_pending:
+            sched.sort_rows()
         out = sched.schedule(t)
         if out.is_pure_decode and self.decode_runs:
             run = sched.plan_decode_run(out, t, horizon, cost)

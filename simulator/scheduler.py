@@ -23,10 +23,11 @@ blocks every future decode step needs, in closed form.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -171,7 +172,10 @@ class Scheduler:
         self.kv = kv
         self.table = table
         self.block_size = config.block_size
-        self.waiting: deque[int] = deque()
+        self.priority_order = config.scheduling_policy == "priority"
+        self.waiting: deque[int] | PriorityWaitingQueue = PriorityWaitingQueue(table) if self.priority_order else deque()
+        self.sort_pending = False
+        """Rows must be re-sorted by (priority, arrival) before the next step (priority scheduling)."""
         # Running batch, rows [0, n) in admission order.
         self.n = 0
         self.req_id = np.zeros(cap, dtype=np.int64)
@@ -288,6 +292,8 @@ class Scheduler:
                     table.first_scheduled_time[rid] = now
             out.admitted.append(rid)
             out.admitted_tokens.append(tokens)
+        if self.priority_order and out.admitted:
+            self.sort_pending = True
 
     # -- applying a step ---------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
@@ -393,6 +399,16 @@ class Scheduler:
         self.n = n - 1
         return ids
 
+    def sort_rows(self) -> None:
+        """Order the running batch by (priority, arrival) so that the last row is the one vLLM's
+        priority policy preempts first; called between steps, never while a step is planned."""
+        n, table = self.n, self.table
+        ids = self.req_id[:n]
+        order = np.lexsort((table.arrival_time[ids], table.priority[ids]))
+        for arr in self._row_arrays:
+            arr[:n] = arr[:n][order]
+        self.sort_pending = False
+
     def stats(self) -> dict[str, int]:
         """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
         return {}
@@ -402,6 +418,48 @@ class Scheduler:
         table.finish_time[ids] = now
         table.num_output_tokens[ids] = table.max_tokens[ids]
         table.status[ids] = _DONE
+
+
+class PriorityWaitingQueue:
+    """The waiting queue under ``scheduling_policy: priority``: a heap on (priority, arrival time),
+    as vLLM's; it offers the deque operations the schedulers use."""
+
+    def __init__(self, table: RequestTable) -> None:
+        self._table = table
+        self._heap: list[tuple[int, float, int]] = []
+
+    def _key(self, rid: int) -> tuple[int, float, int]:
+        return int(self._table.priority[rid]), float(self._table.arrival_time[rid]), int(rid)
+
+    def append(self, rid: int) -> None:
+        heapq.heappush(self._heap, self._key(rid))
+
+    appendleft = append     # a preempted request goes back by its key, ahead of later arrivals
+
+    def extendleft(self, rids: Iterable[int]) -> None:
+        for rid in rids:
+            self.append(rid)
+
+    def popleft(self) -> int:
+        return heapq.heappop(self._heap)[2]
+
+    def remove(self, rid: int) -> None:
+        self._heap.remove(self._key(rid))
+        heapq.heapify(self._heap)
+
+    def __getitem__(self, index: int) -> int:
+        if index != 0:
+            raise IndexError("only the head of a priority queue can be read")
+        return self._heap[0][2]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def __iter__(self) -> Iterator[int]:
+        return (key[2] for key in sorted(self._heap))
 
 
 def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,

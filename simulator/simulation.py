@@ -34,7 +34,7 @@ from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing", "speculative")
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier")
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -273,7 +273,7 @@ class SimulationResult:
         return frame
 
 
-def _requests_frame(table: RequestTable) -> pd.DataFrame:
+def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
     status = pd.Categorical.from_codes(table.status.astype(np.int64), [s.name.lower() for s in RequestStatus])
     df = pd.DataFrame({
         "request_id": np.arange(len(table), dtype=np.int64),
@@ -288,6 +288,10 @@ def _requests_frame(table: RequestTable) -> pd.DataFrame:
         "num_preemptions": table.num_preemptions,
         "status": status,
     })
+    tiers = scenario.workload.tiers
+    if tiers is not None:
+        df["tier"] = pd.Categorical.from_codes(table.tier.astype(np.int64), [t.name for t in tiers])
+        df["priority"] = table.priority
     df["queue_delay_s"] = df["first_scheduled_time"] - df["arrival_time"]
     df["ttft_s"] = df["first_token_time"] - df["arrival_time"]
     df["e2e_s"] = df["finish_time"] - df["arrival_time"]
@@ -318,6 +322,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     rngs = spawn_rngs(scenario.seed)
     workload = generate_workload(scenario, system.max_model_len, rngs)
     table = RequestTable(workload)
+    if scenario.workload.tiers is not None:
+        table.priority = np.array([t.priority for t in scenario.workload.tiers], dtype=np.int64)[table.tier]
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
     run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
@@ -328,7 +334,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     gc.disable()
     try:
         env.run(until=scenario.max_sim_time_s)
-        result = SimulationResult(scenario, _requests_frame(table), steps.freeze(), system,
+        result = SimulationResult(scenario, _requests_frame(table, scenario), steps.freeze(), system,
                                   float(env.now), time.perf_counter() - wall0)
         for replica in run.replicas:
             for name, value in replica.scheduler.stats().items():

@@ -34,6 +34,7 @@ class Workload:
     num_prompt_tokens: np.ndarray  # int64
     max_tokens: np.ndarray        # int64 output tokens the request will generate
     rejected: np.ndarray          # bool: refused at arrival (over_length: reject)
+    tier: np.ndarray | None = None  # int16 index into workload.tiers (None: no tiers)
 
     def __len__(self) -> int:
         return len(self.arrival_time)
@@ -366,7 +367,12 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
             output = np.where(over, np.maximum(max_model_len - prompt, 0), output)
         rejected = over if wl.over_length == "reject" else (output < 1)
         output = np.maximum(output, 1)
-    return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected)
+    tier = None
+    if wl.tiers is not None:
+        shares = np.array([t.share for t in wl.tiers])
+        tier = rngs["tier"].choice(len(shares), size=n, p=shares / shares.sum()).astype(np.int16)
+    return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
+                    tier)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:

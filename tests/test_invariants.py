@@ -41,6 +41,9 @@ scenarios = st.fixed_dictionaries({
     "scheduler.adaptive_batching": st.booleans(),
     "scheduler.long_prefill_token_threshold": st.sampled_from([None, 8, 64]),
     "scheduler.max_num_batched_tokens": st.sampled_from([2048, 48]),
+    "scheduler.scheduling_policy": st.sampled_from(["fcfs", "priority"]),
+    "workload.tiers": st.sampled_from([None, [{"name": "hi", "share": 0.4, "priority": 0},
+                                              {"name": "lo", "share": 0.6, "priority": 5}]]),
 })
 
 
