@@ -10,7 +10,7 @@ from app_pages.charts import cdf_figure, series_figure, stages_figure
 from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_report, fmt, interrupted_run,
                               restore_widgets, save_widgets, scenario_source, show_error)
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
-from simulator.analysis import RunCancelled, compare_kpis, num_gpus, with_arrival_rate
+from simulator.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
 from simulator.config import GammaArrival, PoissonArrival
 from simulator.models import DTYPE_BYTES
 from simulator.policies import POLICIES
@@ -42,6 +42,7 @@ KNOBS: dict[str, tuple[str, Any]] = {
     "slo_e2e_ms": ("e2e", float), "policy": ("policy", str), "long_prefill": ("lpt", int),
     "max_wait_ms": ("wait", float), "adaptive": ("adaptive", flag), "spec_method": ("spec", str),
     "spec_k": ("k", int), "spec_alpha": ("alpha", float), "spec_draft": ("draft", str),
+    "scheduling": ("sched", str),
 }
 WIDGET_KEYS = [f"{P}_mode", f"{P}_example", f"{P}_time_limit_s"] + [f"{P}_{k}" for k in KNOBS]
 
@@ -65,7 +66,7 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "max_model_len": sch.max_model_len or 0,
         "slo_ttft_ms": float(slo.ttft_p99_ms or 0.0), "slo_tpot_ms": float(slo.tpot_p99_ms or 0.0),
         "slo_e2e_ms": float(slo.e2e_p99_ms or 0.0),
-        "policy": sch.policy, "long_prefill": sch.long_prefill_token_threshold or 0,
+        "policy": sch.policy, "scheduling": sch.scheduling_policy, "long_prefill": sch.long_prefill_token_threshold or 0,
         "max_wait_ms": float(sch.max_wait_ms), "adaptive": bool(sch.adaptive_batching),
         "spec_method": spec.method if spec is not None else "off",
         "spec_k": spec.num_speculative_tokens if spec is not None else 4,
@@ -84,6 +85,7 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         "scheduler.gpu_memory_utilization": k["gmu"], "scheduler.max_model_len": k["max_model_len"] or None,
         "slo.ttft_p99_ms": k["slo_ttft_ms"] or None, "slo.tpot_p99_ms": k["slo_tpot_ms"] or None,
         "slo.e2e_p99_ms": k["slo_e2e_ms"] or None, "scheduler.policy": k["policy"],
+        "scheduler.scheduling_policy": k["scheduling"],
         "scheduler.long_prefill_token_threshold": k["long_prefill"] or None,
         "scheduler.max_wait_ms": k["max_wait_ms"], "scheduler.adaptive_batching": k["adaptive"],
     }
@@ -174,6 +176,9 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         k["policy"] = st.selectbox("Batching policy", policies, key=f"{P}_policy",
                                    help="continuous: vLLM iteration-level; chunked_prefill: prompts split into chunks; "
                                         "dynamic/static: request-level batches (see the README)")
+        k["scheduling"] = st.selectbox("scheduling_policy", ["fcfs", "priority"], key=f"{P}_scheduling",
+                                       help="Waiting-queue order: arrival, or (tier priority, arrival) with the "
+                                            "lowest-priority request preempted first (tiers are set in the file)")
         if k["policy"] == "chunked_prefill":
             st.number_input(
                 "long_prefill_token_threshold (0 = the budget)", min_value=0, max_value=1_048_576, step=256,
@@ -333,7 +338,9 @@ st.caption(f"{rq['measured']:,} measured of {rq['arrived']:,} requests ({rq['com
            f"{slo_txt} · simulated {s['sim_time_s']:,.0f} s in {s['wall_s']:.2f} s wall · seed {s['seed']} · "
            f"cost = GPUs × price ÷ output tokens/s{spec_txt}")
 
-tabs = st.tabs(["Latency CDF", "Stage breakdown", "Time series", "Compare with baseline", "Scenario"])
+tiers = tier_table(s)
+tab_names = ["Latency CDF", "Stage breakdown", "Time series", "Compare with baseline", "Scenario"]
+tabs = st.tabs(tab_names + (["Tiers"] if not tiers.empty else []))
 with tabs[0]:
     st.plotly_chart(cdf_figure(report.cdf, report.system["slo_thresholds_s"],
                                baseline.cdf if baseline is not None else None), key=f"{P}_cdf")
@@ -373,3 +380,15 @@ with tabs[4]:
     st.code(text, language="yaml")
     if st.session_state.get(f"{P}_mode") == "Example":
         st.caption("This page's URL holds the example and every knob: share it to reproduce this view.")
+if not tiers.empty:
+    with tabs[5]:
+        st.dataframe(tiers.rename(columns={
+            "share": "share", "ttft_p50_ms": "TTFT p50 (ms)", "ttft_p99_ms": "TTFT p99 (ms)",
+            "tpot_p50_ms": "TPOT p50 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "e2e_p99_s": "E2E p99 (s)",
+            "slo_attainment_pct": "SLO attainment (%)", "slo_p99_met": "tier's p99s met"}),
+            hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g") for c in
+                                            ("TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)",
+                                             "E2E p99 (s)", "SLO attainment (%)")})
+        st.caption("Each tier against its own SLO (the scenario's when the tier has none). Tiers, shares and "
+                   "priorities come from the scenario file; scheduling_policy (Batching) decides whether "
+                   "priority orders the queue.")

@@ -396,3 +396,23 @@ def measured_vs_fitted(profile: Any) -> pd.DataFrame:
     return pd.DataFrame({"op": loo["op"], "family": loo["family"], "size": size, "size_unit": unit,
                          "measured_ms": measured, "fitted_ms": measured * (1.0 + loo["rel_error"].astype(float)),
                          "rel_error": loo["rel_error"].astype(float)})
+
+
+def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
+    """Per request tier (``workload.tiers``): share, priority, counts, p50/p99 latencies (TTFT and
+    TPOT in ms, E2E in s) and SLO attainment against the tier's own SLO. Empty without tiers."""
+    rows = []
+    for name, t in (summary.get("tiers") or {}).items():
+        def q(metric: str, p: str, scale: float) -> float | None:
+            v = (t.get(metric) or {}).get(p)
+            return None if v is None else v * scale
+
+        att = t.get("slo_attainment")
+        rows.append({"tier": name, "share": t["share"], "priority": t["priority"],
+                     "arrived": t["requests"]["arrived"], "completed": t["requests"]["completed"],
+                     "ttft_p50_ms": q("ttft_s", "p50", 1e3), "ttft_p99_ms": q("ttft_s", "p99", 1e3),
+                     "tpot_p50_ms": q("tpot_s", "p50", 1e3), "tpot_p99_ms": q("tpot_s", "p99", 1e3),
+                     "e2e_p99_s": q("e2e_s", "p99", 1.0),
+                     "slo_attainment_pct": None if att is None else 100.0 * att,
+                     "slo_p99_met": (t.get("slo") or {}).get("all_met")})
+    return pd.DataFrame(rows)

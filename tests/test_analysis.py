@@ -12,7 +12,7 @@ import pytest
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile, load_scenario, simulate
 from simulator.analysis import (KPI, RunCancelled, compare_kpis, cost_per_million_tokens, kpis, latency_cdf,
                                 load_sweep, max_load_meeting_slo, measured_requests, measured_vs_fitted,
-                                profiles_overview, run_report,
+                                profiles_overview, run_report, tier_table,
                                 stage_breakdown, step_time_curves, time_series, with_arrival_rate)
 from simulator.scenario_io import (MAX_SCENARIO_BYTES, scenario_diff, scenario_from_key, scenario_from_yaml_bytes,
                                    scenario_key, scenario_to_yaml)
@@ -290,3 +290,18 @@ def test_upload_errors_name_the_field(data, field, words):
         scenario_from_yaml_bytes(data, source="f.yaml")
     assert err.value.field == field
     assert words in str(err.value)
+
+
+def test_tier_table_from_a_tiered_run():
+    sc = make_scenario(num_requests=600, **{"workload.tiers": [
+        {"name": "fast", "share": 0.25, "priority": 0, "slo": {"ttft_p99_ms": 30}},
+        {"name": "slow", "share": 0.75, "priority": 1}], "slo.ttft_p99_ms": 1000})
+    res = simulate(sc)
+    t = tier_table(res.summary).set_index("tier")
+    assert list(t.index) == ["fast", "slow"]
+    assert t["arrived"].sum() == 600 and t.loc["fast", "priority"] == 0
+    req = res.requests
+    assert t.loc["fast", "arrived"] == (req["tier"] == "fast").sum()
+    assert t.loc["slow", "ttft_p99_ms"] == pytest.approx(res.summary["tiers"]["slow"]["ttft_s"]["p99"] * 1e3)
+    assert t.loc["slow", "slo_attainment_pct"] == 100.0        # 1 s is generous at this load
+    assert tier_table(simulate(make_scenario(num_requests=50)).summary).empty

@@ -297,3 +297,20 @@ def test_batching_policy_and_speculative_knobs(app):
     assert any("speculative_config" in e.value for e in app.error)
     app.number_input(key="wi_max_wait_ms").set_value(20.0)
     ok(app.run())
+
+
+def test_tiers_example_and_priority_scheduling(app):
+    """The tiers example: priority scheduling keeps the interactive tier's TTFT low; fcfs does not."""
+    app.selectbox(key="wi_example").set_value("tiers-h100.yaml")
+    ok(app.run())
+    assert app.selectbox(key="wi_scheduling").value == "priority"
+    app.number_input(key="wi_num_requests").set_value(3000)
+    ok(app.button(key="wi_run").click().run())
+    tiers = app.dataframe[-1].value.set_index("tier")
+    assert list(tiers.index) == ["interactive", "batch"]
+    prio = tiers.loc["interactive", "TTFT p99 (ms)"]
+    assert prio < tiers.loc["batch", "TTFT p99 (ms)"]
+    app.selectbox(key="wi_scheduling").set_value("fcfs")
+    ok(app.button(key="wi_run").click().run())
+    fcfs = app.dataframe[-1].value.set_index("tier").loc["interactive", "TTFT p99 (ms)"]
+    assert fcfs > 2 * prio
