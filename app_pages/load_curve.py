@@ -61,7 +61,7 @@ scenario = None
 try:
     if hi <= lo:
         raise ScenarioError("highest rate", hi, f"must be above the lowest rate {lo:g}")
-    scenario = base.with_overrides({"num_requests": int(n_req), "slo.ttft_p99_ms": ttft or None,
+    scenario = base.with_overrides({"num_requests": int(n_req), "duration_s": None, "slo.ttft_p99_ms": ttft or None,
                                     "slo.tpot_p99_ms": tpot or None})
     scenario = with_arrival_rate(scenario, lo)
     system = resolve(scenario)
