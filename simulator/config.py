@@ -185,6 +185,11 @@ class SchedulerConfig(_Frozen):
     """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
     max_wait_ms: float = Field(default=50.0, ge=0)
     """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    """What a preempted request loses: its KV (recomputed on return), or nothing (its KV is copied to
+    host memory over the device-host link and back; vLLM v0's swap)."""
+    swap_space_gib: float = Field(default=4.0, ge=0)
+    """Host memory per GPU for swapped KV (vLLM's ``swap_space``); when full, preemption recomputes."""
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """vLLM's queue order: arrival order, or (tier priority, arrival); under ``priority`` the
     lowest-priority running request is the one preempted when KV blocks run out."""

@@ -148,6 +148,9 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    if sc.scheduler.preemption_mode == "swap":
+        summary["requests"]["swap"] = {k: result.engine_stats.get(k, 0)
+                                       for k in ("swap_outs", "swap_ins", "swap_recompute_fallbacks")}
     if sc.speculative_config is not None:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s

@@ -77,6 +77,8 @@ class HardwareProfile(_Frozen):
     peak_flops: dict[str, float] = Field(default_factory=dict)
     """Dense peak FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp32``)."""
     interconnect: Interconnect | None = None
+    host_link_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    """Device-host link, one direction (PCIe); what swapping KV to host memory runs at."""
     price_per_gpu_hour: float | None = Field(default=None, ge=0)
     """USD per GPU-hour used for cost figures (an assumption unless the profile says otherwise)."""
     efficiency: Efficiency = Efficiency()

@@ -176,6 +176,10 @@ class Scheduler:
         self.waiting: deque[int] | PriorityWaitingQueue = PriorityWaitingQueue(table) if self.priority_order else deque()
         self.sort_pending = False
         """Rows must be re-sorted by (priority, arrival) before the next step (priority scheduling)."""
+        self.swap: SwapSpace | None = None
+        """Host memory for ``preemption_mode: swap`` (None: recompute)."""
+        self._swapped: dict[int, int] = {}
+        """Swapped-out request id -> tokens whose KV waits in host memory."""
         # Running batch, rows [0, n) in admission order.
         self.n = 0
         self.req_id = np.zeros(cap, dtype=np.int64)
@@ -255,6 +259,8 @@ class Scheduler:
         rows = slice(keep, n)
         ids = self.req_id[rows]
         computed = self.num_computed_tokens[rows]
+        if self.swap is not None:
+            self._swap_out(ids, computed, out)
         self.kv.free(int(((computed + bs - 1) // bs).sum()))
         self.context_total -= int(computed.sum())
         table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
@@ -274,16 +280,25 @@ class Scheduler:
         while waiting and self.n < max_seqs:
             rid = waiting[0]
             generated = int(table.num_output_tokens[rid])
-            tokens = int(table.num_prompt_tokens[rid]) + generated
-            if tokens > budget or not kv.allocate(-(-tokens // bs)):
+            swapped = self._swapped.get(rid) if self._swapped else None
+            if swapped is None:
+                tokens = int(table.num_prompt_tokens[rid]) + generated
+                cached = tokens
+            else:                                      # swap in: its KV returns, it decodes a token
+                tokens, cached = 1, swapped + 1
+            if tokens > budget or not kv.allocate(-(-cached // bs)):
                 break
             waiting.popleft()
+            if swapped is not None:
+                self._swap_in(rid, swapped, out)
+            elif out.prefill_context is not None:
+                out.prefill_context.append(0)
             row = self.n
             self.req_id[row] = rid
-            self.num_computed_tokens[row] = tokens     # cached once this step ends
+            self.num_computed_tokens[row] = cached     # cached once this step ends
             self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
             self.n = row + 1
-            self.context_total += tokens
+            self.context_total += cached
             budget -= tokens
             table.status[rid] = _RUNNING
             if generated == 0:
@@ -399,6 +414,30 @@ class Scheduler:
         self.n = n - 1
         return ids
 
+    def _swap_out(self, ids: np.ndarray, computed: np.ndarray, out: SchedulerOutput) -> None:
+        """Copy preempted requests' KV to host memory while it has room (else they recompute)."""
+        swap, bs = self.swap, self.block_size
+        for rid, c in zip(ids.tolist(), computed.tolist()):
+            blocks = -(-c // bs)
+            if swap.used_blocks + blocks > swap.capacity_blocks:
+                swap.recompute_fallbacks += 1
+                continue
+            swap.used_blocks += blocks
+            swap.swap_outs += 1
+            self._swapped[rid] = c
+            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+
+    def _swap_in(self, rid: int, tokens: int, out: SchedulerOutput) -> None:
+        swap = self.swap
+        blocks = -(-tokens // self.block_size)
+        del self._swapped[rid]
+        swap.used_blocks -= blocks
+        swap.swap_ins += 1
+        out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+        if out.prefill_context is None:
+            out.prefill_context = [0] * len(out.admitted)
+        out.prefill_context.append(tokens)
+
     def sort_rows(self) -> None:
         """Order the running batch by (priority, arrival) so that the last row is the one vLLM's
         priority policy preempts first; called between steps, never while a step is planned."""
@@ -411,13 +450,30 @@ class Scheduler:
 
     def stats(self) -> dict[str, int]:
         """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
-        return {}
+        if self.swap is None:
+            return {}
+        return {"swap_outs": self.swap.swap_outs, "swap_ins": self.swap.swap_ins,
+                "swap_recompute_fallbacks": self.swap.recompute_fallbacks}
 
     def _record_finished(self, ids: np.ndarray, now: float) -> None:
         table = self.table
         table.finish_time[ids] = now
         table.num_output_tokens[ids] = table.max_tokens[ids]
         table.status[ids] = _DONE
+
+
+@dataclass(slots=True)
+class SwapSpace:
+    """Host memory that preempted requests' KV blocks are copied to (vLLM v0's ``swap_space``)."""
+
+    capacity_blocks: int
+    bytes_per_block: float
+    bandwidth_bytes_per_s: float
+    """Device-host link, one direction (PCIe)."""
+    used_blocks: int = 0
+    swap_outs: int = 0
+    swap_ins: int = 0
+    recompute_fallbacks: int = 0
 
 
 class PriorityWaitingQueue:

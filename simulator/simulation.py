@@ -24,12 +24,12 @@ from .cost_model import CostModel, make_cost_model
 from .errors import ScenarioError
 from .kv_cache import KVCacheManager, KVCachePlan, plan_kv_cache
 from .models import MODEL_PRESETS, ModelSpec
-from .profiles import HardwareProfile, load_profile
+from .profiles import GIB, HardwareProfile, load_profile
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
 from .policies import POLICIES  # the registry, with every policy registered
-from .scheduler import DecodeRun, SchedulerOutput
+from .scheduler import DecodeRun, SchedulerOutput, SwapSpace
 from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
@@ -74,6 +74,15 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
                             f"exceeds {model.name}'s context length {model.max_model_len}")
     policy = POLICIES[sch.policy]
     spec = scenario.speculative_config
+    if sch.preemption_mode == "swap":
+        if sch.policy == "chunked_prefill":
+            raise ScenarioError("scheduler.preemption_mode", "swap",
+                                "is modelled for continuous, dynamic and static batching (vLLM v1's chunked "
+                                "prefill only recomputes); use recompute")
+        if profile.host_link_bandwidth_bytes_per_s is None:
+            raise ScenarioError("hardware.host_link_bandwidth_bytes_per_s", None,
+                                f"profile {profile.name!r} has no device-host bandwidth, which "
+                                "preemption_mode: swap needs (PCIe Gen5 x16: about 5.5e10)")
     if spec is not None and sch.policy != "continuous":
         raise ScenarioError("speculative_config", spec.method,
                             f"speculative decoding is modelled with policy 'continuous' only, not {sch.policy!r}")
@@ -409,9 +418,15 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
     cfg = scenario.scheduler
     kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
-        return SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
-                                    proposal_time_s=proposal_time_s)
-    return POLICIES[cfg.policy](cfg, kv, table)
+        sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
+                                     proposal_time_s=proposal_time_s)
+    else:
+        sched = POLICIES[cfg.policy](cfg, kv, table)
+    if cfg.preemption_mode == "swap":
+        per_block = system.kv_plan.kv_bytes_per_block
+        sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,
+                               float(system.profile.host_link_bandwidth_bytes_per_s))
+    return sched
 
 
 def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) -> Callable[[int, int], float] | None:

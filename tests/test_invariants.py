@@ -42,6 +42,8 @@ scenarios = st.fixed_dictionaries({
     "scheduler.long_prefill_token_threshold": st.sampled_from([None, 8, 64]),
     "scheduler.max_num_batched_tokens": st.sampled_from([2048, 48]),
     "scheduler.scheduling_policy": st.sampled_from(["fcfs", "priority"]),
+    "scheduler.preemption_mode": st.sampled_from(["recompute", "swap"]),
+    "scheduler.swap_space_gib": st.sampled_from([4.0, 1e-5]),
     "workload.tiers": st.sampled_from([None, [{"name": "hi", "share": 0.4, "priority": 0},
                                               {"name": "lo", "share": 0.6, "priority": 5}]]),
 })
@@ -54,6 +56,8 @@ def fix_blocks(over: dict) -> dict:
     over["scheduler.num_gpu_blocks_override"] = max(over["scheduler.num_gpu_blocks_override"], -(-2048 // bs))
     if over["hardware"] == "h100-sxm":
         over["model"] = "tiny-llama"
+    if over["hardware"] != "h100-sxm" or over["scheduler.policy"] == "chunked_prefill":
+        over["scheduler.preemption_mode"] = "recompute"   # swap needs a host link; v1 chunking recomputes
     if over["scheduler.policy"] != "chunked_prefill":   # the others never split a prompt
         over["scheduler.max_num_batched_tokens"] = 2048
     return over
