@@ -42,7 +42,7 @@ KNOBS: dict[str, tuple[str, Any]] = {
     "slo_e2e_ms": ("e2e", float), "policy": ("policy", str), "long_prefill": ("lpt", int),
     "max_wait_ms": ("wait", float), "adaptive": ("adaptive", flag), "spec_method": ("spec", str),
     "spec_k": ("k", int), "spec_alpha": ("alpha", float), "spec_draft": ("draft", str),
-    "scheduling": ("sched", str),
+    "scheduling": ("sched", str), "preemption": ("preempt", str), "swap_gib": ("swap", float),
 }
 WIDGET_KEYS = [f"{P}_mode", f"{P}_example", f"{P}_time_limit_s"] + [f"{P}_{k}" for k in KNOBS]
 
@@ -66,7 +66,8 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "max_model_len": sch.max_model_len or 0,
         "slo_ttft_ms": float(slo.ttft_p99_ms or 0.0), "slo_tpot_ms": float(slo.tpot_p99_ms or 0.0),
         "slo_e2e_ms": float(slo.e2e_p99_ms or 0.0),
-        "policy": sch.policy, "scheduling": sch.scheduling_policy, "long_prefill": sch.long_prefill_token_threshold or 0,
+        "policy": sch.policy, "scheduling": sch.scheduling_policy, "preemption": sch.preemption_mode,
+        "swap_gib": float(sch.swap_space_gib), "long_prefill": sch.long_prefill_token_threshold or 0,
         "max_wait_ms": float(sch.max_wait_ms), "adaptive": bool(sch.adaptive_batching),
         "spec_method": spec.method if spec is not None else "off",
         "spec_k": spec.num_speculative_tokens if spec is not None else 4,
@@ -85,7 +86,8 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         "scheduler.gpu_memory_utilization": k["gmu"], "scheduler.max_model_len": k["max_model_len"] or None,
         "slo.ttft_p99_ms": k["slo_ttft_ms"] or None, "slo.tpot_p99_ms": k["slo_tpot_ms"] or None,
         "slo.e2e_p99_ms": k["slo_e2e_ms"] or None, "scheduler.policy": k["policy"],
-        "scheduler.scheduling_policy": k["scheduling"],
+        "scheduler.scheduling_policy": k["scheduling"], "scheduler.preemption_mode": k["preemption"],
+        "scheduler.swap_space_gib": k["swap_gib"],
         "scheduler.long_prefill_token_threshold": k["long_prefill"] or None,
         "scheduler.max_wait_ms": k["max_wait_ms"], "scheduler.adaptive_batching": k["adaptive"],
     }
@@ -189,8 +191,14 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         if k["policy"] == "dynamic":
             st.toggle("adaptive_batching", key=f"{P}_adaptive",
                       help="Start at once when requests queued during the previous batch")
-        # Hidden knobs keep their values (they matter only for the policies that show them).
-        for name in ("long_prefill", "max_wait_ms", "adaptive"):
+        k["preemption"] = st.selectbox("preemption_mode", ["recompute", "swap"], key=f"{P}_preemption",
+                                       help="What a preempted request loses: its KV (recomputed later), or nothing "
+                                            "(KV copied to host memory over the profile's host link and back)")
+        if k["preemption"] == "swap":
+            st.number_input("swap_space_gib (host memory per GPU)", min_value=0.0, max_value=4096.0, step=1.0,
+                            key=f"{P}_swap_gib")
+        # Hidden knobs keep their values (they matter only for the choices that show them).
+        for name in ("long_prefill", "max_wait_ms", "adaptive", "swap_gib"):
             k[name] = st.session_state[f"{P}_{name}"]
         k["max_num_seqs"] = st.number_input("max_num_seqs", min_value=1, max_value=4096, step=16,
                                             key=f"{P}_max_num_seqs", help="Most requests in the running batch")

@@ -314,3 +314,15 @@ def test_tiers_example_and_priority_scheduling(app):
     ok(app.button(key="wi_run").click().run())
     fcfs = app.dataframe[-1].value.set_index("tier").loc["interactive", "TTFT p99 (ms)"]
     assert fcfs > 2 * prio
+
+
+def test_swap_preemption_knob(app):
+    app.number_input(key="wi_num_requests").set_value(300)
+    app.selectbox(key="wi_preemption").set_value("swap")
+    ok(app.run())
+    app.number_input(key="wi_swap_gib").set_value(16.0)
+    ok(app.button(key="wi_run").click().run())
+    assert len(metrics(app)) == 10
+    assert app.query_params["preempt"] == "swap" and app.query_params["swap"] == "16.0"
+    yaml_text = app.code[-1].value
+    assert "preemption_mode: swap" in yaml_text and "swap_space_gib: 16.0" in yaml_text
