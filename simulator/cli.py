@@ -138,7 +138,8 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI", "n"):
         table.add_column(col, justify="right" if col != "metric" else "left")
-    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s"):
+    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s",
+                   *(m for m in ("client_ttft_s", "client_e2e_s") if m in summary)):
         s = summary[metric]
         ci = (s.get("ci95") or {}).get("p99")
         table.add_row(metric.removesuffix("_s"), _ms(s.get("mean")), *(_ms(s.get(f"p{p}")) for p in (50, 90, 95, 99)),
@@ -152,11 +153,25 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     b, kv = summary["batch"], summary["kv_cache"]
     out_console.print(f"batch: mean {b['mean_num_seqs'] or 0:.1f} seqs (max {b['max_num_seqs']})  |  "
                       f"KV usage: mean {100 * (kv['mean_usage'] or 0):.1f}%, max {100 * (kv['max_usage'] or 0):.1f}%")
+    pc = summary.get("prefix_cache")
+    if pc is not None:
+        out_console.print(f"prefix cache: hit rate {100 * (pc['hit_rate'] or 0):.1f}% "
+                          f"({pc['hit_tokens']:,} of {pc['queries']:,} prompt tokens), {pc['evictions']:,} evictions")
     if summary.get("slo_attainment") is not None:
         met = summary["slo"]["p99_met"]
         verdict = ", ".join(f"{k.removesuffix('_s')} p99 {'met' if v else '[red]MISSED[/]'}" for k, v in met.items())
         out_console.print(f"SLO: {100 * summary['slo_attainment']:.2f}% of requests within every threshold; {verdict}; "
                           f"goodput {summary['goodput_requests_per_s']:.2f} req/s")
+    for region, f in (summary.get("fleet") or {}).items():
+        out_console.print(f"region {escape(region)}: {f['requests']} requests, client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
+                          f"E2E p99 {_ms(f['client_e2e_p99_s'])} ms, mean RTT {_ms(f['rtt_mean_s'])} ms")
+    auto = summary.get("autoscaler")
+    if auto:
+        out_console.print(f"autoscaler: cold start {auto['cold_start_s']:.1f} s, {auto['scale_events']} changes, "
+                          f"mean {auto['mean_active_replicas'] or 0:.2f} / max {auto['max_active_replicas']} replicas, "
+                          f"{auto['gpu_replica_seconds'] / 3600:.2f} replica-hours; TTFT p99 during ramps "
+                          f"{_ms(auto['ttft_p99_in_ramps_s'])} ms ({auto['ramp_s']:.0f} s), outside "
+                          f"{_ms(auto['ttft_p99_outside_ramps_s'])} ms")
     out_console.print(f"[dim]simulated {summary['sim_time_s']:.1f} s in {summary['wall_s']:.2f} s wall[/]")
 
 
@@ -346,6 +361,37 @@ def import_profile(
     else:
         raise ScenarioError("source", source, "allowed: vidur, aiconfigurator")
     out_console.print(f"wrote {path}; use it with `hardware: {path.parent}`")
+
+
+@app.command()
+@guarded
+def plan(
+    plan_file: Path = typer.Argument(..., help="Plan YAML file (see examples/plan-fy27.yaml)."),
+    out: Path = typer.Option(Path("worksheet.csv"), "--out", help="Worksheet CSV; -totals.csv and -candidates.csv are written beside it."),
+    backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or dask."),
+    address: Optional[str] = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars."),
+) -> None:
+    """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
+    from .planner import load_plan, plan as run_plan, write_worksheets
+    from .planner.report import PlanProgressDisplay, print_plan
+    from .planner.worksheet import check_out
+
+    loaded = load_plan(plan_file)
+    check_out(out)
+    show = not no_progress and err_console.is_terminal
+    with PlanProgressDisplay(loaded, err_console, show) as display:
+        result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
+                          timeout_s=timeout)
+    paths = write_worksheets(result, out)
+    print_plan(result, out_console)
+    bad = result.worksheet[result.worksheet["status"] != "ok"]
+    for r in bad.to_dict("records"):
+        err_console.print(f"[yellow]warning:[/] {escape(str(r['quarter']))} {escape(r['region'])}: no candidate meets "
+                          "the SLO; see the candidates CSV for the best each achieved", highlight=False)
+    out_console.print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
 def main() -> None:

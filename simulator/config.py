@@ -55,7 +55,42 @@ class TraceArrival(_Frozen):
     """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
 
 
-ArrivalConfig = Annotated[Union[PoissonArrival, GammaArrival, TraceArrival], Field(discriminator="process")]
+class Burst(_Frozen):
+    """A window in which the arrival rate is multiplied (a launch, a retry storm)."""
+
+    start_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+    multiplier: float = Field(gt=0)
+
+
+class DiurnalArrival(_Frozen):
+    """Non-homogeneous Poisson arrivals following a daily profile, drawn by thinning.
+
+    Either ``peak_to_mean`` (a raised cosine peaking at ``peak_time_s``; at most 2, when the
+    trough reaches zero) or ``hourly`` (24 relative rates, one per hour of the period, scaled so
+    that their mean is ``mean_rate_per_s``). ``period_s`` compresses the day for quick runs.
+    """
+
+    process: Literal["diurnal"] = "diurnal"
+    mean_rate_per_s: float = Field(gt=0)
+    peak_to_mean: float | None = Field(default=None, ge=1, le=2)
+    hourly: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=24, max_length=24)
+    period_s: float = Field(default=86400.0, gt=0)
+    peak_time_s: float = Field(default=0.0, ge=0)
+    """Instant of the cosine's peak within the period (``peak_to_mean`` profile only)."""
+    bursts: list[Burst] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_profile(self) -> "DiurnalArrival":
+        if (self.peak_to_mean is None) == (self.hourly is None):
+            raise ValueError("give exactly one of peak_to_mean or hourly")
+        if self.hourly is not None and not any(self.hourly):
+            raise ValueError("hourly needs at least one positive hour")
+        return self
+
+
+ArrivalConfig = Annotated[Union[PoissonArrival, GammaArrival, TraceArrival, DiurnalArrival],
+                          Field(discriminator="process")]
 
 
 class LognormalLength(_Frozen):
@@ -114,6 +149,39 @@ LengthConfig = Annotated[
 ]
 
 
+class PrefixConfig(_Frozen):
+    """Shared system prompts: a fraction ``share`` of requests (of sessions' first turns) start
+    with one of ``num_prefixes`` system prompts of ``prefix_tokens`` tokens (equally likely). The
+    prefix is part of the drawn prompt length, not added to it."""
+
+    num_prefixes: int = Field(default=1, ge=1)
+    prefix_tokens: int = Field(ge=1)
+    share: float = Field(default=1.0, ge=0, le=1)
+    short_prompt: Literal["error", "clip"] = "error"
+    """A prefixed request whose prompt is not longer than ``prefix_tokens``: stop with an error
+    naming it, or clip its prefix to its first ``prompt - 1`` tokens."""
+
+
+class SessionsConfig(_Frozen):
+    """Multi-turn conversations: the arrival process gives each session's first turn; turn k+1
+    arrives ``turn_gap_s`` (exponential mean) after turn k *arrived* (open loop) and its prompt is
+    turn k's prompt + turn k's answer + ``followup_tokens`` new user tokens."""
+
+    turns: LengthConfig
+    """Turns per session (``{dist: fixed, value: 4}``, geometric, ...; an integer means fixed)."""
+    turn_gap_s: float = Field(gt=0)
+    """Mean gap between the arrivals of consecutive turns of a session (exponential)."""
+    followup_tokens: LengthConfig | None = None
+    """New user tokens of each later turn (default: ``workload.prompt_tokens``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _int_turns(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("turns"), int) and not isinstance(data["turns"], bool):
+            data = {**data, "turns": {"dist": "fixed", "value": data["turns"]}}
+        return data
+
+
 class TierConfig(_Frozen):
     """A class of requests (e.g. interactive vs batch) with its share of traffic, its priority and SLO."""
 
@@ -133,6 +201,10 @@ class WorkloadConfig(_Frozen):
     over_length: Literal["error", "reject", "clip"] = "error"
     """What to do with a request whose prompt + output exceeds ``max_model_len``: stop with an
     error naming it, reject it (counted in ``requests.rejected``), or clip its output length."""
+    prefix: PrefixConfig | None = None
+    """Shared system prompts (see :class:`PrefixConfig`); only prefix caching makes them matter."""
+    sessions: SessionsConfig | None = None
+    """Multi-turn sessions (see :class:`SessionsConfig`); not with trace arrivals."""
     tiers: list[TierConfig] | None = None
     """Request tiers, drawn independently per request with the given shares (None: one tier)."""
 
@@ -154,14 +226,70 @@ class WorkloadConfig(_Frozen):
             raise ValueError("prompt_tokens and output_tokens are required unless a trace supplies lengths")
         return self
 
+    @model_validator(mode="after")
+    def _prefix_not_on_hash_ids(self) -> "WorkloadConfig":
+        a = self.arrival
+        if self.prefix is not None and isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
+            raise ValueError("prefix={...}: a mooncake trace's hash_ids already say which prompt blocks are shared; "
+                             "drop workload.prefix or set workload.arrival.use_trace_lengths: false")
+        return self
+
+    @model_validator(mode="after")
+    def _sessions_need_synthetic_arrivals(self) -> "WorkloadConfig":
+        if self.sessions is not None and isinstance(self.arrival, TraceArrival):
+            raise ValueError("sessions={...}: multi-turn sessions need a poisson or gamma arrival process "
+                             "(a trace already fixes every request's arrival)")
+        return self
+
 
 # -- serving system -------------------------------------------------------------------------------
+class AutoscalerConfig(_Frozen):
+    """Replicas added and removed during the run (see ``simulator.autoscaler``)."""
+
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(ge=1)
+    initial_replicas: int | None = Field(default=None, ge=1)
+    """Active at t = 0 (default ``min_replicas``)."""
+    target_outstanding_per_replica: float = Field(gt=0)
+    """Desired requests waiting + running per active replica (Knative's concurrency target)."""
+    interval_s: float = Field(default=10.0, gt=0)
+    """How often the autoscaler looks at the load."""
+    scale_down_delay_s: float = Field(default=60.0, ge=0)
+    """Scale down only to the largest count wanted over this trailing window."""
+    load_bandwidth_bytes_per_s: float = Field(default=1.5e9, gt=0)
+    """Weights load rate of a cold start (storage/network to GPU); the weights per GPU divide by it."""
+    engine_start_s: float = Field(default=20.0, ge=0)
+    """Engine start on top of the weights load (process, CUDA graphs, warm-up)."""
+    warm_pool: int = Field(default=0, ge=0)
+    """Standby replicas with weights loaded: they start in ``warm_start_s``; a used one is
+    replaced in the background by a cold start."""
+    warm_start_s: float = Field(default=2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "AutoscalerConfig":
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas={self.max_replicas} is below min_replicas={self.min_replicas}")
+        init = self.initial_replicas
+        if init is not None and not self.min_replicas <= init <= self.max_replicas:
+            raise ValueError(f"initial_replicas={init} is outside [min_replicas, max_replicas]")
+        return self
+
+
 class DeploymentConfig(_Frozen):
     replicas: int = Field(default=1, ge=1)
     """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.router.ROUTERS``)."""
+    prefill_replicas: int | None = Field(default=None, ge=1)
+    decode_replicas: int | None = Field(default=None, ge=1)
+    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
+    kv_transfer_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    """Prefill-to-decode KV link per GPU, one direction (default: the profile's interconnect)."""
+    kv_transfer_latency_s: float | None = Field(default=None, ge=0)
+    """Fixed cost of one KV transfer (default: the interconnect's latency)."""
+    autoscaler: AutoscalerConfig | None = None
+    """Scale between ``min_replicas`` and ``max_replicas`` during the run (``replicas`` is then unused)."""
 
 
 class SchedulerConfig(_Frozen):
@@ -195,6 +323,9 @@ class SchedulerConfig(_Frozen):
     lowest-priority running request is the one preempted when KV blocks run out."""
     adaptive_batching: bool = False
     """dynamic: start at once when requests queued during the previous batch (size to the queue)."""
+    enable_prefix_caching: bool = False
+    """vLLM's automatic prefix caching: reuse cached full KV blocks of identical prompt prefixes
+    (block hashes, ref counts, LRU eviction; see ``simulator.prefix_cache``)."""
 
     @model_validator(mode="after")
     def _budget(self) -> "SchedulerConfig":
@@ -237,6 +368,75 @@ class SLOConfig(_Frozen):
     e2e_p99_ms: float | None = Field(default=None, gt=0)
 
 
+class ClientConfig(_Frozen):
+    """A client population: its share of the requests and its round-trip time to the servers."""
+
+    name: str = "clients"
+    share: float = Field(default=1.0, gt=0)
+    rtt_ms: float = Field(ge=0)
+
+
+class NetworkConfig(_Frozen):
+    """Client-side network (see ``simulator.network``): adds ``client_ttft_s``/``client_e2e_s``,
+    which the SLO then judges instead of the server-side TTFT and E2E."""
+
+    clients: list[ClientConfig] = Field(min_length=1)
+    setup_round_trips: int = Field(default=2, ge=0)
+    """Round trips a new connection pays first (TCP 1 + TLS 1.3 1; TLS 1.2 adds one more)."""
+    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of requests sent on an already open connection (no set-up)."""
+
+
+class FleetRegionConfig(_Frozen):
+    name: str = Field(min_length=1)
+    replicas: int = Field(ge=1)
+
+
+class FleetClientConfig(_Frozen):
+    """A client population: its share of the requests and its RTT to every region."""
+
+    name: str = Field(min_length=1)
+    share: float = Field(default=1.0, gt=0)
+    rtt_ms: dict[str, Annotated[float, Field(ge=0)]]
+
+
+class OutageConfig(_Frozen):
+    """A region marked down: no new request is routed to it in ``[start_s, start_s + duration_s)``."""
+
+    region: str
+    start_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+
+
+class FleetConfig(_Frozen):
+    """Several regions in one simulation (see ``simulator.fleet``): each client goes to its nearest
+    healthy region, or spills over to the next nearest when that region's queue is too long."""
+
+    regions: list[FleetRegionConfig] = Field(min_length=1)
+    clients: list[FleetClientConfig] = Field(min_length=1)
+    spillover_waiting_per_replica: float | None = Field(default=None, gt=0)
+    """Send a request to the next nearest healthy region while the nearest has at least this many
+    requests waiting per replica (none: never spill over)."""
+    outages: list[OutageConfig] = Field(default_factory=list)
+    setup_round_trips: int = Field(default=2, ge=0)
+    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> "FleetConfig":
+        names = [r.name for r in self.regions]
+        for c in self.clients:
+            missing = [n for n in names if n not in c.rtt_ms]
+            unknown = [k for k in c.rtt_ms if k not in names]
+            if missing or unknown:
+                raise ValueError(f"clients={c.name!r} rtt_ms needs every region exactly: "
+                                 + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}")
+                                 + f"; regions: {', '.join(names)}")
+        for o in self.outages:
+            if o.region not in names:
+                raise ValueError(f"outages={o.region!r}: unknown region; regions: {', '.join(names)}")
+        return self
+
+
 class InlineHardware(_Frozen):
     """A hardware profile written inline in the scenario (see ``simulator.profiles``)."""
 
@@ -266,6 +466,10 @@ class Scenario(_Frozen):
     slo: SLOConfig = SLOConfig()
     speculative_config: SpeculativeConfig | None = None
     """Speculative decoding (continuous batching only); None: off."""
+    network: NetworkConfig | None = None
+    """Client RTTs and connection set-up added to client-perceived TTFT and E2E (none: server-side only)."""
+    fleet: FleetConfig | None = None
+    """Several regions with geo routing, spillover and outages (replaces ``deployment.replicas``)."""
     base_dir: str = "."
     """Directory relative paths resolve against (the scenario file's folder when loaded)."""
 
@@ -274,6 +478,10 @@ class Scenario(_Frozen):
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise ValueError("give num_requests or duration_s")
+        if self.fleet is not None and self.network is not None:
+            raise ValueError("network=set together with fleet: give the client RTTs in fleet.clients instead")
+        if self.fleet is not None and self.deployment.autoscaler is not None:
+            raise ValueError("fleet=set together with deployment.autoscaler: not supported yet (one or the other)")
         return self
 
     def resolve_path(self, path: str) -> Path:
@@ -360,7 +568,7 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-_UNION_TAGS = {"poisson", "gamma", "trace", "lognormal", "geometric", "fixed", "uniform", "empirical",
+_UNION_TAGS = {"poisson", "gamma", "trace", "diurnal", "lognormal", "geometric", "fixed", "uniform", "empirical",
                "str", "ModelSpec", "dict[str,any]", "function-after[_order(), UniformLength]"}
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 PERCENTILES = (50, 90, 95, 99)
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
+CLIENT_LATENCIES = ("client_ttft_s", "client_e2e_s")
 
 
 def describe(values: np.ndarray) -> dict[str, Any]:
@@ -111,6 +112,11 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
     for metric in LATENCIES:
         summary[metric] = describe(measured[metric].to_numpy())
+    judged = measured   # what the SLO judges: client-perceived TTFT/E2E when the scenario has a network
+    if "client_ttft_s" in measured:
+        for metric in CLIENT_LATENCIES:
+            summary[metric] = describe(measured[metric].to_numpy())
+        judged = measured.assign(ttft_s=measured["client_ttft_s"], e2e_s=measured["client_e2e_s"])
     values, weights = itl_samples(steps, (start, end))
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
     if len(values):
@@ -133,21 +139,25 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         "measured": int(len(measured)),
         "preemptions": int(req["num_preemptions"].sum()),
     }
-    summary.update(_slo_summary(sc.slo, measured, span))
+    summary.update(_slo_summary(sc.slo, judged, span))
     if sc.workload.tiers is not None:
         summary["tiers"] = {
             t.name: {"share": t.share, "priority": t.priority,
                      "requests": {"arrived": int((req["tier"] == t.name).sum()),
                                   "completed": int((finished & (req["tier"] == t.name)).sum())},
                      **{m: describe(g[m].to_numpy()) for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
-                     **_slo_summary(t.slo or sc.slo, measured[measured["tier"] == t.name], span)}
+                     **_slo_summary(t.slo or sc.slo, judged[judged["tier"] == t.name], span)}
             for t in sc.workload.tiers}
+    if "region" in req:   # scenario.fleet: per-region breakdown
+        from .fleet import fleet_summary
+        summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
     summary["batch"] = _batch_summary(steps, result.system.kv_plan.num_gpu_blocks)
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    summary["prefix_cache"] = _prefix_cache_summary(result.prefix_cache)
     if sc.scheduler.preemption_mode == "swap":
         summary["requests"]["swap"] = {k: result.engine_stats.get(k, 0)
                                        for k in ("swap_outs", "swap_ins", "swap_recompute_fallbacks")}
@@ -155,6 +165,15 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | None:
+    """vLLM's prefix-cache metrics over the whole run: ``hit_rate`` = hit tokens / queried tokens
+    (prompt tokens, plus generated tokens for re-admissions after a preemption)."""
+    if counters is None:
+        return None
+    q = counters["queries"]
+    return {"hit_rate": counters["hit_tokens"] / q if q else None, **counters}
 
 
 def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from .config import SchedulerConfig
+from .disaggregated import DecodeScheduler
 from .kv_cache import KVCacheManager
 from .request import RequestStatus, RequestTable
 from .scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
@@ -242,6 +243,7 @@ class StaticBatchScheduler(DynamicBatchScheduler):
 
 
 POLICIES.update({
+    "disaggregated": DecodeScheduler,     # the decode pool's class; simulation.py builds both pools
     "chunked_prefill": ChunkedPrefillScheduler,
     "dynamic": DynamicBatchScheduler,
     "static": StaticBatchScheduler,

@@ -38,11 +38,30 @@ class Replica:
         self.fast_forward = fast_forward
         self.decode_runs = fast_forward and scheduler.supports_decode_runs
         self._idle: simpy.Event | None = None
+        self.planned_until = 0.0
+        """End of the last step (or run) this replica has planned."""
+        self.on_step_planned: Callable[[SchedulerOutput, float], None] | None = None
+        """Called with each single step's plan and end instant (disaggregated prefill pools)."""
         self.process = env.process(self.engine_loop())
 
     @property
     def num_outstanding(self) -> int:
         return self.scheduler.n + len(self.scheduler.waiting)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process: whole prompt + remaining output of each waiting request (a
+        preempted one recomputes its prompt), remaining output of each running one."""
+        sched, table = self.scheduler, self.scheduler.table
+        running = int(sched.num_remaining_tokens[: sched.n].sum())
+        if not sched.waiting:
+            return running
+        w = np.fromiter(sched.waiting, dtype=np.int64, count=len(sched.waiting))
+        return running + int((table.num_prompt_tokens[w] + table.max_tokens[w] - table.num_output_tokens[w]).sum())
 
     def add_request(self, rid: int) -> None:
         self.scheduler.add_request(rid)
@@ -92,11 +111,15 @@ class Replica:
         if out.is_pure_decode and self.decode_runs:
             run = sched.plan_decode_run(out, t, horizon, cost)
             self.steps.add_run(self.index, t, run, len(sched.waiting))
+            self.planned_until = t + run.total_s
             return out, t + run.total_s, run
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
         duration = cost.step_time_s(*out.cost_args()) + out.extra_s
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
+        self.planned_until = t + duration
+        if self.on_step_planned is not None:
+            self.on_step_planned(out, t + duration)
         return out, t + duration, out
 
     def _apply(self, plan: Any, end: float) -> None:

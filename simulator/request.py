@@ -70,6 +70,10 @@ class RequestTable:
         self.first_scheduled_time = np.full(n, np.nan)
         self.first_token_time = np.full(n, np.nan)
         self.finish_time = np.full(n, np.nan)
+        self.num_cached_tokens = np.zeros(n, dtype=np.int64)
+        """Prompt tokens found in the prefix cache at first admission (vLLM's name; 0 when off)."""
+        self.block_hashes = workload.block_hashes
+        """Block identities for prefix caching (None when it is off)."""
 
     def __len__(self) -> int:
         return len(self.arrival_time)

@@ -33,6 +33,7 @@ import numpy as np
 
 from .config import SchedulerConfig
 from .kv_cache import KVCacheManager
+from .prefix_cache import PrefixCachingKVManager
 from .request import RequestStatus, RequestTable
 
 _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
@@ -179,7 +180,9 @@ class Scheduler:
         self.swap: SwapSpace | None = None
         """Host memory for ``preemption_mode: swap`` (None: recompute)."""
         self._swapped: dict[int, int] = {}
-        """Swapped-out request id -> tokens whose KV waits in host memory."""
+        """Request id -> tokens whose KV waits outside the cache (host memory, or in transfer)."""
+        self._restore_free: set[int] = set()
+        """Of those, requests whose KV arrives at no cost to this engine (disaggregated handoffs)."""
         # Running batch, rows [0, n) in admission order.
         self.n = 0
         self.req_id = np.zeros(cap, dtype=np.int64)
@@ -193,6 +196,8 @@ class Scheduler:
         self.pad_rows = 0
         self.pad_context = 0
         """Slots of finished requests that still compute (static batching pads), and their context."""
+        self.prefix: PrefixCachingKVManager | None = kv if isinstance(kv, PrefixCachingKVManager) else None
+        """The KV cache when it does prefix caching (``enable_prefix_caching``), else None."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -232,7 +237,10 @@ class Scheduler:
         keep = n
         if need > self.kv.num_free_blocks:
             need_rows = (computed % bs == 0).astype(np.int64)
-            keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
+            if self.prefix is None:
+                keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
+            else:   # shared blocks: release rows one by one, as vLLM's loop does
+                keep = self.prefix.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
             need = int(need_rows[:keep].sum())
             residues = None
@@ -261,7 +269,8 @@ class Scheduler:
         computed = self.num_computed_tokens[rows]
         if self.swap is not None:
             self._swap_out(ids, computed, out)
-        self.kv.free(int(((computed + bs - 1) // bs).sum()))
+        if self.prefix is None:
+            self.kv.free(int(((computed + bs - 1) // bs).sum()))
         self.context_total -= int(computed.sum())
         table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
         table.num_preemptions[ids] += 1
@@ -286,27 +295,37 @@ class Scheduler:
                 cached = tokens
             else:                                      # swap in: its KV returns, it decodes a token
                 tokens, cached = 1, swapped + 1
-            if tokens > budget or not kv.allocate(-(-cached // bs)):
-                break
+            if self.prefix is None:
+                hit = 0
+                if tokens > budget or not kv.allocate(-(-cached // bs)):
+                    break
+            else:                                      # (never with swap: refused in resolve)
+                hit = self.prefix.admit(rid, tokens, budget)
+                if hit < 0:
+                    break
+                if generated == 0 and table.num_preemptions[rid] == 0:
+                    table.num_cached_tokens[rid] = hit
             waiting.popleft()
             if swapped is not None:
                 self._swap_in(rid, swapped, out)
-            elif out.prefill_context is not None:
-                out.prefill_context.append(0)
+            elif hit or out.prefill_context is not None:   # new tokens attend over the cached ones
+                if out.prefill_context is None:
+                    out.prefill_context = [0] * len(out.admitted)
+                out.prefill_context.append(hit)
             row = self.n
             self.req_id[row] = rid
             self.num_computed_tokens[row] = cached     # cached once this step ends
             self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
             self.n = row + 1
             self.context_total += cached
-            budget -= tokens
+            budget -= tokens - hit
             table.status[rid] = _RUNNING
             if generated == 0:
                 out.admitted_first.append(rid)
                 if table.num_preemptions[rid] == 0:
                     table.first_scheduled_time[rid] = now
             out.admitted.append(rid)
-            out.admitted_tokens.append(tokens)
+            out.admitted_tokens.append(tokens - hit)
         if self.priority_order and out.admitted:
             self.sort_pending = True
 
@@ -390,7 +409,11 @@ class Scheduler:
         ids = self.req_id[done]
         computed = self.num_computed_tokens[done]
         self._record_finished(ids, now)
-        self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
+        if self.prefix is None:
+            self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
+        else:
+            for rid, c in zip(ids.tolist(), computed.tolist()):
+                self.prefix.release(rid, c)
         self.context_total -= int(computed.sum())
         keep = np.ones(n, dtype=bool)
         keep[done] = False
@@ -406,7 +429,10 @@ class Scheduler:
         ids = self.req_id[row:row + 1].copy()
         computed = int(self.num_computed_tokens[row])
         self._record_finished(ids, now)
-        self.kv.free(-(-computed // self.block_size))
+        if self.prefix is None:
+            self.kv.free(-(-computed // self.block_size))
+        else:
+            self.prefix.release(int(ids[0]), computed)
         self.context_total -= computed
         if row < n - 1:
             for arr in self._row_arrays:
@@ -428,12 +454,15 @@ class Scheduler:
             out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
 
     def _swap_in(self, rid: int, tokens: int, out: SchedulerOutput) -> None:
-        swap = self.swap
-        blocks = -(-tokens // self.block_size)
         del self._swapped[rid]
-        swap.used_blocks -= blocks
-        swap.swap_ins += 1
-        out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+        if rid in self._restore_free:
+            self._restore_free.discard(rid)
+        else:
+            swap = self.swap
+            blocks = -(-tokens // self.block_size)
+            swap.used_blocks -= blocks
+            swap.swap_ins += 1
+            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
         if out.prefill_context is None:
             out.prefill_context = [0] * len(out.admitted)
         out.prefill_context.append(tokens)
@@ -548,3 +577,7 @@ _NO_LIMIT = 1 << 62
 
 #: Batching policies by the name the YAML and the UI use (:mod:`simulator.policies` adds the others).
 POLICIES: dict[str, type[Scheduler]] = {"continuous": Scheduler}
+
+#: Policies whose admission goes through ``PrefixCachingKVManager.admit``/``release`` (a policy with
+#: its own admission or chunking must integrate those before it is listed here).
+PREFIX_CACHING_POLICIES = {"continuous"}

@@ -24,17 +24,20 @@ from .cost_model import CostModel, make_cost_model
 from .errors import ScenarioError
 from .kv_cache import KVCacheManager, KVCachePlan, plan_kv_cache
 from .models import MODEL_PRESETS, ModelSpec
+from .prefix_cache import PrefixCachingKVManager, prefix_cache_counters
 from .profiles import GIB, HardwareProfile, load_profile
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
 from .policies import POLICIES  # the registry, with every policy registered
-from .scheduler import DecodeRun, SchedulerOutput, SwapSpace
+from .scheduler import PREFIX_CACHING_POLICIES, DecodeRun, SchedulerOutput, SwapSpace
+from .disaggregated import DisaggregatedFleet
 from .speculative import SpeculativeScheduler
 from .workload import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
-STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier")
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network")
+"""Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
 
 
 # -- resolving a scenario ------------------------------------------------------------------------
@@ -68,12 +71,33 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
         raise ScenarioError("scheduler.policy", sch.policy, f"unknown policy; known: {', '.join(sorted(POLICIES))}")
     if dep.router not in ROUTERS:
         raise ScenarioError("deployment.router", dep.router, f"unknown router; known: {', '.join(sorted(ROUTERS))}")
+    if sch.enable_prefix_caching and sch.policy not in PREFIX_CACHING_POLICIES:
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            f"not modelled with policy {sch.policy!r}; policies with prefix caching: "
+                            f"{', '.join(sorted(PREFIX_CACHING_POLICIES))}")
+    if sch.enable_prefix_caching and scenario.speculative_config is not None:
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            "not modelled together with speculative_config (lookahead KV slots are not "
+                            "tracked per block); turn one of them off")
+    if sch.enable_prefix_caching and sch.preemption_mode == "swap":
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            "not modelled together with preemption_mode: swap (swapped blocks would lose their "
+                            "identities); use preemption_mode: recompute, where re-admission hits the cache")
     max_model_len = sch.max_model_len or model.max_model_len
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,
                             f"exceeds {model.name}'s context length {model.max_model_len}")
     policy = POLICIES[sch.policy]
     spec = scenario.speculative_config
+    if sch.policy == "disaggregated":
+        _check_disaggregated(dep, profile)
+        if dep.autoscaler is not None or scenario.fleet is not None:
+            raise ScenarioError("deployment.autoscaler" if dep.autoscaler is not None else "fleet", "set",
+                                "is not modelled with disaggregated pools yet; size the pools by hand")
+    elif dep.prefill_replicas is not None or dep.decode_replicas is not None:
+        raise ScenarioError("deployment.prefill_replicas" if dep.prefill_replicas is not None else
+                            "deployment.decode_replicas", dep.prefill_replicas or dep.decode_replicas,
+                            f"pool sizes apply to scheduler.policy: disaggregated, not {sch.policy!r}")
     if sch.preemption_mode == "swap":
         if sch.policy == "chunked_prefill":
             raise ScenarioError("scheduler.preemption_mode", "swap",
@@ -103,6 +127,22 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
         plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
     return ResolvedSystem(model, profile, plan, max_model_len, draft)
+
+
+def _check_disaggregated(dep: Any, profile: HardwareProfile) -> None:
+    for name in ("prefill_replicas", "decode_replicas"):
+        if getattr(dep, name) is None:
+            raise ScenarioError(f"deployment.{name}", None, "scheduler.policy: disaggregated needs both pool sizes "
+                                "(deployment.prefill_replicas and deployment.decode_replicas)")
+    total = dep.prefill_replicas + dep.decode_replicas
+    if dep.replicas not in (1, total):
+        raise ScenarioError("deployment.replicas", dep.replicas,
+                            f"with disaggregated pools the replica count is prefill_replicas + decode_replicas = "
+                            f"{total}; leave deployment.replicas out")
+    if dep.kv_transfer_bandwidth_bytes_per_s is None and profile.interconnect is None:
+        raise ScenarioError("deployment.kv_transfer_bandwidth_bytes_per_s", None,
+                            f"profile {profile.name!r} has no interconnect to send KV from prefill to decode "
+                            "replicas over; give the link's bandwidth")
 
 
 def _resolve_field_model(ref: str | ModelSpec, field_name: str) -> ModelSpec:
@@ -272,6 +312,8 @@ class SimulationResult:
     summary: dict[str, Any] = field(default_factory=dict)
     engine_stats: dict[str, int] = field(default_factory=dict)
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
+    prefix_cache: dict[str, int] | None = None
+    """Prefix-cache counters summed over replicas (None when prefix caching is off)."""
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -295,6 +337,7 @@ def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
         "finish_time": table.finish_time,
         "replica": table.replica,
         "num_preemptions": table.num_preemptions,
+        "num_cached_tokens": table.num_cached_tokens,
         "status": status,
     })
     tiers = scenario.workload.tiers
@@ -345,14 +388,27 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         env.run(until=scenario.max_sim_time_s)
         result = SimulationResult(scenario, _requests_frame(table, scenario), steps.freeze(), system,
                                   float(env.now), time.perf_counter() - wall0)
-        for replica in run.replicas:
-            for name, value in replica.scheduler.stats().items():
+        result.prefix_cache = prefix_cache_counters(run.replicas)
+        for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
+            for name, value in source.stats().items():
                 result.engine_stats[name] = result.engine_stats.get(name, 0) + value
+        if scenario.network is not None:
+            from .network import add_client_latencies, network_from_config
+            add_client_latencies(result.requests, network_from_config(scenario.network), rngs["network"])
+        if run.geo is not None:
+            run.geo.add_columns(result.requests)
     finally:
         if gc_was_enabled:
             gc.enable()
     from .metrics import summarize  # local import: metrics depends on this module's result type
     result.summary = summarize(result)
+    if run.autoscaler is not None:
+        from .metrics import measurement_window
+        req = result.requests
+        start, end = measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
+        measured = ((req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+                    & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
+        result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
     result.summary["wall_s"] = result.wall_s
     return result
@@ -374,23 +430,52 @@ class _Run:
         self._next_report = self.progress_every
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
-        self.router = ROUTERS[dep.router](rngs["routing"])
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
         proposal = _proposal_time(scenario, system, cost)
-        self.replicas = [
-            Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
-                    self.next_event_time, self._finished, fast_forward)
-            for i in range(dep.replicas)]
+        self.fleet: DisaggregatedFleet | None = None
+        self.geo = None
+        self.autoscaler = None
+        if sch.policy == "disaggregated":
+            def make_replica(index: int, cls: type, horizon: Callable[[], float]) -> Replica:
+                return Replica(env, index, _make_scheduler(scenario, system, table, rngs, proposal, cls), cost,
+                               steps, horizon, self._finished, fast_forward)
+            self.fleet = DisaggregatedFleet(env, scenario, system, table, make_replica,
+                                            lambda: ROUTERS[dep.router](rngs["routing"]), self.next_event_time)
+            self.replicas = self.fleet.replicas
+            self.entry = self.fleet.prefill              # arrivals go to the prefill pool
+            self.router = self.fleet.prefill_router
+        else:
+            self.router = ROUTERS[dep.router](rngs["routing"])
+            num_replicas = dep.replicas
+            if scenario.fleet is not None:   # several regions: a geo router over per-region routers
+                from .fleet import GeoRouter
+                self.geo = GeoRouter(scenario.fleet, ROUTERS[dep.router], self.total, rngs["routing"], rngs["network"],
+                                     lambda: float(env.now))
+                self.router, num_replicas = self.geo, self.geo.num_replicas
+            if dep.autoscaler is not None:
+                num_replicas = dep.autoscaler.max_replicas
+            self.replicas = [
+                Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
+                        self.next_event_time, self._finished, fast_forward)
+                for i in range(num_replicas)]
+            self.entry = self.replicas
+            if dep.autoscaler is not None:   # replicas [0, active) take requests; the rest start on demand
+                from .autoscaler import Autoscaler
+                self.autoscaler = Autoscaler(env, dep.autoscaler, system.kv_plan.weights_bytes, self.replicas,
+                                             lambda: self.next_index >= self.total and self.done >= self.total)
         env.process(self.arrivals())
 
     def next_event_time(self) -> float:
         """Instant of the next arrival not yet delivered (or the stop time), for decode runs."""
+        if self.autoscaler is not None:   # its ticks read the replicas' state: they are events too
+            nxt = self.times[self.next_index] if self.next_index < self.total else np.inf
+            return min(float(nxt), self.stop_time, self.autoscaler.next_tick)
         if self.next_index < self.total:
             return min(float(self.times[self.next_index]), self.stop_time)
         return self.stop_time
 
     def arrivals(self):  # noqa: ANN201 - SimPy process
-        env, table, times, replicas = self.env, self.table, self.times, self.replicas
+        env, table, times, replicas = self.env, self.table, self.times, self.entry
         rejected = table.rejected_at_arrival
         any_rejected = bool(rejected.any())
         for rid in range(self.total):
@@ -402,7 +487,10 @@ class _Run:
                 table.status[rid] = RequestStatus.FINISHED_REJECTED
                 self._finished(1)
                 continue
-            i = self.router.route(rid, replicas) if len(replicas) > 1 else 0
+            if self.autoscaler is not None:
+                i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
+            else:
+                i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
             table.replica[rid] = i
             replicas[i].add_request(rid)
 
@@ -414,14 +502,18 @@ class _Run:
 
 
 def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
-                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None):  # noqa: ANN202
+                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
+                    cls: type | None = None):  # noqa: ANN202
     cfg = scenario.scheduler
-    kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
+    if cfg.enable_prefix_caching:
+        kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
+    else:
+        kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
         sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
                                      proposal_time_s=proposal_time_s)
     else:
-        sched = POLICIES[cfg.policy](cfg, kv, table)
+        sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
     if cfg.preemption_mode == "swap":
         per_block = system.kv_plan.kv_bytes_per_block
         sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,

@@ -21,8 +21,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from .config import (EmpiricalLength, FixedLength, GammaArrival, GeometricLength, LognormalLength,
-                     PoissonArrival, Scenario, TraceArrival, UniformLength)
+from .config import (DiurnalArrival, EmpiricalLength, FixedLength, GammaArrival, GeometricLength,
+                     LognormalLength, PoissonArrival, Scenario, TraceArrival, UniformLength)
 from .errors import ScenarioError
 
 
@@ -35,6 +35,7 @@ class Workload:
     max_tokens: np.ndarray        # int64 output tokens the request will generate
     rejected: np.ndarray          # bool: refused at arrival (over_length: reject)
     tier: np.ndarray | None = None  # int16 index into workload.tiers (None: no tiers)
+    block_hashes: Any = None      # prefix_cache.BlockHashes when prefix caching is on
 
     def __len__(self) -> int:
         return len(self.arrival_time)
@@ -96,6 +97,64 @@ class GammaArrivals(_RenewalArrivals):
 
     def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return rng.gamma(self.shape, 1.0 / (self.rate * self.shape), n)
+
+
+@register_arrival("diurnal")
+class DiurnalArrivals:
+    """Non-homogeneous Poisson process with rate ``rate_at(t)`` (daily profile x bursts).
+
+    Drawn by thinning (Lewis & Shedler 1979): candidates from a homogeneous Poisson process at
+    the profile's maximum rate, each kept with probability ``rate_at(t) / max``.
+    """
+
+    def __init__(self, cfg: DiurnalArrival, scenario: Scenario) -> None:
+        self.cfg = cfg
+        self.rate = cfg.mean_rate_per_s
+        if cfg.hourly is not None:
+            h = np.asarray(cfg.hourly, dtype=float)
+            self._hourly = h / h.mean()
+            profile_max = float(self._hourly.max())
+        else:
+            self._hourly = None
+            profile_max = float(cfg.peak_to_mean)
+        burst_max = max([b.multiplier for b in cfg.bursts if b.multiplier > 1] + [1.0])
+        self.max_rate = cfg.mean_rate_per_s * profile_max * burst_max
+
+    def profile(self, t: np.ndarray) -> np.ndarray:
+        """Relative rate (mean 1 over a period) at instants ``t``, without bursts."""
+        cfg = self.cfg
+        if self._hourly is not None:
+            hour = (np.mod(t, cfg.period_s) / cfg.period_s * 24).astype(np.int64).clip(0, 23)
+            return self._hourly[hour]
+        return 1.0 + (cfg.peak_to_mean - 1.0) * np.cos(2 * np.pi * (t - cfg.peak_time_s) / cfg.period_s)
+
+    def rate_at(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=float)
+        rate = self.cfg.mean_rate_per_s * self.profile(t)
+        for b in self.cfg.bursts:
+            rate = np.where((t >= b.start_s) & (t < b.start_s + b.duration_s), rate * b.multiplier, rate)
+        return rate
+
+    def expected_count(self, duration_s: float, grid: int = 200_000) -> float:
+        """Expected arrivals in ``[0, duration_s)`` (numerical integral of the rate)."""
+        t = (np.arange(grid) + 0.5) * (duration_s / grid)
+        return float(self.rate_at(t).sum() * duration_s / grid)
+
+    def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
+        chunks, t, kept = [], 0.0, 0
+        chunk = max(64, int(self.max_rate * min(duration_s or 3600.0, 3600.0)) + 64)
+        while True:
+            cand = t + np.cumsum(rng.exponential(1.0 / self.max_rate, chunk))
+            keep = cand[rng.random(chunk) * self.max_rate < self.rate_at(cand)]
+            chunks.append(keep)
+            kept += len(keep)
+            t = float(cand[-1])
+            if (duration_s is not None and t >= duration_s) or (duration_s is None and kept >= (num_requests or 0)):
+                break
+        times = np.concatenate(chunks)
+        if duration_s is not None:
+            times = times[times < duration_s]
+        return times[:num_requests] if num_requests is not None else times
 
 
 @register_arrival("trace")
@@ -354,6 +413,11 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
         else:
             output = output_dist.sample(n, rngs["output"])
         _check_static_max(wl, prompt_dist, output_dist, max_model_len)
+    block_hashes = None
+    if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching:
+        from .prefix_workload import shape_prefixes   # prefixes, sessions, block identities
+        times, prompt, output, block_hashes = shape_prefixes(scenario, arrivals, times, prompt, output, rngs)
+        n = len(times)
     rejected = np.zeros(n, dtype=bool)
     over = prompt + output > max_model_len
     if over.any():
@@ -372,7 +436,7 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
         shares = np.array([t.share for t in wl.tiers])
         tier = rngs["tier"].choice(len(shares), size=n, p=shares / shares.sum()).astype(np.int16)
     return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
-                    tier)
+                    tier=tier, block_hashes=block_hashes)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:

@@ -4,7 +4,8 @@
 * KV blocks in use never exceed ``num_gpu_blocks``;
 * every completed request generated exactly the tokens it asked for;
 * time never goes backwards (per request and per replica's step log);
-* advancing decode runs in one event gives the same results as one event per step.
+* advancing decode runs in one event gives the same results as one event per step;
+* all of the above with prefix caching on (shared prefixes, sessions, tiny caches).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ scenarios = st.fixed_dictionaries({
     "hardware": st.sampled_from([
         {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-4},
         "h100-sxm"]),
-    "scheduler.policy": st.sampled_from(["continuous", "chunked_prefill", "dynamic", "static"]),
+    "scheduler.policy": st.sampled_from(["continuous", "chunked_prefill", "dynamic", "static", "disaggregated"]),
     "scheduler.max_wait_ms": st.sampled_from([0.0, 30.0]),
     "scheduler.adaptive_batching": st.booleans(),
     "scheduler.long_prefill_token_threshold": st.sampled_from([None, 8, 64]),
@@ -58,6 +59,11 @@ def fix_blocks(over: dict) -> dict:
         over["model"] = "tiny-llama"
     if over["hardware"] != "h100-sxm" or over["scheduler.policy"] == "chunked_prefill":
         over["scheduler.preemption_mode"] = "recompute"   # swap needs a host link; v1 chunking recomputes
+    if over["scheduler.policy"] == "disaggregated":     # one prefill replica, the rest decode
+        over["deployment.prefill_replicas"] = 1
+        over["deployment.decode_replicas"] = max(1, over["deployment.replicas"] - 1)
+        over["deployment.replicas"] = over["deployment.prefill_replicas"] + over["deployment.decode_replicas"]
+        over["deployment.kv_transfer_bandwidth_bytes_per_s"] = 2e9
     if over["scheduler.policy"] != "chunked_prefill":   # the others never split a prompt
         over["scheduler.max_num_batched_tokens"] = 2048
     return over
@@ -89,6 +95,8 @@ def check_invariants(r) -> None:
     # Tokens: each admission (first or after a preemption) emits one token, each decode slot one.
     if rq["in_flight"] == 0 and policy != "chunked_prefill":   # (a chunk emits no token)
         admissions = len(done) + int(done["num_preemptions"].sum())
+        if policy == "disaggregated":       # admitted again on the decode pool, with its KV
+            admissions += int((done["max_tokens"] > 1).sum())
         assert int(steps["num_decode_tokens"].sum()) + admissions == int(done["max_tokens"].sum())
 
 
@@ -154,3 +162,44 @@ def test_progress_callback_reaches_total():
     simulate(make_scenario(num_requests=1000), on_progress=lambda done, total: calls.append((done, total)))
     assert calls[-1] == (1000, 1000)
     assert len(calls) >= 100 and all(a <= b for (a, _), (b, _) in zip(calls, calls[1:]))
+
+
+prefix_scenarios = st.tuples(scenarios, st.fixed_dictionaries({
+    "scheduler.enable_prefix_caching": st.just(True),
+    "workload.prefix": st.sampled_from([None, {"num_prefixes": 1, "prefix_tokens": 24, "share": 1.0,
+                                               "short_prompt": "clip"},
+                                        {"num_prefixes": 3, "prefix_tokens": 40, "share": 0.6,
+                                         "short_prompt": "clip"}]),
+    "workload.sessions": st.sampled_from([None, {"turns": {"dist": "uniform", "min": 1, "max": 4},
+                                                 "turn_gap_s": 0.5, "followup_tokens": {"dist": "fixed", "value": 8}}]),
+}))
+
+
+def _with_prefix(over: dict, extra: dict) -> dict:
+    # the policy that models prefix caching, with recompute preemption (tiers/priority stay random)
+    over = {**over, "scheduler.policy": "continuous", "scheduler.preemption_mode": "recompute"}
+    over = {**fix_blocks(over), **{k: v for k, v in extra.items() if v is not None}}
+    if "workload.sessions" in over:   # sessions grow prompts: keep them inside tiny-llama's context
+        over["workload.over_length"] = "reject"
+    return over
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefix_scenarios)
+def test_invariants_and_fast_forward_with_prefix_caching(pair):
+    sc = make_scenario(**_with_prefix(*pair))
+    fast, slow = simulate(sc), simulate(sc, fast_forward=False)
+    check_invariants(fast)
+    pc = fast.summary["prefix_cache"]
+    assert 0 <= pc["hit_tokens"] <= pc["queries"]
+    done = fast.requests[fast.requests["status"] == "finished_length_capped"]
+    assert (done["num_cached_tokens"] < done["num_prompt_tokens"]).all()      # the last token is computed
+    assert (done["num_cached_tokens"] % sc.scheduler.block_size == 0).all()
+    assert pc == slow.summary["prefix_cache"]
+    cols = ["first_scheduled_time", "first_token_time", "finish_time"]
+    np.testing.assert_allclose(fast.requests[cols].to_numpy(), slow.requests[cols].to_numpy(),
+                               rtol=0, atol=1e-9, equal_nan=True)
+    for col in ("status", "num_preemptions", "num_cached_tokens"):
+        assert (fast.requests[col] == slow.requests[col]).all(), col
+    for col in ("num_seqs", "kv_blocks_used", "num_prefill_tokens", "num_preempted"):
+        assert (fast.steps[col].to_numpy() == slow.steps[col].to_numpy()).all(), col

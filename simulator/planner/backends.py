@@ -1,0 +1,67 @@
+"""Where the searches run: a ``concurrent.futures.Executor`` seam.
+
+* ``local`` (default): ``ProcessPoolExecutor`` on this machine (``workers=1`` runs in-process).
+* ``dask``: an existing Dask distributed cluster, ``Client(address).get_executor()`` (the
+  ``cluster`` extra: ``pip install 'llmplan[cluster]'``). An address that does not answer is an
+  error after ``timeout_s``, never a hang.
+
+Each task is a pure function of its inputs (seeded), so results are identical whichever backend
+and however many workers run them.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from typing import Any, Callable, Iterator
+
+from ..errors import ScenarioError
+
+BACKENDS = ("local", "dask")
+
+
+class InlineExecutor(Executor):
+    """Runs each task at submit time in this process (one worker, no pickling)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            fut.set_exception(exc)
+        return fut
+
+
+@contextlib.contextmanager
+def open_executor(backend: str = "local", *, workers: int | None = None, address: str | None = None,
+                  timeout_s: float = 10.0) -> Iterator[Executor]:
+    if backend == "local":
+        n = workers if workers is not None else (os.cpu_count() or 1)
+        if n < 1:
+            raise ScenarioError("--workers", workers, "must be >= 1")
+        if n == 1:
+            yield InlineExecutor()
+            return
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+            yield pool
+        return
+    if backend == "dask":
+        if not address:
+            raise ScenarioError("--address", address, "the dask backend needs a scheduler address, e.g. tcp://host:8786")
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ScenarioError("--backend", "dask", "needs the cluster extra: pip install 'llmplan[cluster]' "
+                                "(dask distributed)") from None
+        try:
+            client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ScenarioError("--address", address, f"no Dask scheduler answered within {timeout_s:g} s "
+                                f"({type(exc).__name__})") from None
+        try:
+            yield client.get_executor()
+        finally:
+            client.close()
+        return
+    raise ScenarioError("--backend", backend, f"unknown backend; allowed: {', '.join(BACKENDS)}")

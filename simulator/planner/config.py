@@ -1,0 +1,330 @@
+"""The plan file: a frozen, validated description of a capacity-planning question.
+
+A plan names a base serving scenario (a path or inline), the candidate configurations to price
+(each a set of dotted scenario overrides, so any scenario lever — hardware, tensor parallelism,
+``max_num_seqs``, quantisation as it lands — is a candidate dimension), the SLOs, the headroom,
+the regional failover policy, the regions (client RTTs and price multipliers) and a traffic
+forecast per quarter and region (inline rows or a CSV). :func:`load_plan` reads and checks all
+of it up front, so a bad plan fails with one line naming the field before any simulation runs.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..config import Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
+from ..errors import ScenarioError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Candidate(_Frozen):
+    """One serving configuration to price: dotted overrides applied to the base scenario."""
+
+    name: str = Field(min_length=1)
+    set: dict[str, Any] = Field(default_factory=dict)
+    """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``."""
+    price_per_gpu_hour: float | None = Field(default=None, gt=0)
+    """USD per GPU-hour before the region's multiplier (default: the hardware profile's price)."""
+
+
+class PlanSLO(_Frozen):
+    """Client-perceived objectives (network RTT included for TTFT and E2E)."""
+
+    ttft_p99_ms: float | None = Field(default=None, gt=0)
+    tpot_p99_ms: float | None = Field(default=None, gt=0)
+    e2e_p99_ms: float | None = Field(default=None, gt=0)
+    attainment: float = Field(default=0.0, ge=0, le=1)
+    """Least fraction of requests within every threshold (0 = only the p99s are held)."""
+
+    @model_validator(mode="after")
+    def _some(self) -> "PlanSLO":
+        if self.ttft_p99_ms is None and self.tpot_p99_ms is None and self.e2e_p99_ms is None:
+            raise ValueError("give at least one of ttft_p99_ms, tpot_p99_ms, e2e_p99_ms")
+        return self
+
+
+class Region(_Frozen):
+    name: str = Field(min_length=1)
+    rtt_ms: dict[str, float]
+    """Round-trip time from this region's clients to each serving region (own region required;
+    the others are needed for N+1 failover)."""
+    price_multiplier: float = Field(default=1.0, gt=0)
+
+
+class NetworkSettings(_Frozen):
+    """Connection model shared by all regions (see :mod:`simulator.network`)."""
+
+    setup_round_trips: int = Field(default=2, ge=0)
+    """Extra round trips a new connection pays before the request (TCP 1 + TLS 1.3 1 = 2)."""
+    keepalive_reuse: float = Field(default=0.9, ge=0, le=1)
+    """Fraction of requests sent on an already open (keep-alive) connection."""
+
+
+class SimulationSettings(_Frozen):
+    """How each candidate replica count is verified."""
+
+    num_requests: int = Field(default=4000, ge=200)
+    warmup_fraction: float = Field(default=0.1, ge=0, lt=0.9)
+    """Leading share of the arrivals left out of the statistics (the fleet starts empty)."""
+    cooldown_fraction: float = Field(default=0.05, ge=0, lt=0.5)
+    seed: int = Field(default=0, ge=0)
+    max_replicas: int = Field(default=64, ge=1)
+    """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
+
+
+class ForecastRow(_Frozen):
+    quarter: str = Field(min_length=1)
+    region: str = Field(min_length=1)
+    peak_rps: float = Field(gt=0)
+    avg_prompt_tokens: float | None = Field(default=None, ge=1)
+    """Mean prompt length (rescales the base scenario's prompt distribution); default: unchanged."""
+    avg_output_tokens: float | None = Field(default=None, ge=1)
+
+
+class PlanConfig(_Frozen):
+    name: str = "plan"
+    scenario: str | dict[str, Any]
+    """Base serving scenario: a YAML path (relative to the plan file) or an inline mapping."""
+    candidates: list[Candidate] = Field(min_length=1)
+    slo: PlanSLO
+    headroom: float = Field(default=0.0, ge=0, le=10)
+    """Extra load the fleet must carry: sized for ``peak_rps x (1 + headroom)``."""
+    failover: Literal["none", "n_plus_one"] = "none"
+    """``n_plus_one``: every region also carries its share of any one failed region's traffic."""
+    regions: list[Region] = Field(min_length=1)
+    forecast: str | list[ForecastRow]
+    """Rows ``quarter, region, peak_rps[, avg_prompt_tokens, avg_output_tokens]`` or a CSV path."""
+    network: NetworkSettings = NetworkSettings()
+    simulation: SimulationSettings = SimulationSettings()
+    base_dir: str = "."
+
+    @model_validator(mode="after")
+    def _cross(self) -> "PlanConfig":
+        names = [r.name for r in self.regions]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"regions={dup!r} appears twice")
+        cands = [c.name for c in self.candidates]
+        dup = next((n for n in cands if cands.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"candidates={dup!r} appears twice")
+        return self
+
+
+# -- loaded plan -----------------------------------------------------------------------------------
+class LoadedPlan:
+    """A checked plan: the config, the base scenario, each candidate's scenario and the forecast."""
+
+    def __init__(self, config: PlanConfig, base: Scenario, candidates: dict[str, Scenario],
+                 forecast: pd.DataFrame) -> None:
+        self.config = config
+        self.base = base
+        self.candidate_scenarios = candidates
+        self.forecast = forecast
+        self.regions = {r.name: r for r in config.regions}
+
+    @property
+    def quarters(self) -> list[str]:
+        return list(dict.fromkeys(self.forecast["quarter"]))
+
+
+def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None = None) -> LoadedPlan:
+    """Read a plan (YAML path or mapping), validate it and everything it references.
+
+    Raises:
+        ScenarioError: the first bad field, its value and what is allowed; nothing is simulated.
+    """
+    if isinstance(source, dict):
+        data, here = dict(source), Path(base_dir or ".")
+    else:
+        p = Path(source)
+        if not p.is_file():
+            raise ScenarioError("plan", str(source), "file not found")
+        try:
+            data = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ScenarioError(str(source), "YAML", f"not valid YAML{where}") from None
+        if not isinstance(data, dict):
+            raise ScenarioError(str(source), data, "a plan file must be a YAML mapping")
+        here = p.resolve().parent
+    data.setdefault("base_dir", str(here))
+    try:
+        config = PlanConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _to_plan_error(exc, data) from None
+    base = _load_base(config)
+    candidates = {c.name: _candidate_scenario(base, c, i) for i, c in enumerate(config.candidates)}
+    forecast = _load_forecast(config)
+    _check_regions(config, forecast)
+    return LoadedPlan(config, base, candidates, forecast)
+
+
+def _load_base(config: PlanConfig) -> Scenario:
+    if isinstance(config.scenario, str):
+        path = Path(config.scenario).expanduser()
+        if not path.is_absolute():
+            path = Path(config.base_dir) / path
+        try:
+            return load_scenario(path)
+        except ScenarioError as exc:
+            raise ScenarioError(f"scenario ({config.scenario}): {exc.field}", exc.value, exc.message) from None
+    try:
+        return scenario_from_dict(config.scenario, base_dir=config.base_dir)
+    except ScenarioError as exc:
+        raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
+
+
+def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario:
+    from ..simulation import resolve
+
+    where = f"candidates[{index}] ({cand.name})"
+    for key in cand.set:
+        if key.split(".")[0] in ("workload", "num_requests", "duration_s", "seed", "slo", "warmup_s",
+                                 "cooldown_s", "max_sim_time_s"):
+            raise ScenarioError(f"{where}.set.{key}", cand.set[key],
+                                "the planner sets traffic, seed, run length and SLO itself; "
+                                "a candidate may change the serving system only")
+    try:
+        sc = base.with_overrides(dict(cand.set))
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}.set.{exc.field}", exc.value, exc.message) from None
+    try:
+        system = resolve(sc)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message) from None
+    if cand.price_per_gpu_hour is None and system.profile.price_per_gpu_hour is None:
+        raise ScenarioError(f"{where}.price_per_gpu_hour", None,
+                            f"hardware profile {system.profile.name!r} has no price; give one")
+    return sc
+
+
+FORECAST_COLUMNS = ("quarter", "region", "peak_rps", "avg_prompt_tokens", "avg_output_tokens")
+
+
+def _load_forecast(config: PlanConfig) -> pd.DataFrame:
+    if not isinstance(config.forecast, str):
+        rows = [r.model_dump() for r in config.forecast]
+        if not rows:
+            raise ScenarioError("forecast", [], "needs at least one row")
+        return pd.DataFrame(rows, columns=list(FORECAST_COLUMNS))
+    path = Path(config.forecast).expanduser()
+    if not path.is_absolute():
+        path = Path(config.base_dir) / path
+    if not path.is_file():
+        raise ScenarioError("forecast", config.forecast, "CSV file not found")
+    try:
+        raw = pd.read_csv(path, dtype={"quarter": str, "region": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ScenarioError("forecast", config.forecast, f"not a readable CSV ({type(exc).__name__})") from None
+    unknown = [c for c in raw.columns if c not in FORECAST_COLUMNS]
+    if unknown:
+        hint = difflib.get_close_matches(str(unknown[0]), FORECAST_COLUMNS, n=1)
+        raise ScenarioError(f"{path.name} column", unknown[0], "unknown column" +
+                            (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; allowed: {', '.join(FORECAST_COLUMNS)}")
+    missing = [c for c in ("quarter", "region", "peak_rps") if c not in raw.columns]
+    if missing:
+        raise ScenarioError(f"{path.name}", ",".join(map(str, raw.columns)),
+                            f"missing column(s) {', '.join(missing)}; expected {', '.join(FORECAST_COLUMNS)}")
+    if raw.empty:
+        raise ScenarioError("forecast", config.forecast, "CSV has no rows")
+    rows = []
+    for i, rec in enumerate(raw.to_dict("records")):
+        clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()}
+        try:
+            rows.append(ForecastRow.model_validate(clean).model_dump())
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            col = str(err["loc"][0]) if err["loc"] else "row"
+            msg = "required value is missing" if err["type"] in ("missing", "string_type", "float_type") \
+                and clean.get(col) is None else err["msg"]
+            raise ScenarioError(f"{path.name} row {i + 2} column {col}", clean.get(col), msg) from None
+    return pd.DataFrame(rows, columns=list(FORECAST_COLUMNS))
+
+
+def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
+    known = [r.name for r in config.regions]
+    for i, region in enumerate(forecast["region"]):
+        if region not in known:
+            hint = difflib.get_close_matches(str(region), known, n=1)
+            raise ScenarioError(f"forecast row {i + 1} region", region, "unknown region" +
+                                (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; regions: {', '.join(known)}")
+    dup = forecast.duplicated(["quarter", "region"])
+    if dup.any():
+        i = int(dup.to_numpy().nonzero()[0][0])
+        raise ScenarioError(f"forecast row {i + 1}", f"{forecast['quarter'][i]} {forecast['region'][i]}",
+                            "quarter and region appear twice")
+    for j, r in enumerate(config.regions):
+        if r.name not in r.rtt_ms:
+            raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms", r.rtt_ms,
+                                f"needs the RTT from {r.name}'s clients to {r.name} itself")
+        bad = [k for k in r.rtt_ms if k not in known]
+        if bad:
+            raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{bad[0]}", bad[0], f"unknown region; regions: {', '.join(known)}")
+        neg = [k for k, v in r.rtt_ms.items() if not v >= 0]
+        if neg:
+            raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{neg[0]}", r.rtt_ms[neg[0]], "must be >= 0")
+    if config.failover == "n_plus_one":
+        if len(known) < 2:
+            raise ScenarioError("failover", "n_plus_one", "needs at least two regions")
+        for j, r in enumerate(config.regions):
+            lacking = [k for k in known if k not in r.rtt_ms]
+            if lacking:
+                raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms", r.rtt_ms,
+                                    f"failover n_plus_one needs the RTT to every region; missing {', '.join(lacking)}")
+
+
+# -- errors ----------------------------------------------------------------------------------------
+def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
+    errors = exc.errors(include_url=False)
+    # For "str | list[...]" unions pydantic reports every branch: a type mismatch of one branch is
+    # less telling than a field error inside the other.
+    errors.sort(key=lambda e: (e["type"].endswith("_type") and isinstance(e.get("input"), (dict, list)),
+                               len(e["loc"])))
+    err = errors[0]
+    loc = [p for p in err["loc"] if not _is_tag(p) and not (isinstance(p, str) and "[" in p)]
+    field = ""
+    for part in loc:
+        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+    field = field or "plan"
+    value, msg = err.get("input"), err["msg"]
+    if err["type"] == "extra_forbidden":
+        model = _model_at([p for p in loc[:-1] if not isinstance(p, int)])
+        allowed = sorted(k for k in model.model_fields if k != "base_dir") if model else []
+        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        msg = "unknown field" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        if allowed:
+            msg += f"; allowed: {', '.join(allowed)}"
+    elif err["type"] == "missing":
+        value, msg = None, "required field is missing"
+    elif err["type"] == "literal_error":
+        msg = f"not allowed; allowed: {err.get('ctx', {}).get('expected', '')}"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    return ScenarioError(field, value, msg)
+
+
+def _model_at(loc: list[str]) -> type[BaseModel] | None:
+    model: Any = PlanConfig
+    for part in loc:
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        found = [a for a in _flatten(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not found:
+            args = getattr(field.annotation, "__args__", ())
+            found = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(found) != 1:
+            return None
+        model = found[0]
+    return model

@@ -1,0 +1,74 @@
+"""Terminal display for ``llmplan plan``: a progress bar per region/quarter and the result tables."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .config import LoadedPlan
+from .run import PlanProgress, PlanResult
+
+
+class PlanProgressDisplay:
+    """One bar per forecast cell (candidates searched) plus an overall bar, on ``console``."""
+
+    def __init__(self, loaded: LoadedPlan, console: Console, enabled: bool) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
+                                 disable=not enabled, transient=False)
+        n = len(loaded.config.candidates)
+        self.total = self.progress.add_task("[bold]all cells[/]", total=n * len(loaded.forecast), note="")
+        self.cells = {(str(q), r): self.progress.add_task(f"{escape(str(q))} {escape(r)}", total=n, note="")
+                      for q, r in zip(loaded.forecast["quarter"], loaded.forecast["region"])}
+        self.notes: dict[tuple[str, str], list[str]] = {}
+
+    def __enter__(self) -> "PlanProgressDisplay":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, ev: PlanProgress) -> None:
+        key = (ev.quarter, ev.region)
+        text = f"{ev.candidate}: {ev.replicas}" if ev.status == "ok" else f"{ev.candidate}: infeasible"
+        self.notes.setdefault(key, []).append(escape(text))
+        self.progress.update(self.cells[key], completed=ev.cell_done, note=", ".join(self.notes[key]))
+        self.progress.update(self.total, completed=ev.done)
+
+
+def _f(x: Any, fmt: str) -> str:
+    try:
+        return "-" if x is None or x != x else format(x, fmt)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def print_plan(result: PlanResult, console: Console) -> None:
+    ws = result.worksheet
+    table = Table(title="capacity plan (cheapest candidate per region and quarter)", title_justify="left")
+    cols = ("quarter", "region", "design rps", "candidate", "replicas", "GPUs", "TTFT p99 ms", "TPOT p99 ms",
+            "attain %", "$/quarter", "$/1M tok", "binding")
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("quarter", "region", "candidate", "binding") else "right")
+    for r in ws.to_dict("records"):
+        status_ok = r["status"] == "ok"
+        table.add_row(escape(str(r["quarter"])), escape(r["region"]), _f(r["design_rps"], ".1f"),
+                      escape(r["candidate"]) if status_ok else "[red]none meets the SLO[/]",
+                      _f(r["replicas"], "d") if status_ok else "-", _f(r["gpus"], "d") if status_ok else "-",
+                      _f(r["ttft_p99_ms"], ",.0f"), _f(r["tpot_p99_ms"], ".1f"), _f(100 * r["slo_attainment"], ".2f"),
+                      _f(r["cost_per_quarter"], ",.0f"), _f(r["cost_per_million_tokens"], ".3f"),
+                      escape(str(r["binding_constraint"])))
+    console.print(table)
+    tot = Table(title="totals per quarter", title_justify="left")
+    for c in ("quarter", "peak rps", "GPUs", "GPU-hours", "$/quarter", "infeasible cells"):
+        tot.add_column(c, justify="left" if c == "quarter" else "right")
+    for r in result.totals.to_dict("records"):
+        tot.add_row(escape(str(r["quarter"])), _f(r["peak_rps"], ",.1f"), _f(r["gpus"], "d"),
+                    _f(r["gpu_hours"], ",.0f"), _f(r["cost_per_quarter"], ",.0f"), str(r["infeasible_cells"]))
+    console.print(tot)
+    sims = int(result.candidates["simulations"].sum())
+    console.print(f"[dim]{len(result.candidates)} searches, {sims} simulations in {result.wall_s:.1f} s wall[/]")
