@@ -17,6 +17,7 @@ st.set_page_config(page_title="llmplan", page_icon=":material/speed:", layout="w
 pages = [
     st.Page("app_pages/what_if.py", title="What-if", icon=":material/tune:", default=True),
     st.Page("app_pages/load_curve.py", title="Load curve", icon=":material/show_chart:"),
+    st.Page("app_pages/capacity_plan.py", title="Capacity plan", icon=":material/public:"),
     st.Page("app_pages/hardware.py", title="Hardware profiles", icon=":material/memory:"),
 ]
 page = st.navigation(pages)

@@ -155,3 +155,22 @@ def fit_figure(points: pd.DataFrame, profile_name: str, max_points_per_family: i
     fig.update_layout(title=f"{profile_name}: measured op times vs the cost model's held-out fit",
                       **{**_LAYOUT, "height": 480})
     return fig
+
+
+def plan_figure(worksheet: pd.DataFrame, totals: pd.DataFrame) -> go.Figure:
+    """GPUs per region per quarter (stacked bars) and the quarter's cost (line, right axis)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    ws = worksheet.copy()
+    ws["gpus"] = pd.to_numeric(ws["gpus"], errors="coerce").fillna(0)
+    for region, g in ws.groupby("region", sort=False):
+        fig.add_trace(go.Bar(x=g["quarter"], y=g["gpus"], name=f"{region} GPUs",
+                             customdata=g[["candidate", "replicas"]].to_numpy(),
+                             hovertemplate="%{x} " + str(region) + ": %{y} GPUs (%{customdata[0]}, "
+                                           "%{customdata[1]} replicas)<extra></extra>"), secondary_y=False)
+    fig.add_trace(go.Scatter(x=totals["quarter"], y=totals["cost_per_quarter"], mode="lines+markers",
+                             name="cost ($/quarter)", line=dict(color="black")), secondary_y=True)
+    fig.update_yaxes(title_text="GPUs", secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text="cost ($ per quarter)", secondary_y=True, rangemode="tozero")
+    fig.update_xaxes(title_text="quarter")
+    fig.update_layout(barmode="stack", title="GPUs per region per quarter, and the cost of the fleet", **_LAYOUT)
+    return fig

@@ -121,3 +121,37 @@ def scenario_diff(before: Scenario, after: Scenario) -> list[tuple[str, Any, Any
     a = flat(before.model_dump(mode="json", exclude_none=True))
     b = flat(after.model_dump(mode="json", exclude_none=True))
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k != "base_dir"]
+
+
+#: Largest forecast CSV accepted from an upload (a forecast is a few rows per region and quarter).
+MAX_FORECAST_BYTES = 256 * 1024
+
+
+def forecast_rows_from_csv_bytes(data: bytes, *, source: str = "forecast.csv",
+                                 max_bytes: int = MAX_FORECAST_BYTES) -> list[dict[str, Any]]:
+    """Rows of an uploaded forecast CSV as plain dicts (empty cells become ``None``), for a plan's
+    inline ``forecast``; the planner then validates every row and column by name.
+
+    Raises:
+        ScenarioError: too large, not UTF-8, not a CSV, or no rows.
+    """
+    import io
+
+    import pandas as pd
+
+    if len(data) > max_bytes:
+        raise ScenarioError(source, f"{len(data):,} bytes", f"file too large; a forecast CSV may be at most "
+                            f"{max_bytes:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(source, f"byte {exc.start}", "not UTF-8 text; upload a CSV file") from None
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype={"quarter": str, "region": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ScenarioError(source, "CSV", f"not a readable CSV ({type(exc).__name__})") from None
+    if frame.empty:
+        raise ScenarioError(source, list(frame.columns), "the forecast has no rows; expected quarter, region, "
+                            "peak_rps[, avg_prompt_tokens, avg_output_tokens]")
+    return [{str(k): (None if pd.isna(v) else v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+            for row in frame.to_dict("records")]

@@ -326,3 +326,52 @@ def test_swap_preemption_knob(app):
     assert app.query_params["preempt"] == "swap" and app.query_params["swap"] == "16.0"
     yaml_text = app.code[-1].value
     assert "preemption_mode: swap" in yaml_text and "swap_space_gib: 16.0" in yaml_text
+
+
+SMALL_FORECAST = b"quarter,region,peak_rps\nFY27Q1,us-east,20\nFY27Q2,us-east,30\nFY27Q2,eu-west,10\n"
+
+
+def test_capacity_plan_page(app):
+    """A small forecast uploaded as CSV, one candidate: the worksheet is the planner's own, row for row."""
+    from simulator.planner.config import load_plan
+    from simulator.planner.run import plan
+
+    ok(app.switch_page("app_pages/capacity_plan.py").run())
+    assert any("12 forecast rows × 3 candidates" in c.value for c in app.caption)
+    app.multiselect(key="cp_candidates").set_value(["h100-tp1"])
+    app.number_input(key="cp_num_requests").set_value(300)
+    app.file_uploader(key="cp_upload").set_value(("small.csv", SMALL_FORECAST, "text/csv"))
+    ok(app.run())
+    assert any("3 forecast rows × 1 candidates" in c.value for c in app.caption)
+    ok(app.button(key="cp_run").click().run())
+    ws = app.dataframe[-2].value
+    data = load_plan("examples/plan-fy27.yaml").config.model_dump(mode="json", exclude_none=True)
+    data.update(forecast=[{"quarter": "FY27Q1", "region": "us-east", "peak_rps": 20},
+                          {"quarter": "FY27Q2", "region": "us-east", "peak_rps": 30},
+                          {"quarter": "FY27Q2", "region": "eu-west", "peak_rps": 10}],
+                candidates=[c for c in data["candidates"] if c["name"] == "h100-tp1"],
+                simulation={**data["simulation"], "num_requests": 300})
+    expected = plan(load_plan(data, base_dir=data["base_dir"]), workers=1).worksheet
+    assert ws["gpus"].tolist() == expected["gpus"].tolist()
+    assert ws[["quarter", "region"]].values.tolist() == expected[["quarter", "region"]].values.tolist()
+    last_q = expected[expected["quarter"] == "FY27Q2"]
+    assert metrics(app)["GPUs in FY27Q2"] == f"{last_q['gpus'].sum():,.0f}"
+    assert len(app.get("plotly_chart")) == 1
+    assert app.download_button(key="cp_download").label == "Download worksheet CSV"
+
+
+def test_capacity_plan_bad_input(app):
+    ok(app.switch_page("app_pages/capacity_plan.py").run())
+    app.file_uploader(key="cp_upload").set_value(("typo.csv", b"quarter,region,peak_rp\nQ1,us-east,5\n", "text/csv"))
+    ok(app.run())
+    assert any("peak_rp" in e.value for e in app.error) and app.button(key="cp_run").disabled
+    app.file_uploader(key="cp_upload").set_value(("empty.csv", b"quarter,region,peak_rps\n", "text/csv"))
+    ok(app.run())
+    assert any("no rows" in e.value for e in app.error)
+    app.file_uploader(key="cp_upload").set_value(("mars.csv", b"quarter,region,peak_rps\nQ1,mars,5\n", "text/csv"))
+    ok(app.run())
+    assert any("mars" in e.value for e in app.error) and app.button(key="cp_run").disabled
+    app.file_uploader(key="cp_upload").set_value(None)
+    app.multiselect(key="cp_candidates").set_value([])
+    ok(app.run())
+    assert any("candidates" in e.value for e in app.error) and app.button(key="cp_run").disabled

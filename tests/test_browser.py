@@ -1,8 +1,9 @@
 """End to end in a real browser: ``streamlit run app.py`` on a free port, driven by Debian's
 chromium through the playwright package (never ``playwright install``).
 
-Clicks through a What-if run (KPIs appear), a load sweep (its CSV download has one row per
-rate), the hardware page, and a broken upload (an error naming the field). Screenshots of every
+Clicks through a What-if run (KPIs appear), a baseline comparison, a load sweep (its CSV download
+has one row per rate), a capacity plan (its worksheet CSV has one row per forecast cell), the
+hardware page, and a broken upload (an error naming the field); Stop cancels a long run. Screenshots of every
 page go to ``$LLMPLAN_ARTIFACTS`` (default ``build/screenshots/``).
 """
 from __future__ import annotations
@@ -128,6 +129,25 @@ def test_click_through_the_dashboard(server, browser):
     rows = list(csv.DictReader(io.StringIO(Path(dl.value.path()).read_text())))
     assert len(rows) == 8 and float(rows[0]["rate_per_s"]) < float(rows[-1]["rate_per_s"])
     page.screenshot(path=str(ARTIFACTS / "load-curve.png"), full_page=True)
+
+    # Capacity plan: a two-row forecast uploaded as CSV; the worksheet download has one row per cell.
+    page.get_by_role("link", name="Capacity plan").click()
+    expect(page.get_by_role("button", name="Run planner")).to_be_enabled()
+    page.locator("input[type=file]").set_input_files({
+        "name": "forecast.csv", "mimeType": "text/csv",
+        "buffer": b"quarter,region,peak_rps\nFY27Q1,us-east,15\nFY27Q2,us-east,25\n"})
+    expect(page.get_by_text("2 forecast rows", exact=False)).to_be_visible()
+    requests = page.get_by_role("spinbutton", name="Requests per simulation")
+    requests.fill("300")
+    requests.press("Enter")
+    page.get_by_role("button", name="Run planner").click()
+    expect(page.get_by_test_id("stMetric").filter(has_text="GPUs in FY27Q2")).to_be_visible()
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Download worksheet CSV").click()
+    rows = list(csv.DictReader(io.StringIO(Path(dl.value.path()).read_text())))
+    assert [(r["quarter"], r["region"]) for r in rows] == [("FY27Q1", "us-east"), ("FY27Q2", "us-east")]
+    assert all(int(float(r["gpus"])) >= 1 for r in rows)
+    page.screenshot(path=str(ARTIFACTS / "capacity-plan.png"), full_page=True)
 
     # Hardware profiles: the table and the step-time chart.
     page.get_by_role("link", name="Hardware profiles").click()
