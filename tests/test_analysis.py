@@ -305,3 +305,16 @@ def test_tier_table_from_a_tiered_run():
     assert t.loc["slow", "ttft_p99_ms"] == pytest.approx(res.summary["tiers"]["slow"]["ttft_s"]["p99"] * 1e3)
     assert t.loc["slow", "slo_attainment_pct"] == 100.0        # 1 s is generous at this load
     assert tier_table(simulate(make_scenario(num_requests=50)).summary).empty
+
+
+def test_forecast_rows_from_csv_bytes():
+    from simulator.scenario_io import MAX_FORECAST_BYTES, forecast_rows_from_csv_bytes
+
+    rows = forecast_rows_from_csv_bytes(b"quarter,region,peak_rps,avg_prompt_tokens\nQ1,us-east,10,\nQ2,eu,12.5,900\n")
+    assert rows == [{"quarter": "Q1", "region": "us-east", "peak_rps": 10.0, "avg_prompt_tokens": None},
+                    {"quarter": "Q2", "region": "eu", "peak_rps": 12.5, "avg_prompt_tokens": 900.0}]
+    for data, words in ((b"x" * (MAX_FORECAST_BYTES + 1), "too large"), (b"\xff\xfe", "not UTF-8"),
+                        (b"", "not a readable CSV"), (b"quarter,region,peak_rps\n", "no rows")):
+        with pytest.raises(ScenarioError) as err:
+            forecast_rows_from_csv_bytes(data, source="f.csv")
+        assert err.value.field == "f.csv" and words in str(err.value)
