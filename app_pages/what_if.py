@@ -43,6 +43,7 @@ KNOBS: dict[str, tuple[str, Any]] = {
     "max_wait_ms": ("wait", float), "adaptive": ("adaptive", flag), "spec_method": ("spec", str),
     "spec_k": ("k", int), "spec_alpha": ("alpha", float), "spec_draft": ("draft", str),
     "scheduling": ("sched", str), "preemption": ("preempt", str), "swap_gib": ("swap", float),
+    "prefix_caching": ("prefix", flag),
 }
 WIDGET_KEYS = [f"{P}_mode", f"{P}_example", f"{P}_time_limit_s"] + [f"{P}_{k}" for k in KNOBS]
 
@@ -67,7 +68,7 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "slo_ttft_ms": float(slo.ttft_p99_ms or 0.0), "slo_tpot_ms": float(slo.tpot_p99_ms or 0.0),
         "slo_e2e_ms": float(slo.e2e_p99_ms or 0.0),
         "policy": sch.policy, "scheduling": sch.scheduling_policy, "preemption": sch.preemption_mode,
-        "swap_gib": float(sch.swap_space_gib), "long_prefill": sch.long_prefill_token_threshold or 0,
+        "swap_gib": float(sch.swap_space_gib), "prefix_caching": bool(sch.enable_prefix_caching), "long_prefill": sch.long_prefill_token_threshold or 0,
         "max_wait_ms": float(sch.max_wait_ms), "adaptive": bool(sch.adaptive_batching),
         "spec_method": spec.method if spec is not None else "off",
         "spec_k": spec.num_speculative_tokens if spec is not None else 4,
@@ -87,7 +88,7 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         "slo.ttft_p99_ms": k["slo_ttft_ms"] or None, "slo.tpot_p99_ms": k["slo_tpot_ms"] or None,
         "slo.e2e_p99_ms": k["slo_e2e_ms"] or None, "scheduler.policy": k["policy"],
         "scheduler.scheduling_policy": k["scheduling"], "scheduler.preemption_mode": k["preemption"],
-        "scheduler.swap_space_gib": k["swap_gib"],
+        "scheduler.swap_space_gib": k["swap_gib"], "scheduler.enable_prefix_caching": k["prefix_caching"],
         "scheduler.long_prefill_token_threshold": k["long_prefill"] or None,
         "scheduler.max_wait_ms": k["max_wait_ms"], "scheduler.adaptive_batching": k["adaptive"],
     }
@@ -191,6 +192,9 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         if k["policy"] == "dynamic":
             st.toggle("adaptive_batching", key=f"{P}_adaptive",
                       help="Start at once when requests queued during the previous batch")
+        k["prefix_caching"] = st.toggle("enable_prefix_caching", key=f"{P}_prefix_caching",
+                                        help="Reuse cached KV blocks of shared prompt prefixes (system prompts, "
+                                             "earlier turns); continuous batching only")
         k["preemption"] = st.selectbox("preemption_mode", ["recompute", "swap"], key=f"{P}_preemption",
                                        help="What a preempted request loses: its KV (recomputed later), or nothing "
                                             "(KV copied to host memory over the profile's host link and back)")

@@ -375,3 +375,18 @@ def test_capacity_plan_bad_input(app):
     app.multiselect(key="cp_candidates").set_value([])
     ok(app.run())
     assert any("candidates" in e.value for e in app.error) and app.button(key="cp_run").disabled
+
+
+def test_prefix_caching_knob_on_the_prefix_example(app):
+    """Shared 2,048-token system prompts: with prefix caching most of each prompt is a cache hit,
+    so the median TTFT falls."""
+    app.selectbox(key="wi_example").set_value("chat-prefix-h100.yaml")
+    ok(app.run())
+    assert app.toggle(key="wi_prefix_caching").value is True
+    app.number_input(key="wi_num_requests").set_value(600)
+    ok(app.button(key="wi_run").click().run())
+    cached = float(metrics(app)["TTFT p50 (ms)"])
+    app.toggle(key="wi_prefix_caching").set_value(False)
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["TTFT p50 (ms)"]) > 1.5 * cached
+    assert app.query_params["prefix"] == "False"
