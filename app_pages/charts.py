@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 METRIC_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 COLORS = {"ttft_s": "#1f77b4", "tpot_s": "#ff7f0e", "e2e_s": "#2ca02c",
           "queue_depth": "#d62728", "running_batch": "#1f77b4", "kv_usage": "#9467bd"}
-STAGE_COLORS = {"queue": "#d62728", "prefill": "#ff7f0e", "decode": "#1f77b4"}
+STAGE_COLORS = {"network": "#7f7f7f", "queue": "#d62728", "prefill": "#ff7f0e", "decode": "#1f77b4"}
 _LAYOUT = dict(margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", y=-0.2), height=400,
                title_y=0.97)
 _SLO_LINE = dict(color="black", dash="dash", width=1.5)
@@ -55,7 +55,10 @@ def stages_figure(stages: pd.DataFrame, baseline: pd.DataFrame | None = None) ->
         stage = row["stage"]
         xs, ys, texts = [], [], []
         for label, frame in runs:
-            r = frame[frame["stage"] == stage].iloc[0]
+            match = frame[frame["stage"] == stage]
+            if match.empty:      # e.g. a baseline without a network stage
+                continue
+            r = match.iloc[0]
             xs.append(r["mean_s"] * 1e3)
             ys.append(label)
             texts.append(f"{r['mean_s'] * 1e3:,.0f} ms ({100 * r['share']:.0f}%)")

@@ -365,8 +365,9 @@ with tabs[1]:
                                        "share": "share of mean E2E (%)"}),
                  hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.1f")
                                                  for c in ("mean (ms)", "p50 (ms)", "p99 (ms)", "share of mean E2E (%)")})
-    st.caption("queue = admission − arrival; prefill = first token − admission; decode = finish − first token "
-               "(includes preemption and recompute). Network time is not modelled.")
+    st.caption("network = client-perceived − server E2E (only with a `network` in the scenario); queue = "
+               "admission − arrival; prefill = first token − admission; decode = finish − first token (includes "
+               "preemption and recompute).")
 with tabs[2]:
     st.plotly_chart(series_figure(report.series), key=f"{P}_series")
     st.caption("Queue depth is the waiting queue after each step's scheduling decision; idle time counts as zero.")

@@ -136,26 +136,30 @@ def latency_cdf(requests: pd.DataFrame, metrics: Sequence[str] = LATENCY_METRICS
     return pd.concat(frames, ignore_index=True)
 
 
-STAGES = ("queue", "prefill", "decode")
+STAGES = ("network", "queue", "prefill", "decode")
 
 
 def stage_breakdown(requests: pd.DataFrame) -> pd.DataFrame:
     """Where a request's end-to-end time goes: mean, p50 and p99 of each stage and its share of
     the mean E2E (the stage means add up to the mean E2E exactly).
 
+    * network = client-perceived E2E - server E2E (round trips and connection set-up; only when
+      the scenario has a ``network``, else the stage is left out)
     * queue = first admission into a batch - arrival
     * prefill = first token - first admission (the prompt's step, including any wait between
       admission and the step's end)
     * decode = finish - first token (includes time lost to preemption and recompute)
-
-    Network time is not modelled (requests arrive at the engine).
     """
     arrival, sched = requests["arrival_time"].to_numpy(float), requests["first_scheduled_time"].to_numpy(float)
     first, finish = requests["first_token_time"].to_numpy(float), requests["finish_time"].to_numpy(float)
     parts = {"queue": sched - arrival, "prefill": first - sched, "decode": finish - first}
-    e2e_mean = float(np.mean(finish - arrival)) if len(requests) else math.nan
+    total = finish - arrival
+    if "client_e2e_s" in requests.columns:
+        parts["network"] = requests["client_e2e_s"].to_numpy(float) - requests["e2e_s"].to_numpy(float)
+        total = total + parts["network"]
+    e2e_mean = float(np.mean(total)) if len(requests) else math.nan
     rows = []
-    for stage in STAGES:
+    for stage in (s for s in STAGES if s in parts):
         x = parts[stage]
         empty = len(x) == 0
         rows.append({"stage": stage, "mean_s": math.nan if empty else float(x.mean()),

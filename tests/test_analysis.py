@@ -318,3 +318,14 @@ def test_forecast_rows_from_csv_bytes():
         with pytest.raises(ScenarioError) as err:
             forecast_rows_from_csv_bytes(data, source="f.csv")
         assert err.value.field == "f.csv" and words in str(err.value)
+
+
+def test_stage_breakdown_network_stage():
+    """One client 100 ms away on kept-alive connections: every request pays exactly one RTT."""
+    res = simulate(make_scenario(num_requests=300, **{"network": {"clients": [{"rtt_ms": 100}],
+                                                                  "keepalive_reuse": 1.0}}))
+    st = stage_breakdown(measured_requests(res)).set_index("stage")
+    assert list(st.index) == ["network", "queue", "prefill", "decode"]
+    assert st.loc["network", "mean_s"] == pytest.approx(0.1) and st.loc["network", "p99_s"] == pytest.approx(0.1)
+    assert st.loc["decode", "mean_s"] == pytest.approx(0.09, abs=1e-9)
+    assert st["mean_s"].sum() == pytest.approx(measured_requests(res)["client_e2e_s"].mean())
