@@ -11,7 +11,7 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,calibrate,app]'
+	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,calibrate,cluster,app]'
 	touch $(STAMP)
 
 install: $(STAMP)

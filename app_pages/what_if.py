@@ -12,7 +12,7 @@ from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_repo
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
 from simulator.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
 from simulator.config import GammaArrival, PoissonArrival
-from simulator.models import DTYPE_BYTES
+from simulator.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
 from simulator.policies import POLICIES
 from simulator.router import ROUTERS
 from simulator.scenario_io import scenario_diff, scenario_key, scenario_to_yaml
@@ -20,7 +20,7 @@ from simulator.scenario_io import scenario_diff, scenario_key, scenario_to_yaml
 P = "wi"
 FROM_FILE = "(as in the file)"
 TP_SIZES = [1, 2, 4, 8]
-DTYPES = list(DTYPE_BYTES)
+QUANT_OPTIONS = ["none"] + [q for q in QUANTIZATIONS if q != "none"]
 BLOCK_SIZES = [8, 16, 32]
 SPEC_METHODS = ["off", "draft", "ngram", "mtp"]
 DEFAULT_DRAFT = "llama-3.2-1b"
@@ -35,7 +35,8 @@ def flag(raw: object) -> bool:
 KNOBS: dict[str, tuple[str, Any]] = {
     "rate": ("rate", float), "cv": ("cv", float), "speedup": ("speedup", float), "num_requests": ("n", int),
     "duration_s": ("dur", float),
-    "seed": ("seed", int), "model": ("model", str), "dtype": ("dtype", str), "hardware": ("hw", str), "tp": ("tp", int),
+    "seed": ("seed", int), "model": ("model", str), "quantization": ("quant", str), "kv_dtype": ("kvdtype", str),
+    "hardware": ("hw", str), "tp": ("tp", int),
     "replicas": ("replicas", int), "router": ("router", str), "max_num_seqs": ("seqs", int),
     "max_num_batched_tokens": ("mbt", int), "block_size": ("bs", int), "gmu": ("gmu", float),
     "max_model_len": ("mml", int), "slo_ttft_ms": ("ttft", float), "slo_tpot_ms": ("tpot", float),
@@ -43,7 +44,8 @@ KNOBS: dict[str, tuple[str, Any]] = {
     "max_wait_ms": ("wait", float), "adaptive": ("adaptive", flag), "spec_method": ("spec", str),
     "spec_k": ("k", int), "spec_alpha": ("alpha", float), "spec_draft": ("draft", str),
     "scheduling": ("sched", str), "preemption": ("preempt", str), "swap_gib": ("swap", float),
-    "prefix_caching": ("prefix", flag),
+    "prefix_caching": ("prefix", flag), "timeout_s": ("timeout", float), "max_queue_len": ("qlen", int),
+    "max_queue_delay_s": ("qdelay", float),
 }
 WIDGET_KEYS = [f"{P}_mode", f"{P}_example", f"{P}_time_limit_s"] + [f"{P}_{k}" for k in KNOBS]
 
@@ -58,8 +60,7 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "speedup": None if rate_based else float(arr.speedup),
         "num_requests": sc.num_requests, "duration_s": sc.duration_s, "seed": int(sc.seed),
         "model": sc.model if isinstance(sc.model, str) else FROM_FILE,
-        "dtype": (sc.model.dtype if not isinstance(sc.model, str)
-                  else getattr(MODEL_PRESETS.get(sc.model), "dtype", "bf16")),
+        "quantization": dep.quantization or "none", "kv_dtype": dep.kv_cache_dtype,
         "hardware": sc.hardware if isinstance(sc.hardware, str) else FROM_FILE,
         "tp": dep.tensor_parallel_size, "replicas": dep.replicas, "router": dep.router,
         "max_num_seqs": sch.max_num_seqs, "max_num_batched_tokens": sch.max_num_batched_tokens,
@@ -68,7 +69,9 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "slo_ttft_ms": float(slo.ttft_p99_ms or 0.0), "slo_tpot_ms": float(slo.tpot_p99_ms or 0.0),
         "slo_e2e_ms": float(slo.e2e_p99_ms or 0.0),
         "policy": sch.policy, "scheduling": sch.scheduling_policy, "preemption": sch.preemption_mode,
-        "swap_gib": float(sch.swap_space_gib), "prefix_caching": bool(sch.enable_prefix_caching), "long_prefill": sch.long_prefill_token_threshold or 0,
+        "swap_gib": float(sch.swap_space_gib), "prefix_caching": bool(sch.enable_prefix_caching),
+        "timeout_s": float(sc.client.timeout_s or 0.0), "max_queue_len": int(sc.admission.max_queue_len or 0),
+        "max_queue_delay_s": float(sc.admission.max_queue_delay_s or 0.0), "long_prefill": sch.long_prefill_token_threshold or 0,
         "max_wait_ms": float(sch.max_wait_ms), "adaptive": bool(sch.adaptive_batching),
         "spec_method": spec.method if spec is not None else "off",
         "spec_k": spec.num_speculative_tokens if spec is not None else 4,
@@ -89,6 +92,8 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         "slo.e2e_p99_ms": k["slo_e2e_ms"] or None, "scheduler.policy": k["policy"],
         "scheduler.scheduling_policy": k["scheduling"], "scheduler.preemption_mode": k["preemption"],
         "scheduler.swap_space_gib": k["swap_gib"], "scheduler.enable_prefix_caching": k["prefix_caching"],
+        "client.timeout_s": k["timeout_s"] or None, "admission.max_queue_len": k["max_queue_len"] or None,
+        "admission.max_queue_delay_s": k["max_queue_delay_s"] or None,
         "scheduler.long_prefill_token_threshold": k["long_prefill"] or None,
         "scheduler.max_wait_ms": k["max_wait_ms"], "scheduler.adaptive_batching": k["adaptive"],
     }
@@ -108,11 +113,9 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
     elif base.duration_s is not None:
         ov["duration_s"] = k["duration_s"]
     if k["model"] != FROM_FILE:
-        preset = MODEL_PRESETS.get(k["model"])
-        same = preset is None or preset.dtype == k["dtype"]
-        ov["model"] = k["model"] if same else {**preset.model_dump(), "dtype": k["dtype"]}
-    elif base.model.dtype != k["dtype"]:
-        ov["model.dtype"] = k["dtype"]
+        ov["model"] = k["model"]
+    ov["deployment.quantization"] = None if k["quantization"] == "none" else k["quantization"]
+    ov["deployment.kv_cache_dtype"] = k["kv_dtype"]
     if k["hardware"] != FROM_FILE:
         ov["hardware"] = k["hardware"]
     sc = base.with_overrides(ov)
@@ -163,9 +166,11 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         if st.session_state[f"{P}_model"] not in models:
             models.append(st.session_state[f"{P}_model"])
         k["model"] = st.selectbox("Model", models, key=f"{P}_model")
-        k["dtype"] = st.selectbox("Weights and KV cache dtype", DTYPES, key=f"{P}_dtype",
-                                  help="Quantisation: fp8/int8/int4 store weights and the KV cache in that type; "
-                                       "steps use the profile's peak for it (int4 computes at the 16-bit peak)")
+        k["quantization"] = st.selectbox("Weight quantization", QUANT_OPTIONS, key=f"{P}_quantization",
+                                         help="vLLM --quantization: weight dtype of the linear layers (see the "
+                                              "README, \"Levers\")")
+        k["kv_dtype"] = st.selectbox("KV cache dtype", list(KV_CACHE_DTYPES), key=f"{P}_kv_dtype",
+                                     help="vLLM --kv-cache-dtype: auto = the activation dtype; fp8 halves KV bytes")
         profiles = list(available_profiles()) + ([FROM_FILE] if not isinstance(base.hardware, str) else [])
         if st.session_state[f"{P}_hardware"] not in profiles:
             profiles.append(st.session_state[f"{P}_hardware"])
@@ -230,6 +235,16 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         k["spec_k"] = st.session_state[f"{P}_spec_k"]
         k["spec_alpha"] = st.session_state[f"{P}_spec_alpha"]
         k["spec_draft"] = st.session_state[f"{P}_spec_draft"]
+    with sb.expander("Timeouts and load shedding (0 = off)"):
+        k["timeout_s"] = st.number_input("Client timeout (s)", min_value=0.0, max_value=36_000.0, step=5.0,
+                                         key=f"{P}_timeout_s", help="Clients abandon a request this long after "
+                                                                    "sending it (client.timeout_s)")
+        k["max_queue_len"] = st.number_input("Shed when this many wait (per replica)", min_value=0, max_value=1_000_000,
+                                             step=10, key=f"{P}_max_queue_len", help="admission.max_queue_len")
+        k["max_queue_delay_s"] = st.number_input("Shed after waiting (s)", min_value=0.0, max_value=36_000.0,
+                                                 step=1.0, key=f"{P}_max_queue_delay_s",
+                                                 help="admission.max_queue_delay_s: reject a request not admitted "
+                                                      "this long after arriving")
     with sb.expander("SLO (p99 thresholds; 0 = none)"):
         k["slo_ttft_ms"] = st.number_input("TTFT p99 (ms)", min_value=0.0, step=50.0, key=f"{P}_slo_ttft_ms")
         k["slo_tpot_ms"] = st.number_input("TPOT p99 (ms)", min_value=0.0, step=5.0, key=f"{P}_slo_tpot_ms")
@@ -346,7 +361,8 @@ if s.get("speculative"):
     spec_txt = (f" · speculative ({sp['method']}, k={sp['num_speculative_tokens']}): "
                 f"{sp.get('mean_tokens_per_step') or 0:.2f} tokens per step (expected {sp['expected_tokens_per_step']:.2f})")
 st.caption(f"{rq['measured']:,} measured of {rq['arrived']:,} requests ({rq['completed']:,} completed, "
-           f"{rq['rejected']:,} rejected, {rq['in_flight']:,} in flight, {rq['preemptions']:,} preemptions) · "
+           f"{rq['rejected']:,} rejected (shed: {rq.get('shed', 0):,}), {rq.get('timed_out', 0):,} timed out, "
+           f"{rq['in_flight']:,} in flight, {rq['preemptions']:,} preemptions) · "
            f"{slo_txt} · simulated {s['sim_time_s']:,.0f} s in {s['wall_s']:.2f} s wall · seed {s['seed']} · "
            f"cost = GPUs × price ÷ output tokens/s{spec_txt}")
 

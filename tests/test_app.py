@@ -217,20 +217,28 @@ def test_second_view_of_a_scenario_comes_from_the_cache(app, monkeypatch):
     assert metrics(app) == first                                   # the last good results stay
 
 
-def test_quantisation_knob_changes_memory_and_speed(app):
+def test_quantisation_knobs_change_memory_and_speed(app):
+    """fp8 weights free about 8 GB for KV blocks and halve the bytes a decode step streams; an fp8
+    KV cache then doubles the blocks again (the KV-cache bytes per token halve)."""
     app.number_input(key="wi_num_requests").set_value(600)
     ok(app.run())
     assert "28,116 blocks" in app.markdown[0].value
+
+    def blocks() -> int:
+        return int(app.markdown[0].value.split("KV cache ")[1].split(" blocks")[0].replace(",", ""))
+
     ok(app.button(key="wi_run").click().run())
     bf16 = float(metrics(app)["TPOT p50 (ms)"])
-    app.selectbox(key="wi_dtype").set_value("fp8")
+    app.selectbox(key="wi_quantization").set_value("fp8")
     ok(app.run())
-    # fp8 halves weights (8.0 GB) and KV bytes per token: more than twice the blocks fit.
-    blocks = int(app.markdown[0].value.split("KV cache ")[1].split(" blocks")[0].replace(",", ""))
-    assert blocks > 2 * 28_116
+    fp8_weights = blocks()
+    assert fp8_weights > 28_116 * 1.1
     ok(app.button(key="wi_run").click().run())
-    assert float(metrics(app)["TPOT p50 (ms)"]) < bf16            # decode is memory-bound: half the bytes
-    assert app.query_params["dtype"] == "fp8"
+    assert float(metrics(app)["TPOT p50 (ms)"]) < bf16            # decode is memory-bound: fewer bytes
+    app.selectbox(key="wi_kv_dtype").set_value("fp8")
+    ok(app.run())
+    assert blocks() == pytest.approx(2 * fp8_weights, rel=0.01)
+    assert app.query_params["quant"] == "fp8" and app.query_params["kvdtype"] == "fp8"
 
 
 def test_trace_upload_replays_with_a_speedup(app):
@@ -390,3 +398,23 @@ def test_prefix_caching_knob_on_the_prefix_example(app):
     ok(app.button(key="wi_run").click().run())
     assert float(metrics(app)["TTFT p50 (ms)"]) > 1.5 * cached
     assert app.query_params["prefix"] == "False"
+
+
+def test_timeouts_and_load_shedding_knobs(app):
+    """Overload (3x the default rate) with shedding at 20 waiting requests: requests are shed and
+    the admitted ones keep a bounded TTFT; a client timeout makes requests time out."""
+    app.number_input(key="wi_num_requests").set_value(1500)
+    app.number_input(key="wi_rate").set_value(40.0)
+    ok(app.button(key="wi_run").click().run())
+    overloaded = float(metrics(app)["TTFT p99 (ms)"].replace(",", ""))
+    app.number_input(key="wi_max_queue_len").set_value(20)
+    ok(app.button(key="wi_run").click().run())
+    line = next(c.value for c in app.caption if "measured of" in c.value)
+    shed = int(line.split("(shed: ")[1].split(")")[0].replace(",", ""))
+    assert shed > 0 and float(metrics(app)["TTFT p99 (ms)"].replace(",", "")) < overloaded
+    app.number_input(key="wi_max_queue_len").set_value(0)
+    app.number_input(key="wi_timeout_s").set_value(2.0)
+    ok(app.button(key="wi_run").click().run())
+    line = next(c.value for c in app.caption if "measured of" in c.value)
+    assert int(line.split(" timed out")[0].split(", ")[-1].replace(",", "")) > 0
+    assert app.query_params["timeout"] == "2.0"
