@@ -135,6 +135,12 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     out_console.print(f"[bold]{summary['name']}[/]  model={sys_.model.name}  hardware={sys_.profile.name} "
                       f"({sys_.profile.source})  seed={summary['seed']}  "
                       f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}")
+    dep = summary.get("deployment")
+    if dep:
+        out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']})  "
+                          f"weights {dep['quantization']} (GEMMs in {dep['compute_dtype']}), KV {dep['kv_cache_dtype']}, "
+                          f"max concurrency {dep['max_concurrency']:.1f}x at max_model_len"
+                          f"{'' if dep['stream'] else ', non-streaming (TTFT = E2E)'}")
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI", "n"):
         table.add_column(col, justify="right" if col != "metric" else "left")
@@ -148,7 +154,8 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     tp, rq = summary["throughput"], summary["requests"]
     out_console.print(
         f"throughput: {tp['requests_per_s'] or 0:.2f} req/s, {tp['output_tokens_per_s'] or 0:,.0f} output tok/s  |  "
-        f"requests: {rq['arrived']} arrived, {rq['completed']} completed, {rq['rejected']} rejected, "
+        f"requests: {rq['arrived']} arrived, {rq['completed']} completed, {rq['rejected']} rejected "
+        f"({rq.get('shed', 0)} shed), {rq.get('timed_out', 0)} timed out, "
         f"{rq['in_flight']} in flight, {rq['preemptions']} preemptions")
     b, kv = summary["batch"], summary["kv_cache"]
     out_console.print(f"batch: mean {b['mean_num_seqs'] or 0:.1f} seqs (max {b['max_num_seqs']})  |  "

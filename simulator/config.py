@@ -281,6 +281,11 @@ class DeploymentConfig(_Frozen):
     tensor_parallel_size: int = Field(default=1, ge=1)
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.router.ROUTERS``)."""
+    quantization: str | None = None
+    """Weight quantization of the linear layers (vLLM ``--quantization``): none, bf16, fp16, fp8,
+    int8, int4 (see ``simulator.quantization.QUANTIZATIONS``); None serves the model's dtype."""
+    kv_cache_dtype: str = "auto"
+    """KV-cache element dtype (vLLM ``--kv-cache-dtype``): auto, bf16, fp16, fp8 (fp8_e4m3, fp8_e5m2)."""
     prefill_replicas: int | None = Field(default=None, ge=1)
     decode_replicas: int | None = Field(default=None, ge=1)
     """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
@@ -334,6 +339,31 @@ class SchedulerConfig(_Frozen):
                 f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_num_seqs="
                 f"{self.max_num_seqs}: every running request needs one token per step")
         return self
+
+
+class RequestClientConfig(_Frozen):
+    """What the callers ask for and how long they wait (request-level levers, ``simulator.levers``)."""
+
+    stream: bool = True
+    """Streamed responses: the client sees the first token when the engine emits it. False: the
+    whole response arrives at once, so the client's TTFT is the end-to-end latency."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """The client abandons a request this long after it arrived (waiting or running); the engine
+    frees its seat and KV blocks at the next step boundary. Counted in ``requests.timed_out``."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on output tokens per request (vLLM ``SamplingParams.max_tokens``)."""
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    """Trim longer prompts to their last this-many tokens (vLLM ``truncate_prompt_tokens``)."""
+
+
+class AdmissionConfig(_Frozen):
+    """Load shedding in front of each replica: fast, counted rejection instead of unbounded queues."""
+
+    max_queue_len: int | None = Field(default=None, ge=0)
+    """Reject an arrival when its replica already has this many requests waiting."""
+    max_queue_delay_s: float | None = Field(default=None, gt=0)
+    """Reject a request still waiting for its first admission this long after arriving (checked at
+    every step boundary, like Triton's queue-policy timeout with REJECT)."""
 
 
 class SpeculativeConfig(_Frozen):
@@ -464,6 +494,8 @@ class Scenario(_Frozen):
     scheduler: SchedulerConfig = SchedulerConfig()
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
+    client: RequestClientConfig = RequestClientConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     speculative_config: SpeculativeConfig | None = None
     """Speculative decoding (continuous batching only); None: off."""
     network: NetworkConfig | None = None

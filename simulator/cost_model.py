@@ -8,7 +8,9 @@ An engine step runs the model once over every token scheduled in it: whole or pa
   layers (QKV, O, gate/up, down), the LM head for the sampled rows, causal attention over each
   prefill chunk and its cached context, decode attention reading every decoding request's KV,
   the elementwise ops (RMSNorm, rotary, SiLU, residuals), tensor-parallel all-reduces, and a fixed
-  plus per-request CPU overhead between steps.
+  plus per-request CPU overhead between steps. Weight, activation and KV bytes and the GEMM
+  compute dtype come from the deployment's :class:`~simulator.quantization.Precision`
+  (``quantization``, ``kv_cache_dtype``).
 * ``constant``: ``step_time_s + prefill_time_per_token_s x prefill tokens``, whatever the batch;
   with it the simulator reduces to textbook queues (M/D/1, M/G/1, M/G/c) for theory checks.
 
@@ -21,8 +23,9 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .models import DTYPE_BYTES, ModelSpec
+from .models import ModelSpec
 from .profiles import HardwareProfile
+from .quantization import Precision, resolve_precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +82,25 @@ def register(name: str) -> Callable[[type], type]:
     return deco
 
 
-def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int) -> CostModel:
+def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int,
+                    precision: Precision | None = None) -> CostModel:
+    """The profile's cost model for ``model`` on one tensor-parallel group; ``precision`` (weight
+    quantization, KV-cache dtype) is passed on only when given."""
     from .errors import ScenarioError
 
     factory = COST_MODELS.get(profile.cost_model)
     if factory is None:
         raise ScenarioError("hardware.cost_model", profile.cost_model,
                             f"unknown cost model; known: {', '.join(sorted(COST_MODELS))}")
+    if precision is not None:
+        import inspect
+
+        if "precision" not in inspect.signature(factory).parameters:
+            raise ScenarioError("deployment.quantization", precision.quantization,
+                                f"cost model {profile.cost_model!r} of profile {profile.name!r} times the model in "
+                                f"its own dtype only (kv_cache_dtype {precision.kv_cache_dtype!r}); quantization "
+                                "and kv_cache_dtype need a roofline profile")
+        return factory(profile, model, tensor_parallel_size, precision=precision)
     return factory(profile, model, tensor_parallel_size)
 
 
@@ -94,7 +109,7 @@ class ConstantCostModel:
     """Every step costs ``step_time_s`` plus ``prefill_time_per_token_s`` per prompt token."""
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec | None = None,
-                 tensor_parallel_size: int = 1) -> None:
+                 tensor_parallel_size: int = 1, precision: Precision | None = None) -> None:
         assert profile.step_time_s is not None
         self.step_s = float(profile.step_time_s)
         self.per_token_s = float(profile.prefill_time_per_token_s)
@@ -125,13 +140,16 @@ class RooflineCostModel:
     each layer adds two all-reduces of the step's activations (after attention and after the MLP).
     """
 
-    def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1) -> None:
+    def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
+                 precision: Precision | None = None) -> None:
         tp = tensor_parallel_size
         eff = profile.efficiency
-        self.model, self.profile, self.tp = model, profile, tp
-        wbytes = DTYPE_BYTES[model.dtype]
-        abytes = 2.0 if model.dtype in ("fp8", "int8", "int4") else DTYPE_BYTES[model.dtype]
-        peak = profile.peak_flops_for(model.dtype)
+        p = precision or resolve_precision(model, profile)
+        self.model, self.profile, self.tp, self.precision = model, profile, tp, p
+        # Quantized linear weights stream fewer bytes per decode step; the LM head stays 16-bit.
+        wbytes, head_wbytes, abytes = p.linear_weight_bytes, p.other_weight_bytes, p.activation_bytes
+        peak = profile.peak_flops_for(p.compute_dtype)
+        attn_peak = profile.peak_flops_for(p.attention_dtype)
         bw = float(profile.memory_bandwidth_bytes_per_s or 0.0)
         L, h = model.num_layers, model.hidden_size
         linear_params = L * (model.params_per_layer - 2 * h) / tp
@@ -141,18 +159,18 @@ class RooflineCostModel:
         self._lin_act_bytes_per_token = L * (4 * h + 3 * model.intermediate_size / tp) * abytes
         # LM head for each sampled row.
         self._head_flops_per_row = 2.0 * h * model.vocab_size / tp
-        self._head_weight_bytes = h * model.vocab_size * wbytes / tp
+        self._head_weight_bytes = h * model.vocab_size * head_wbytes / tp
         # Attention: QK^T and PV are 2 FLOPs each per (query, key) pair per head dim.
         heads = model.num_attention_heads / tp
         self._attn_flops_per_pair = 4.0 * L * heads * model.head_dim
         kv_heads = max(1.0, model.num_key_value_heads / tp)
-        self._kv_bytes_per_token = 2.0 * L * kv_heads * model.head_dim * abytes
+        self._kv_bytes_per_token = 2.0 * L * kv_heads * model.head_dim * p.kv_bytes
         # Elementwise: ~12 reads/writes of the hidden vector per token per layer.
         self._elem_bytes_per_token = 12.0 * L * h * abytes
         self._peak = peak
         self._gemm_max, self._gemm_half = eff.gemm_max, eff.gemm_half_tokens
         self._mem_bw = bw * eff.memory
-        self._attn_c = peak * eff.attention_compute
+        self._attn_c = attn_peak * eff.attention_compute
         self._attn_m = bw * eff.attention_memory
         ic = profile.interconnect
         if tp > 1 and ic is None:

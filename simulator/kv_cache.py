@@ -9,11 +9,12 @@ add block identities with vLLM's ref-count and LRU semantics.
 Sizing (per GPU of a tensor-parallel group; the formula the README documents)::
 
     usable_bytes   = memory_bytes x gpu_memory_utilization
-    weights_bytes  = num_params x weight_dtype_bytes / tp
+    weights_bytes  = (linear_params x quantized_bytes + other_params x 16-bit bytes) / tp
     activation_bytes = non_torch_memory_bytes
                      + max_num_batched_tokens x (4 hidden + 2 intermediate / tp) x act_bytes
                      + max_num_seqs x vocab / tp x 4          (fp32 logits)
     kv_bytes_per_block = block_size x 2 x num_layers x max(1, kv_heads / tp) x head_dim x kv_bytes
+    (weight and KV bytes from deployment.quantization / kv_cache_dtype; simulator.quantization)
     num_gpu_blocks = floor((usable_bytes - weights_bytes - activation_bytes) / kv_bytes_per_block)
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from .errors import ScenarioError
 from .models import DTYPE_BYTES, ModelSpec
 from .profiles import GIB, HardwareProfile
+from .quantization import Precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +47,11 @@ class KVCachePlan:
 def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel_size: int,
                   block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                   max_num_seqs: int, max_model_len: int, num_gpu_blocks_override: int | None = None,
-                  kv_dtype: str | None = None) -> KVCachePlan:
+                  kv_dtype: str | None = None, precision: Precision | None = None) -> KVCachePlan:
     """Derive ``num_gpu_blocks`` (see the module docstring for the formula).
+
+    ``precision`` (weight quantization, KV-cache dtype; :mod:`simulator.quantization`) overrides
+    the model's own ``dtype`` for weight, activation and KV bytes.
 
     Raises:
         ScenarioError: the weights do not fit, or the cache cannot hold one ``max_model_len``
@@ -54,9 +59,14 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
     """
     tp = tensor_parallel_size
     kv_heads = max(1.0, model.num_key_value_heads / tp)
-    kv_bytes_per_block = block_size * 2 * model.num_layers * kv_heads * model.head_dim * DTYPE_BYTES[kv_dtype or model.dtype]
-    act_bytes = 2.0 if model.dtype in ("fp8", "int8", "int4") else DTYPE_BYTES[model.dtype]
-    weights = model.weight_bytes() / tp
+    if precision is None:
+        kv_bytes = DTYPE_BYTES[kv_dtype or model.dtype]
+        act_bytes = 2.0 if model.dtype in ("fp8", "int8", "int4") else DTYPE_BYTES[model.dtype]
+        weights = model.weight_bytes() / tp
+    else:
+        kv_bytes, act_bytes = precision.kv_bytes, precision.activation_bytes
+        weights = precision.weight_bytes(model) / tp
+    kv_bytes_per_block = block_size * 2 * model.num_layers * kv_heads * model.head_dim * kv_bytes
     activations = (profile.non_torch_memory_bytes
                    + max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * act_bytes
                    + max_num_seqs * model.vocab_size / tp * 4.0)
@@ -72,15 +82,16 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
                 "model", model.name,
                 f"does not fit: weights {weights / GIB:.1f} GiB + activations {activations / GIB:.1f} GiB per GPU "
                 f"exceed {usable / GIB:.1f} GiB usable on {profile.name} ({profile.memory_bytes / GIB:.1f} GiB x "
-                f"gpu_memory_utilization {gpu_memory_utilization}); raise deployment.tensor_parallel_size "
-                "or choose a larger GPU")
+                f"gpu_memory_utilization {gpu_memory_utilization}); raise deployment.tensor_parallel_size, "
+                "quantize the weights (deployment.quantization) or choose a larger GPU")
         blocks = num_gpu_blocks_override or int(free // kv_bytes_per_block)
     plan = KVCachePlan(blocks, block_size, usable, weights, activations, kv_bytes_per_block)
     if plan.num_token_slots < max_model_len:
         raise ScenarioError(
             "scheduler.max_model_len", max_model_len,
             f"KV cache holds only {plan.num_token_slots} tokens ({blocks} blocks of {block_size}); "
-            "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size")
+            "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or shrink the KV "
+            "(deployment.kv_cache_dtype: fp8) or the weights (deployment.quantization)")
     return plan
 
 

@@ -134,11 +134,12 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     summary["requests"] = {
         "arrived": int(len(req)),
         "completed": int(finished.sum()),
-        "rejected": int((status == "finished_rejected").sum()),
+        "rejected": int(status.isin(("finished_rejected", "finished_shed")).sum()),
         "in_flight": int((~status.str.startswith("finished")).sum()),
         "measured": int(len(measured)),
         "preemptions": int(req["num_preemptions"].sum()),
     }
+    summary["requests"].update(_lever_counts(req, status))
     summary.update(_slo_summary(sc.slo, judged, span))
     if sc.workload.tiers is not None:
         summary["tiers"] = {
@@ -157,6 +158,7 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                            "weights_bytes_per_gpu": plan.weights_bytes,
                            "kv_bytes_per_block": plan.kv_bytes_per_block,
                            **summary["batch"].pop("kv")}
+    summary.update(_deployment_summary(result))
     summary["prefix_cache"] = _prefix_cache_summary(result.prefix_cache)
     if sc.scheduler.preemption_mode == "swap":
         summary["requests"]["swap"] = {k: result.engine_stats.get(k, 0)
@@ -165,6 +167,40 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:
+    """Requests the client abandoned (``client.timeout_s``) and those shed by admission control."""
+    aborted = status == "finished_aborted"
+    return {"timed_out": int(aborted.sum()),
+            "timed_out_waiting": int((aborted & req["first_scheduled_time"].isna()).sum()),
+            "shed": int((status == "finished_shed").sum())}
+
+
+def _deployment_summary(result: "SimulationResult") -> dict[str, Any]:
+    """GPU count and the model-level levers as served (quantization, KV dtype, TP)."""
+    sc, system = result.scenario, result.system
+    dep, p, plan = sc.deployment, system.precision, system.kv_plan
+    replicas = dep.replicas
+    if sc.scheduler.policy == "disaggregated" and dep.prefill_replicas and dep.decode_replicas:
+        replicas = dep.prefill_replicas + dep.decode_replicas
+    elif sc.fleet is not None:
+        replicas = sum(r.replicas for r in sc.fleet.regions)
+    elif dep.autoscaler is not None:      # provisioned ceiling; the autoscaler's own stats say how many ran
+        replicas = dep.autoscaler.max_replicas
+    return {
+        "num_gpus": replicas * dep.tensor_parallel_size,
+        "deployment": {
+            "replicas": replicas, "tensor_parallel_size": dep.tensor_parallel_size,
+            "num_gpus": replicas * dep.tensor_parallel_size,
+            "quantization": p.quantization if p is not None else "none",
+            "compute_dtype": p.compute_dtype if p is not None else system.model.dtype,
+            "kv_cache_dtype": p.kv_cache_dtype if p is not None else system.model.dtype,
+            "stream": result.scenario.client.stream,
+            # vLLM's "maximum concurrency for max_model_len tokens per request"
+            "max_concurrency": plan.num_token_slots / system.max_model_len,
+        },
+    }
 
 
 def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | None:

@@ -176,6 +176,10 @@ class ChunkedPrefillScheduler(Scheduler):
             self.table.first_token_time[first] = now
         return self._finish(now)
 
+    def _rows_leaving(self, rows: np.ndarray) -> None:   # aborted rows (simulator.levers)
+        self.num_prefilling -= int((self.num_pending[rows] > 0).sum())
+        self.num_pending[rows] = 0
+
     def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
         self.num_prefilling -= int((self.num_pending[keep:self.n] > 0).sum())
         self.num_pending[keep:self.n] = 0
@@ -234,6 +238,16 @@ class DynamicBatchScheduler(Scheduler):
             self.pad_rows += count
             self.pad_context += context
         return ids
+
+
+    def _rows_leaving(self, rows: np.ndarray) -> None:
+        """Aborted rows (simulator.levers) leave like finished ones: padding in a static batch."""
+        if self.n == len(rows):              # the batch is over
+            self.pad_rows = self.pad_context = 0
+            self._backlog = bool(self.waiting)
+        elif self.pads:
+            self.pad_rows += len(rows)
+            self.pad_context += int(self.num_computed_tokens[rows].sum())
 
 
 class StaticBatchScheduler(DynamicBatchScheduler):

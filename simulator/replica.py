@@ -16,6 +16,7 @@ import numpy as np
 import simpy
 
 from .cost_model import CostModel
+from .levers import Deadlines
 from .scheduler import DecodeRun, Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +38,8 @@ class Replica:
         self.on_finish = on_finish
         self.fast_forward = fast_forward
         self.decode_runs = fast_forward and scheduler.supports_decode_runs
+        self.deadlines: Deadlines | None = None
+        """Timeouts and queue-delay shedding (``simulator.levers``); None when both are off."""
         self._idle: simpy.Event | None = None
         self.planned_until = 0.0
         """End of the last step (or run) this replica has planned."""
@@ -65,6 +68,8 @@ class Replica:
 
     def add_request(self, rid: int) -> None:
         self.scheduler.add_request(rid)
+        if self.deadlines is not None:
+            self.deadlines.add(rid)
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
 
@@ -79,15 +84,21 @@ class Replica:
         """
         env, sched = self.env, self.scheduler
         while True:
+            if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
+                self.deadlines.expire(env.now)
             if sched.n == 0:
                 start = sched.batch_start_time(env.now) if sched.waiting else math.inf
                 if start > env.now:      # idle, or a batching policy waits to fill its batch
+                    if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
+                        start = min(start, self.deadlines.next_deadline())
                     self._idle = env.event()
                     yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - env.now)])
                     self._idle = None
                     continue
             now = t = env.now
             horizon = self.next_event_time()
+            if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
+                horizon = min(horizon, self.deadlines.next_deadline())
             while True:
                 out, end, apply = self._plan_step(t, horizon)
                 if end < horizon and self.fast_forward:

@@ -27,6 +27,8 @@ class RequestStatus(enum.IntEnum):
     PREEMPTED = 3        # back in the waiting queue after losing its KV blocks
     FINISHED_LENGTH_CAPPED = 4  # generated max_tokens tokens
     FINISHED_REJECTED = 5       # refused at arrival (see workload.over_length)
+    FINISHED_ABORTED = 6        # the client gave up (client.timeout_s); its seat and KV were freed
+    FINISHED_SHED = 7           # rejected by admission control (admission.max_queue_len / max_queue_delay_s)
 
     @property
     def is_finished(self) -> bool:

@@ -490,6 +490,56 @@ class Scheduler:
         table.num_output_tokens[ids] = table.max_tokens[ids]
         table.status[ids] = _DONE
 
+    # -- request-level levers (simulator.levers): aborts and shedding ---------------------------------
+    def finish_requests(self, ids: list[int], status: RequestStatus, now: float) -> None:
+        """Finish unfinished requests early, at a step boundary (vLLM's ``finish_requests``).
+
+        A waiting request leaves the queue (and frees its host blocks if it was swapped out); a
+        running one leaves the batch and its KV blocks are freed. Each keeps the tokens it has generated (``num_output_tokens``) and gets ``status``
+        (``FINISHED_ABORTED`` for a client timeout, ``FINISHED_SHED`` for admission control).
+        """
+        table, n, bs = self.table, self.n, self.block_size
+        gone = set(ids)
+        rows = np.flatnonzero(np.isin(self.req_id[:n], ids)) if n else _EMPTY
+        left_running: set[int] = set()
+        if len(rows):
+            rids = self.req_id[rows]
+            left_running = set(rids.tolist())
+            computed = self.num_computed_tokens[rows]
+            table.num_output_tokens[rids] = table.max_tokens[rids] - self.num_remaining_tokens[rows]
+            if self.prefix is None:
+                self.kv.free(int(((computed + bs - 1) // bs).sum()))
+            else:                                   # its blocks stay cached for later hits
+                for rid, c in zip(rids.tolist(), computed.tolist()):
+                    self.prefix.release(rid, c)
+            self.context_total -= int(computed.sum())
+            self._rows_leaving(rows)
+            keep = np.ones(n, dtype=bool)
+            keep[rows] = False
+            m = n - len(rows)
+            for arr in self._row_arrays:
+                arr[:m] = arr[:n][keep]
+            self.n = m
+        if len(rows) < len(gone):
+            waiting = [r for r in ids if r not in left_running]
+            if isinstance(self.waiting, deque):
+                kept = [r for r in self.waiting if r not in gone]
+                self.waiting.clear()
+                self.waiting.extend(kept)
+            else:                                   # the priority heap
+                for rid in waiting:
+                    self.waiting.remove(rid)
+            if self._swapped:                       # a swapped-out request's host blocks come back
+                for rid in waiting:
+                    c = self._swapped.pop(rid, None)
+                    if c is not None:
+                        self.swap.used_blocks -= -(-c // bs)
+        table.status[ids] = status
+        table.finish_time[ids] = now
+
+    def _rows_leaving(self, rows: np.ndarray) -> None:
+        """Hook: running ``rows`` are about to leave the batch unfinished (policies keep counters)."""
+
 
 @dataclass(slots=True)
 class SwapSpace:

@@ -23,9 +23,11 @@ from .config import Scenario, SchedulerConfig
 from .cost_model import CostModel, make_cost_model
 from .errors import ScenarioError
 from .kv_cache import KVCacheManager, KVCachePlan, plan_kv_cache
+from .levers import Deadlines, apply_client_view, check_levers, queue_is_full
 from .models import MODEL_PRESETS, ModelSpec
 from .prefix_cache import PrefixCachingKVManager, prefix_cache_counters
 from .profiles import GIB, HardwareProfile, load_profile
+from .quantization import Precision, check_kv_head_split, resolve_precision
 from .replica import Replica
 from .request import RequestStatus, RequestTable
 from .router import ROUTERS
@@ -50,6 +52,8 @@ class ResolvedSystem:
     kv_plan: KVCachePlan
     max_model_len: int
     draft_model: ModelSpec | None = None
+    precision: Precision | None = None
+    """Weight quantization and KV-cache dtype as served (``deployment.quantization``, ``kv_cache_dtype``)."""
 
 
 def resolve_model(ref: str | ModelSpec) -> ModelSpec:
@@ -118,15 +122,19 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     if model.num_attention_heads % dep.tensor_parallel_size:
         raise ScenarioError("deployment.tensor_parallel_size", dep.tensor_parallel_size,
                             f"must divide num_attention_heads={model.num_attention_heads}")
+    check_kv_head_split(model, dep.tensor_parallel_size)
+    check_levers(scenario)
+    precision = resolve_precision(model, profile, dep.quantization, dep.kv_cache_dtype)
     plan = plan_kv_cache(model, profile, tensor_parallel_size=dep.tensor_parallel_size,
                          block_size=sch.block_size, gpu_memory_utilization=sch.gpu_memory_utilization,
                          max_num_batched_tokens=sch.max_num_batched_tokens, max_num_seqs=sch.max_num_seqs,
-                         max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override)
+                         max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override,
+                         precision=precision)
     draft = None
     if spec is not None and spec.method == "draft":
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
         plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
-    return ResolvedSystem(model, profile, plan, max_model_len, draft)
+    return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
 
 
 def _check_disaggregated(dep: Any, profile: HardwareProfile) -> None:
@@ -386,8 +394,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     gc.disable()
     try:
         env.run(until=scenario.max_sim_time_s)
-        result = SimulationResult(scenario, _requests_frame(table, scenario), steps.freeze(), system,
-                                  float(env.now), time.perf_counter() - wall0)
+        result = SimulationResult(scenario, apply_client_view(_requests_frame(table, scenario), scenario),
+                                  steps.freeze(), system, float(env.now), time.perf_counter() - wall0)
         result.prefix_cache = prefix_cache_counters(run.replicas)
         for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
             for name, value in source.stats().items():
@@ -430,7 +438,9 @@ class _Run:
         self._next_report = self.progress_every
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
-        cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size)
+        levers_on = dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
+        cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
+                                          system.precision if levers_on else None)
         proposal = _proposal_time(scenario, system, cost)
         self.fleet: DisaggregatedFleet | None = None
         self.geo = None
@@ -463,6 +473,10 @@ class _Run:
                 from .autoscaler import Autoscaler
                 self.autoscaler = Autoscaler(env, dep.autoscaler, system.kv_plan.weights_bytes, self.replicas,
                                              lambda: self.next_index >= self.total and self.done >= self.total)
+        self.scenario = scenario
+        self.shed_when_full = scenario.admission.max_queue_len is not None
+        for r in self.replicas:
+            r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
         env.process(self.arrivals())
 
     def next_event_time(self) -> float:
@@ -492,6 +506,11 @@ class _Run:
             else:
                 i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
             table.replica[rid] = i
+            if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
+                table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
+                table.finish_time[rid] = env.now
+                self._finished(1)
+                continue
             replicas[i].add_request(rid)
 
     def _finished(self, count: int) -> None:

@@ -412,7 +412,10 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
             prompt, output = prompt_dist.values[rows], output_dist.values[rows]
         else:
             output = output_dist.sample(n, rngs["output"])
-        _check_static_max(wl, prompt_dist, output_dist, max_model_len)
+        if scenario.client.max_prompt_tokens is None and scenario.client.max_tokens is None:
+            _check_static_max(wl, prompt_dist, output_dist, max_model_len)   # caps may make it fit
+    from .levers import cap_lengths   # local: levers -> request -> workload
+    prompt, output = cap_lengths(scenario, prompt, output)   # client.max_prompt_tokens / max_tokens
     block_hashes = None
     if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching:
         from .prefix_workload import shape_prefixes   # prefixes, sessions, block identities

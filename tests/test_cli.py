@@ -29,6 +29,9 @@ STATS = ("mean", "p50", "p90", "p95", "p99")
 def run_cli(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m simulator.cli ARGS``; no debug tracebacks, no terminal-width override."""
     clean = {k: v for k, v in os.environ.items() if k not in ("LLMPLAN_DEBUG", "COLUMNS", "LINES")}
+    # The code under test is this checkout's, even when cwd is elsewhere (a shared venv may point
+    # its installed copy at another checkout).
+    clean["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), clean.get("PYTHONPATH", "")) if p)
     clean.update(env)
     proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=cwd, env=clean,
                           capture_output=True, text=True, timeout=300)

@@ -1,6 +1,7 @@
 """Properties that hold for every scenario (hypothesis), and determinism.
 
-* conservation: every arrived request is completed, rejected or in flight;
+* conservation: every arrived request is completed, rejected (over length or shed), timed out or
+  in flight;
 * KV blocks in use never exceed ``num_gpu_blocks``;
 * every completed request generated exactly the tokens it asked for;
 * time never goes backwards (per request and per replica's step log);
@@ -37,6 +38,11 @@ scenarios = st.fixed_dictionaries({
     "hardware": st.sampled_from([
         {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-4},
         "h100-sxm"]),
+    # request-level levers: deadlines must end decode runs exactly like arrivals do
+    "client.timeout_s": st.sampled_from([None, None, 0.3, 1.5]),
+    "admission.max_queue_delay_s": st.sampled_from([None, None, 0.2]),
+    "admission.max_queue_len": st.sampled_from([None, None, 0, 4]),
+    "client.max_tokens": st.sampled_from([None, 15]),
     "scheduler.policy": st.sampled_from(["continuous", "chunked_prefill", "dynamic", "static", "disaggregated"]),
     "scheduler.max_wait_ms": st.sampled_from([0.0, 30.0]),
     "scheduler.adaptive_batching": st.booleans(),
@@ -64,6 +70,7 @@ def fix_blocks(over: dict) -> dict:
         over["deployment.decode_replicas"] = max(1, over["deployment.replicas"] - 1)
         over["deployment.replicas"] = over["deployment.prefill_replicas"] + over["deployment.decode_replicas"]
         over["deployment.kv_transfer_bandwidth_bytes_per_s"] = 2e9
+        over["client.timeout_s"] = over["admission.max_queue_delay_s"] = None   # not modelled there
     if over["scheduler.policy"] != "chunked_prefill":   # the others never split a prompt
         over["scheduler.max_num_batched_tokens"] = 2048
     return over
@@ -74,9 +81,24 @@ def check_invariants(r) -> None:
     n = len(req)
     rq = s["requests"]
     assert rq["arrived"] == n
-    assert rq["completed"] + rq["rejected"] + rq["in_flight"] == n
+    assert rq["completed"] + rq["rejected"] + rq["timed_out"] + rq["in_flight"] == n
+    assert rq["shed"] <= rq["rejected"]
     done = req[req["status"] == "finished_length_capped"]
     assert (done["num_output_tokens"] == done["max_tokens"]).all()
+    client, admission = r.scenario.client, r.scenario.admission
+    if client.max_tokens is not None:
+        assert (req["max_tokens"] <= client.max_tokens).all()
+    aborted = req[req["status"] == "finished_aborted"]
+    assert (aborted["num_output_tokens"] <= aborted["max_tokens"]).all()
+    if client.timeout_s is not None:   # abandoned at the first step boundary after the deadline
+        assert (aborted["finish_time"] >= aborted["arrival_time"] + client.timeout_s - 1e-9).all()
+        assert (done["finish_time"] - done["arrival_time"] <= client.timeout_s + 1e-9).all()
+    else:
+        assert aborted.empty
+    if admission.max_queue_delay_s is not None:   # nothing admitted after queueing that long
+        assert (done["queue_delay_s"] < admission.max_queue_delay_s).all()
+    elif admission.max_queue_len is None:
+        assert rq["shed"] == 0
     assert (done["arrival_time"] <= done["first_scheduled_time"] + 1e-9).all()
     assert (done["first_scheduled_time"] < done["first_token_time"]).all()
     assert (done["first_token_time"] <= done["finish_time"]).all()
@@ -93,7 +115,7 @@ def check_invariants(r) -> None:
         assert (np.diff(start) > 0).all()
         assert (start[1:] >= end[:-1] - 1e-9).all()     # a replica runs one step at a time
     # Tokens: each admission (first or after a preemption) emits one token, each decode slot one.
-    if rq["in_flight"] == 0 and policy != "chunked_prefill":   # (a chunk emits no token)
+    if rq["in_flight"] == 0 and rq["timed_out"] == 0 and policy != "chunked_prefill":   # (a chunk emits no token)
         admissions = len(done) + int(done["num_preemptions"].sum())
         if policy == "disaggregated":       # admitted again on the decode pool, with its KV
             admissions += int((done["max_tokens"] > 1).sum())
@@ -181,6 +203,7 @@ def _with_prefix(over: dict, extra: dict) -> dict:
     over = {**fix_blocks(over), **{k: v for k, v in extra.items() if v is not None}}
     if "workload.sessions" in over:   # sessions grow prompts: keep them inside tiny-llama's context
         over["workload.over_length"] = "reject"
+        over["client.max_tokens"] = None   # a turn's prompt holds the previous drawn answer (an error)
     return over
 
 
