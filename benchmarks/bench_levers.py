@@ -43,6 +43,33 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "kv_cache_dtype=fp8": {"set": {"deployment.kv_cache_dtype": "fp8"}},
     "tensor_parallel_size=2": {"set": {"deployment.tensor_parallel_size": 2}},
     "replicas=2 (same 2 GPUs)": {"set": {"deployment.replicas": 2, "deployment.router": "least_outstanding"}},
+    # batching policies (scheduler.policy)
+    "policy=chunked_prefill (512-token chunks)": {"set": {"scheduler.policy": "chunked_prefill",
+                                                         "scheduler.long_prefill_token_threshold": 512}},
+    "policy=dynamic (max_wait_ms=50)": {"set": {"scheduler.policy": "dynamic"}},
+    "policy=static (max_wait_ms=50)": {"set": {"scheduler.policy": "static"}},
+    "policy=disaggregated 1 prefill + 1 decode": {"set": {"scheduler.policy": "disaggregated",
+                                                         "deployment.prefill_replicas": 1,
+                                                         "deployment.decode_replicas": 1},
+                                                 "vs": "replicas=2 (same 2 GPUs)"},
+    # speculative decoding
+    "speculative draft llama-3.2-1b k=4 a=0.8": {"set": {"speculative_config": {
+        "method": "draft", "draft_model": "llama-3.2-1b", "num_speculative_tokens": 4, "acceptance_rate": 0.8}}},
+    "speculative draft llama-3.2-1b k=4 a=0.1": {"set": {"speculative_config": {
+        "method": "draft", "draft_model": "llama-3.2-1b", "num_speculative_tokens": 4, "acceptance_rate": 0.1}}},
+    "speculative ngram k=3 a=0.6": {"set": {"speculative_config": {
+        "method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6}}},
+    # prefix caching: 80% of requests share one of 4 system prompts of 512 tokens
+    "shared 512-token system prompts": {"set": {"workload.prefix": {
+        "num_prefixes": 4, "prefix_tokens": 512, "share": 0.8, "short_prompt": "clip"}}},
+    "shared prompts + enable_prefix_caching": {"set": {"workload.prefix": {
+        "num_prefixes": 4, "prefix_tokens": 512, "share": 0.8, "short_prompt": "clip"},
+        "scheduler.enable_prefix_caching": True}, "vs": "shared 512-token system prompts"},
+    # preemption under KV pressure (a 2,000-block cache: 32k tokens)
+    "kv pressure (2000 blocks)": {"set": {"scheduler.num_gpu_blocks_override": 2000}},
+    "kv pressure + preemption_mode=swap": {"set": {"scheduler.num_gpu_blocks_override": 2000,
+                                                  "scheduler.preemption_mode": "swap"},
+                                          "vs": "kv pressure (2000 blocks)"},
     # request-level levers
     "stream=false": {"set": {"client.stream": False}},
     "max_tokens=256": {"set": {"client.max_tokens": 256}},

@@ -23,28 +23,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.models import MODEL_PRESETS  # noqa: E402
-from simulator.profiles import load_profile  # noqa: E402
-from simulator.table_cost_model import TableCostModel  # noqa: E402
-
-CASES = [("qkv_proj", 1, 0), ("qkv_proj", 128, 0), ("qkv_proj", 2048, 0),
-         ("o_proj", 1, 0), ("o_proj", 2048, 0),
-         ("gate_up_proj", 1, 0), ("gate_up_proj", 128, 0), ("gate_up_proj", 2048, 0),
-         ("down_proj", 1, 0), ("down_proj", 2048, 0), ("lm_head", 32, 0),
-         ("attn_prefill", 2048, 0), ("attn_decode", 32, 1024), ("attn_decode", 128, 4096),
-         ("rmsnorm", 2048, 0), ("silu_mul", 2048, 0)]
-
-
-def datasheet_model(name: str, model, tp: int, tmp: Path) -> TableCostModel:
-    """The datasheet profile's per-op roofline: a table model over an empty table falls back to the
-    profile's peaks and efficiencies for every op (the same formulas as the ``roofline`` model)."""
-    from simulator.op_table import TABLE_COLUMNS
-
-    empty = tmp / "empty.csv"
-    empty.write_text(",".join(TABLE_COLUMNS) + "\n")
-    data = load_profile(name).model_dump(exclude_none=True)
-    data.update(cost_model="table", table=str(empty))
-    return TableCostModel(load_profile(data), model, tp)
+from simulator.studies import crosscheck  # noqa: E402
 
 
 def main() -> None:
@@ -55,33 +34,28 @@ def main() -> None:
     ap.add_argument("--measured", default=None, help="a measured profile of the same GPU, if you have one")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    model = MODEL_PRESETS[args.model]
     with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        columns = {"datasheet": datasheet_model(args.hardware, model, 1, tmp),
-                   "vidur (imported)": TableCostModel(load_profile(args.vidur), model, 1)}
+        profiles = {"vidur (imported)": args.vidur}
         try:
             from calibrate.importers import import_aiconfigurator
 
             system = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "a100-80gb": "a100_sxm",
                       "l40s": "l40s"}[args.hardware]
-            path = import_aiconfigurator(system, tmp / "aic")
-            columns["aiconfigurator (imported)"] = TableCostModel(load_profile(str(path)), model, 1)
+            profiles["aiconfigurator (imported)"] = str(import_aiconfigurator(system, Path(tmpdir) / "aic"))
         except ScenarioError as exc:
             print(f"aiconfigurator column left out: {exc}", file=sys.stderr)
         if args.measured:
-            columns["measured"] = TableCostModel(load_profile(args.measured), model, 1)
-        rows = []
-        for op, tokens, ctx in CASES:
-            row = {"op": op, "shape": f"{tokens} tok" + (f" x {ctx} ctx" if ctx else "")}
-            for col, cm in columns.items():
-                t = cm.op_time_s(op, tokens, ctx)
-                src = cm.sources.get(op, "")
-                row[col] = f"{t * 1e6:,.1f}" + ("" if col == "datasheet" or src == "measured" else
-                                                "*" if src.startswith("scaled") else " (roofline)")
-            if "measured" not in columns:
-                row["measured (ours)"] = "n/a (no GPU)"
-            rows.append(row)
+            profiles["measured"] = args.measured
+        long = crosscheck(args.model, args.hardware, profiles)      # simulator/studies.py (tested there)
+    rows = []
+    for (op, shape), g in long.groupby(["op", "shape"], sort=False):
+        row = {"op": op, "shape": shape}
+        for r in g.itertuples():
+            row[r.profile] = f"{r.time_us:,.1f}" + ("" if r.profile == "datasheet" or r.source == "measured" else
+                                                    "*" if r.source.startswith("scaled") else " (roofline)")
+        if "measured" not in profiles:
+            row["measured (ours)"] = "n/a (no GPU)"
+        rows.append(row)
     df = pd.DataFrame(rows)
     print(f"{args.model} TP1 on {args.hardware}: one layer's op time in microseconds "
           "(* = scaled from the nearest measured shape; (roofline) = no rows, datasheet fallback)")

@@ -1,0 +1,420 @@
+"""Every dashboard page through streamlit's AppTest: widgets changed, results checked against the
+library, bad input shown as an error naming the field while the page keeps working."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit", reason="the app extra (streamlit, plotly) is not installed")
+pytest.importorskip("plotly", reason="the app extra (streamlit, plotly) is not installed")
+import streamlit as st  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from simulator import available_profiles, load_scenario, simulate  # noqa: E402
+from simulator.analysis import load_sweep, max_load_meeting_slo, with_arrival_rate  # noqa: E402
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-h100.yaml"
+
+
+@pytest.fixture
+def app():
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_what_if_runs_and_matches_the_library(app):
+    assert "llama-3-8b" in app.markdown[0].value and "28,116 blocks" in app.markdown[0].value
+    app.number_input(key="wi_num_requests").set_value(1500)
+    app.number_input(key="wi_seed").set_value(3)
+    ok(app.run())
+    ok(app.button(key="wi_run").click().run())
+    cards = metrics(app)
+    assert len(cards) == 10
+    expected = simulate(load_scenario(EXAMPLE, {"num_requests": 1500, "seed": 3})).summary
+    assert cards["TTFT p99 (ms)"] == f"{expected['ttft_s']['p99'] * 1e3:,.1f}"
+    assert cards["E2E p50 (s)"] == f"{expected['e2e_s']['p50']:,.2f}"
+    price = 3.0  # h100-sxm's assumed $/GPU-hour
+    cost = price / 3600 / expected["throughput"]["output_tokens_per_s"] * 1e6
+    assert cards["Cost ($/1M output tok)"] == f"{cost:,.2f}"
+    assert len(app.get("plotly_chart")) == 3                 # CDF, stages, time series
+    assert app.download_button(key="wi_download").label == "Download scenario YAML"
+    # Shareable: the URL now carries the example and the knobs.
+    assert app.query_params["example"] == "chat-h100.yaml" and app.query_params["n"] == "1500"
+
+
+def test_baseline_compare_shows_deltas(app):
+    app.number_input(key="wi_num_requests").set_value(1000)
+    ok(app.button(key="wi_run").click().run())
+    ok(app.button(key="wi_pin").click().run())
+    app.number_input(key="wi_rate").set_value(12.0)
+    app.number_input(key="wi_cv").set_value(2.0)
+    ok(app.run())
+    assert any("knobs changed" in c.value for c in app.caption)
+    ok(app.button(key="wi_run").click().run())
+    deltas = {m.label: m.delta for m in app.metric}
+    assert deltas["TTFT p99 (ms)"].startswith("+") and float(deltas["TTFT p99 (ms)"]) > 0   # more load, longer tails
+    assert all(deltas[label] for label in deltas)
+    # The compare tab: one KPI table and the list of changed fields.
+    changed = app.dataframe[-1].value
+    assert set(changed["field"]) == {"workload.arrival.rate_per_s", "workload.arrival.process", "workload.arrival.cv"}
+    ok(app.button(key="wi_clear").click().run())
+    assert all(m.delta is None or m.delta == "" for m in app.metric)
+
+
+def test_impossible_configuration_names_the_field(app):
+    app.selectbox(key="wi_model").set_value("llama-3-70b")
+    ok(app.run())
+    assert any("does not fit" in e.value and "model" in e.value for e in app.error)
+    assert app.button(key="wi_run").disabled
+    app.selectbox(key="wi_tp").set_value(4)
+    ok(app.run())
+    assert not app.error and not app.button(key="wi_run").disabled
+    app.number_input(key="wi_max_num_batched_tokens").set_value(64)
+    ok(app.run())
+    assert any("max_num_batched_tokens" in e.value for e in app.error)
+
+
+def test_bad_uploads_show_errors_and_the_page_keeps_working(app):
+    app.radio(key="wi_mode").set_value("Upload YAML")
+    ok(app.run())
+    text = EXAMPLE.read_text().replace("max_num_seqs: 256", "max_num_seq: 256")
+    app.file_uploader(key="wi_upload").set_value(("typo.yaml", text.encode(), "application/x-yaml"))
+    ok(app.run())
+    assert any("scheduler.max_num_seq" in e.value and "did you mean 'max_num_seqs'" in e.value for e in app.error)
+    app.file_uploader(key="wi_upload").set_value(("big.yaml", b"#" * 70_000, "application/x-yaml"))
+    ok(app.run())
+    assert any("too large" in e.value for e in app.error)
+    app.file_uploader(key="wi_upload").set_value(("evil.yaml", b"!!python/object/apply:os.system ['true']",
+                                                  "application/x-yaml"))
+    ok(app.run())
+    assert any("not valid YAML" in e.value for e in app.error)
+    good = EXAMPLE.read_text().replace("num_requests: 20000", "num_requests: 800")
+    app.file_uploader(key="wi_upload").set_value(("good.yaml", good.encode(), "application/x-yaml"))
+    ok(app.run())
+    assert not app.error
+    ok(app.button(key="wi_run").click().run())
+    assert len(metrics(app)) == 10
+
+
+def test_time_limit_cancels_a_run(app):
+    app.number_input(key="wi_seed").set_value(12345)
+    app.number_input(key="wi_time_limit_s").set_value(0.001)
+    ok(app.run())
+    ok(app.button(key="wi_run").click().run())
+    assert any("cancelled" in w.value for w in app.warning)
+    assert not app.metric                                    # nothing half-done is shown or cached
+    app.number_input(key="wi_time_limit_s").set_value(60.0)
+    app.number_input(key="wi_num_requests").set_value(500)
+    ok(app.button(key="wi_run").click().run())
+    assert len(metrics(app)) == 10
+
+
+def test_query_parameters_restore_a_view():
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params.update({"example": "chat-h100.yaml", "rate": "3.5", "cv": "2", "n": "400", "replicas": "2",
+                            "seqs": "nonsense"})
+    ok(at.run())
+    assert at.number_input(key="wi_rate").value == 3.5
+    assert at.number_input(key="wi_num_requests").value == 400
+    assert at.number_input(key="wi_replicas").value == 2
+    assert any("seqs" in w.value for w in at.warning)
+    assert "2 × h100-sxm" in at.markdown[0].value
+
+
+def test_load_curve_page(app):
+    ok(app.switch_page("app_pages/load_curve.py").run())
+    assert app.radio(key="lc_mode").value == "What-if's"
+    app.slider(key="lc_points").set_value(3)
+    app.number_input(key="lc_min_rate").set_value(4.0)
+    app.number_input(key="lc_max_rate").set_value(40.0)
+    app.number_input(key="lc_num_requests").set_value(600)
+    ok(app.run())
+    ok(app.button(key="lc_run").click().run())
+    cards = metrics(app)
+    sc = with_arrival_rate(load_scenario(EXAMPLE, {"num_requests": 600}), 4.0)
+    limit = max_load_meeting_slo(load_sweep(sc, [4.0, 22.0, 40.0]))
+    assert cards["Max load meeting the SLO (req/s)"] == f"{limit['max_rate_per_s']:,.2f}"
+    assert cards["First swept rate missing it (req/s)"] == f"{limit['first_failing_rate_per_s']:,.2f}"
+    assert len(app.get("plotly_chart")) == 1
+    assert app.dataframe[0].value.shape[0] == 3
+    # No SLO: a warning, no limit marked, the sweep still runs.
+    app.number_input(key="lc_slo_ttft_ms").set_value(0.0)
+    app.number_input(key="lc_slo_tpot_ms").set_value(0.0)
+    ok(app.run())
+    assert any("No SLO" in w.value for w in app.warning)
+    ok(app.button(key="lc_run").click().run())
+    assert metrics(app)["Max load meeting the SLO (req/s)"] == "–"
+    # A bad range is an error naming it, and the button is off.
+    app.number_input(key="lc_max_rate").set_value(1.0)
+    ok(app.run())
+    assert any("highest rate" in e.value for e in app.error) and app.button(key="lc_run").disabled
+
+
+def test_hardware_page(app):
+    ok(app.switch_page("app_pages/hardware.py").run())
+    table = app.dataframe[0].value
+    assert set(table["profile"]) == set(available_profiles())
+    assert table.set_index("profile").loc["h100-sxm", "source"] == "datasheet"
+    assert len(app.get("plotly_chart")) == 2                 # step times; measured vs fitted
+    app.selectbox(key="hw_model").set_value("llama-3-70b")
+    app.selectbox(key="hw_tp").set_value(8)
+    app.multiselect(key="hw_profiles").set_value(["h100-sxm", "b200"])
+    ok(app.run())
+    assert not any(c.value.startswith("Not shown") for c in app.caption)
+    # Measured vs fitted: the family table is the profile report's held-out fit.
+    from simulator import load_profile
+    from simulator.profile_report import family_report
+    app.selectbox(key="hw_fit_profile").set_value("cpu-amd-epyc-tiny-llama")
+    ok(app.run())
+    fit = app.dataframe[1].value.set_index("family")
+    expected = family_report(load_profile("cpu-amd-epyc-tiny-llama")).set_index("family")
+    assert fit["median |error| (%)"].to_numpy() == pytest.approx(100 * expected["median_abs_error"].to_numpy())
+    app.selectbox(key="hw_detail").set_value("l40s")
+    ok(app.run())
+    provenance = app.dataframe[2].value
+    assert "document" in set(provenance["field"])
+    # A profile that cannot time the chosen model is listed with the reason, not drawn.
+    app.multiselect(key="hw_profiles").set_value(["cpu-amd-epyc-tiny-llama"])
+    ok(app.run())
+    assert any(c.value.startswith("Not shown: cpu-amd-epyc-tiny-llama") for c in app.caption)
+    assert len(app.get("plotly_chart")) == 1
+
+
+def test_second_view_of_a_scenario_comes_from_the_cache(app, monkeypatch):
+    import sys
+
+    app.number_input(key="wi_num_requests").set_value(700)
+    ok(app.button(key="wi_run").click().run())
+    first = metrics(app)
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("simulated again instead of using the cache")
+
+    monkeypatch.setattr(sys.modules["app_pages.common"], "simulate", no_simulation)
+    app.number_input(key="wi_num_requests").set_value(800)          # away and back: same frozen scenario
+    ok(app.run())
+    app.number_input(key="wi_num_requests").set_value(700)
+    ok(app.button(key="wi_run").click().run())
+    assert metrics(app) == first
+    app.number_input(key="wi_num_requests").set_value(800)          # a new scenario does simulate
+    ok(app.button(key="wi_run").click().run())                    # an internal error is shown, not raised
+    assert any("Internal error" in e.value and "simulated again" in e.value for e in app.error)
+    assert metrics(app) == first                                   # the last good results stay
+
+
+def test_quantisation_knobs_change_memory_and_speed(app):
+    """fp8 weights free about 8 GB for KV blocks and halve the bytes a decode step streams; an fp8
+    KV cache then doubles the blocks again (the KV-cache bytes per token halve)."""
+    app.number_input(key="wi_num_requests").set_value(600)
+    ok(app.run())
+    assert "28,116 blocks" in app.markdown[0].value
+
+    def blocks() -> int:
+        return int(app.markdown[0].value.split("KV cache ")[1].split(" blocks")[0].replace(",", ""))
+
+    ok(app.button(key="wi_run").click().run())
+    bf16 = float(metrics(app)["TPOT p50 (ms)"])
+    app.selectbox(key="wi_quantization").set_value("fp8")
+    ok(app.run())
+    fp8_weights = blocks()
+    assert fp8_weights > 28_116 * 1.1
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["TPOT p50 (ms)"]) < bf16            # decode is memory-bound: fewer bytes
+    app.selectbox(key="wi_kv_dtype").set_value("fp8")
+    ok(app.run())
+    assert blocks() == pytest.approx(2 * fp8_weights, rel=0.01)
+    assert app.query_params["quant"] == "fp8" and app.query_params["kvdtype"] == "fp8"
+
+
+def test_trace_upload_replays_with_a_speedup(app):
+    """A scenario replaying the Azure conversation excerpt: no rate knob, a speedup instead; twice
+    the speed gives twice the throughput (the system is far from saturation)."""
+    text = ("name: trace-up\nmodel: llama-3-8b\nhardware: h100-sxm\nworkload:\n"
+            "  arrival: {process: trace, path: tests/data/azure_conv_excerpt.csv, format: azure}\n")
+    app.radio(key="wi_mode").set_value("Upload YAML")
+    ok(app.run())
+    app.file_uploader(key="wi_upload").set_value(("trace.yaml", text.encode(), "application/x-yaml"))
+    ok(app.run())
+    assert not app.error and not [w for w in app.number_input if w.key == "wi_rate"]
+    ok(app.button(key="wi_run").click().run())
+    slow = float(metrics(app)["Throughput (req/s)"])
+    app.number_input(key="wi_speedup").set_value(2.0)
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["Throughput (req/s)"]) == pytest.approx(2 * slow, rel=0.1)
+    ok(app.switch_page("app_pages/load_curve.py").run())
+    assert any("needs poisson or gamma arrivals" in e.value for e in app.error)
+
+
+def test_stop_reports_only_a_run_that_was_cut_short(app):
+    """A run still flagged as running on the next rerun was interrupted (the browser test clicks
+    Stop during a real run); Stop with nothing running says nothing."""
+    app.session_state["wi_running"] = True
+    ok(app.button(key="wi_stop").click().run())
+    assert any("Stopped" in i.value for i in app.info)
+    ok(app.button(key="wi_stop").click().run())
+    assert not any("Stopped" in i.value for i in app.info)
+    app.session_state["wi_running"] = True
+    app.number_input(key="wi_seed").set_value(5)
+    ok(app.run())
+    assert any("interrupted by a change" in i.value for i in app.info)
+
+
+def test_batching_policy_and_speculative_knobs(app):
+    """A budget below max_model_len is an error for continuous batching and fine for chunked
+    prefill; speculative decoding with a good draft cuts TPOT at light load (the README's test)."""
+    app.number_input(key="wi_num_requests").set_value(400)
+    app.number_input(key="wi_rate").set_value(1.0)
+    app.number_input(key="wi_max_num_batched_tokens").set_value(512)
+    ok(app.run())
+    assert any("max_num_batched_tokens" in e.value for e in app.error)
+    app.selectbox(key="wi_policy").set_value("chunked_prefill")
+    ok(app.run())
+    app.number_input(key="wi_long_prefill").set_value(256)
+    ok(app.run())
+    assert not app.error
+    ok(app.button(key="wi_run").click().run())
+    assert app.query_params["policy"] == "chunked_prefill" and app.query_params["lpt"] == "256"
+    app.selectbox(key="wi_policy").set_value("continuous")
+    app.number_input(key="wi_max_num_batched_tokens").set_value(8192)
+    ok(app.button(key="wi_run").click().run())
+    plain_tpot = float(metrics(app)["TPOT p50 (ms)"])
+    app.selectbox(key="wi_spec_method").set_value("draft")
+    ok(app.run())
+    app.slider(key="wi_spec_alpha").set_value(0.8)
+    app.selectbox(key="wi_spec_draft").set_value("llama-3.2-1b")
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["TPOT p50 (ms)"]) < 0.8 * plain_tpot
+    assert any("speculative" in c.value for c in app.caption)
+    app.selectbox(key="wi_policy").set_value("static")              # speculation is continuous-only
+    ok(app.run())
+    assert any("speculative_config" in e.value for e in app.error)
+    app.number_input(key="wi_max_wait_ms").set_value(20.0)
+    ok(app.run())
+
+
+def test_tiers_example_and_priority_scheduling(app):
+    """The tiers example: priority scheduling keeps the interactive tier's TTFT low; fcfs does not."""
+    app.selectbox(key="wi_example").set_value("tiers-h100.yaml")
+    ok(app.run())
+    assert app.selectbox(key="wi_scheduling").value == "priority"
+    app.number_input(key="wi_num_requests").set_value(3000)
+    ok(app.button(key="wi_run").click().run())
+    tiers = app.dataframe[-1].value.set_index("tier")
+    assert list(tiers.index) == ["interactive", "batch"]
+    prio = tiers.loc["interactive", "TTFT p99 (ms)"]
+    assert prio < tiers.loc["batch", "TTFT p99 (ms)"]
+    app.selectbox(key="wi_scheduling").set_value("fcfs")
+    ok(app.button(key="wi_run").click().run())
+    fcfs = app.dataframe[-1].value.set_index("tier").loc["interactive", "TTFT p99 (ms)"]
+    assert fcfs > 2 * prio
+
+
+def test_swap_preemption_knob(app):
+    app.number_input(key="wi_num_requests").set_value(300)
+    app.selectbox(key="wi_preemption").set_value("swap")
+    ok(app.run())
+    app.number_input(key="wi_swap_gib").set_value(16.0)
+    ok(app.button(key="wi_run").click().run())
+    assert len(metrics(app)) == 10
+    assert app.query_params["preempt"] == "swap" and app.query_params["swap"] == "16.0"
+    yaml_text = app.code[-1].value
+    assert "preemption_mode: swap" in yaml_text and "swap_space_gib: 16.0" in yaml_text
+
+
+SMALL_FORECAST = b"quarter,region,peak_rps\nFY27Q1,us-east,20\nFY27Q2,us-east,30\nFY27Q2,eu-west,10\n"
+
+
+def test_capacity_plan_page(app):
+    """A small forecast uploaded as CSV, one candidate: the worksheet is the planner's own, row for row."""
+    from simulator.planner.config import load_plan
+    from simulator.planner.run import plan
+
+    ok(app.switch_page("app_pages/capacity_plan.py").run())
+    assert any("12 forecast rows × 3 candidates" in c.value for c in app.caption)
+    app.multiselect(key="cp_candidates").set_value(["h100-tp1"])
+    app.number_input(key="cp_num_requests").set_value(300)
+    app.file_uploader(key="cp_upload").set_value(("small.csv", SMALL_FORECAST, "text/csv"))
+    ok(app.run())
+    assert any("3 forecast rows × 1 candidates" in c.value for c in app.caption)
+    ok(app.button(key="cp_run").click().run())
+    ws = app.dataframe[-2].value
+    data = load_plan("examples/plan-fy27.yaml").config.model_dump(mode="json", exclude_none=True)
+    data.update(forecast=[{"quarter": "FY27Q1", "region": "us-east", "peak_rps": 20},
+                          {"quarter": "FY27Q2", "region": "us-east", "peak_rps": 30},
+                          {"quarter": "FY27Q2", "region": "eu-west", "peak_rps": 10}],
+                candidates=[c for c in data["candidates"] if c["name"] == "h100-tp1"],
+                simulation={**data["simulation"], "num_requests": 300})
+    expected = plan(load_plan(data, base_dir=data["base_dir"]), workers=1).worksheet
+    assert ws["gpus"].tolist() == expected["gpus"].tolist()
+    assert ws[["quarter", "region"]].values.tolist() == expected[["quarter", "region"]].values.tolist()
+    last_q = expected[expected["quarter"] == "FY27Q2"]
+    assert metrics(app)["GPUs in FY27Q2"] == f"{last_q['gpus'].sum():,.0f}"
+    assert len(app.get("plotly_chart")) == 1
+    assert app.download_button(key="cp_download").label == "Download worksheet CSV"
+
+
+def test_capacity_plan_bad_input(app):
+    ok(app.switch_page("app_pages/capacity_plan.py").run())
+    app.file_uploader(key="cp_upload").set_value(("typo.csv", b"quarter,region,peak_rp\nQ1,us-east,5\n", "text/csv"))
+    ok(app.run())
+    assert any("peak_rp" in e.value for e in app.error) and app.button(key="cp_run").disabled
+    app.file_uploader(key="cp_upload").set_value(("empty.csv", b"quarter,region,peak_rps\n", "text/csv"))
+    ok(app.run())
+    assert any("no rows" in e.value for e in app.error)
+    app.file_uploader(key="cp_upload").set_value(("mars.csv", b"quarter,region,peak_rps\nQ1,mars,5\n", "text/csv"))
+    ok(app.run())
+    assert any("mars" in e.value for e in app.error) and app.button(key="cp_run").disabled
+    app.file_uploader(key="cp_upload").set_value(None)
+    app.multiselect(key="cp_candidates").set_value([])
+    ok(app.run())
+    assert any("candidates" in e.value for e in app.error) and app.button(key="cp_run").disabled
+
+
+def test_prefix_caching_knob_on_the_prefix_example(app):
+    """Shared 2,048-token system prompts: with prefix caching most of each prompt is a cache hit,
+    so the median TTFT falls."""
+    app.selectbox(key="wi_example").set_value("chat-prefix-h100.yaml")
+    ok(app.run())
+    assert app.toggle(key="wi_prefix_caching").value is True
+    app.number_input(key="wi_num_requests").set_value(600)
+    ok(app.button(key="wi_run").click().run())
+    cached = float(metrics(app)["TTFT p50 (ms)"])
+    app.toggle(key="wi_prefix_caching").set_value(False)
+    ok(app.button(key="wi_run").click().run())
+    assert float(metrics(app)["TTFT p50 (ms)"]) > 1.5 * cached
+    assert app.query_params["prefix"] == "False"
+
+
+def test_timeouts_and_load_shedding_knobs(app):
+    """Overload (3x the default rate) with shedding at 20 waiting requests: requests are shed and
+    the admitted ones keep a bounded TTFT; a client timeout makes requests time out."""
+    app.number_input(key="wi_num_requests").set_value(1500)
+    app.number_input(key="wi_rate").set_value(40.0)
+    ok(app.button(key="wi_run").click().run())
+    overloaded = float(metrics(app)["TTFT p99 (ms)"].replace(",", ""))
+    app.number_input(key="wi_max_queue_len").set_value(20)
+    ok(app.button(key="wi_run").click().run())
+    line = next(c.value for c in app.caption if "measured of" in c.value)
+    shed = int(line.split("(shed: ")[1].split(")")[0].replace(",", ""))
+    assert shed > 0 and float(metrics(app)["TTFT p99 (ms)"].replace(",", "")) < overloaded
+    app.number_input(key="wi_max_queue_len").set_value(0)
+    app.number_input(key="wi_timeout_s").set_value(2.0)
+    ok(app.button(key="wi_run").click().run())
+    line = next(c.value for c in app.caption if "measured of" in c.value)
+    assert int(line.split(" timed out")[0].split(", ")[-1].replace(",", "")) > 0
+    assert app.query_params["timeout"] == "2.0"
