@@ -528,7 +528,9 @@ fig.show()"""),
 Reading it: reuse in this trace spans far more tokens than one GPU's cache holds, so the hit rate
 rises with the cache well past the size of an H100 (the point of Mooncake's CPU/SSD KV store,
 which the simulator does not model). With caching off the cache size matters only through
-preemptions (a cache smaller than the running batch needs)."""),
+preemptions (a cache smaller than the running batch needs); with caching on, the smallest caches
+also get hits from preempted requests finding their own blocks again, so the hit rate need not
+rise monotonically there."""),
     new_markdown_cell("""\
 ## Shared system prompts (synthetic)
 
@@ -606,10 +608,11 @@ ws[["quarter", "region", "status", "peak_rps", "design_rps", "candidate", "repli
     "ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "utilization", "cost_per_quarter", "binding_constraint",
     "minus_one_check"]].round(3)"""),
     new_code_cell("""\
-tmp = tempfile.TemporaryDirectory(prefix="llmplan-worksheet-")   # removed when the kernel exits
-paths = write_worksheets(result, Path(tmp.name) / "worksheet.csv")
-for key, p in paths.items():
-    print(f"{key}: {p} ({len(pd.read_csv(p))} rows)")
+with tempfile.TemporaryDirectory(prefix="llmplan-worksheet-") as tmp:   # what `llmplan plan --out` writes
+    paths = write_worksheets(result, Path(tmp) / "worksheet.csv")
+    for key, p in paths.items():
+        print(f"{key}: {p.name}, {len(pd.read_csv(p))} rows")
+    print(paths["worksheet"].read_text().splitlines()[0])
 result.totals.round(0)"""),
     new_markdown_cell("## GPUs per region and cost per quarter"),
     new_code_cell("""\
