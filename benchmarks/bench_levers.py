@@ -65,11 +65,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "shared prompts + enable_prefix_caching": {"set": {"workload.prefix": {
         "num_prefixes": 4, "prefix_tokens": 512, "share": 0.8, "short_prompt": "clip"},
         "scheduler.enable_prefix_caching": True}, "vs": "shared 512-token system prompts"},
-    # preemption under KV pressure (a 2,000-block cache: 32k tokens)
-    "kv pressure (2000 blocks)": {"set": {"scheduler.num_gpu_blocks_override": 2000}},
-    "kv pressure + preemption_mode=swap": {"set": {"scheduler.num_gpu_blocks_override": 2000,
+    # preemption under KV pressure (a 6,000-block cache: 96k tokens instead of 450k)
+    "kv pressure (6000 blocks)": {"set": {"scheduler.num_gpu_blocks_override": 6000}},
+    "kv pressure + preemption_mode=swap": {"set": {"scheduler.num_gpu_blocks_override": 6000,
                                                   "scheduler.preemption_mode": "swap"},
-                                          "vs": "kv pressure (2000 blocks)"},
+                                          "vs": "kv pressure (6000 blocks)"},
     # request-level levers
     "stream=false": {"set": {"client.stream": False}},
     "max_tokens=256": {"set": {"client.max_tokens": 256}},
