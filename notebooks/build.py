@@ -457,6 +457,199 @@ that noise; see the README's calibration section); Vidur's copy has no attention
 attention falls back to the datasheet roofline; no GPU profile was measured for this work."""),
 ]
 
+NB5 = [
+    new_markdown_cell("""\
+# 5. Prefix caching: hit rate and TTFT
+
+What vLLM's automatic prefix caching (`scheduler.enable_prefix_caching`, README "Prefix caching")
+buys, in two settings:
+
+1. **The Mooncake conversation trace's `hash_ids`** (Mooncake, FAST'25; kvcache-ai/Mooncake,
+   Apache-2.0): which 512-token prompt blocks real requests share. Replayed against one deployment
+   with caching off and on, for a range of KV cache sizes (`scheduler.num_gpu_blocks_override`,
+   blocks of 16 tokens per replica). Read from `../shared/data/llm_traces/` beside the repository
+   when it exists (the whole trace), otherwise from the 300-request excerpt in `tests/data/`; CI
+   (`small`) always uses the excerpt.
+2. **A synthetic chat workload with shared system prompts** (`workload.prefix`): the share of
+   requests that start with one of 4 system prompts of 2,048 tokens, caching off and on.
+
+Every number comes from `studies.prefix_cache_sweep` (tested in `tests/test_studies.py` against the
+closed-form hit rate of a shared prefix)."""),
+    new_code_cell(SETUP + """
+from pathlib import Path
+from simulator import scenario_from_dict"""),
+    new_markdown_cell("""\
+## Mooncake `hash_ids` against cache size
+
+Deployment: Llama 3.1 8B dimensions (128k context, as in notebook 2) on H100 SXM (datasheet
+profile), 4 replicas (notebook 2's answer for this trace at a 30 s p99 TTFT),
+`least_outstanding` routing, `continuous` batching (the policy prefix caching is modelled with;
+its token budget covers the longest prompt). The cache is per replica and hits are per replica
+(no cache-aware routing). An H100 holds about 28,100 blocks for this model (450k tokens, the
+default); larger sizes are hypothetical (as if the KV had more memory, e.g. an offload tier
+that is as fast as HBM, which no real tier is). A cache must hold one 131,072-token request, hence
+at least 8,192 blocks."""),
+    new_code_cell("""\
+MODEL = {"name": "llama-3.1-8b", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "max_model_len": 131072}
+REPLICAS = 4
+BLOCKS = [8192, 28116, 281160] if SMALL else [8192, 16384, 28116, 65536, 140000, 281160, 1_000_000]
+files = studies.trace_files(ROOT).set_index("trace")
+full = not SMALL and bool(files.loc["mooncake-conv", "full"])
+path = Path(files.loc["mooncake-conv", "path"]) if full else ROOT / "tests" / "data" / "mooncake_conversation_excerpt.jsonl"
+mooncake = scenario_from_dict({
+    "name": "mooncake-prefix", "seed": 1, "model": MODEL, "hardware": "h100-sxm",
+    "deployment": {"replicas": REPLICAS, "tensor_parallel_size": 1, "router": "least_outstanding"},
+    "scheduler": {"policy": "continuous", "max_num_batched_tokens": 131072, "max_num_seqs": 256, "block_size": 16},
+    "workload": {"arrival": {"process": "trace", "path": str(path), "format": "mooncake"}, "over_length": "reject"}})
+print(f"trace: {path}")
+sizes = studies.prefix_cache_sweep(mooncake, {n: {"scheduler.num_gpu_blocks_override": n} for n in BLOCKS})
+sizes["cache_tokens"] = sizes["num_gpu_blocks"] * 16
+sizes[["num_gpu_blocks", "cache_tokens", "enable_prefix_caching", "hit_rate", "evictions", "ttft_mean_s",
+       "ttft_p50_s", "ttft_p99_s", "ttft_mean_saving", "preemptions", "rejected"]].round(4)"""),
+    new_code_cell("""\
+on = sizes[sizes["enable_prefix_caching"]]
+fig = make_subplots(rows=1, cols=3, subplot_titles=["hit rate (caching on)", "mean TTFT", "p99 TTFT"])
+fig.add_trace(go.Scatter(x=on["cache_tokens"], y=on["hit_rate"], mode="lines+markers", name="hit rate",
+                         showlegend=False), row=1, col=1)
+for enabled, g in sizes.groupby("enable_prefix_caching"):
+    name, color = ("caching on", "#2ca02c") if enabled else ("caching off", "#7f7f7f")
+    for col, metric in ((2, "ttft_mean_s"), (3, "ttft_p99_s")):
+        fig.add_trace(go.Scatter(x=g["cache_tokens"], y=g[metric], mode="lines+markers", name=name,
+                                 line=dict(color=color), legendgroup=name, showlegend=col == 2), row=1, col=col)
+for col in (1, 2, 3):
+    fig.add_vline(x=28116 * 16, line_dash="dot", row=1, col=col)
+fig.update_xaxes(type="log", title_text="KV cache per replica (tokens; dotted: one H100)")
+fig.update_yaxes(title_text="seconds", row=1, col=2)
+fig.update_yaxes(title_text="seconds", row=1, col=3)
+fig.update_layout(title=f"Mooncake conversation trace, {REPLICAS} x H100, prefix cache size", height=450)
+fig.show()"""),
+    new_markdown_cell("""\
+Reading it: reuse in this trace spans far more tokens than one GPU's cache holds, so the hit rate
+rises with the cache well past the size of an H100 (the point of Mooncake's CPU/SSD KV store,
+which the simulator does not model). With caching off the cache size matters only through
+preemptions (a cache smaller than the running batch needs); with caching on, the smallest caches
+also get hits from preempted requests finding their own blocks again, so the hit rate need not
+rise monotonically there."""),
+    new_markdown_cell("""\
+## Shared system prompts (synthetic)
+
+`examples/chat-prefix-h100.yaml` without its multi-turn sessions: Llama 3 8B on one H100, prompts
+of about 2,600 tokens (lognormal, 2,100-5,000) of which a fraction `share` start with one of 4
+system prompts of 2,048 tokens, 4 requests/s. The hit rate should be about share x 2,048 / mean
+prompt (about 2,900 tokens once the lognormal is clipped to 2,100-5,000), less the first request
+of each system prompt and the prefixed requests that find their prompt evicted."""),
+    new_code_cell("""\
+NUM_REQUESTS = 400 if SMALL else 5000
+SHARES = [0.0, 0.5, 0.9] if SMALL else [0.0, 0.25, 0.5, 0.75, 0.9, 1.0]
+chat = load_scenario(ROOT / "examples" / "chat-prefix-h100.yaml").with_overrides(
+    {"workload.sessions": None, "workload.arrival.rate_per_s": 4.0, "num_requests": NUM_REQUESTS,
+     "warmup_s": 0 if SMALL else 60})
+shares = studies.prefix_cache_sweep(chat, {s: {"workload.prefix.share": s} for s in SHARES})
+shares = shares.rename(columns={"variant": "share"})
+shares[["share", "enable_prefix_caching", "hit_rate", "ttft_mean_s", "ttft_p99_s", "tpot_p99_s",
+        "ttft_mean_saving", "ttft_p99_saving"]].round(4)"""),
+    new_code_cell("""\
+fig = make_subplots(rows=1, cols=2, subplot_titles=["mean TTFT", "p99 TTFT"])
+for enabled, g in shares.groupby("enable_prefix_caching"):
+    name, color = ("caching on", "#2ca02c") if enabled else ("caching off", "#7f7f7f")
+    for col, metric in ((1, "ttft_mean_s"), (2, "ttft_p99_s")):
+        fig.add_trace(go.Bar(x=g["share"].astype(str), y=g[metric] * 1000, name=name, marker_color=color,
+                             legendgroup=name, showlegend=col == 1), row=1, col=col)
+fig.update_xaxes(title_text="share of requests with a shared 2,048-token system prompt")
+fig.update_yaxes(title_text="ms")
+fig.update_layout(barmode="group", title="TTFT with prefix caching off and on, shared system prompts")
+fig.show()"""),
+    new_markdown_cell("""\
+Limits (README "Prefix caching"): one physical copy per block id, hits per replica (no
+cross-replica or offloaded cache, no cache-aware routing), Mooncake sharing known at its 512-token
+granularity only, prefix caching modelled with `continuous` batching only, one seeded run per
+point."""),
+]
+
+NB6 = [
+    new_markdown_cell("""\
+# 6. Quarterly capacity worksheet
+
+The planner (README "Capacity planning") on `examples/plan-fy27.yaml`: a Llama 3 8B chat service
+in three regions over four quarters, three hardware candidates, p99 SLOs on client-perceived TTFT
+and TPOT, 20% headroom and N+1 regional failover. For every quarter and region it finds, by
+simulation, the cheapest candidate and replica count that meet the SLOs. The charts are the ones a
+capacity review asks for: GPUs per region per quarter, cost per quarter, and which SLO binds each
+cell (the one the next smaller fleet fails worst).
+
+At `small` (CI) the plan is shrunk through its own fields: the first two candidates, the first and
+last quarters, 1,000 requests per verification run instead of 3,000 (noisier tails, and runs too
+short for queues to build can pass with fewer replicas than the analytic bound)."""),
+    new_code_cell(SETUP + """
+import tempfile
+from pathlib import Path
+import pandas as pd
+import yaml
+from simulator.planner import load_plan, plan, write_worksheets"""),
+    new_code_cell("""\
+PLAN = ROOT / "examples" / "plan-fy27.yaml"
+WORKERS = 1 if SMALL else None          # None: one process per CPU
+data = yaml.safe_load(PLAN.read_text())
+if SMALL:
+    forecast = pd.read_csv(PLAN.parent / data["forecast"])
+    keep = [forecast["quarter"].iloc[0], forecast["quarter"].iloc[-1]]
+    data.update(candidates=data["candidates"][:2], forecast=forecast[forecast["quarter"].isin(keep)].to_dict("records"),
+                simulation={**data["simulation"], "num_requests": 1000})
+loaded = load_plan(data, base_dir=PLAN.parent)
+print(f"{len(loaded.quarters)} quarters x {len(loaded.regions)} regions x {len(loaded.candidate_scenarios)} candidates; "
+      f"{loaded.config.simulation.num_requests} requests per run")
+loaded.forecast"""),
+    new_code_cell("""\
+result = plan(loaded, workers=WORKERS)
+print(f"planned in {result.wall_s:.0f} s")
+ws = result.worksheet
+ws[["quarter", "region", "status", "peak_rps", "design_rps", "candidate", "replicas", "gpus", "analytic_min_replicas",
+    "ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "utilization", "cost_per_quarter", "binding_constraint",
+    "minus_one_check"]].round(3)"""),
+    new_code_cell("""\
+with tempfile.TemporaryDirectory(prefix="llmplan-worksheet-") as tmp:   # what `llmplan plan --out` writes
+    paths = write_worksheets(result, Path(tmp) / "worksheet.csv")
+    for key, p in paths.items():
+        print(f"{key}: {p.name}, {len(pd.read_csv(p))} rows")
+    print(paths["worksheet"].read_text().splitlines()[0])
+result.totals.round(0)"""),
+    new_markdown_cell("## GPUs per region and cost per quarter"),
+    new_code_cell("""\
+fig = make_subplots(rows=1, cols=2, subplot_titles=["GPUs per region", "cost per quarter (USD)"])
+for region, g in ws.groupby("region", sort=False):
+    fig.add_trace(go.Bar(x=g["quarter"], y=g["gpus"], name=region, legendgroup=region,
+                         text=g["candidate"], hovertemplate="%{x} " + region + ": %{y} GPUs (%{text})"), row=1, col=1)
+    fig.add_trace(go.Bar(x=g["quarter"], y=g["cost_per_quarter"], name=region, legendgroup=region, showlegend=False),
+                  row=1, col=2)
+fig.update_layout(barmode="stack", title=f"{loaded.config.name}: fleet per quarter (stacked by region)", height=450)
+fig.show()"""),
+    new_markdown_cell("""\
+## What binds each cell
+
+`binding_constraint` is the SLO that one replica fewer fails by the largest factor
+(`minus_one_check` says how); `slo_worst_ratio` is how close the chosen fleet runs to its tightest
+SLO (1 = exactly at it)."""),
+    new_code_cell("""\
+cells = ws.assign(label=ws["gpus"].astype("Int64").astype(str) + " x " + ws["candidate"].astype(str))
+fig = px.scatter(cells, x="quarter", y="region", color="binding_constraint", text="label",
+                 hover_data=["minus_one_check", "slo_worst_ratio", "worst_case"],
+                 title="Binding constraint per quarter and region (label: GPUs x candidate)")
+fig.update_traces(marker=dict(size=60, symbol="square", opacity=0.5), textposition="middle center")
+fig.update_layout(height=350 + 40 * len(loaded.regions))
+fig.show()"""),
+    new_code_cell("""\
+# Every candidate of every cell: the cost ordering behind each choice (empty cost: infeasible).
+cand = result.candidates.assign(cell=result.candidates["quarter"] + " " + result.candidates["region"])
+fig = px.bar(cand, x="cell", y="cost_per_hour", color="candidate", barmode="group",
+             hover_data=["gpus", "status", "binding_constraint"], title="Cost per hour of each candidate's minimum fleet")
+fig.show()"""),
+    new_markdown_cell("""\
+Limits (README "Capacity planning"): one seeded run per replica count (a borderline cell can move
+by one replica with another seed), steady Poisson peaks, the peak fleet costed all quarter,
+datasheet hardware profiles with assumed efficiencies and prices."""),
+]
+
 NB7 = [
     new_markdown_cell("""\
 # 5. Fidelity: the simulator against a real engine
@@ -556,6 +749,8 @@ NOTEBOOKS = {
     "02_real_traffic.ipynb": NB2,
     "03_speculative_decoding.ipynb": NB3,
     "04_calibration_review.ipynb": NB4,
+    "05_prefix_caching.ipynb": NB5,
+    "06_quarterly_worksheet.ipynb": NB6,
     "07_fidelity.ipynb": NB7,
 }
 

@@ -400,6 +400,39 @@ def speedup_sweep(base: Scenario | Mapping[str, Any], trace: pd.DataFrame, speed
     return pd.DataFrame(rows)
 
 
+# -- prefix caching ----------------------------------------------------------------------------------
+def prefix_cache_sweep(scenario: Scenario, variants: Mapping[str, Mapping[str, Any]],
+                       caching: Sequence[bool] = (False, True),
+                       on_run: Callable[[str, bool], None] | None = None) -> pd.DataFrame:
+    """The scenario under each variant (label -> dotted overrides, e.g. ``{"scheduler.
+    num_gpu_blocks_override": 20000}`` or ``{"workload.prefix.share": 0.5}``), with
+    ``scheduler.enable_prefix_caching`` off and on. One row per (variant, caching): ``variant,
+    enable_prefix_caching, num_gpu_blocks`` (per replica, as simulated), ``hit_rate, hit_tokens,
+    queries, evictions`` (NaN with caching off), ``ttft_mean_s``, :func:`summary_row`'s columns and
+    ``ttft_mean_saving`` / ``ttft_p99_saving`` (1 - on / off for the same variant; on rows only)."""
+    rows = []
+    for label, overrides in variants.items():
+        for on in caching:
+            if on_run:
+                on_run(str(label), bool(on))
+            result = simulate(scenario.with_overrides({**overrides, "scheduler.enable_prefix_caching": bool(on)}))
+            s = result.summary
+            pc = s.get("prefix_cache") or {}
+            rows.append({"variant": label, "enable_prefix_caching": bool(on),
+                         "num_gpu_blocks": s.get("kv_cache", {}).get("num_gpu_blocks"),
+                         "hit_rate": pc.get("hit_rate", math.nan) if on else math.nan,
+                         "hit_tokens": pc.get("hit_tokens", math.nan) if on else math.nan,
+                         "queries": pc.get("queries", math.nan) if on else math.nan,
+                         "evictions": pc.get("evictions", math.nan) if on else math.nan,
+                         "ttft_mean_s": s["ttft_s"]["mean"], **summary_row(result)})
+    df = pd.DataFrame(rows)
+    for metric in ("ttft_mean_s", "ttft_p99_s"):
+        off = df[~df["enable_prefix_caching"]].set_index("variant")[metric]
+        saving = 1 - df[metric] / df["variant"].map(off)
+        df[metric.removesuffix("_s") + "_saving"] = saving.where(df["enable_prefix_caching"])
+    return df
+
+
 # -- speculative decoding -----------------------------------------------------------------------------
 def speculative_sweep(scenario: Scenario, acceptance_rates: Sequence[float], ks: Sequence[int], *,
                       method: str = "draft", draft_model: str | None = "llama-3.2-1b",

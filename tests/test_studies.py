@@ -261,3 +261,29 @@ def test_crosscheck_reproduces_the_readme_table():
     assert t.loc[("qkv_proj", "2048 tok", "datasheet"), "time_us"] == pytest.approx(143.3, abs=0.05)
     assert t.loc[("gate_up_proj", "1 tok", "vidur"), "source"].startswith("scaled")
     assert len(cc) == 2 * len(studies.CROSSCHECK_CASES)
+
+
+def test_prefix_cache_sweep_hit_rate_is_the_shared_fraction_and_shrinks_with_the_cache():
+    """One of 4 system prompts of 512 tokens on every 640-token prompt (block size 16): with a
+    cache that holds them all, every request but the first of each prompt hits exactly its 512
+    tokens, so the hit rate is (N - 4) * 512 / (N * 640); the saving shows in TTFT (llama-3-8b on
+    H100, light load). A cache of 64 blocks (the 1,024-token max_model_len) cannot keep four
+    32-block prompts besides the running requests: fewer hits, and evictions."""
+    n = 80
+    sc = make_scenario(num_requests=n, model="llama-3-8b", hardware="h100-sxm",
+                       **{"workload.arrival.rate_per_s": 2.0, "workload.prompt_tokens": {"dist": "fixed", "value": 640},
+                          "workload.prefix": {"num_prefixes": 4, "prefix_tokens": 512, "share": 1.0},
+                          "scheduler.max_num_batched_tokens": 8192, "scheduler.max_model_len": 1024})
+    sw = studies.prefix_cache_sweep(sc, {"big": {"scheduler.num_gpu_blocks_override": 100_000},
+                                         "tiny": {"scheduler.num_gpu_blocks_override": 64}})
+    assert list(zip(sw["variant"], sw["enable_prefix_caching"])) == [("big", False), ("big", True),
+                                                                     ("tiny", False), ("tiny", True)]
+    assert list(sw["num_gpu_blocks"]) == [100_000, 100_000, 64, 64]
+    off, on = sw[~sw["enable_prefix_caching"]], sw[sw["enable_prefix_caching"]].set_index("variant")
+    assert off["hit_rate"].isna().all() and off["ttft_mean_saving"].isna().all()
+    assert on.loc["big", "queries"] == n * 640 and on.loc["big", "evictions"] == 0
+    assert on.loc["big", "hit_rate"] == pytest.approx((n - 4) * 512 / (n * 640))
+    assert on.loc["tiny", "hit_rate"] < on.loc["big", "hit_rate"] and on.loc["tiny", "evictions"] > 0
+    assert 0.3 < on.loc["big", "ttft_mean_saving"] < 1.0
+    big_off = sw[(sw["variant"] == "big") & ~sw["enable_prefix_caching"]].iloc[0]
+    assert on.loc["big", "ttft_mean_saving"] == pytest.approx(1 - on.loc["big", "ttft_mean_s"] / big_off["ttft_mean_s"])
