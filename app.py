@@ -19,6 +19,7 @@ pages = [
     st.Page("app_pages/load_curve.py", title="Load curve", icon=":material/show_chart:"),
     st.Page("app_pages/capacity_plan.py", title="Capacity plan", icon=":material/public:"),
     st.Page("app_pages/hardware.py", title="Hardware profiles", icon=":material/memory:"),
+    st.Page("app_pages/validation.py", title="Validation", icon=":material/fact_check:"),
 ]
 page = st.navigation(pages)
 st.sidebar.caption("llmplan: discrete-event simulation of LLM serving (vLLM-style batching, paged KV cache, "

@@ -177,3 +177,30 @@ def plan_figure(worksheet: pd.DataFrame, totals: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text="quarter")
     fig.update_layout(barmode="stack", title="GPUs per region per quarter, and the cost of the fleet", **_LAYOUT)
     return fig
+
+
+def validation_figure(points: pd.DataFrame, bands: tuple[float, ...] = (0.10, 0.15)) -> go.Figure:
+    """Predicted vs measured latency (ms, log-log) per metric, labels the load, x error bars the
+    engine's run-to-run noise; the y = x line and shaded ±bands (relative error)."""
+    fig = go.Figure()
+    if points.empty:
+        return fig
+    lo = float(min(points["measured_ms"].min(), points["predicted_ms"].min())) / 1.3
+    hi = float(max(points["measured_ms"].max(), points["predicted_ms"].max())) * 1.3
+    xs = [lo, hi]
+    for band, alpha in zip(sorted(bands, reverse=True), (0.10, 0.18, 0.26)):
+        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=[x * (1 + band) for x in xs] + [x * (1 - band) for x in xs[::-1]],
+                                 fill="toself", fillcolor=f"rgba(44,160,44,{alpha})", line=dict(width=0),
+                                 name=f"±{band:.0%}", hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=xs, y=xs, mode="lines", name="y = x", line=dict(color="black", dash="dash")))
+    for metric, grp in points.groupby("metric", sort=False):
+        fig.add_trace(go.Scatter(
+            x=grp["measured_ms"], y=grp["predicted_ms"], mode="markers+text", name=str(metric),
+            text=[f"{v:.0%}" for v in grp["load"]], textposition="top center",
+            error_x=dict(type="data", array=grp["noise_ms"].tolist()),
+            customdata=grp["error"], hovertemplate="measured %{x:.2f} ms<br>predicted %{y:.2f} ms<br>"
+                                                   "error %{customdata:+.1%}<extra>%{fullData.name}</extra>"))
+    fig.update_layout(xaxis=dict(title="measured on the engine (ms)", type="log"),
+                      yaxis=dict(title="predicted by the simulator (ms)", type="log"),
+                      height=520, margin=dict(t=30), legend=dict(orientation="v"))
+    return fig

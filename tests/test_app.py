@@ -418,3 +418,58 @@ def test_timeouts_and_load_shedding_knobs(app):
     line = next(c.value for c in app.caption if "measured of" in c.value)
     assert int(line.split(" timed out")[0].split(", ")[-1].replace(",", "")) > 0
     assert app.query_params["timeout"] == "2.0"
+
+
+def test_validation_page(app, tmp_path, monkeypatch):
+    import json
+
+    from simulator.validation_report import load_validation, validation_table
+    results = Path(APP).parent / "benchmarks" / "results"
+    ok(app.switch_page("app_pages/validation.py").run())
+    assert not app.error
+    app.selectbox(key="val_folder").set_value("fidelity-thread")
+    ok(app.run())
+    doc = load_validation(results / "fidelity-thread")
+    table = app.dataframe[1].value
+    assert len(table) == len(validation_table(doc))
+    assert table["error"].tolist() == pytest.approx(validation_table(doc)["error"].tolist())
+    assert metrics(app)["Clock"] == "thread"
+    assert metrics(app)["Targets met"] == f"{len(table)} / {len(table)}"
+    chart = app.get("plotly_chart")
+    assert len(chart) == 1
+    names = [t["name"] for t in json.loads(chart[0].proto.spec)["data"]]
+    assert {"±10%", "±15%", "y = x", "ttft_p99", "e2e_p50"} <= set(names)
+    app.selectbox(key="val_folder").set_value("fidelity-wall-shared")
+    ok(app.run())
+    assert metrics(app)["Clock"] == "wall"
+    # Uploads: a malformed file is one error naming the field, then a good one renders.
+    app.radio(key="val_mode").set_value("Upload validation.json")
+    ok(app.run())
+    bad = json.loads((results / "fidelity-thread" / "validation.json").read_text())
+    del bad["rows"][2]["predicted"]
+    app.file_uploader(key="val_upload").set_value(("bad.json", json.dumps(bad).encode(), "application/json"))
+    ok(app.run())
+    errors = [e.value.replace("\\", "") for e in app.error]   # markdown escapes the brackets
+    assert any("rows[2].predicted" in e and "bad.json" in e for e in errors), errors
+    assert not app.get("plotly_chart")
+    app.file_uploader(key="val_upload").set_value(("x.json", b"{not json", "application/json"))
+    ok(app.run())
+    assert any("not valid JSON" in e.value for e in app.error)
+    good = (results / "fidelity-wall-shared" / "validation.json").read_bytes()
+    app.file_uploader(key="val_upload").set_value(("good.json", good, "application/json"))
+    ok(app.run())
+    assert not app.error and len(app.get("plotly_chart")) == 1
+
+
+def test_validation_page_missing_and_broken_folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMPLAN_FIDELITY_RESULTS", str(tmp_path))
+    (tmp_path / "fidelity-broken").mkdir()
+    (tmp_path / "fidelity-broken" / "validation.json").write_text('{"settings": {}, "rows": [{"metric": "x"}]}')
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.switch_page("app_pages/validation.py")
+    ok(at.run())
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert any("fidelity-broken" in e and "rows[0].load" in e for e in errors), errors
+    (tmp_path / "fidelity-broken" / "validation.json").unlink()
+    ok(at.run())
+    assert any("No benchmarks/results/fidelity-" in i.value for i in at.info)

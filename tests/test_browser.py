@@ -156,6 +156,13 @@ def test_click_through_the_dashboard(server, browser):
     expect(page.get_by_text("held out (leave one out)", exact=False)).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "hardware.png"), full_page=True)
 
+    # Validation: the newest committed fidelity run, its scatter and tables.
+    page.get_by_role("link", name="Validation").click()
+    expect(page.get_by_text("Errors per load")).to_be_visible()
+    expect(page.locator(".js-plotly-plot")).to_have_count(1)
+    expect(page.get_by_test_id("stMetric").filter(has_text="Targets met")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "validation.png"), full_page=True)
+
     # A broken upload: an error naming the field; the page keeps working.
     page.get_by_role("link", name="What-if").click()
     page.get_by_text("Upload YAML").click()

@@ -18,7 +18,8 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 def test_the_notebooks_exist_and_are_current():
     assert [p.name for p in NOTEBOOKS] == ["01_latency_vs_throughput.ipynb", "02_real_traffic.ipynb",
                                            "03_speculative_decoding.ipynb", "04_calibration_review.ipynb",
-                                           "05_prefix_caching.ipynb", "06_quarterly_worksheet.ipynb"]
+                                           "05_prefix_caching.ipynb", "06_quarterly_worksheet.ipynb",
+                                           "07_fidelity.ipynb"]
     done = subprocess.run([sys.executable, str(REPO / "notebooks" / "build.py"), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     for path in NOTEBOOKS:
