@@ -659,8 +659,8 @@ a Llama-architecture decoder whose continuous batching takes every decision thro
 simulator's own policy classes, real kernels per step) and in the simulator with a profile whose
 engine overhead is fitted on separate runs, and compares TTFT, TPOT and E2E percentiles per load.
 This notebook reads the committed results (`benchmarks/results/fidelity-*/validation.json`:
-`fidelity-thread` on the thread-CPU clock, `fidelity-wall-shared` on the wall clock of the shared
-2-core machine), tables and plots predicted against measured with the targets (|error| <= 10% on
+`fidelity-thread` on the thread-CPU clock, `fidelity-wall` on the wall clock of the 2-core machine
+with nothing else running, `fidelity-wall-shared` on its wall clock while other jobs ran), tables and plots predicted against measured with the targets (|error| <= 10% on
 p50s and throughput, <= 15% on p90s/p99s), and, when torch is installed, runs a tiny validation
 itself. Every reshaping is `simulator.validation_report` (tested in `tests/test_validation_report.py`)."""),
     new_code_cell(SETUP + '''
