@@ -22,6 +22,17 @@ from .profiles import available_profiles
 MAX_SCENARIO_BYTES = 64 * 1024
 
 
+def decode_upload(data: bytes, source: str, max_bytes: int, what: str, upload_hint: str) -> str:
+    """An uploaded file's text: at most ``max_bytes`` and UTF-8, else a :class:`ScenarioError`
+    naming the file (``what``: "a scenario file"; ``upload_hint``: what to upload instead)."""
+    if len(data) > max_bytes:
+        raise ScenarioError(source, f"{len(data):,} bytes", f"file too large; {what} may be at most {max_bytes:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(source, f"byte {exc.start}", f"not UTF-8 text; upload {upload_hint}") from None
+
+
 def scenario_key(scenario: Scenario) -> str:
     """Canonical JSON of a scenario: equal scenarios give equal strings (the cache key)."""
     return scenario.model_dump_json(exclude_none=True)
@@ -62,13 +73,7 @@ def scenario_from_yaml_bytes(data: bytes, *, source: str = "upload", base_dir: s
         ScenarioError: too large, not UTF-8, not YAML, YAML aliases, not a mapping, a referenced
             file outside ``allowed_root``, or any invalid field (named as in the CLI's errors).
     """
-    if len(data) > max_bytes:
-        raise ScenarioError(source, f"{len(data):,} bytes", f"file too large; a scenario file may be at most "
-                            f"{max_bytes:,} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(source, f"byte {exc.start}", "not UTF-8 text; upload a YAML scenario file") from None
+    text = decode_upload(data, source, max_bytes, "a scenario file", "a YAML scenario file")
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
@@ -139,13 +144,7 @@ def forecast_rows_from_csv_bytes(data: bytes, *, source: str = "forecast.csv",
 
     import pandas as pd
 
-    if len(data) > max_bytes:
-        raise ScenarioError(source, f"{len(data):,} bytes", f"file too large; a forecast CSV may be at most "
-                            f"{max_bytes:,} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(source, f"byte {exc.start}", "not UTF-8 text; upload a CSV file") from None
+    text = decode_upload(data, source, max_bytes, "a forecast CSV", "a CSV file")
     try:
         frame = pd.read_csv(io.StringIO(text), dtype={"quarter": str, "region": str})
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from .errors import ScenarioError
+from .scenario_io import decode_upload
 
 #: Largest validation.json accepted from an upload (a 4-load run is about 20 KB).
 MAX_VALIDATION_BYTES = 1024 * 1024
@@ -74,13 +75,7 @@ def validation_from_json_bytes(data: bytes, *, source: str = "validation.json",
     Raises:
         ScenarioError: too large, not UTF-8, not JSON, or a missing/ill-typed field (named).
     """
-    if len(data) > max_bytes:
-        raise ScenarioError(source, f"{len(data):,} bytes", f"file too large; a validation.json may be at most "
-                            f"{max_bytes:,} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(source, f"byte {exc.start}", "not UTF-8 text; upload a validation.json") from None
+    text = decode_upload(data, source, max_bytes, "a validation.json", "a validation.json")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
