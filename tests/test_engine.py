@@ -147,7 +147,7 @@ def test_validate_cli_rejects_bad_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="runs the reference engine in bf16 on CUDA; no CUDA device here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
 def test_engine_on_gpu_bf16() -> None:
     s = settings(device="cuda")
     sc = build_scenario(s, PROFILE, 50.0, 6, 0)
