@@ -291,33 +291,9 @@ class TableCostModel:
         return got
 
     # -- the CostModel interface --------------------------------------------------------------------
-    def breakdown(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                  decode_context_sum: int, num_sampled: int) -> StepTime:
-        tokens = sum(prefill_tokens) + num_decode
-        if tokens == 0:
-            return StepTime(overhead_s=self._step_s)
-        lin, elem, comm = self._per_tokens(tokens)
-        if num_sampled:
-            head, sample = self._per_sampled(num_sampled)
-            lin, elem = lin + head, elem + sample
-        attn = 0.0
-        for q, c in zip(prefill_tokens, prefill_context):
-            if q:
-                attn += self._prefill_s(q, c)
-        if num_decode:
-            a, b = self._decode_ab(num_decode)
-            attn += a + b * decode_context_sum
-        seqs = len(prefill_tokens) + num_decode
-        return StepTime(linear_s=lin, attention_s=attn, elementwise_s=elem, comm_s=comm,
-                        overhead_s=self._step_s + self._seq_s * seqs + self._tok_s * tokens)
-
-    def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                    decode_context_sum: int, num_sampled: int) -> float:
-        # ``breakdown(...).total_s`` without building the breakdown (the engine's hot path); the
-        # terms are added in the same order so both give the same float.
-        tokens = sum(prefill_tokens) + num_decode
-        if tokens == 0:
-            return self._step_s
+    def _terms(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
+               decode_context_sum: int, num_sampled: int, tokens: int) -> tuple[float, float, float, float, float]:
+        """(linear, attention, elementwise, comm, overhead) seconds of a step with ``tokens`` > 0."""
         lin, elem, comm = self._per_tokens(tokens)
         if num_sampled:
             head, sample = self._per_sampled(num_sampled)
@@ -330,6 +306,26 @@ class TableCostModel:
             a, b = self._decode_ab(num_decode)
             attn += a + b * decode_context_sum
         overhead = self._step_s + self._seq_s * (len(prefill_tokens) + num_decode) + self._tok_s * tokens
+        return lin, attn, elem, comm, overhead
+
+    def breakdown(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
+                  decode_context_sum: int, num_sampled: int) -> StepTime:
+        tokens = sum(prefill_tokens) + num_decode
+        if tokens == 0:
+            return StepTime(overhead_s=self._step_s)
+        lin, attn, elem, comm, overhead = self._terms(prefill_tokens, prefill_context, num_decode,
+                                                      decode_context_sum, num_sampled, tokens)
+        return StepTime(linear_s=lin, attention_s=attn, elementwise_s=elem, comm_s=comm, overhead_s=overhead)
+
+    def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
+                    decode_context_sum: int, num_sampled: int) -> float:
+        # ``breakdown(...).total_s`` without building the StepTime (the engine's hot path); the
+        # terms are summed in StepTime.total_s's order, so both give the same float.
+        tokens = sum(prefill_tokens) + num_decode
+        if tokens == 0:
+            return self._step_s
+        lin, attn, elem, comm, overhead = self._terms(prefill_tokens, prefill_context, num_decode,
+                                                      decode_context_sum, num_sampled, tokens)
         return lin + attn + elem + comm + overhead
 
     def decode_affine(self, num_decode: int) -> tuple[float, float]:
