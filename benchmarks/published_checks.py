@@ -13,10 +13,11 @@ hardware, TP and precision as the only candidate, headroom 0, no failover) and c
 These are checks, not fits: nothing here tunes the model or the profiles. Prints a markdown table
 and writes JSON.
 
-    python benchmarks/published_checks.py [--only mlperf-v4.1-h100x8.yaml] [--prompt-tokens 256,1024]
+    python benchmarks/published_checks.py [--only mlperf-v4.1-h100x8.yaml] [--prompt-tokens 256,1024,fixed:1024]
                                           [--seeds 1,2] [--out benchmarks/results/published.json]
 
-``--prompt-tokens`` adds a sensitivity run per value for the mean prompt length (the MLPerf
+``--prompt-tokens`` adds a sensitivity run per value of the mean prompt length, or ``fixed:N``
+for every prompt exactly ``N`` tokens (the MLPerf
 OpenOrca mean input length is not in any source read for these checks; the plans assume 512);
 ``--seeds`` reruns each check with other seeds (each count is judged on one seeded run).
 """
@@ -56,6 +57,19 @@ def load_sources(folder: Path = PUBLISHED) -> list[dict[str, Any]]:
     return out
 
 
+def run_at(loaded: LoadedPlan, rate: float, replicas: int) -> dict[str, Any]:
+    """One planner verification run: ``replicas`` replicas of the plan's first candidate at
+    ``rate`` requests/s (its seed, run length and client network), checked against its SLO."""
+    cfg = loaded.config
+    template = build_tasks(loaded)[0]
+    row = loaded.forecast.iloc[0].to_dict()
+    cand = cfg.candidates[0]
+    sc = cell_scenario(loaded.candidate_scenarios[cand.name], row, rate, cfg, 0)
+    task = SearchTask(quarter=template.quarter, region=template.region, candidate=cand.name, scenario=sc,
+                      mixes=template.mixes, slo=template.slo, start=replicas, max_replicas=replicas)
+    return evaluate(task, replicas)
+
+
 def max_rate(loaded: LoadedPlan, replicas: int, guess: float, rel_tol: float = 0.02,
              max_runs: int = 16) -> dict[str, Any]:
     """Largest Poisson rate ``replicas`` replicas of the plan's first candidate hold under its SLO.
@@ -64,19 +78,11 @@ def max_rate(loaded: LoadedPlan, replicas: int, guess: float, rel_tol: float = 0
     bracket is within ``rel_tol``. Each rate is one simulation at the plan's ``num_requests`` and
     seed (common random numbers across rates). Returns the passing rate and the runs.
     """
-    cfg = loaded.config
-    template = build_tasks(loaded)[0]
-    row = loaded.forecast.iloc[0].to_dict()
-    cand = cfg.candidates[0]
     runs: dict[float, dict[str, Any]] = {}
 
     def ok(rate: float) -> bool:
         if rate not in runs:
-            sc = cell_scenario(loaded.candidate_scenarios[cand.name], row, rate, cfg, 0)
-            task = SearchTask(quarter=template.quarter, region=template.region, candidate=cand.name,
-                              scenario=sc, mixes=template.mixes, slo=template.slo, start=replicas,
-                              max_replicas=replicas)
-            runs[rate] = evaluate(task, replicas)
+            runs[rate] = run_at(loaded, rate, replicas)
         return bool(runs[rate]["passed"])
 
     lo: float | None = None
@@ -122,22 +128,33 @@ def effective_means(loaded: LoadedPlan, n: int = 200_000) -> tuple[float, float]
                  for d, f in ((wl.prompt_tokens, "prompt_tokens"), (wl.output_tokens, "output_tokens")))
 
 
-def check(entry: dict[str, Any], prompt_tokens: float | None = None, seed: int | None = None,
+def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | None = None,
           workers: int = 1) -> dict[str, Any]:
-    """Run one deployment's plan (optionally with another mean prompt length or seed) and compare."""
-    raw = yaml.safe_load(Path(entry["plan_path"]).read_text())
+    """Run one deployment's plan and compare; optionally with another prompt length or seed.
+
+    ``prompt_tokens`` is a mean for the base scenario's distribution (``"256"``) or ``"fixed:N"``,
+    every prompt exactly ``N`` tokens (``fixed:1024``, the dataset's cap, bounds the prompt load).
+    """
+    plan_path = Path(entry["plan_path"])
+    raw = yaml.safe_load(plan_path.read_text())
     if prompt_tokens is not None:
+        value = float(prompt_tokens.split(":")[-1])
+        if prompt_tokens.startswith("fixed:"):
+            base = yaml.safe_load((plan_path.parent / raw["scenario"]).read_text())
+            base["workload"]["prompt_tokens"] = {"dist": "fixed", "value": int(value)}
+            raw["scenario"] = base
         for row in raw["forecast"]:
-            row["avg_prompt_tokens"] = prompt_tokens
+            row["avg_prompt_tokens"] = value
     if seed is not None:
         raw.setdefault("simulation", {})["seed"] = seed
-    loaded = load_plan(raw, base_dir=Path(entry["plan_path"]).parent)
+    loaded = load_plan(raw, base_dir=plan_path.parent)
     eff_prompt, eff_output = effective_means(loaded)
     t0 = time.perf_counter()
     res = plan(loaded, workers=workers)
     ws = res.worksheet.iloc[0]
     tokens_per_sample = entry["tokens_per_s"] / entry["samples_per_s"]
     conv = max_rate(loaded, int(entry["replicas"]), guess=float(entry["samples_per_s"]))
+    at_pub = run_at(loaded, float(entry["samples_per_s"]), int(entry["replicas"]))
     wall = time.perf_counter() - t0
     pred_gpus = None if ws["status"] != "ok" else int(ws["gpus"])
     max_rps = conv["max_rps"]
@@ -150,7 +167,7 @@ def check(entry: dict[str, Any], prompt_tokens: float | None = None, seed: int |
         "tokens_per_sample": tokens_per_sample,
         "avg_prompt_tokens": float(ws["avg_prompt_tokens"]), "avg_output_tokens": float(ws["avg_output_tokens"]),
         "effective_prompt_tokens": eff_prompt, "effective_output_tokens": eff_output,
-        "seed": int(loaded.config.simulation.seed), "num_requests": int(loaded.config.simulation.num_requests),
+        "prompt_setting": prompt_tokens or "plan", "seed": int(loaded.config.simulation.seed), "num_requests": int(loaded.config.simulation.num_requests),
         "status": str(ws["status"]), "predicted_gpus": pred_gpus,
         "predicted_replicas": None if pred_gpus is None else int(ws["replicas"]),
         "gpu_error": None if pred_gpus is None else (pred_gpus - entry["gpus"]) / entry["gpus"],
@@ -161,6 +178,11 @@ def check(entry: dict[str, Any], prompt_tokens: float | None = None, seed: int |
         "max_rps_on_published_gpus": max_rps,
         "max_tokens_per_s_on_published_gpus": None if max_rps is None else max_rps * tokens_per_sample,
         "throughput_error": None if max_rps is None else (max_rps - entry["samples_per_s"]) / entry["samples_per_s"],
+        # Little's law on the published run: samples/s x mean end-to-end latency, per replica.
+        "published_in_flight_per_replica": None if entry.get("measured_mean_latency_ms") is None else
+        entry["samples_per_s"] * entry["measured_mean_latency_ms"] / 1000.0 / entry["replicas"],
+        "at_published_point": {"ttft_p99_ms": 1000 * at_pub["ttft_p99_s"], "tpot_p99_ms": 1000 * at_pub["tpot_p99_s"],
+                               "batching_factor": at_pub["batching_factor"], "passed": bool(at_pub["passed"])},
         "converse": conv, "wall_s": wall,
     }
 
@@ -186,10 +208,25 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def latency_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| deployment | mean prompt (drawn) | TTFT p99 published / ours (ms) | TPOT p99 published / ours (ms) "
+             "| requests in flight per replica: published (Little's law) / ours (mean running batch) |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        a = r["at_published_point"]
+        little = r.get("published_in_flight_per_replica")
+        lines.append(f"| {r['deployment']} | {r['effective_prompt_tokens']:.0f} "
+                     f"| {r['published_ttft_p99_ms']:.0f} / {a['ttft_p99_ms']:.0f} "
+                     f"| {r['published_tpot_p99_ms']:.0f} / {a['tpot_p99_ms']:.0f} "
+                     f"| {'–' if little is None else f'{little:.0f}'} / {a['batching_factor']:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=None, help="run only this plan file name")
-    ap.add_argument("--prompt-tokens", default="", help="comma-separated mean prompt lengths for a sensitivity run")
+    ap.add_argument("--prompt-tokens", default="", help="comma-separated mean prompt lengths (or fixed:N) "
+                    "for a sensitivity run, e.g. 256,1024,fixed:1024")
     ap.add_argument("--seeds", default="", help="comma-separated extra seeds for a sampling-noise run")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/published.json"))
@@ -201,12 +238,16 @@ def main() -> None:
         raise SystemExit(f"error: --only = {args.only!r}: no such plan in examples/published/sources.yaml")
     rows = [check(e, workers=args.workers) for e in entries]
     print(table(rows))
+    print("\nAt the published operating point (published rate on the published replicas):\n")
+    print(latency_table(rows))
     sens = []
-    for p in (float(x) for x in args.prompt_tokens.split(",") if x.strip()):
+    for p in (x.strip() for x in args.prompt_tokens.split(",") if x.strip()):
         sens += [check(e, prompt_tokens=p, workers=args.workers) for e in entries]
     if sens:
         print("\nSensitivity to the assumed mean prompt length:\n")
         print(table(sens))
+        print()
+        print(latency_table(sens))
     noise = []
     for seed in (int(x) for x in args.seeds.split(",") if x.strip()):
         noise += [check(e, seed=seed, workers=args.workers) for e in entries]
