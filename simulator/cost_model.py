@@ -67,8 +67,9 @@ class CostModel(Protocol):
         """Duration of one pure-decode step (same as ``decode_run_times`` for one entry)."""
         ...
 
-    # Optional: ``decode_affine(num_decode) -> (a, b)`` when a pure-decode step takes exactly
-    # ``a + b * decode_context_sum`` seconds; the engine then plans decode runs in closed form.
+    # Optional: ``decode_affine(num_decode) -> (a, b) | None``: (a, b) when a pure-decode step takes
+    # exactly ``a + b * decode_context_sum`` seconds (the engine then plans decode runs in closed
+    # form), None when it does not (the engine sums ``decode_run_times``).
 
 
 COST_MODELS: dict[str, Callable[..., CostModel]] = {}

@@ -80,6 +80,8 @@ class TableCostModel:
         self.L = model.num_layers
         self.abytes = 2.0 if model.dtype in ("fp8", "int8", "int4") else DTYPE_BYTES[model.dtype]
         self.peak, self.bw = self._peaks(df)
+        self._decode_slope: float | None = None
+        """Decode attention per layer per context token when it is the roofline (exactly affine)."""
         self.sources: dict[str, str] = {}
         """Op -> how it is predicted: ``measured``, ``scaled from <shape>``, or ``roofline``."""
         h, hd = model.hidden_size, model.head_dim
@@ -102,6 +104,7 @@ class TableCostModel:
         self._samp_cache: dict[int, tuple[float, float]] = {}
         self._pf_cache: dict[tuple[int, int], float] = {}
         self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._affine_cache: dict[int, tuple[float, float]] = {}
 
     # -- construction -------------------------------------------------------------------------------
     def _peaks(self, df: pd.DataFrame) -> tuple[float, float]:
@@ -233,6 +236,7 @@ class TableCostModel:
             self.sources["attn_decode"] = "roofline"
             slope = max(4.0 * self.heads * hd / (self.peak * eff.attention_compute),
                         2.0 * self.kv_heads * hd * self.abytes / (self.bw * eff.attention_memory))
+            self._decode_slope = slope
             return lambda n, s: slope * np.asarray(s, dtype=np.float64)
         sel, ratio, label = self._head_rows(rows, "kv")
         self.sources["attn_decode"] = label
@@ -327,6 +331,18 @@ class TableCostModel:
         if got is None:
             lin, _, elem, comm, overhead = self._terms([], [], n, 0, n, n)
             got = self._fixed_cache[n] = (lin, elem, comm, overhead)
+        return got
+
+    def decode_affine(self, num_decode: int) -> tuple[float, float] | None:
+        """``(a, b)`` with a pure-decode step taking ``a + b x context_sum`` when decode attention is
+        the roofline fallback (then the engine plans decode runs in closed form); None for measured
+        decode attention, which is only piecewise affine."""
+        if self._decode_slope is None:
+            return None
+        got = self._affine_cache.get(num_decode)
+        if got is None:
+            got = self._affine_cache[num_decode] = (self.step_time_s([], [], num_decode, 0, num_decode),
+                                                    self.L * self._decode_slope)
         return got
 
     def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:

@@ -93,6 +93,19 @@ def test_decode_runs_equal_single_steps_bit_for_bit(cpu_model: TableCostModel) -
         assert np.all(np.diff(dense) >= 0)
 
 
+def test_closed_form_decode_only_where_decode_is_exactly_affine(cpu_model: TableCostModel) -> None:
+    """Measured decode attention is piecewise: no closed form. Vidur's tables have no attention rows,
+    so decode attention is the roofline and the engine may plan runs in closed form."""
+    assert cpu_model.decode_affine(8) is None
+    vidur = make_cost_model(load_profile("h100-sxm-vidur"), MODEL_PRESETS["llama-3-8b"], 1)
+    for n in (1, 7, 64):
+        ctx = np.array([n * 10.0, n * 700.0, n * 4000.0])
+        a, b = vidur.decode_affine(n)
+        singles = [vidur.step_time_s([], [], n, int(c), n) for c in ctx]
+        np.testing.assert_allclose(a + b * ctx, singles, rtol=1e-12)
+        np.testing.assert_allclose(vidur.decode_run_times(n, ctx), singles, rtol=1e-12)
+
+
 def test_decode_curves_interpolate_measured_points_batches_and_edges() -> None:
     """Through every measured point; piecewise linear in the context sum; linear in the batch at
     the same context sum; noise that makes a longer context cheaper is flattened; below the grid
