@@ -131,11 +131,16 @@ def test_quick_validate_writes_its_table(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "validation.json").read_text())["capacity"]["measured_rps"] > 0
     oh = doc["overhead"]
     assert oh["step_s"] >= 0 and oh["per_seq_s"] >= 0 and oh["per_token_s"] >= 0
+    # Tolerances from this test's own noise: over seeds 0-23 on the shared 2-core machine (load
+    # average 2.4), predicted/measured ranged 0.65-1.27 for the p50s, 0.57-1.22 for the p99s,
+    # 0.99-1.13 for throughput and 0.82-1.24 for capacity (12 requests: a p99 is one request).
     rows = {r["metric"]: r for r in doc["rows"]}
-    for metric in ("ttft_p50", "tpot_p50", "e2e_p50", "throughput_rps"):
+    bounds = {"ttft_p50": (0.5, 1.6), "tpot_p50": (0.5, 1.6), "e2e_p50": (0.5, 1.6), "ttft_p99": (0.4, 1.7),
+              "e2e_p99": (0.4, 1.7), "throughput_rps": (0.85, 1.25)}
+    for metric, (lo, hi) in bounds.items():
         r = rows[metric]
-        assert r["measured"] > 0 and 1 / 3 < r["predicted"] / r["measured"] < 3, r
-    assert 0.5 < doc["capacity"]["predicted_rps"] / doc["capacity"]["measured_rps"] < 2
+        assert r["measured"] > 0 and lo < r["predicted"] / r["measured"] < hi, r
+    assert 0.65 < doc["capacity"]["predicted_rps"] / doc["capacity"]["measured_rps"] < 1.5
     assert "| 50% | ttft_p99 |" in format_table(doc)
 
 
