@@ -30,7 +30,7 @@ from .profiles import GIB, HardwareProfile, load_profile
 from .quantization import Precision, check_kv_head_split, resolve_precision
 from .replica import Replica
 from .request import RequestStatus, RequestTable
-from .router import ROUTERS
+from .router import ROUTERS, make_router
 from .policies import POLICIES  # the registry, with every policy registered
 from .scheduler import PREFIX_CACHING_POLICIES, DecodeRun, SchedulerOutput, SwapSpace
 from .disaggregated import DisaggregatedFleet
@@ -410,6 +410,9 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
             gc.enable()
     from .metrics import summarize  # local import: metrics depends on this module's result type
     result.summary = summarize(result)
+    routing = _routing_counters(run.routers)
+    if routing is not None:
+        result.summary["routing"] = routing
     if run.autoscaler is not None:
         from .metrics import measurement_window
         req = result.requests
@@ -420,6 +423,16 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     result.wall_s = time.perf_counter() - wall0
     result.summary["wall_s"] = result.wall_s
     return result
+
+
+def _routing_counters(routers: list[Any]) -> dict[str, int] | None:
+    """Affinity routers' counters summed over the run's routers (None for stateless routers)."""
+    out: dict[str, int] = {}
+    for r in routers:
+        if hasattr(r, "stats"):
+            for k, v in r.stats().items():
+                out[k] = out.get(k, 0) + v
+    return out or None
 
 
 class _Run:
@@ -438,11 +451,14 @@ class _Run:
         self._next_report = self.progress_every
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
+        self.scenario_deployment = dep
         levers_on = dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
                                           system.precision if levers_on else None)
         proposal = _proposal_time(scenario, system, cost)
         self.fleet: DisaggregatedFleet | None = None
+        self.routers: list[Any] = []
+        """Every router built for this run (affinity routers report counters)."""
         self.geo = None
         self.autoscaler = None
         if sch.policy == "disaggregated":
@@ -450,16 +466,16 @@ class _Run:
                 return Replica(env, index, _make_scheduler(scenario, system, table, rngs, proposal, cls), cost,
                                steps, horizon, self._finished, fast_forward)
             self.fleet = DisaggregatedFleet(env, scenario, system, table, make_replica,
-                                            lambda: ROUTERS[dep.router](rngs["routing"]), self.next_event_time)
+                                            lambda: self._router(rngs["routing"]), self.next_event_time)
             self.replicas = self.fleet.replicas
             self.entry = self.fleet.prefill              # arrivals go to the prefill pool
             self.router = self.fleet.prefill_router
         else:
-            self.router = ROUTERS[dep.router](rngs["routing"])
+            self.router = self._router(rngs["routing"])
             num_replicas = dep.replicas
             if scenario.fleet is not None:   # several regions: a geo router over per-region routers
                 from .fleet import GeoRouter
-                self.geo = GeoRouter(scenario.fleet, ROUTERS[dep.router], self.total, rngs["routing"], rngs["network"],
+                self.geo = GeoRouter(scenario.fleet, self._router, self.total, rngs["routing"], rngs["network"],
                                      lambda: float(env.now))
                 self.router, num_replicas = self.geo, self.geo.num_replicas
             if dep.autoscaler is not None:
@@ -478,6 +494,12 @@ class _Run:
         for r in self.replicas:
             r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
         env.process(self.arrivals())
+
+    def _router(self, rng: np.random.Generator) -> Any:
+        dep = self.scenario_deployment
+        router = make_router(dep.router, rng, self.table, dep.affinity)
+        self.routers.append(router)
+        return router
 
     def next_event_time(self) -> float:
         """Instant of the next arrival not yet delivered (or the stop time), for decode runs."""
