@@ -49,6 +49,9 @@ def check_pools(scenario: Scenario) -> None:
         if value is not None:
             raise ScenarioError(name, value, "is not modelled together with deployment.pools (model routing); "
                                 "use one or the other")
+    if dep.replicas != 1:
+        raise ScenarioError("deployment.replicas", dep.replicas, "with deployment.pools the replicas are per pool "
+                            "(deployment.pools[].replicas); leave deployment.replicas out")
     names = [p.name for p in pools]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -181,6 +184,7 @@ def pools_summary(scenario: Scenario, systems: Sequence[Any], requests: pd.DataF
         entry: dict[str, Any] = {
             "model": system.model.name, "hardware": system.profile.name, "replicas": pool.replicas,
             "tensor_parallel_size": pool_tp(scenario, pool), "num_gpus": pool.replicas * pool_tp(scenario, pool),
+            "num_gpu_blocks": system.kv_plan.num_gpu_blocks, "max_model_len": system.max_model_len,
             "requests": {"arrived": int(in_pool.sum()), "completed": int((in_pool & finished).sum()),
                          "measured": int(len(m))}}
         for metric in ("ttft_s", "tpot_s", "e2e_s"):

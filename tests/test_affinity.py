@@ -47,13 +47,14 @@ def _sessions(sc) -> np.ndarray:
 
 @pytest.mark.parametrize("router", ["session_affinity", "prefix_affinity"])
 def test_affinity_beats_round_robin_with_prefix_caching(router):
-    # Measured (seed 7, 2,000 requests): round_robin hit 0.64, TTFT p50 28 ms; affinity hit ~0.80,
-    # p50 16-18 ms. Margins below are about half the measured gap.
+    # Measured over seeds 1-5, 7, 8 (2,000 requests): hit rate +0.126 to +0.147 over round_robin
+    # (0.64), TTFT p50 0.57x-0.65x of round_robin's (28 ms), except prefix_affinity at seed 8: 0.79x
+    # (its 4 system prompts pin to replicas unevenly). The bounds leave room below the worst seen.
     for seed in (7, 8):
         rr = simulate(_chat("round_robin", seed)).summary
         aff = simulate(_chat(router, seed)).summary
-        assert aff["prefix_cache"]["hit_rate"] > rr["prefix_cache"]["hit_rate"] + 0.07, (seed, aff["prefix_cache"], rr["prefix_cache"])
-        assert aff["ttft_s"]["p50"] < 0.8 * rr["ttft_s"]["p50"], (seed, aff["ttft_s"]["p50"], rr["ttft_s"]["p50"])
+        assert aff["prefix_cache"]["hit_rate"] > rr["prefix_cache"]["hit_rate"] + 0.08, (seed, aff["prefix_cache"], rr["prefix_cache"])
+        assert aff["ttft_s"]["p50"] < 0.85 * rr["ttft_s"]["p50"], (seed, aff["ttft_s"]["p50"], rr["ttft_s"]["p50"])
 
 
 def test_affinity_is_seeded():
@@ -131,3 +132,18 @@ def test_affinity_thresholds_are_validated():
         make_scenario(**{"deployment.affinity.balance_rel_threshold": 0.5})
     with pytest.raises(ScenarioError, match=r"deployment.affinity.cache_threshold"):
         make_scenario(**{"deployment.affinity.cache_threshold": 1.5})
+
+
+def test_session_affinity_within_each_fleet_region():
+    fleet = {"regions": [{"name": "a", "replicas": 2}, {"name": "b", "replicas": 2}],
+             "clients": [{"name": "x", "share": 1, "rtt_ms": {"a": 10, "b": 50}},
+                         {"name": "y", "share": 1, "rtt_ms": {"a": 50, "b": 10}}]}
+    sc = make_scenario(**{"fleet": fleet, "deployment.router": "session_affinity", "num_requests": 600,
+                          "workload.arrival.rate_per_s": 4,
+                          "workload.sessions": {"turns": 3, "turn_gap_s": 2}})
+    r = simulate(sc)
+    sessions = _sessions(sc)
+    req = r.requests
+    # Each region has its own sticky router: a session's turns share a replica wherever they land.
+    per = req.assign(session=sessions).groupby(["session", "region"], observed=True)["replica"].nunique()
+    assert (per == 1).all() and set(req["replica"]) == {0, 1, 2, 3}

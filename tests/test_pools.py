@@ -86,6 +86,11 @@ def test_pools_are_seeded():
     (["deployment.autoscaler={max_replicas: 4, target_outstanding_per_replica: 4}"],
      "deployment.autoscaler = 'set': is not modelled together with deployment.pools"),
     (["deployment.pools=[{name: a}, {name: a}]"], "deployment.pools.name = 'a': pool names must be unique"),
+    (["deployment.replicas=4"], "deployment.replicas = 4: with deployment.pools the replicas are per pool"),
+    (["deployment.pool_routing.thresholds=[]"], "deployment.pool_routing.thresholds = []: by: prompt_tokens needs at least one"),
+    (["deployment.pool_routing.default=null"], "deployment.pool_routing.default = None: required: the pool for prompts longer than 512"),
+    (["deployment.pools=[{name: small, max_num_seqs: 9000}, {name: big}]"],
+     "deployment.pools.small.max_num_seqs = 9000: is above scheduler.max_num_batched_tokens=8192"),
 ])
 def test_bad_pool_config_is_a_one_line_cli_error(tmp_path, sets, expected):
     proc = run_cli("simulate", str(EXAMPLE), *[a for s in sets for a in ("--set", s)])
@@ -98,3 +103,13 @@ def test_example_runs_from_the_cli():
     proc = run_cli("simulate", str(EXAMPLE), "--set", "num_requests=500")
     assert proc.returncode == 0, proc.stderr
     assert "pool small: llama-3.2-1b" in proc.stdout and "pool big: llama-3-8b" in proc.stdout
+
+
+def test_out_folder_keeps_the_pool_column(tmp_path):
+    import pandas as pd
+    proc = run_cli("simulate", str(EXAMPLE), "--set", "num_requests=300", "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    req = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert set(req["pool"]) == {"small", "big"}
+    again = load_scenario(tmp_path / "run" / "scenario.yaml")      # the saved scenario loads back
+    assert [p.name for p in again.deployment.pools] == ["small", "big"]
