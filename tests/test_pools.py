@@ -113,3 +113,11 @@ def test_out_folder_keeps_the_pool_column(tmp_path):
     assert set(req["pool"]) == {"small", "big"}
     again = load_scenario(tmp_path / "run" / "scenario.yaml")      # the saved scenario loads back
     assert [p.name for p in again.deployment.pools] == ["small", "big"]
+
+
+def test_dashboard_report_counts_every_pool(routed):
+    from simulator.analysis import num_gpus, run_report
+    rep = run_report(routed)
+    assert num_gpus(routed.scenario) == 3 == rep.system["num_gpus"]
+    # KV usage over all pools' blocks: below the busiest replica's own usage, above zero.
+    assert 0 < rep.series["kv_usage"].max() <= routed.summary["kv_cache"]["max_usage"]
