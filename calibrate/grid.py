@@ -15,13 +15,15 @@ from simulator.op_table import OP_FAMILY, SHAPE_COLUMNS
 FULL_TOKENS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
                2048, 3072, 4096, 6144, 8192, 12288, 16384)
 QUICK_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-FULL_CHUNKS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+#: Prefill chunks from 1 token (short prompts, chunked-prefill remainders), ~1.4x apart from 8 up.
+FULL_CHUNKS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+               4096, 6144, 8192, 12288, 16384)
 QUICK_CHUNKS = (16, 32, 64, 128)
-FULL_PREFILL_CONTEXTS = (0, 128, 512, 2048, 8192, 32768)
+FULL_PREFILL_CONTEXTS = (0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 QUICK_PREFILL_CONTEXTS = (0, 256)
 FULL_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 QUICK_BATCHES = (1, 4, 16)
-FULL_DECODE_CONTEXTS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
+FULL_DECODE_CONTEXTS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 QUICK_DECODE_CONTEXTS = (64, 256, 1024)
 ELEMENTWISE_PER_LAYER = ("rmsnorm", "rotary", "silu_mul", "residual_add", "kv_write")
 
@@ -113,7 +115,7 @@ def build_grid(model: ModelSpec, tp: int, dtype: str, limits: GridLimits) -> lis
     return specs
 
 
-def rotation_copies(spec: BenchSpec, cache_bytes: int, max_copies: int = 8) -> int:
+def rotation_copies(spec: BenchSpec, cache_bytes: int, max_copies: int = 4096) -> int:
     """Input sets to rotate through so that each call finds its operands out of cache: enough to
     span twice the last-level cache, at least one, at most ``max_copies``."""
     if spec.bytes_per_copy <= 0:

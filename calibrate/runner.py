@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,16 +40,22 @@ Progress = Callable[[int, int, str], None]
 
 @dataclass(frozen=True)
 class Timing:
-    """How each benchmark is timed: ``warmup`` untimed calls, then at least ``min_repeats`` timed
-    calls and more until ``min_time_s`` of kernel time or ``max_repeats``."""
+    """How each benchmark is timed: ``allocations`` times over, on freshly allocated inputs,
+    ``warmup`` untimed calls, then at least ``min_repeats`` timed calls and more until
+    ``min_time_s`` of kernel time (split over the allocations) or ``max_repeats``. The row's median
+    is the median of the allocations' medians: on a CPU the same GEMM runs 10-15% faster or
+    slower depending on where its tensors landed, so one allocation is one sample, not the truth."""
 
     warmup: int = 3
     min_repeats: int = 15
-    max_repeats: int = 60
+    max_repeats: int = 1000
     min_time_s: float = 0.1
+    allocations: int = 3
+    max_copies: int = 4096
 
 
-QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=10, min_time_s=0.005)
+#: The quick grid keeps at most 8 input copies: minute-scale, but small operands stay cache-resident.
+QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=10, min_time_s=0.005, allocations=1, max_copies=8)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -172,15 +179,20 @@ def measure(spec: BenchSpec, device: torch.device, dtype: str, timing: Timing, c
             clock: str = "wall") -> dict[str, Any]:
     """Time one benchmark; returns its table row."""
     tdtype = kernels.TORCH_DTYPES[dtype]
-    calls = kernels.build(spec, rotation_copies(spec, cache), device, tdtype)
-    t = time_kernel(calls, device, timing, clock)
-    del calls
-    return row_of(spec, dtype, t)
+    allocs = max(1, timing.allocations)
+    each = replace(timing, min_time_s=timing.min_time_s / allocs)
+    runs = []
+    for _ in range(allocs):
+        calls = kernels.build(spec, rotation_copies(spec, cache, timing.max_copies), device, tdtype)
+        runs.append(time_kernel(calls, device, each, clock))
+        del calls
+    return row_of(spec, dtype, np.concatenate(runs), median_s=float(np.median([np.median(r) for r in runs])))
 
 
-def row_of(spec: BenchSpec, dtype: str, t: np.ndarray) -> dict[str, Any]:
+def row_of(spec: BenchSpec, dtype: str, t: np.ndarray, median_s: float | None = None) -> dict[str, Any]:
+    """A table row: ``median_s`` (default: the calls' median), p10/p90/std over every call."""
     return {"op": spec.op, "family": spec.family, "dtype": dtype, **spec.shape,
-            "median_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
+            "median_s": float(np.median(t) if median_s is None else median_s), "p10_s": float(np.percentile(t, 10)),
             "p90_s": float(np.percentile(t, 90)), "std_s": float(np.std(t)), "repeats": len(t)}
 
 
@@ -374,10 +386,10 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
     noise.update({"median_rel_spread_p90_p10": float(np.median(spread)),
                   "p90_rel_spread_p90_p10": float(np.percentile(spread, 90))})
     gemm = table[table["family"] == "gemm"]
-    peak = float((2.0 * gemm["tokens"] * gemm["n"] * gemm["k"] / gemm["median_s"]).max())
+    peak = _round_up(float((2.0 * gemm["tokens"] * gemm["n"] * gemm["k"] / gemm["median_s"]).max()))
     eb = 4.0 if settings.dtype == "fp32" else 2.0
     stream = table[table["op"].isin(["residual_add"])]
-    bw = float((3.0 * stream["tokens"] * stream["width"] * eb / stream["median_s"]).max())
+    bw = _round_up(float((3.0 * stream["tokens"] * stream["width"] * eb / stream["median_s"]).max()))
     loo = leave_one_out(table, peak=peak, bw=bw, elem_bytes=eb)
     fit = {r["family"]: {"points": int(r["points"]), "median_abs_error": round(float(r["median_abs_error"]), 4),
                          "p90_abs_error": round(float(r["p90_abs_error"]), 4)}
@@ -400,8 +412,8 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
         "table_sha256": file_sha256(out / "ops.csv"),
         "table_schema": TABLE_SCHEMA,
         "memory_bytes": total_mem,
-        "memory_bandwidth_bytes_per_s": float(f"{bw:.4g}"),
-        "peak_flops": {settings.dtype: float(f"{peak:.4g}")},
+        "memory_bandwidth_bytes_per_s": bw,
+        "peak_flops": {settings.dtype: peak},
         "non_torch_memory_bytes": GIB if dev.type == "cuda" else 0,
         "provenance": {
             "tool": "llmplan calibrate",
@@ -435,6 +447,15 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
     partial.unlink(missing_ok=True)
     (out / SETTINGS_FILE).unlink(missing_ok=True)
     return out / "profile.yaml"
+
+
+def _round_up(x: float, digits: int = 4) -> float:
+    """``x`` rounded up to ``digits`` significant digits: a peak written to the profile is never
+    below the best rate measured, so no op reports more than 100% of it."""
+    if x <= 0 or not math.isfinite(x):
+        return x
+    scale = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return float(f"{math.ceil(x / scale) * scale:.{digits}g}")
 
 
 def _nvidia_driver() -> str:

@@ -163,44 +163,63 @@ def _roof_linear(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class DecodeFit:
-    """Decode attention at ``batch`` sequences: ``alpha + beta x context_sum`` seconds (least
-    squares with non-negative coefficients over the measured contexts)."""
+class DecodeCurves:
+    """Decode attention time as a function of the batch and the context sum ``s`` (tokens attended
+    over by all sequences together).
 
-    batches: np.ndarray
-    alpha: np.ndarray
-    beta: np.ndarray
+    For each measured batch: linear interpolation in ``s`` between the measured contexts (times made
+    non-decreasing along ``s`` first, so measurement noise cannot make a longer context cheaper);
+    beyond the largest, the last segment's slope; below the smallest, the first segment's slope but
+    never less than in proportion to ``s``. Between measured batches: linear in the batch at the
+    same context sum; outside them, in proportion to the batch at the same context per sequence.
+    Piecewise affine in ``s``, so a CPU whose cost per context token changes with the KV working set
+    is followed where a single affine fit would miss by 10-20%.
+    """
+
+    batches: tuple[float, ...]
+    sums: tuple[np.ndarray, ...]
+    times: tuple[np.ndarray, ...]
 
     @classmethod
-    def fit(cls, rows: pd.DataFrame) -> "DecodeFit":
-        bs, al, be = [], [], []
+    def fit(cls, rows: pd.DataFrame) -> "DecodeCurves":
+        bs, xs, ts = [], [], []
         for b, g in rows.groupby("batch"):
-            a, s = _affine_fit(g["context"].to_numpy() * float(b), g["median_s"].to_numpy())
-            bs.append(float(b)), al.append(a), be.append(s)
-        return cls(np.array(bs), np.array(al), np.array(be))
+            pts = g.groupby("context")["median_s"].median().sort_index()
+            bs.append(float(b))
+            xs.append(pts.index.to_numpy(np.float64) * float(b))
+            ts.append(np.maximum.accumulate(pts.to_numpy(np.float64)))
+        return cls(tuple(bs), tuple(xs), tuple(ts))
 
-    def coefficients(self, batch: int) -> tuple[float, float]:
-        """``(alpha, beta)`` at any batch: linear in log(batch) between measured batches; beyond
-        the largest, the fixed part grows in proportion to the batch and the slope stays."""
-        if batch <= self.batches[0]:
-            return float(self.alpha[0]), float(self.beta[0])
-        if batch >= self.batches[-1]:
-            return float(self.alpha[-1] * batch / self.batches[-1]), float(self.beta[-1])
-        lb = np.log(self.batches)
-        x = np.log(batch)
-        return float(np.interp(x, lb, self.alpha)), float(np.interp(x, lb, self.beta))
+    @staticmethod
+    def curve(x: np.ndarray, t: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """One batch's time at context sums ``s`` from its measured ``(x, t)`` (see class doc)."""
+        if len(x) == 1:
+            return t[0] * s / x[0]
+        y = np.interp(s, x, t)
+        lo, hi = s < x[0], s > x[-1]
+        if lo.any():
+            slope = (t[1] - t[0]) / (x[1] - x[0])
+            y = np.where(lo, np.maximum(t[0] - slope * (x[0] - s), t[0] * s / x[0]), y)
+        if hi.any():
+            slope = (t[-1] - t[-2]) / (x[-1] - x[-2])
+            y = np.where(hi, t[-1] + slope * (s - x[-1]), y)
+        return y
 
-
-def _affine_fit(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """Non-negative least squares ``t ~ a + b x`` (relative weighting: each point divided by t)."""
-    from scipy.optimize import nnls
-
-    if len(x) == 1:
-        return float(t[0]), 0.0
-    w = 1.0 / t
-    A = np.column_stack([np.ones_like(x), x]) * w[:, None]
-    coef, _ = nnls(A, t * w)
-    return float(coef[0]), float(coef[1])
+    def __call__(self, batch: float, s: float | np.ndarray) -> np.ndarray:
+        s = np.asarray(s, dtype=np.float64)
+        bs = self.batches
+        if batch <= bs[0] or batch >= bs[-1]:
+            i = 0 if batch <= bs[0] else len(bs) - 1
+            if batch == bs[i]:
+                return self.curve(self.sums[i], self.times[i], s)
+            r = batch / bs[i]
+            return self.curve(self.sums[i], self.times[i], s / r) * r
+        i = bisect.bisect_right(bs, batch) - 1
+        if batch == bs[i]:
+            return self.curve(self.sums[i], self.times[i], s)
+        w = (batch - bs[i]) / (bs[i + 1] - bs[i])
+        return ((1.0 - w) * self.curve(self.sums[i], self.times[i], s)
+                + w * self.curve(self.sums[i + 1], self.times[i + 1], s))
 
 
 # -- leave-one-out fit report ---------------------------------------------------------------------------
@@ -224,13 +243,28 @@ def prefill_pairs(q: np.ndarray | float, c: np.ndarray | float) -> np.ndarray:
     return q * c + q * (q + 1) / 2.0
 
 
+def prefill_roof(heads: float, kv_heads: float, head_dim: float, peak: float, bw: float,
+                 elem_bytes: float) -> Callable[[np.ndarray | float, float], np.ndarray]:
+    """Roofline of one prefill-attention call: ``max(FLOPs / peak, bytes / bandwidth)`` for a ``q``
+    chunk after ``c`` cached tokens (4 FLOPs per head and dimension per causal pair; the chunk's
+    queries and outputs plus the keys and values of all ``c + q`` tokens). Its ratios extend a
+    measured curve beyond the grid: a short chunk after a long context streams the cache (bytes),
+    a long chunk is compute bound (pairs)."""
+    def roof(q: np.ndarray | float, c: float) -> np.ndarray:
+        q = np.asarray(q, dtype=np.float64)
+        flops = 4.0 * heads * head_dim * prefill_pairs(q, c)
+        nbytes = (2.0 * heads * head_dim * q + 2.0 * kv_heads * head_dim * (c + q)) * elem_bytes
+        return np.maximum(flops / peak, nbytes / bw)
+    return roof
+
+
 def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_bytes: float = 2.0) -> pd.DataFrame:
     """Hold out each measured point, predict it from the rest the way the cost model does, and
     return one row per point: ``op, family, shape, measured_s, predicted_s, rel_error``.
 
     GEMMs, elementwise ops, sampling and collectives: 1-D log-log curves over the size (edges
     extrapolated by the roofline). Prefill attention: along the chunk axis within each context.
-    Decode attention: the affine fit in the context sum, refitted without the point.
+    Decode attention: within each batch, the piecewise-linear curve in the context sum without the point.
     """
     out: list[pd.DataFrame] = []
     for (op, dtype), g in df.groupby(["op", "dtype"], sort=False):
@@ -249,19 +283,22 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
             s = s.copy()
             t = s["median_s"].to_numpy(dtype=np.float64)
             if fam == "attn_decode":
-                x = s["context"].to_numpy(dtype=np.float64)
+                x = s["context"].to_numpy(dtype=np.float64) * s["batch"].to_numpy(dtype=np.float64)
                 err = np.full(len(x), np.nan)
                 if len(x) >= 3:
+                    order = np.argsort(x)
                     for i in range(len(x)):
-                        keep = np.arange(len(x)) != i
-                        a, b = _affine_fit(x[keep], t[keep])
-                        err[i] = (a + b * x[i]) / t[i] - 1.0
+                        keep = order[order != i]
+                        tk = np.maximum.accumulate(t[keep])
+                        err[i] = float(DecodeCurves.curve(x[keep], tk, np.array([x[i]]))[0]) / t[i] - 1.0
             elif fam == "gemm":
                 n, k = float(s["n"].iloc[0]), float(s["k"].iloc[0])
                 err = _loo_curve(s["tokens"].to_numpy(np.float64), t, gemm_roof(n, k, peak, bw, elem_bytes))
             elif fam == "attn_prefill":
                 c = float(s["context"].iloc[0])
-                err = _loo_curve(s["tokens"].to_numpy(np.float64), t, lambda q, c=c: prefill_pairs(q, c))
+                roof = prefill_roof(float(s["num_heads"].iloc[0]), float(s["num_kv_heads"].iloc[0]),
+                                    float(s["head_dim"].iloc[0]), peak, bw, elem_bytes)
+                err = _loo_curve(s["tokens"].to_numpy(np.float64), t, lambda q, c=c: roof(q, c))
             elif fam == "comm":
                 x = s["message_bytes"].to_numpy(np.float64)
                 err = _loo_curve(x, t, lambda v, x0=x.min(): np.maximum(v, x0))

@@ -7,9 +7,9 @@ tensor-parallel shard), each looked up in the profile's table (:mod:`simulator.o
   shard's ``n x k``, interpolated in log-log space between measured token counts;
 * prefill attention per request: chunk x cached context, log-log along the chunk within each
   measured context and log(1 + context) between contexts;
-* decode attention: ``alpha(batch) + beta(batch) x context_sum`` fitted per measured batch
-  (non-negative least squares), interpolated in log(batch): exactly affine in the context sum, so
-  the engine's closed-form decode runs stay exact;
+* decode attention: per measured batch, piecewise linear in the context sum between the measured
+  contexts; between measured batches, linear in the batch at the same context sum
+  (:class:`~simulator.op_table.DecodeCurves`);
 * RMSNorm (2 per layer + final), rotary, SiLU-and-multiply, residual adds (2 per layer), KV-cache
   writes, and sampling per sampled row: time vs tokens for the op's width;
 * tensor-parallel all-reduces (2 per layer) from measured ``all_reduce`` rows at the TP degree,
@@ -34,7 +34,8 @@ import pandas as pd
 from .cost_model import StepTime, register
 from .errors import ScenarioError
 from .models import DTYPE_BYTES, ModelSpec
-from .op_table import (TABLE_SCHEMA, DecodeFit, LogCurve, compatible_dtype, gemm_roof, prefill_pairs,
+from .op_table import (TABLE_SCHEMA, DecodeCurves, LogCurve, compatible_dtype, gemm_roof, prefill_pairs,
+                       prefill_roof,
                        read_table)
 from .profiles import HardwareProfile
 
@@ -49,12 +50,6 @@ def _nearest(candidates: pd.DataFrame, cols: list[str], target: list[float]) -> 
     vals = np.log(np.maximum(candidates[cols].to_numpy(dtype=np.float64), 1.0))
     dist = np.abs(vals - np.log(np.maximum(np.array(target, dtype=np.float64), 1.0))).sum(axis=1)
     return candidates.iloc[int(np.argmin(dist))]
-
-
-def _pairs_ratio(q: float, c: float, c0: float) -> float:
-    """Causal (query, key) pairs of a ``q`` chunk after ``c`` cached tokens over those after ``c0``."""
-    base = q * (q + 1) / 2.0
-    return (q * c + base) / (q * c0 + base)
 
 
 @register("table")
@@ -106,8 +101,7 @@ class TableCostModel:
         self._tok_cache: dict[int, tuple[float, float, float]] = {}
         self._samp_cache: dict[int, tuple[float, float]] = {}
         self._pf_cache: dict[tuple[int, int], float] = {}
-        self._dec_cache: dict[int, tuple[float, float]] = {}
-        self._fixed_cache: dict[int, float] = {}
+        self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
 
     # -- construction -------------------------------------------------------------------------------
     def _peaks(self, df: pd.DataFrame) -> tuple[float, float]:
@@ -203,19 +197,26 @@ class TableCostModel:
         sel, ratio, label = self._head_rows(rows, "q")
         self.sources["attn_prefill"] = label
         contexts = np.array(sorted(sel["context"].unique()), dtype=np.float64)
+        first = sel.iloc[0]
+        roof = prefill_roof(float(first["num_heads"]), float(first["num_kv_heads"]), float(first["head_dim"]),
+                            self.peak, self.bw, self.abytes)
+
+        def ctx_ratio(q: int, c: float, c0: float) -> float:
+            return float(roof(q, c) / roof(q, c0))
+
         cols = []
         for c in contexts:
             pts = sel[sel["context"] == c].groupby("tokens")["median_s"].median()
             cols.append(LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(),
-                                 lambda q, c=c: prefill_pairs(q, c)))
+                                 lambda q, c=c: roof(q, c)))
         lc = np.log1p(contexts)
 
         def fn(q: int, c: int) -> float:
             if c >= contexts[-1] or len(contexts) == 1:
                 j = len(contexts) - 1 if c >= contexts[-1] else 0
-                t = cols[j].scalar(q) * _pairs_ratio(q, c, contexts[j])
+                t = cols[j].scalar(q) * ctx_ratio(q, c, contexts[j])
             elif c <= contexts[0]:
-                t = cols[0].scalar(q) * _pairs_ratio(q, c, contexts[0])
+                t = cols[0].scalar(q) * ctx_ratio(q, c, contexts[0])
             else:
                 i = int(np.searchsorted(contexts, c, side="right")) - 1
                 w = (math.log1p(c) - lc[i]) / (lc[i + 1] - lc[i])
@@ -223,7 +224,8 @@ class TableCostModel:
             return t * ratio
         return fn
 
-    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int], tuple[float, float]]:
+    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, np.ndarray], np.ndarray]:
+        """One layer's decode attention over ``n`` sequences at context sums ``s`` (an array)."""
         hd = self.model.head_dim
         if rows.empty:
             self._need_roofline("attn_decode")
@@ -231,15 +233,11 @@ class TableCostModel:
             self.sources["attn_decode"] = "roofline"
             slope = max(4.0 * self.heads * hd / (self.peak * eff.attention_compute),
                         2.0 * self.kv_heads * hd * self.abytes / (self.bw * eff.attention_memory))
-            return lambda n: (0.0, slope)
+            return lambda n, s: slope * np.asarray(s, dtype=np.float64)
         sel, ratio, label = self._head_rows(rows, "kv")
         self.sources["attn_decode"] = label
-        fit = DecodeFit.fit(sel)
-
-        def fn(n: int) -> tuple[float, float]:
-            a, b = fit.coefficients(n)
-            return a * ratio, b * ratio
-        return fn
+        curves = DecodeCurves.fit(sel)
+        return lambda n, s: curves(n, s) * ratio
 
     def _comm_fn(self, rows: pd.DataFrame) -> Fn:
         tp = self.tp
@@ -283,12 +281,8 @@ class TableCostModel:
             got = self._pf_cache[(q, c)] = self.L * self._prefill(q, c)
         return got
 
-    def _decode_ab(self, n: int) -> tuple[float, float]:
-        got = self._dec_cache.get(n)
-        if got is None:
-            a, b = self._decode(n)
-            got = self._dec_cache[n] = (self.L * a, self.L * b)
-        return got
+    def _decode_attn(self, n: int, s: float | np.ndarray) -> np.ndarray:
+        return self.L * self._decode(n, s)
 
     # -- the CostModel interface --------------------------------------------------------------------
     def _terms(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
@@ -303,8 +297,7 @@ class TableCostModel:
             if q:
                 attn += self._prefill_s(q, c)
         if num_decode:
-            a, b = self._decode_ab(num_decode)
-            attn += a + b * decode_context_sum
+            attn += float(self._decode_attn(num_decode, decode_context_sum))
         overhead = self._step_s + self._seq_s * (len(prefill_tokens) + num_decode) + self._tok_s * tokens
         return lin, attn, elem, comm, overhead
 
@@ -328,20 +321,22 @@ class TableCostModel:
                                                       decode_context_sum, num_sampled, tokens)
         return lin + attn + elem + comm + overhead
 
-    def decode_affine(self, num_decode: int) -> tuple[float, float]:
-        """A pure-decode step of ``num_decode`` requests takes ``a + b x context_sum`` seconds."""
-        a = self._fixed_cache.get(num_decode)
-        if a is None:
-            a = self._fixed_cache[num_decode] = self.breakdown([], [], num_decode, 0, num_decode).total_s
-        return a, self._decode_ab(num_decode)[1]
+    def _decode_fixed(self, n: int) -> tuple[float, float, float, float]:
+        """(linear, elementwise, comm, overhead) of a pure-decode step of ``n`` requests."""
+        got = self._fixed_cache.get(n)
+        if got is None:
+            lin, _, elem, comm, overhead = self._terms([], [], n, 0, n, n)
+            got = self._fixed_cache[n] = (lin, elem, comm, overhead)
+        return got
 
     def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
-        a, b = self.decode_affine(num_decode)
-        return a + b * np.asarray(decode_context_sums, dtype=np.float64)
+        # Element for element the same float operations as step_time_s([], [], n, s, n).
+        lin, elem, comm, overhead = self._decode_fixed(num_decode)
+        attn = self._decode_attn(num_decode, np.asarray(decode_context_sums, dtype=np.float64))
+        return lin + attn + elem + comm + overhead
 
     def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
-        a, b = self.decode_affine(num_decode)
-        return a + b * decode_context_sum
+        return self.step_time_s([], [], num_decode, decode_context_sum, num_decode)
 
     # -- reporting ------------------------------------------------------------------------------------
     def op_time_s(self, op: str, tokens: int, context: int = 0) -> float:
@@ -355,8 +350,7 @@ class TableCostModel:
         if op == "attn_prefill":
             return self._prefill(tokens, context)
         if op == "attn_decode":
-            a, b = self._decode(tokens)
-            return a + b * tokens * context
+            return float(self._decode(tokens, float(tokens * context)))
         if op == "all_reduce":
             return self._comm(tokens * self.model.hidden_size * self.abytes)
         raise KeyError(op)

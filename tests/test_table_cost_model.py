@@ -80,16 +80,41 @@ def test_leave_one_out_is_zero_on_exact_models() -> None:
     assert set(summary["family"]) == {"elementwise", "attn_decode"}
 
 
-def test_decode_affine_matches_single_steps_and_runs(cpu_model: TableCostModel) -> None:
-    """The engine's closed-form decode runs rely on a + b x context_sum being the step time."""
+def test_decode_runs_equal_single_steps_bit_for_bit(cpu_model: TableCostModel) -> None:
+    """The engine's decode fast-forward sums ``decode_run_times``; each entry must be the very
+    float ``step_time_s`` gives for that step, and never decrease as the context grows."""
     for n in (1, 3, 8, 24, 300):
-        ctx = np.array([n * 10.0, n * 500.0, n * 1700.0])
+        ctx = np.array([1.0, n * 3.0, n * 10.0, n * 500.0, n * 1700.0, n * 9000.0])
         singles = [cpu_model.step_time_s([], [], n, int(c), n) for c in ctx]
-        a, b = cpu_model.decode_affine(n)
-        assert b >= 0
-        np.testing.assert_allclose(a + b * ctx, singles, rtol=1e-12)
-        np.testing.assert_allclose(cpu_model.decode_run_times(n, ctx), singles, rtol=1e-12)
-        assert cpu_model.decode_step_time_s(n, int(ctx[1])) == pytest.approx(singles[1], rel=1e-12)
+        runs = cpu_model.decode_run_times(n, ctx)
+        assert runs.tolist() == singles
+        assert cpu_model.decode_step_time_s(n, int(ctx[3])) == singles[3]
+        dense = cpu_model.decode_run_times(n, np.arange(1.0, n * 2100.0, max(1.0, n / 3)))
+        assert np.all(np.diff(dense) >= 0)
+
+
+def test_decode_curves_interpolate_measured_points_batches_and_edges() -> None:
+    """Through every measured point; piecewise linear in the context sum; linear in the batch at
+    the same context sum; noise that makes a longer context cheaper is flattened; below the grid
+    the first segment continues but never under proportional; above it the last segment does."""
+    from simulator.op_table import DecodeCurves
+
+    rows = pd.DataFrame([{"batch": b, "context": c, "median_s": t} for b, pts in
+                         {2: [(16, 10.0), (64, 20.0), (256, 80.0)],
+                          4: [(16, 1.0), (64, 10.0), (256, 40.0)],
+                          8: [(16, 30.0), (64, 25.0), (256, 200.0)]}.items() for c, t in pts])
+    cv = DecodeCurves.fit(rows)
+    assert float(cv(2, 2 * 64)) == 20.0 and float(cv(8, 8 * 256)) == 200.0
+    assert float(cv(2, 2 * 40)) == pytest.approx(15.0)             # halfway between 16 and 64
+    assert float(cv(8, 8 * 40)) == pytest.approx(30.0)             # 25 < 30 at 64 is flattened
+    s = 2 * 256.0                                                  # batch 3 and 5 at the same context sum
+    assert float(cv(3, s)) == pytest.approx(0.5 * 80.0 + 0.5 * 20.0)
+    assert float(cv(5, s)) == pytest.approx(0.75 * 20.0 + 0.25 * float(cv(8, s)))
+    assert float(cv(2, 2 * 4)) == pytest.approx(10.0 - (10.0 / 96) * 24)   # first segment continued
+    assert float(cv(8, 8 * 4)) == 30.0                              # a flat first segment stays flat
+    assert float(cv(4, 4 * 4)) == pytest.approx(1.0 * 4 / 16)       # steep: proportional floor
+    assert float(cv(2, 2 * 512)) == pytest.approx(80.0 + (60.0 / 384) * 512)
+    assert float(cv(16, 16 * 64)) == pytest.approx(2 * 30.0)         # beyond the batches: proportional
 
 
 def test_steps_grow_with_batch_context_and_prompt(cpu_model: TableCostModel) -> None:
