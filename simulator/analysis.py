@@ -44,8 +44,11 @@ def measured_requests(result: SimulationResult) -> pd.DataFrame:
 
 
 def num_gpus(scenario: Scenario) -> int:
-    """GPUs the deployment holds: replicas x tensor-parallel size."""
-    return scenario.deployment.replicas * scenario.deployment.tensor_parallel_size
+    """GPUs the deployment holds: replicas x tensor-parallel size (summed over model pools)."""
+    dep = scenario.deployment
+    if dep.pools:
+        return sum(p.replicas * (p.tensor_parallel_size or dep.tensor_parallel_size) for p in dep.pools)
+    return dep.replicas * dep.tensor_parallel_size
 
 
 def cost_per_million_tokens(summary: dict[str, Any], price_per_gpu_hour: float | None,
@@ -234,8 +237,16 @@ def run_report(result: SimulationResult, *, max_cdf_points: int = 500, num_bins:
         kpis=kpis(result.summary, sc, system.profile.price_per_gpu_hour),
         cdf=latency_cdf(measured, max_points=max_cdf_points),
         stages=stage_breakdown(measured),
-        series=time_series(result.steps, plan.num_gpu_blocks, sc.deployment.replicas, result.sim_time_s, num_bins),
+        series=time_series(result.steps, *_kv_blocks_and_replicas(result), result.sim_time_s, num_bins),
         system=info)
+
+
+def _kv_blocks_and_replicas(result: SimulationResult) -> tuple[int, int]:
+    """KV blocks per replica and replicas, for the usage series (model pools: all blocks, 1)."""
+    pools = getattr(result.system, "pools", ())
+    if pools:
+        return sum(s.kv_plan.num_gpu_blocks * sub.deployment.replicas for sub, s in pools), 1
+    return result.system.kv_plan.num_gpu_blocks, result.scenario.deployment.replicas
 
 
 # -- load ------------------------------------------------------------------------------------------

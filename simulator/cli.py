@@ -132,9 +132,13 @@ def _ms(x: Any) -> str:
 
 def print_summary(summary: dict[str, Any], result: Any) -> None:
     sys_ = result.system
-    out_console.print(f"[bold]{summary['name']}[/]  model={sys_.model.name}  hardware={sys_.profile.name} "
-                      f"({sys_.profile.source})  seed={summary['seed']}  "
-                      f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}")
+    if getattr(sys_, "pools", ()):   # model routing: one line per pool below
+        out_console.print(f"[bold]{summary['name']}[/]  pools={', '.join(escape(n) for n in summary['pools'])}  "
+                          f"seed={summary['seed']}")
+    else:
+        out_console.print(f"[bold]{summary['name']}[/]  model={sys_.model.name}  hardware={sys_.profile.name} "
+                          f"({sys_.profile.source})  seed={summary['seed']}  "
+                          f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}")
     dep = summary.get("deployment")
     if dep:
         out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']})  "
@@ -172,6 +176,12 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     for region, f in (summary.get("fleet") or {}).items():
         out_console.print(f"region {escape(region)}: {f['requests']} requests, client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
                           f"E2E p99 {_ms(f['client_e2e_p99_s'])} ms, mean RTT {_ms(f['rtt_mean_s'])} ms")
+    for name, pl in (summary.get("pools") or {}).items():
+        out_console.print(f"pool {escape(name)}: {escape(pl['model'])} on {pl['num_gpus']} x {escape(pl['hardware'])} "
+                          f"(KV blocks {pl['num_gpu_blocks']:,}), "
+                          f"{pl['requests']['arrived']} requests; p50/p99 TTFT {_ms(pl['ttft_s']['p50'])}/"
+                          f"{_ms(pl['ttft_s']['p99'])} ms, TPOT {_ms(pl['tpot_s']['p50'])}/{_ms(pl['tpot_s']['p99'])} ms, "
+                          f"E2E {_ms(pl['e2e_s']['p50'])}/{_ms(pl['e2e_s']['p99'])} ms")
     auto = summary.get("autoscaler")
     if auto:
         out_console.print(f"autoscaler: cold start {auto['cold_start_s']:.1f} s, {auto['scale_events']} changes, "

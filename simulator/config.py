@@ -275,6 +275,54 @@ class AutoscalerConfig(_Frozen):
         return self
 
 
+class AffinityConfig(_Frozen):
+    """Sticky routing (``session_affinity``, ``prefix_affinity``) and its load guard (see
+    ``simulator.affinity``). The guard follows SGLang's cache-aware router: the sticky replica is
+    skipped for the least-outstanding one when its outstanding requests exceed the least loaded
+    replica's by more than ``balance_abs_threshold`` *and* by a factor over ``balance_rel_threshold``."""
+
+    balance_abs_threshold: int = Field(default=32, ge=0)
+    """Outstanding requests (waiting + running) the sticky replica may have beyond the least loaded one."""
+    balance_rel_threshold: float = Field(default=1.5, ge=1)
+    """... and the factor over the least loaded one's outstanding requests (both must be exceeded)."""
+    cache_threshold: float = Field(default=0.3, ge=0, le=1)
+    """prefix_affinity: follow the longest prefix match only when it covers more than this fraction
+    of the prompt's full blocks (SGLang's ``cache_threshold``); else least outstanding."""
+
+
+class PoolConfig(_Frozen):
+    """One model pool of a deployment with several (``deployment.pools``); unset fields take the
+    scenario's values (``model``, ``hardware``, ``deployment.*``, ``scheduler.max_num_seqs``)."""
+
+    name: str = Field(min_length=1)
+    model: str | ModelSpec | None = None
+    hardware: str | dict[str, Any] | None = None
+    replicas: int = Field(default=1, ge=1)
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1)
+
+
+class PromptThreshold(_Frozen):
+    max_prompt_tokens: int = Field(ge=1)
+    """Requests with at most this many prompt tokens (and more than the previous threshold's) ..."""
+    pool: str = Field(min_length=1)
+    """... go to this pool."""
+
+
+class PoolRoutingConfig(_Frozen):
+    """Which pool a request goes to (``deployment.pool_routing``); within the pool,
+    ``deployment.router`` picks the replica."""
+
+    by: Literal["prompt_tokens", "tier"]
+    thresholds: list[PromptThreshold] = Field(default_factory=list)
+    """by: prompt_tokens: ascending ``max_prompt_tokens``; longer prompts go to ``default``."""
+    map: dict[str, str] = Field(default_factory=dict)
+    """by: tier: tier name -> pool; unmapped tiers go to ``default``."""
+    default: str | None = None
+
+
 class DeploymentConfig(_Frozen):
     replicas: int = Field(default=1, ge=1)
     """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size."""
@@ -295,6 +343,12 @@ class DeploymentConfig(_Frozen):
     """Fixed cost of one KV transfer (default: the interconnect's latency)."""
     autoscaler: AutoscalerConfig | None = None
     """Scale between ``min_replicas`` and ``max_replicas`` during the run (``replicas`` is then unused)."""
+    affinity: AffinityConfig = AffinityConfig()
+    """Load guard and match threshold of the affinity routers (``session_affinity``, ``prefix_affinity``)."""
+    pools: list[PoolConfig] | None = None
+    """Several model pools (model routing, see ``simulator.pools``); replaces ``replicas``."""
+    pool_routing: PoolRoutingConfig | None = None
+    """Which pool each request goes to (required with ``pools``)."""
 
 
 class SchedulerConfig(_Frozen):

@@ -152,7 +152,14 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     if "region" in req:   # scenario.fleet: per-region breakdown
         from .fleet import fleet_summary
         summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
-    summary["batch"] = _batch_summary(steps, result.system.kv_plan.num_gpu_blocks)
+    if "pool" in req:   # deployment.pools: per-pool breakdown
+        from .pools import pools_summary
+        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req, (in_window & finished).to_numpy())
+    blocks: Any = result.system.kv_plan.num_gpu_blocks
+    if result.system.pools:   # each replica's usage against its own pool's KV cache
+        blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in result.system.pools],
+                           [sub.deployment.replicas for sub, _ in result.system.pools])[steps["replica"].astype(np.int64)]
+    summary["batch"] = _batch_summary(steps, blocks)
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
                            "weights_bytes_per_gpu": plan.weights_bytes,
@@ -188,11 +195,16 @@ def _deployment_summary(result: "SimulationResult") -> dict[str, Any]:
         replicas = sum(r.replicas for r in sc.fleet.regions)
     elif dep.autoscaler is not None:      # provisioned ceiling; the autoscaler's own stats say how many ran
         replicas = dep.autoscaler.max_replicas
+    num_gpus = replicas * dep.tensor_parallel_size
+    if dep.pools is not None:             # model routing: the sum over pools (each its own TP)
+        from .pools import pool_tp
+        replicas = sum(pl.replicas for pl in dep.pools)
+        num_gpus = sum(pl.replicas * pool_tp(sc, pl) for pl in dep.pools)
     return {
-        "num_gpus": replicas * dep.tensor_parallel_size,
+        "num_gpus": num_gpus,
         "deployment": {
             "replicas": replicas, "tensor_parallel_size": dep.tensor_parallel_size,
-            "num_gpus": replicas * dep.tensor_parallel_size,
+            "num_gpus": num_gpus,
             "quantization": p.quantization if p is not None else "none",
             "compute_dtype": p.compute_dtype if p is not None else system.model.dtype,
             "kv_cache_dtype": p.kv_cache_dtype if p is not None else system.model.dtype,
@@ -244,7 +256,7 @@ def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any
     }
 
 
-def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: int) -> dict[str, Any]:
+def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: Any) -> dict[str, Any]:
     if len(steps["duration_s"]) == 0:
         return {"num_steps": 0, "mean_num_seqs": None, "max_num_seqs": 0,
                 "kv": {"mean_usage": None, "max_usage": None}}

@@ -30,25 +30,29 @@ from .prefix_cache import (BlockHashes, fresh_block_hashes, mooncake_block_hashe
 
 def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt: np.ndarray, output: np.ndarray,
                    rngs: dict[str, np.random.Generator]
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, BlockHashes | None]:
-    """Expand sessions, assign system prompts, and (with prefix caching on) build block ids."""
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, BlockHashes | None, np.ndarray | None]:
+    """Expand sessions, assign system prompts, and (with prefix caching on, or a router that
+    routes by prefix) build block ids. The last item is each request's session (its first turn's
+    index; None without sessions)."""
     wl = scenario.workload
     n = len(times)
     parent = np.full(n, -1, dtype=np.int64)
+    session = None
     if wl.sessions is not None:
         times, prompt, output, parent = expand_sessions(scenario, times, prompt, output, rngs["sessions"])
         n = len(times)
+        session = session_ids(parent)
     prefix_index = prefix_len = None
     if wl.prefix is not None:
         prefix_index, prefix_len = assign_prefixes(wl.prefix, prompt, parent, rngs["prefix"])
-    if not scenario.scheduler.enable_prefix_caching:
-        return times, prompt, output, None
+    if not needs_block_ids(scenario):
+        return times, prompt, output, None, session
     bs = scenario.scheduler.block_size
     num_blocks = (prompt + output) // bs
     a = wl.arrival
     if isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
         hash_ids = arrivals.table["hash_ids"].iloc[:n].tolist()
-        return times, prompt, output, mooncake_block_hashes(hash_ids, prompt, num_blocks, bs)
+        return times, prompt, output, mooncake_block_hashes(hash_ids, prompt, num_blocks, bs), session
     if prefix_index is not None:
         base = prefix_block_hashes(num_blocks, prefix_index, prefix_len, wl.prefix.num_prefixes,
                                    wl.prefix.prefix_tokens, bs)
@@ -56,7 +60,20 @@ def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt:
         base = fresh_block_hashes(num_blocks, bs)
     if wl.sessions is not None:
         base = session_block_hashes(num_blocks, parent, base)
-    return times, prompt, output, base
+    return times, prompt, output, base, session
+
+
+def needs_block_ids(scenario: Scenario) -> bool:
+    """Block identities are built for prefix caching and for routing by prefix."""
+    return scenario.scheduler.enable_prefix_caching or scenario.deployment.router == "prefix_affinity"
+
+
+def session_ids(parent: np.ndarray) -> np.ndarray:
+    """Each request's session: the index of its session's first turn (``parent[r] < r``)."""
+    session = np.arange(len(parent), dtype=np.int64)
+    for r in np.flatnonzero(parent >= 0):
+        session[r] = session[parent[r]]
+    return session
 
 
 def assign_prefixes(cfg: Any, prompt: np.ndarray, parent: np.ndarray, rng: np.random.Generator

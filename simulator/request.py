@@ -76,6 +76,8 @@ class RequestTable:
         """Prompt tokens found in the prefix cache at first admission (vLLM's name; 0 when off)."""
         self.block_hashes = workload.block_hashes
         """Block identities for prefix caching (None when it is off)."""
+        self.session = workload.session
+        """Each request's session (its first turn's index), for session affinity; None without sessions."""
 
     def __len__(self) -> int:
         return len(self.arrival_time)

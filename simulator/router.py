@@ -5,7 +5,7 @@ queues at the arrival instant; randomised routers draw from their own generator 
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -117,3 +117,16 @@ class PowerOfTwoChoices:
         b = int(self._rng.integers(n - 1))
         b += b >= a                      # a uniformly random replica other than a
         return b if replicas[b].num_outstanding < replicas[a].num_outstanding else a
+
+
+def make_router(name: str, rng: np.random.Generator, table: Any = None, affinity: Any = None) -> Router:
+    """``ROUTERS[name](rng)``, bound to the run's request table when the router routes by request
+    keys (sessions, prompt prefixes: ``simulator.affinity``). Other routers see only ``rid``."""
+    router = ROUTERS[name](rng)
+    bind = getattr(router, "bind", None)
+    if bind is not None:
+        bind(table, affinity)
+    return router
+
+
+from . import affinity as _affinity  # noqa: E402,F401  (registers session_affinity, prefix_affinity)

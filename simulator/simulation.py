@@ -30,7 +30,7 @@ from .profiles import GIB, HardwareProfile, load_profile
 from .quantization import Precision, check_kv_head_split, resolve_precision
 from .replica import Replica
 from .request import RequestStatus, RequestTable
-from .router import ROUTERS
+from .router import ROUTERS, make_router
 from .policies import POLICIES  # the registry, with every policy registered
 from .scheduler import PREFIX_CACHING_POLICIES, DecodeRun, SchedulerOutput, SwapSpace
 from .disaggregated import DisaggregatedFleet
@@ -54,6 +54,9 @@ class ResolvedSystem:
     draft_model: ModelSpec | None = None
     precision: Precision | None = None
     """Weight quantization and KV-cache dtype as served (``deployment.quantization``, ``kv_cache_dtype``)."""
+    pools: tuple = ()
+    """With ``deployment.pools``: ``(pool scenario, ResolvedSystem)`` per pool; the fields above are
+    the first pool's, except ``max_model_len`` (the smallest of the pools')."""
 
 
 def resolve_model(ref: str | ModelSpec) -> ModelSpec:
@@ -68,6 +71,11 @@ def resolve_model(ref: str | ModelSpec) -> ModelSpec:
 
 def resolve(scenario: Scenario) -> ResolvedSystem:
     """Resolve presets and profiles and size the KV cache; raises :class:`ScenarioError`."""
+    if scenario.deployment.pools is not None or scenario.deployment.pool_routing is not None:
+        from .pools import resolve_pools   # model routing: one resolved system per pool
+        pools = resolve_pools(scenario, resolve)
+        first = pools[0][1]
+        return dataclasses.replace(first, max_model_len=min(s.max_model_len for _, s in pools), pools=tuple(pools))
     model = resolve_model(scenario.model)
     profile = load_profile(scenario.hardware, base_dir=scenario.base_dir)
     sch, dep = scenario.scheduler, scenario.deployment
@@ -405,11 +413,16 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
             add_client_latencies(result.requests, network_from_config(scenario.network), rngs["network"])
         if run.geo is not None:
             run.geo.add_columns(result.requests)
+        if run.pool_router is not None:
+            run.pool_router.add_columns(result.requests)
     finally:
         if gc_was_enabled:
             gc.enable()
     from .metrics import summarize  # local import: metrics depends on this module's result type
     result.summary = summarize(result)
+    routing = _routing_counters(run.routers)
+    if routing is not None:
+        result.summary["routing"] = routing
     if run.autoscaler is not None:
         from .metrics import measurement_window
         req = result.requests
@@ -420,6 +433,20 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     result.wall_s = time.perf_counter() - wall0
     result.summary["wall_s"] = result.wall_s
     return result
+
+
+def _levers_on(dep: Any) -> bool:
+    return dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
+
+
+def _routing_counters(routers: list[Any]) -> dict[str, int] | None:
+    """Affinity routers' counters summed over the run's routers (None for stateless routers)."""
+    out: dict[str, int] = {}
+    for r in routers:
+        if hasattr(r, "stats"):
+            for k, v in r.stats().items():
+                out[k] = out.get(k, 0) + v
+    return out or None
 
 
 class _Run:
@@ -438,11 +465,14 @@ class _Run:
         self._next_report = self.progress_every
         self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
         dep, sch = scenario.deployment, scenario.scheduler
-        levers_on = dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
+        self.scenario_deployment = dep
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
-                                          system.precision if levers_on else None)
+                                          system.precision if _levers_on(dep) else None)
         proposal = _proposal_time(scenario, system, cost)
         self.fleet: DisaggregatedFleet | None = None
+        self.pool_router = None
+        self.routers: list[Any] = []
+        """Every router built for this run (affinity routers report counters)."""
         self.geo = None
         self.autoscaler = None
         if sch.policy == "disaggregated":
@@ -450,24 +480,39 @@ class _Run:
                 return Replica(env, index, _make_scheduler(scenario, system, table, rngs, proposal, cls), cost,
                                steps, horizon, self._finished, fast_forward)
             self.fleet = DisaggregatedFleet(env, scenario, system, table, make_replica,
-                                            lambda: ROUTERS[dep.router](rngs["routing"]), self.next_event_time)
+                                            lambda: self._router(rngs["routing"]), self.next_event_time)
             self.replicas = self.fleet.replicas
             self.entry = self.fleet.prefill              # arrivals go to the prefill pool
             self.router = self.fleet.prefill_router
         else:
-            self.router = ROUTERS[dep.router](rngs["routing"])
+            self.router = self._router(rngs["routing"])
             num_replicas = dep.replicas
             if scenario.fleet is not None:   # several regions: a geo router over per-region routers
                 from .fleet import GeoRouter
-                self.geo = GeoRouter(scenario.fleet, ROUTERS[dep.router], self.total, rngs["routing"], rngs["network"],
+                self.geo = GeoRouter(scenario.fleet, self._router, self.total, rngs["routing"], rngs["network"],
                                      lambda: float(env.now))
                 self.router, num_replicas = self.geo, self.geo.num_replicas
             if dep.autoscaler is not None:
                 num_replicas = dep.autoscaler.max_replicas
-            self.replicas = [
-                Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
-                        self.next_event_time, self._finished, fast_forward)
-                for i in range(num_replicas)]
+            if system.pools:   # model routing: each pool's replicas with its own model, cost and KV plan
+                from .pools import PoolRouter, assign_pools
+                self.pool_router = PoolRouter(scenario, assign_pools(scenario, table.num_prompt_tokens, table.tier),
+                                              self._router, rngs["routing"])
+                self.router = self.pool_router
+                self.replicas = []
+                for sub, sub_system in system.pools:
+                    sub_cost = make_cost_model(sub_system.profile, sub_system.model, sub.deployment.tensor_parallel_size,
+                                               sub_system.precision if _levers_on(sub.deployment) else None)
+                    sub_proposal = _proposal_time(sub, sub_system, sub_cost)
+                    self.replicas += [
+                        Replica(env, len(self.replicas) + i, _make_scheduler(sub, sub_system, table, rngs, sub_proposal),
+                                sub_cost, steps, self.next_event_time, self._finished, fast_forward)
+                        for i in range(sub.deployment.replicas)]
+            else:
+                self.replicas = [
+                    Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
+                            self.next_event_time, self._finished, fast_forward)
+                    for i in range(num_replicas)]
             self.entry = self.replicas
             if dep.autoscaler is not None:   # replicas [0, active) take requests; the rest start on demand
                 from .autoscaler import Autoscaler
@@ -478,6 +523,12 @@ class _Run:
         for r in self.replicas:
             r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
         env.process(self.arrivals())
+
+    def _router(self, rng: np.random.Generator) -> Any:
+        dep = self.scenario_deployment
+        router = make_router(dep.router, rng, self.table, dep.affinity)
+        self.routers.append(router)
+        return router
 
     def next_event_time(self) -> float:
         """Instant of the next arrival not yet delivered (or the stop time), for decode runs."""

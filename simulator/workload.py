@@ -35,7 +35,8 @@ class Workload:
     max_tokens: np.ndarray        # int64 output tokens the request will generate
     rejected: np.ndarray          # bool: refused at arrival (over_length: reject)
     tier: np.ndarray | None = None  # int16 index into workload.tiers (None: no tiers)
-    block_hashes: Any = None      # prefix_cache.BlockHashes when prefix caching is on
+    block_hashes: Any = None      # prefix_cache.BlockHashes when prefix caching (or prefix routing) is on
+    session: np.ndarray | None = None  # int64 session of each request (its first turn's index); None: no sessions
 
     def __len__(self) -> int:
         return len(self.arrival_time)
@@ -416,10 +417,11 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
             _check_static_max(wl, prompt_dist, output_dist, max_model_len)   # caps may make it fit
     from .levers import cap_lengths   # local: levers -> request -> workload
     prompt, output = cap_lengths(scenario, prompt, output)   # client.max_prompt_tokens / max_tokens
-    block_hashes = None
-    if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching:
+    block_hashes = session = None
+    if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching \
+            or scenario.deployment.router == "prefix_affinity":
         from .prefix_workload import shape_prefixes   # prefixes, sessions, block identities
-        times, prompt, output, block_hashes = shape_prefixes(scenario, arrivals, times, prompt, output, rngs)
+        times, prompt, output, block_hashes, session = shape_prefixes(scenario, arrivals, times, prompt, output, rngs)
         n = len(times)
     rejected = np.zeros(n, dtype=bool)
     over = prompt + output > max_model_len
@@ -439,7 +441,7 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
         shares = np.array([t.share for t in wl.tiers])
         tier = rngs["tier"].choice(len(shares), size=n, p=shares / shares.sum()).astype(np.int16)
     return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
-                    tier=tier, block_hashes=block_hashes)
+                    tier=tier, block_hashes=block_hashes, session=session)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:
