@@ -272,6 +272,14 @@ def kpi_cards(report: Any, baseline: Any | None) -> None:
 
 def system_line(sc: Any) -> str:
     sysm = resolve(sc)
+    if sysm.pools:   # model routing: one part per pool (the knobs set what a pool leaves unset)
+        parts = []
+        for pool, (sub, sub_sys) in zip(sc.deployment.pools, sysm.pools):
+            dep = sub.deployment
+            parts.append(f"**{pool.name}**: {sub_sys.model.name} on {dep.replicas * dep.tensor_parallel_size} × "
+                         f"{sub_sys.profile.name} ({dep.replicas} replica(s) × TP {dep.tensor_parallel_size})")
+        return (f"Model pools ({num_gpus(sc)} GPUs; routing by {sc.deployment.pool_routing.by}): " + " · ".join(parts)
+                + " · the System knobs set what a pool leaves unset; edit the pools in the scenario file")
     p = sysm.profile
     price = f"\\${p.price_per_gpu_hour:.2f}/GPU-h (assumed)" if p.price_per_gpu_hour is not None else "no price"
     return (f"**{sysm.model.name}** on **{num_gpus(sc)} × {p.name}** ({p.source}; {sc.deployment.replicas} replica(s) "

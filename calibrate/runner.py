@@ -35,27 +35,30 @@ from .grid import BenchSpec, GridLimits, build_grid, grid_memory_bytes, rotation
 GIB = 1024**3
 DEVICES = ("auto", "cpu", "cuda")
 SETTINGS_FILE = "calibration.json"
+#: Columns of the partial table: one row per benchmark and pass.
+PARTIAL_COLUMNS = [*TABLE_COLUMNS, "key", "pass"]
 Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
 class Timing:
-    """How each benchmark is timed: ``allocations`` times over, on freshly allocated inputs,
-    ``warmup`` untimed calls, then at least ``min_repeats`` timed calls and more until
-    ``min_time_s`` of kernel time (split over the allocations) or ``max_repeats``. The row's median
-    is the median of the allocations' medians: on a CPU the same GEMM runs 10-15% faster or
-    slower depending on where its tensors landed, so one allocation is one sample, not the truth."""
+    """How each benchmark is timed. The whole grid is measured ``passes`` times, in alternating
+    order (forward, backward, ...), each pass on freshly allocated inputs: ``warmup`` untimed calls,
+    then at least ``min_repeats`` timed calls and more until ``min_time_s / passes`` of kernel time
+    or ``max_repeats``. The row's median is the median of the passes' medians. One pass is one
+    sample: on a CPU the same kernel runs 10-15% faster or slower depending on where its tensors
+    landed, and a slow spell of the machine (other tenants, memory management) inflates every
+    benchmark timed during it; passes minutes apart, in opposite orders, rarely share both."""
 
     warmup: int = 3
     min_repeats: int = 15
     max_repeats: int = 1000
     min_time_s: float = 0.1
-    allocations: int = 3
+    passes: int = 3
     max_copies: int = 4096
 
 
-#: The quick grid keeps at most 8 input copies: minute-scale, but small operands stay cache-resident.
-QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=10, min_time_s=0.005, allocations=1, max_copies=8)
+QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=10, min_time_s=0.005, passes=1, max_copies=8)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -179,20 +182,16 @@ def measure(spec: BenchSpec, device: torch.device, dtype: str, timing: Timing, c
             clock: str = "wall") -> dict[str, Any]:
     """Time one benchmark; returns its table row."""
     tdtype = kernels.TORCH_DTYPES[dtype]
-    allocs = max(1, timing.allocations)
-    each = replace(timing, min_time_s=timing.min_time_s / allocs)
-    runs = []
-    for _ in range(allocs):
-        calls = kernels.build(spec, rotation_copies(spec, cache, timing.max_copies), device, tdtype)
-        runs.append(time_kernel(calls, device, each, clock))
-        del calls
-    return row_of(spec, dtype, np.concatenate(runs), median_s=float(np.median([np.median(r) for r in runs])))
+    each = replace(timing, min_time_s=timing.min_time_s / max(1, timing.passes))
+    calls = kernels.build(spec, rotation_copies(spec, cache, timing.max_copies), device, tdtype)
+    t = time_kernel(calls, device, each, clock)
+    del calls
+    return row_of(spec, dtype, t)
 
 
-def row_of(spec: BenchSpec, dtype: str, t: np.ndarray, median_s: float | None = None) -> dict[str, Any]:
-    """A table row: ``median_s`` (default: the calls' median), p10/p90/std over every call."""
+def row_of(spec: BenchSpec, dtype: str, t: np.ndarray) -> dict[str, Any]:
     return {"op": spec.op, "family": spec.family, "dtype": dtype, **spec.shape,
-            "median_s": float(np.median(t) if median_s is None else median_s), "p10_s": float(np.percentile(t, 10)),
+            "median_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
             "p90_s": float(np.percentile(t, 90)), "std_s": float(np.std(t)), "repeats": len(t)}
 
 
@@ -243,7 +242,7 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
                     dtype: str | None = None, quick: bool = False, max_tokens: int | None = None,
                     max_seqs: int | None = None, max_context: int | None = None, threads: int | None = None,
                     memory_limit_bytes: float | None = None, fresh: bool = False, clock: str = "auto",
-                    name: str | None = None,
+                    name: str | None = None, timing: Timing | None = None,
                     on_progress: Progress | None = None, on_start: Callable[[int, int], None] | None = None,
                     command: str | None = None) -> Path:
     """Calibrate ``model`` (sharded ``tp`` ways) on ``device`` and write a measured profile to ``out``.
@@ -289,37 +288,41 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
         settings_file.unlink(missing_ok=True)
     done_rows = _resume(partial, settings_file, settings)
     settings_file.write_text(json.dumps({"settings": asdict(settings), "started": _now()}, indent=2) + "\n")
-    done = {r["key"] for r in done_rows}
-    todo = [s for s in specs if s.key not in done]
+    timing = timing or (QUICK_TIMING if quick else Timing())
+    passes = max(1, timing.passes)
+    done = {(r["key"], int(r["pass"])) for r in done_rows}
+    kernel_specs = [s for s in specs if s.op != "all_reduce"]
+    todo = [(p, s) for p in range(passes) for s in (kernel_specs if p % 2 == 0 else kernel_specs[::-1])
+            if (s.key, p) not in done]
+    comm = [s for s in specs if s.op == "all_reduce" and (s.key, 0) not in done]
+    total = passes * len(kernel_specs) + len(specs) - len(kernel_specs)
+    remaining = len(todo) + len(comm)
     if on_start:
-        on_start(len(specs) - len(todo), len(specs))
-    timing = QUICK_TIMING if quick else Timing()
+        on_start(total - remaining, total)
     ref = max((s for s in specs if s.op == "gate_up_proj" and s.shape["tokens"] <= 64), key=lambda s: s.shape["tokens"])
     load_before = os.getloadavg()
     drift_start = measure(ref, dev, dtype, timing, cache, clock)["median_s"]
     t0 = time.perf_counter()
     write_header = not partial.exists()
-    comm = [s for s in todo if s.op == "all_reduce"]
     with open(partial, "a", newline="") as f:
-        def keep(s: BenchSpec, row: dict[str, Any], i: int) -> None:
+        def keep(s: BenchSpec, row: dict[str, Any], p: int, i: int) -> None:
             nonlocal write_header
-            row["key"] = s.key
-            pd.DataFrame([row], columns=[*TABLE_COLUMNS, "key"]).to_csv(f, header=write_header, index=False)
+            row["key"], row["pass"] = s.key, p
+            pd.DataFrame([row], columns=PARTIAL_COLUMNS).to_csv(f, header=write_header, index=False)
             write_header = False
             f.flush()
             os.fsync(f.fileno())
             if on_progress:
-                on_progress(len(specs) - len(todo) + i + 1, len(specs), s.label)
+                on_progress(total - remaining + i + 1, total, s.label + (f" (pass {p + 1}/{passes})" if passes > 1 else ""))
 
-        kernels_todo = [s for s in todo if s.op != "all_reduce"]
-        for i, s in enumerate(kernels_todo):
-            keep(s, measure(s, dev, dtype, timing, cache, clock), i)
+        for i, (p, s) in enumerate(todo):
+            keep(s, measure(s, dev, dtype, timing, cache, clock), p, i)
         if comm:
             from .comm import time_all_reduce
 
             times = time_all_reduce([s.shape["message_bytes"] for s in comm], tp, dev, dtype, timing)
             for j, (s, t) in enumerate(zip(comm, times)):
-                keep(s, row_of(s, dtype, t), len(kernels_todo) + j)
+                keep(s, row_of(s, dtype, t), 0, len(todo) + j)
     drift_end = measure(ref, dev, dtype, timing, cache, clock)["median_s"]
     noise = {"reference_kernel": ref.label, "reference_start_s": drift_start, "reference_end_s": drift_end,
              "reference_drift": drift_end / drift_start - 1.0, "load_average_before": list(load_before),
@@ -356,11 +359,11 @@ def _resume(partial: Path, settings_file: Path, settings: Settings) -> list[dict
     try:
         df = pd.read_csv(partial, on_bad_lines="skip")
     except pd.errors.EmptyDataError:
-        df = pd.DataFrame(columns=[*TABLE_COLUMNS, "key"])
+        df = pd.DataFrame(columns=PARTIAL_COLUMNS)
     # A crash can cut the last row short: keep the complete rows and rewrite the file cleanly, so
     # the next appended row starts on a line of its own.
-    df = df.dropna(subset=[c for c in (*TABLE_COLUMNS, "key") if c in df.columns])
-    df = df.reindex(columns=[*TABLE_COLUMNS, "key"]).dropna()
+    df = df.dropna(subset=[c for c in PARTIAL_COLUMNS if c in df.columns])
+    df = df.reindex(columns=PARTIAL_COLUMNS).dropna()
     tmp = partial.with_suffix(".tmp")
     df.to_csv(tmp, index=False)
     os.replace(tmp, partial)
@@ -370,13 +373,21 @@ def _resume(partial: Path, settings_file: Path, settings: Settings) -> list[dict
 def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.device, memory: dict[str, float],
               noise: dict[str, Any], timing: Timing, name: str | None, command: str | None) -> Path:
     partial = out / PARTIAL_TABLE
-    df = pd.read_csv(partial).drop_duplicates("key", keep="last")
+    df = pd.read_csv(partial).drop_duplicates(["key", "pass"], keep="last")
     order = {s.key: i for i, s in enumerate(specs)}
-    df = df[df["key"].isin(order)].sort_values("key", key=lambda k: k.map(order))
-    missing = len(specs) - len(df)
+    df = df[df["key"].isin(order)]
+    passes = max(1, timing.passes)
+    need = {s.key: (1 if s.op == "all_reduce" else passes) for s in specs}
+    have = df.groupby("key").size()
+    missing = sum(max(0, n - int(have.get(k, 0))) for k, n in need.items())
     if missing:
-        raise ScenarioError("--out", str(out), f"{missing} benchmarks have no result; run again to resume")
-    table = df[list(TABLE_COLUMNS)].reset_index(drop=True)
+        raise ScenarioError("--out", str(out), f"{missing} benchmark passes have no result; run again to resume")
+    # One row per benchmark: the median over passes of each statistic, every call counted.
+    stats = {"median_s": "median", "p10_s": "median", "p90_s": "median", "std_s": "median", "repeats": "sum"}
+    shape = [c for c in TABLE_COLUMNS if c not in stats]
+    agg = df.groupby("key", sort=False).agg({**{c: "first" for c in shape}, **stats})
+    agg = agg.loc[sorted(agg.index, key=order.__getitem__)]
+    table = agg[list(TABLE_COLUMNS)].reset_index(drop=True)
     tmp = out / "ops.csv.tmp"
     table.to_csv(tmp, index=False, float_format="%.6g")
     os.replace(tmp, out / "ops.csv")

@@ -115,6 +115,42 @@ def test_interrupted_run_keeps_partial_results_and_resumes(tmp_path: Path) -> No
     assert load_profile(str(path)).source == "measured"
 
 
+def test_passes_alternate_order_resume_and_merge_into_one_row_per_benchmark(tmp_path: Path) -> None:
+    """Two passes over the grid: forward then backward; an interrupted second pass resumes; the
+    table has one row per benchmark whose median is the median of its passes and whose repeats
+    count every call of both."""
+    from dataclasses import replace
+
+    from calibrate.runner import QUICK_TIMING
+
+    out, labels = tmp_path / "run", []
+    two = replace(QUICK_TIMING, passes=2)
+    n = len(build_grid(MODEL_PRESETS["tiny-llama"], 1, "fp32",
+                       GridLimits(quick=True, max_tokens=16, max_seqs=4, max_context=128)))
+
+    def stop(done: int, total: int, label: str) -> None:
+        labels.append(label)
+        if done == n + 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_calibration(out, on_progress=stop, timing=two, **SMALL)
+    partial = pd.read_csv(out / "ops.partial.csv")
+    assert len(partial) == n + 2 and sorted(partial["pass"].unique()) == [0, 1]
+    assert labels[0].endswith("(pass 1/2)") and labels[n].endswith("(pass 2/2)")
+    assert labels[n].split(" (pass")[0] == labels[n - 1].split(" (pass")[0]      # backward: last one first
+    run_calibration(out, timing=two, **SMALL)
+    table = pd.read_csv(out / "ops.csv")
+    assert len(table) == n and (table["repeats"] >= 2 * two.min_repeats).all()
+    both = partial.groupby("key")["median_s"].agg(["size", "median"])
+    both = both[both["size"] == 2]                    # timed in both passes before the interruption
+    assert len(both) == 2
+    keyed = table.assign(key=[s.key for s in build_grid(MODEL_PRESETS["tiny-llama"], 1, "fp32", GridLimits(
+        quick=True, max_tokens=16, max_seqs=4, max_context=128))]).set_index("key")
+    for key, row in both.iterrows():
+        assert keyed.loc[key, "median_s"] == pytest.approx(row["median"], rel=1e-5)
+
+
 def test_a_row_cut_off_mid_write_is_dropped_on_resume(tmp_path: Path) -> None:
     out = tmp_path / "run"
 

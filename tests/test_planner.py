@@ -161,6 +161,11 @@ def _write(tmp_path: Path, data: dict) -> Path:
      "candidates[1] (x).set.scheduler.max_num_seq"),
     (lambda d: d["regions"][1]["rtt_ms"].pop("east"), "failover n_plus_one needs the RTT to every region"),
     (lambda d: d.update(slo={"attainment": 0.9}), "give at least one of"),
+    (lambda d: d["candidates"].append({"name": "pools", "set": {"deployment.pools": [
+        {"name": "small", "model": "llama-3.2-1b"}, {"name": "big"}],
+        "deployment.pool_routing": {"by": "prompt_tokens", "thresholds": [{"max_prompt_tokens": 256, "pool": "small"}],
+                                    "default": "big"}}}),
+     "candidates[1] (pools): deployment.pools"),
 ])
 def test_bad_plans_fail_with_one_line(tmp_path, change, expect):
     data = copy.deepcopy(base_plan(failover="n_plus_one"))

@@ -199,6 +199,10 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario
         sc = base.with_overrides(dict(cand.set))
     except ScenarioError as exc:
         raise ScenarioError(f"{where}.set.{exc.field}", exc.value, exc.message) from None
+    if sc.deployment.pools:
+        raise ScenarioError(f"{where}: deployment.pools", [p.name for p in sc.deployment.pools],
+                            "the planner sizes one pool of identical replicas per candidate; give each "
+                            "model pool its own plan (or candidate) instead of deployment.pools")
     try:
         system = resolve(sc)
     except ScenarioError as exc:
