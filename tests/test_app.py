@@ -56,6 +56,20 @@ def test_what_if_runs_and_matches_the_library(app):
     assert app.query_params["example"] == "chat-h100.yaml" and app.query_params["n"] == "1500"
 
 
+def test_what_if_shows_each_model_pool():
+    """A scenario with model pools names every pool, its model and GPUs, and runs."""
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params["example"] = "model-routing.yaml"
+    ok(at.run())
+    line = at.markdown[0].value
+    assert line.startswith("Model pools (3 GPUs; routing by prompt_tokens)"), line
+    assert "**small**: llama-3.2-1b on 1 × h100-sxm" in line and "**big**: llama-3-8b on 2 × h100-sxm" in line
+    at.number_input(key="wi_num_requests").set_value(800)
+    ok(at.button(key="wi_run").click().run())
+    assert len(metrics(at)) == 10
+
+
 def test_baseline_compare_shows_deltas(app):
     app.number_input(key="wi_num_requests").set_value(1000)
     ok(app.button(key="wi_run").click().run())
