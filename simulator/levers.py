@@ -31,6 +31,11 @@ import pandas as pd
 
 from .request import RequestStatus
 
+#: A deadline counts as reached at a step boundary within this many seconds of it. Step ends are
+#: sums of step times, accumulated step by step or in closed form over a decode run; the two
+#: differ by ~1e-14 s, which must not decide whether a request is aborted at this boundary or the next.
+DEADLINE_EPS_S = 1e-9
+
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Scenario
     from .request import RequestTable
@@ -135,18 +140,19 @@ class Deadlines:
     def expire(self, now: float) -> None:
         """Finish every request whose deadline is at or before ``now`` (a step boundary)."""
         heap = self._heap
-        if not heap or heap[0][0] > now:
+        reached = now + DEADLINE_EPS_S
+        if not heap or heap[0][0] > reached:
             return
         timed_out: list[int] = []
         shed: list[int] = []
         seen: set[int] = set()
         table = self.table
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= reached:
             deadline, rid, kind = heapq.heappop(heap)
             if rid not in seen and self._pending(rid, kind):
                 seen.add(rid)
                 (shed if kind == _SHED else timed_out).append(rid)
-            elif kind == _TIMEOUT and table.status[rid] == _DONE and table.finish_time[rid] > deadline:
+            elif kind == _TIMEOUT and table.status[rid] == _DONE and table.finish_time[rid] > deadline + DEADLINE_EPS_S:
                 # Its last token came in the step during which the client gave up: never delivered.
                 table.status[rid] = RequestStatus.FINISHED_ABORTED
         if timed_out:

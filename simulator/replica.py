@@ -16,7 +16,7 @@ import numpy as np
 import simpy
 
 from .cost_model import CostModel
-from .levers import Deadlines
+from .levers import DEADLINE_EPS_S, Deadlines
 from .scheduler import DecodeRun, Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,7 +98,7 @@ class Replica:
             now = t = env.now
             horizon = self.next_event_time()
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
-                horizon = min(horizon, self.deadlines.next_deadline())
+                horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
                 out, end, apply = self._plan_step(t, horizon)
                 if end < horizon and self.fast_forward:
