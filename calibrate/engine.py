@@ -61,7 +61,10 @@ class LlamaModel:
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = TORCH_DTYPES[dtype or ("fp32" if self.device.type == "cpu" else "bf16")]
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        # Weights are drawn where they live (a GPU draws an 8B model's in a second; the CPU would
+        # take a minute); timing does not depend on their values.
+        gen_device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        g = torch.Generator(device=gen_device).manual_seed(seed)
         h, d = spec.hidden_size, spec.head_dim
         self.h, self.d = h, d
         self.H, self.Hkv = spec.num_attention_heads, spec.num_key_value_heads
@@ -70,7 +73,7 @@ class LlamaModel:
         self.inter = inter
 
         def w(n: int, k: int) -> torch.Tensor:
-            t = torch.randn(n, k, generator=g, dtype=torch.float32) * (1.0 / math.sqrt(k))
+            t = torch.randn(n, k, generator=g, dtype=torch.float32, device=gen_device) * (1.0 / math.sqrt(k))
             return t.to(device=self.device, dtype=self.dtype)
 
         self.embed = w(spec.vocab_size, h)

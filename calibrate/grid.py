@@ -83,6 +83,13 @@ def build_grid(model: ModelSpec, tp: int, dtype: str, limits: GridLimits) -> lis
     specs: list[BenchSpec] = []
     gemms = {"qkv_proj": (qs + 2 * kvs, h), "o_proj": (h, qs), "gate_up_proj": (2 * inter, h),
              "down_proj": (h, inter)}
+    if dtype == "fp8":
+        # W8A8: 1-byte operands, a 16-bit output; the other ops of an fp8 model stay 16-bit, so an
+        # fp8 grid is the layer GEMMs alone (calibrate the 16-bit grid for the rest).
+        for op, (n, k) in gemms.items():
+            for m in toks:
+                specs.append(BenchSpec(op, _shape(tokens=m, n=n, k=k), m * k + n * k + 2 * m * n))
+        return specs
     for op, (n, k) in gemms.items():
         for m in toks:
             specs.append(BenchSpec(op, _shape(tokens=m, n=n, k=k), (m * k + n * k + m * n) * eb))

@@ -13,12 +13,21 @@ import torch.nn.functional as F
 from .grid import BenchSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: Calibration dtypes: the 16/32-bit ones time every op; ``fp8`` times the layer GEMMs only, as W8A8
+#: ``torch._scaled_mm`` (e4m3 operands, per-tensor scales, bf16 output), the kernel family vLLM's
+#: fp8 checkpoints run on Hopper and Ada; the other ops of an fp8 model stay 16-bit.
+CALIBRATION_DTYPES = (*TORCH_DTYPES, "fp8")
+FP8_GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 Kernel = Callable[[], object]
 
 
-def build(spec: BenchSpec, copies: int, device: torch.device, dtype: torch.dtype) -> list[Kernel]:
-    """One callable per input set for ``spec.op`` at ``spec.shape``."""
-    return [_BUILDERS[spec.op](spec.shape, device, dtype) for _ in range(copies)]
+def build(spec: BenchSpec, copies: int, device: torch.device, dtype: str) -> list[Kernel]:
+    """One callable per input set for ``spec.op`` at ``spec.shape`` (``dtype``: a calibration dtype)."""
+    if dtype == "fp8":
+        if spec.op not in FP8_GEMM_OPS:
+            raise ValueError(f"fp8 calibration times the layer GEMMs only, not {spec.op}")
+        return [_gemm_fp8(spec.shape, device) for _ in range(copies)]
+    return [_BUILDERS[spec.op](spec.shape, device, TORCH_DTYPES[dtype]) for _ in range(copies)]
 
 
 def _randn(*shape: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -29,6 +38,16 @@ def _gemm(s: dict[str, int], device: torch.device, dtype: torch.dtype) -> Kernel
     x = _randn(s["tokens"], s["k"], device=device, dtype=dtype)
     w = _randn(s["n"], s["k"], device=device, dtype=dtype) * 0.02
     return lambda: F.linear(x, w)
+
+
+def _gemm_fp8(s: dict[str, int], device: torch.device) -> Kernel:
+    """``tokens x k`` activations times the ``n x k`` weight in float8 e4m3, per-tensor scales, bf16 out."""
+    f8 = torch.float8_e4m3fn
+    x = (_randn(s["tokens"], s["k"], device=device, dtype=torch.float32) * 0.5).to(f8)
+    w = (_randn(s["n"], s["k"], device=device, dtype=torch.float32) * 0.5).to(f8)
+    wt = w.t()                                  # column-major, as _scaled_mm wants its second operand
+    one = torch.ones((), device=device, dtype=torch.float32)
+    return lambda: torch._scaled_mm(x, wt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
 
 def _attn_prefill(s: dict[str, int], device: torch.device, dtype: torch.dtype) -> Kernel:

@@ -56,9 +56,16 @@ class Timing:
     min_time_s: float = 0.1
     passes: int = 3
     max_copies: int = 4096
+    group_s: float = 5e-4
+    """GPU only: calls per timed sample, enough for about this much GPU time (at most ``max_group``)."""
+    max_group: int = 64
 
 
 QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=10, min_time_s=0.005, passes=1, max_copies=8)
+#: On a GPU each sample is a group of back-to-back calls timed by CUDA events (see
+#: :func:`time_kernel`), so far fewer samples reach a stable median than on a CPU.
+GPU_TIMING = Timing(warmup=3, min_repeats=10, max_repeats=200, min_time_s=0.03, passes=3, max_copies=256)
+GPU_QUICK_TIMING = Timing(warmup=2, min_repeats=5, max_repeats=20, min_time_s=0.005, passes=1, max_copies=64)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -146,25 +153,20 @@ def resolve_clock(clock: str, device: torch.device) -> str:
 
 
 def time_kernel(calls: list[kernels.Kernel], device: torch.device, timing: Timing, clock: str = "wall") -> np.ndarray:
-    """Seconds per call: CUDA events around each call on a GPU; on a CPU ``perf_counter`` (wall) or
-    the thread's CPU time (see :func:`resolve_clock`); calls rotate through the input sets."""
+    """Seconds per call; calls rotate through the input sets. On a GPU see :func:`_time_cuda`; on a
+    CPU one call per sample, timed by ``perf_counter`` (wall) or the thread's CPU time (see
+    :func:`resolve_clock`)."""
+    if device.type == "cuda":
+        return _time_cuda(calls, device, timing)
     n = len(calls)
     with torch.inference_mode():
         for i in range(timing.warmup):
             calls[i % n]()
-        _sync(device)
         times: list[float] = []
         total, i = 0.0, 0
         while len(times) < timing.min_repeats or (total < timing.min_time_s and len(times) < timing.max_repeats):
             fn = calls[i % n]
-            if device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                dt = start.elapsed_time(end) / 1000.0
-            elif clock == "thread":
+            if clock == "thread":
                 t0 = time.thread_time()
                 fn()
                 dt = time.thread_time() - t0
@@ -178,12 +180,84 @@ def time_kernel(calls: list[kernels.Kernel], device: torch.device, timing: Timin
     return np.array(times)
 
 
+class _GpuSpin:
+    """Keeps the GPU busy (``torch.cuda._sleep``) while the CPU queues a timed group of calls, so
+    that the CUDA events measure the kernels back to back, as a CUDA-graph replay runs them, and
+    not the host's launch latency. Its cycles-per-second rate is measured once per device."""
+
+    rate: dict[int, float] = {}
+
+    @classmethod
+    def seconds(cls, device: torch.device, s: float) -> None:
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        if idx not in cls.rate:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1_000_000)
+            start.record()
+            torch.cuda._sleep(10_000_000)
+            end.record()
+            end.synchronize()
+            cls.rate[idx] = 10_000_000 / max(start.elapsed_time(end) / 1e3, 1e-6)
+        torch.cuda._sleep(int(max(s, 0.0) * cls.rate[idx]))
+
+
+def _time_cuda(calls: list[kernels.Kernel], device: torch.device, timing: Timing) -> np.ndarray:
+    """GPU time per call. Each sample is a group of ``g`` calls launched back to back between two
+    CUDA events (``g`` sized for ``timing.group_s`` of GPU time, at most ``timing.max_group``); a
+    spin kernel queued first covers the host's time to launch the group (measured, and lengthened
+    when a launch outlasted it), so the events see the kernels run back to back, not launch gaps.
+    Calls rotate through the input sets across samples."""
+    n = len(calls)
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    with torch.inference_mode():
+        for i in range(max(1, timing.warmup)):
+            calls[i % n]()
+        torch.cuda.synchronize(device)
+        i = 0
+        # Host launch time per call, then a first estimate of GPU time per call.
+        t0 = time.perf_counter()
+        for _ in range(min(n, 4)):
+            calls[i % n]()
+            i += 1
+        launch_s = (time.perf_counter() - t0) / min(n, 4)
+        torch.cuda.synchronize(device)
+        start, end = ev(), ev()
+        _GpuSpin.seconds(device, 4 * launch_s + 5e-5)
+        start.record()
+        calls[i % n]()
+        i += 1
+        end.record()
+        end.synchronize()
+        est = max(start.elapsed_time(end) / 1e3, 1e-7)
+        group = int(max(1, min(timing.max_group, math.ceil(timing.group_s / est))))
+        spin = 2.0 * launch_s * group + 5e-5
+        times: list[float] = []
+        total = 0.0
+        while len(times) < timing.min_repeats or (total < timing.min_time_s and len(times) < timing.max_repeats):
+            start, end = ev(), ev()
+            _GpuSpin.seconds(device, spin)
+            start.record()
+            h0 = time.perf_counter()
+            for _ in range(group):
+                calls[i % n]()
+                i += 1
+            end.record()
+            host_s = time.perf_counter() - h0
+            end.synchronize()
+            gpu_s = start.elapsed_time(end) / 1e3
+            if host_s > 0.9 * spin:         # the spin ran out before the group was queued: retime
+                spin = 2.0 * host_s + 5e-5
+                continue
+            times.append(gpu_s / group)
+            total += gpu_s
+    return np.array(times)
+
+
 def measure(spec: BenchSpec, device: torch.device, dtype: str, timing: Timing, cache: int,
             clock: str = "wall") -> dict[str, Any]:
     """Time one benchmark; returns its table row."""
-    tdtype = kernels.TORCH_DTYPES[dtype]
     each = replace(timing, min_time_s=timing.min_time_s / max(1, timing.passes))
-    calls = kernels.build(spec, rotation_copies(spec, cache, timing.max_copies), device, tdtype)
+    calls = kernels.build(spec, rotation_copies(spec, cache, timing.max_copies), device, dtype)
     t = time_kernel(calls, device, each, clock)
     del calls
     return row_of(spec, dtype, t)
@@ -202,9 +276,12 @@ def git_revision() -> str:
                              timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev + ("+dirty" if dirty else "")) if rev else "unknown"
+        if rev:
+            return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        pass
+    # A copy of the tree without .git (e.g. shipped to a GPU machine): the caller may say which.
+    return os.environ.get("LLMPLAN_GIT_REVISION", "unknown")
 
 
 @dataclass(frozen=True)
@@ -254,9 +331,11 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
     spec = _model(model)
     dev = resolve_device(device)
     dtype = dtype or default_dtype(dev)
-    if dtype not in kernels.TORCH_DTYPES:
-        raise ScenarioError("--dtype", dtype, f"calibration supports {', '.join(kernels.TORCH_DTYPES)} "
-                            "(fp8 GEMMs need scaled-mm kernels this tool does not time yet)")
+    if dtype not in kernels.CALIBRATION_DTYPES:
+        raise ScenarioError("--dtype", dtype, f"calibration supports {', '.join(kernels.CALIBRATION_DTYPES)}")
+    if dtype == "fp8" and not _fp8_supported(dev):
+        raise ScenarioError("--dtype", dtype, f"torch {torch.__version__} cannot run float8 GEMMs "
+                            f"(torch._scaled_mm) on {_device_label(dev)}; fp8 needs a Hopper, Ada or newer GPU")
     if dev.type == "cpu" and dtype != "fp32":
         pass  # allowed, but bf16/fp16 on CPU are far slower than fp32: the README says so
     kv = spec.num_key_value_heads
@@ -288,7 +367,11 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
         settings_file.unlink(missing_ok=True)
     done_rows = _resume(partial, settings_file, settings)
     settings_file.write_text(json.dumps({"settings": asdict(settings), "started": _now()}, indent=2) + "\n")
-    timing = timing or (QUICK_TIMING if quick else Timing())
+    if timing is None:
+        if dev.type == "cuda":
+            timing = GPU_QUICK_TIMING if quick else GPU_TIMING
+        else:
+            timing = QUICK_TIMING if quick else Timing()
     passes = max(1, timing.passes)
     done = {(r["key"], int(r["pass"])) for r in done_rows}
     kernel_specs = [s for s in specs if s.op != "all_reduce"]
@@ -328,6 +411,25 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
              "reference_drift": drift_end / drift_start - 1.0, "load_average_before": list(load_before),
              "load_average_after": list(os.getloadavg()), "wall_s_this_session": time.perf_counter() - t0}
     return _finalize(out, specs, settings, dev, memory, noise, timing, name, command)
+
+
+def _device_label(dev: torch.device) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"this {dev.type}"
+
+
+def _fp8_supported(dev: torch.device) -> bool:
+    """Whether a small float8 ``_scaled_mm`` runs here (Hopper/Ada GPUs; some CPU builds)."""
+    if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+        return False
+    try:
+        f8 = torch.float8_e4m3fn
+        x = torch.ones(16, 32, device=dev).to(f8)
+        w = torch.ones(16, 32, device=dev).to(f8)
+        one = torch.ones((), device=dev)
+        torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return True
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
 
 
 def _model(model: str | ModelSpec) -> ModelSpec:
@@ -398,9 +500,13 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
                   "p90_rel_spread_p90_p10": float(np.percentile(spread, 90))})
     gemm = table[table["family"] == "gemm"]
     peak = _round_up(float((2.0 * gemm["tokens"] * gemm["n"] * gemm["k"] / gemm["median_s"]).max()))
-    eb = 4.0 if settings.dtype == "fp32" else 2.0
+    eb = {"fp32": 4.0, "fp8": 1.0}.get(settings.dtype, 2.0)
     stream = table[table["op"].isin(["residual_add"])]
-    bw = _round_up(float((3.0 * stream["tokens"] * stream["width"] * eb / stream["median_s"]).max()))
+    if len(stream):
+        bw = _round_up(float((3.0 * stream["tokens"] * stream["width"] * eb / stream["median_s"]).max()))
+    else:       # an fp8 (GEMM-only) grid: the best weight-streaming rate of the one-token GEMMs
+        one = gemm[gemm["tokens"] == gemm["tokens"].min()]
+        bw = _round_up(float(((one["n"] * one["k"] * eb) / one["median_s"]).max()))
     loo = leave_one_out(table, peak=peak, bw=bw, elem_bytes=eb)
     fit = {r["family"]: {"points": int(r["points"]), "median_abs_error": round(float(r["median_abs_error"]), 4),
                          "p90_abs_error": round(float(r["p90_abs_error"]), 4)}
@@ -439,7 +545,9 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
             "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": settings.threads,
             "torch_version": str(torch.__version__), "python": platform.python_version(),
             "platform": platform.platform(), "git_revision": git_revision(),
-            "timing": {**asdict(timing), "clock": {"cuda-events": "CUDA events", "thread": "time.thread_time (the "
+            "timing": {**asdict(timing), "clock": {"cuda-events": "CUDA events around groups of back-to-back calls "
+                       "queued behind a spin kernel (GPU time per call, without host launch gaps)",
+                       "thread": "time.thread_time (the "
                        "calling thread's CPU time; torch single-threaded)", "wall": "time.perf_counter"}[settings.clock],
                        "rotation_cache_bytes": cache_bytes(dev), "statistic": "median of repeats; p10/p90/std kept"},
             "memory_check": memory,

@@ -78,6 +78,15 @@ class ValidateSettings:
     dtype: str | None = None
 
 
+def model_ref(s: ValidateSettings) -> str | dict[str, Any]:
+    """The preset name, or an inline spec when ``--dtype`` differs from the preset's own dtype (the
+    engine computes in ``--dtype``, so the simulator must look up that dtype's kernel rows)."""
+    spec = resolve_model(s.model)
+    if s.dtype and s.dtype != spec.dtype:
+        return spec.model_dump(mode="json") | {"dtype": s.dtype}
+    return s.model
+
+
 def build_scenario(s: ValidateSettings, hardware: str | dict[str, Any], rate_per_s: float, num_requests: int,
                    seed: int) -> Scenario:
     """The scenario both sides serve: the engine's knobs, Poisson arrivals, lognormal/geometric lengths."""
@@ -86,7 +95,7 @@ def build_scenario(s: ValidateSettings, hardware: str | dict[str, Any], rate_per
     if s.long_prefill_token_threshold:
         sched["long_prefill_token_threshold"] = s.long_prefill_token_threshold
     return Scenario.model_validate(dict(
-        name="validate", seed=seed, num_requests=num_requests, model=s.model, hardware=hardware,
+        name="validate", seed=seed, num_requests=num_requests, model=model_ref(s), hardware=hardware,
         scheduler=sched,
         workload=dict(arrival=dict(process="poisson", rate_per_s=rate_per_s),
                       prompt_tokens=dict(dist="lognormal", mean=s.prompt_mean, sigma=s.prompt_sigma, max=s.prompt_max),
@@ -203,7 +212,10 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
     """See the module docstring; returns the JSON document it writes."""
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(s.threads)
+    ref = model_ref(s)
     spec: ModelSpec = resolve_model(s.model)
+    if isinstance(ref, dict):
+        spec = spec.model_copy(update={"dtype": ref["dtype"]})
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     # 1. the kernel profile

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from tests.conftest import make_scenario
 
 torch = pytest.importorskip("torch")
 
+from calibrate import kernels  # noqa: E402
 from calibrate.grid import GridLimits, build_grid  # noqa: E402
 from calibrate.runner import run_calibration  # noqa: E402
 from simulator.models import MODEL_PRESETS  # noqa: E402
@@ -183,7 +185,7 @@ def test_bad_settings_are_clear_errors(tmp_path: Path) -> None:
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "--device = 'tpu': unknown device; allowed: auto, cpu, cuda" in proc.stderr
     cases = [(dict(model="gpt-9"), "unknown model preset"),
-             (dict(dtype="fp8"), "calibration supports fp32, bf16, fp16"),
+             (dict(dtype="int4"), "calibration supports fp32, bf16, fp16, fp8"),
              (dict(tp=3), "must divide"),
              (dict(clock="thread", threads=2), "needs --threads 1"),
              (dict(clock="tsc"), "allowed: auto, wall, thread")]
@@ -239,6 +241,48 @@ def test_quick_gpu_calibration(tmp_path: Path) -> None:
     prof = load_profile(str(path))
     assert prof.source == "measured" and "cuda_version" in prof.provenance
     assert family_ok(pd.read_csv(path.parent / "ops.csv"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times float8 GEMMs on CUDA; no CUDA device here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
+def test_quick_gpu_fp8_gemm_calibration(tmp_path: Path) -> None:
+    from calibrate.runner import _fp8_supported
+
+    if not _fp8_supported(torch.device("cuda")):
+        pytest.skip("this GPU has no float8 GEMMs (needs Hopper, Ada or newer)")
+    path = run_calibration(tmp_path / "fp8", "llama-3-8b", device="cuda", dtype="fp8", quick=True)
+    table = pd.read_csv(path.parent / "ops.csv")
+    assert set(table["family"]) == {"gemm"} and set(table["dtype"]) == {"fp8"}
+    assert "fp8" in load_profile(str(path)).peak_flops
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA kernels; no CUDA device here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
+def test_gpu_timer_excludes_launch_gaps_and_sees_big_gemms() -> None:
+    """A one-token residual add is a ~2-4 us kernel; launched from Python, one call costs the host
+    more than that, so a timer that saw launch gaps would report the host's pace. A 4096^3 bf16
+    GEMM must come out as a plausible fraction of a datacenter GPU's dense peak."""
+    import time
+
+    from calibrate.grid import BenchSpec
+    from calibrate.runner import GPU_TIMING, time_kernel
+
+    dev = torch.device("cuda")
+    spec = BenchSpec("residual_add", {"tokens": 1, "width": 4096})
+    calls = kernels.build(spec, 64, dev, "bf16")
+    t_gpu = float(np.median(time_kernel(calls, dev, GPU_TIMING)))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(2000):
+        calls[i % 64]()
+    host = (time.perf_counter() - t0) / 2000
+    torch.cuda.synchronize()
+    print(f"residual_add 1x4096: {t_gpu * 1e6:.2f} us GPU, host launch {host * 1e6:.2f} us/call")
+    assert 0 < t_gpu < 20e-6
+    gemm = kernels.build(BenchSpec("qkv_proj", {"tokens": 4096, "n": 4096, "k": 4096}), 2, dev, "bf16")
+    t = float(np.median(time_kernel(gemm, dev, GPU_TIMING)))
+    print(f"bf16 GEMM 4096^3: {2 * 4096**3 / t / 1e12:.0f} TFLOP/s")
+    assert 1e13 < 2 * 4096**3 / t < 2.5e15
 
 
 def family_ok(table: pd.DataFrame) -> bool:
