@@ -1,7 +1,7 @@
 """llmplan dashboard: ``streamlit run app.py`` (or ``make run``).
 
 Thin pages over the ``simulator`` package: the pages read widgets, call library functions
-(``simulator.simulate``, ``simulator.analysis``) and render plotly charts; no model logic here.
+(``simulator.simulate``, ``simulator.report.analysis``) and render plotly charts; no model logic here.
 """
 import sys
 from pathlib import Path

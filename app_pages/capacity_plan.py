@@ -10,10 +10,10 @@ import streamlit as st
 from app_pages.charts import plan_figure
 from app_pages.common import EXAMPLES, fmt, interrupted_run, restore_widgets, save_widgets, show_error
 from simulator import ScenarioError
-from simulator.analysis import RunCancelled
+from simulator.report.analysis import RunCancelled
 from simulator.planner.config import load_plan
 from simulator.planner.run import plan
-from simulator.scenario_io import MAX_FORECAST_BYTES, forecast_rows_from_csv_bytes
+from simulator.scenario.io import MAX_FORECAST_BYTES, forecast_rows_from_csv_bytes
 
 P = "cp"
 WIDGET_KEYS = [f"{P}_plan", f"{P}_candidates", f"{P}_num_requests"]

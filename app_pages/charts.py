@@ -1,4 +1,4 @@
-"""Plotly figures for the pages: rendering only (the data comes from ``simulator.analysis``)."""
+"""Plotly figures for the pages: rendering only (the data comes from ``simulator.report.analysis``)."""
 from __future__ import annotations
 
 from typing import Any

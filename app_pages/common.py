@@ -1,7 +1,7 @@
 """Shared page pieces: choosing a scenario, cached runs with progress and cancellation, errors.
 
 Widgets are read here and passed as plain values to library functions; the cached functions
-take the scenario's canonical JSON (``simulator.scenario_io.scenario_key``), so the same frozen
+take the scenario's canonical JSON (``simulator.scenario.io.scenario_key``), so the same frozen
 scenario is simulated once per server and a second view of it is instant.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from simulator import ScenarioError, load_scenario, simulate
-from simulator.analysis import RunCancelled, RunReport, load_sweep, run_report
-from simulator.scenario_io import MAX_SCENARIO_BYTES, scenario_from_key, scenario_from_yaml_bytes, scenario_key
+from simulator.report.analysis import RunCancelled, RunReport, load_sweep, run_report
+from simulator.scenario.io import MAX_SCENARIO_BYTES, scenario_from_key, scenario_from_yaml_bytes, scenario_key
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

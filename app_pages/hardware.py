@@ -8,8 +8,8 @@ import streamlit as st
 from app_pages.charts import fit_figure, step_time_figure
 from app_pages.common import show_error
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile
-from simulator.analysis import measured_vs_fitted, profiles_overview, step_time_curves
-from simulator.profile_report import TARGET_MEDIAN, TARGET_P90, family_report
+from simulator.report.analysis import measured_vs_fitted, profiles_overview, step_time_curves
+from simulator.report.profile_report import TARGET_MEDIAN, TARGET_P90, family_report
 
 P = "hw"
 

@@ -8,10 +8,10 @@ from app_pages.charts import load_curve_figure
 from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_sweep, fmt, interrupted_run,
                               restore_widgets, save_widgets, scenario_source, show_error)
 from simulator import ScenarioError, resolve
-from simulator.analysis import RunCancelled, max_load_meeting_slo, num_gpus, with_arrival_rate
-from simulator.config import GammaArrival, PoissonArrival
+from simulator.report.analysis import RunCancelled, max_load_meeting_slo, num_gpus, with_arrival_rate
+from simulator.scenario.config import GammaArrival, PoissonArrival
 from simulator.metrics import slo_thresholds_s
-from simulator.scenario_io import scenario_key
+from simulator.scenario.io import scenario_key
 
 P = "lc"
 WIDGET_KEYS = [f"{P}_{k}" for k in ("mode", "example", "min_rate", "max_rate", "points", "num_requests",

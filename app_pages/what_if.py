@@ -10,12 +10,12 @@ from app_pages.charts import cdf_figure, series_figure, stages_figure
 from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_report, fmt, interrupted_run,
                               restore_widgets, save_widgets, scenario_source, show_error)
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
-from simulator.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
-from simulator.config import GammaArrival, PoissonArrival
-from simulator.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
-from simulator.policies import POLICIES
-from simulator.router import ROUTERS
-from simulator.scenario_io import scenario_diff, scenario_key, scenario_to_yaml
+from simulator.report.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
+from simulator.scenario.config import GammaArrival, PoissonArrival
+from simulator.scenario.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
+from simulator.engine.policies import POLICIES
+from simulator.cluster.router import ROUTERS
+from simulator.scenario.io import scenario_diff, scenario_key, scenario_to_yaml
 
 P = "wi"
 FROM_FILE = "(as in the file)"

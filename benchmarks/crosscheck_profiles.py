@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.studies import crosscheck  # noqa: E402
+from simulator.report.studies import crosscheck  # noqa: E402
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from simulator.planner import load_plan, plan  # noqa: E402
 from simulator.planner.config import LoadedPlan  # noqa: E402
 from simulator.planner.run import build_tasks, cell_scenario  # noqa: E402
 from simulator.planner.search import SearchTask, evaluate  # noqa: E402
-from simulator.workload import make_length  # noqa: E402
+from simulator.workload.lengths import make_length  # noqa: E402
 
 PUBLISHED = ROOT / "examples" / "published"
 

@@ -13,6 +13,6 @@
   ``source: imported`` profiles (pandas only, no torch).
 
 This package is the only place torch is imported; the simulator reads the written tables through
-:mod:`simulator.op_table` and :mod:`simulator.table_cost_model`. Nothing here imports torch at
+:mod:`simulator.cost.op_table` and :mod:`simulator.cost.table`. Nothing here imports torch at
 package import time, so ``calibrate.importers`` and ``calibrate.grid`` work without it.
 """

@@ -1,7 +1,7 @@
 """A small but real LLM serving engine in torch: the ground truth the simulator is validated against.
 
 * **Model** (:class:`LlamaModel`): a Llama-architecture decoder with random weights at any
-  :class:`~simulator.models.ModelSpec` size: token embedding, per layer RMSNorm, fused QKV
+  :class:`~simulator.scenario.models.ModelSpec` size: token embedding, per layer RMSNorm, fused QKV
   projection, rotary embeddings, grouped-query attention (``scaled_dot_product_attention``), O
   projection, residual, RMSNorm, fused gate/up projection, SiLU-and-multiply, down projection,
   residual; final RMSNorm, LM head on the rows that sample, greedy sampling (argmax). Timing
@@ -10,7 +10,7 @@
   running request, allocated at admission and dropped at finish or preemption (recompute).
   Attention runs per request over its own cached keys: the prefill chunk with a bottom-right
   causal mask after its cached context, a decode token unmasked.
-* **Scheduler**: the simulator's own policy classes (:data:`simulator.policies.POLICIES`,
+* **Scheduler**: the simulator's own policy classes (:data:`simulator.engine.policies.POLICIES`,
   ``continuous`` and ``chunked_prefill``) make every decision, with the same
   ``max_num_seqs``, ``max_num_batched_tokens``, block accounting and preemption; the engine runs
   the real kernels for each planned step and reports the step's end as ``now``. The scheduler
@@ -39,13 +39,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from simulator.config import Scenario
-from simulator.kv_cache import KVCacheManager
-from simulator.models import ModelSpec
-from simulator.policies import POLICIES
-from simulator.request import RequestTable
-from simulator.scheduler import SchedulerOutput
-from simulator.workload import Workload
+from simulator.scenario.config import Scenario
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.scenario.models import ModelSpec
+from simulator.engine.policies import POLICIES
+from simulator.engine.request import RequestTable
+from simulator.engine.scheduler import SchedulerOutput
+from simulator.workload.traffic import Workload
 
 from .kernels import TORCH_DTYPES
 
@@ -197,7 +197,7 @@ class EngineRun:
 
     def requests_frame(self) -> "Any":
         """One row per request, built by the simulator's own code (same columns as ``result.requests``)."""
-        from simulator.simulation import _requests_frame
+        from simulator.run.records import _requests_frame
         return _requests_frame(self.table, self.scenario)
 
     def steps_frame(self) -> "Any":

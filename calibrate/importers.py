@@ -27,8 +27,8 @@ import pandas as pd
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256
-from simulator.profiles import load_profile
+from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256
+from simulator.scenario.profiles import load_profile
 
 VIDUR_OPS = {  # Vidur op -> (our op, how to compute n/k or width)
     "attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",

@@ -25,9 +25,9 @@ import torch
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.models import MODEL_PRESETS, ModelSpec
-from simulator.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
-from simulator.profiles import PARTIAL_TABLE
+from simulator.scenario.models import MODEL_PRESETS, ModelSpec
+from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
+from simulator.scenario.profiles import PARTIAL_TABLE
 
 from . import kernels
 from .grid import BenchSpec, GridLimits, build_grid, grid_memory_bytes, rotation_copies

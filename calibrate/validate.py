@@ -35,13 +35,14 @@ import pandas as pd
 import torch
 import yaml
 
-from simulator.config import Scenario
-from simulator.cost_model import make_cost_model
+from simulator.scenario.config import Scenario
+from simulator.cost.factory import make_cost_model
 from simulator.errors import ScenarioError
-from simulator.models import ModelSpec
-from simulator.profiles import load_profile
-from simulator.simulation import resolve, resolve_model, simulate, spawn_rngs
-from simulator.workload import Workload, generate_workload
+from simulator.scenario.models import ModelSpec
+from simulator.scenario.profiles import load_profile
+from simulator.run.resolve import resolve, resolve_model, spawn_rngs
+from simulator.run.simulate import simulate
+from simulator.workload.traffic import Workload, generate_workload
 
 from .engine import EngineRun, LlamaModel, ServingEngine
 

@@ -7,7 +7,7 @@ committed files never carry outputs. Edit a notebook here and run
     python notebooks/build.py --check    # exit 1 if a committed notebook differs from this file
     python notebooks/build.py --execute runs/notebooks   # run them all (full size) and keep the outputs there
 
-Every number a notebook shows is computed by ``simulator.studies`` (tested in
+Every number a notebook shows is computed by ``simulator.report.studies`` (tested in
 ``tests/test_studies.py``); the cells only set parameters, call it and plot.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from simulator import load_scenario, simulate
-from simulator import studies
+from simulator.report import studies
 
 SCALE = studies.notebook_scale()   # LLMPLAN_NOTEBOOK_SCALE=small (CI) or full (default)
 SMALL = SCALE == "small"
@@ -147,7 +147,7 @@ simulator searches, for each stream, the fewest replicas that hold the p99 SLOs
     new_code_cell(SETUP + '''
 from pathlib import Path
 import pandas as pd
-from simulator.workload import load_trace'''),
+from simulator.workload.traffic import load_trace'''),
     new_code_cell('''\
 HEAD = 300 if SMALL else None          # requests per trace (None: the whole trace)
 WINDOW_S = 60.0                        # window for rates and peak-to-mean
@@ -359,7 +359,7 @@ import tempfile
 from pathlib import Path
 import pandas as pd
 from simulator import ScenarioError, load_profile
-from simulator.profile_report import family_report, op_report'''),
+from simulator.report.profile_report import family_report, op_report'''),
     new_code_cell('''\
 MEASURED = "cpu-amd-epyc-tiny-llama"
 IMPORTED = "h100-sxm-vidur"
@@ -662,10 +662,10 @@ This notebook reads the committed results (`benchmarks/results/fidelity-*/valida
 `fidelity-thread` on the thread-CPU clock, `fidelity-wall` on the wall clock of the 2-core machine
 with nothing else running, `fidelity-wall-shared` on its wall clock while other jobs ran), tables and plots predicted against measured with the targets (|error| <= 10% on
 p50s and throughput, <= 15% on p90s/p99s), and, when torch is installed, runs a tiny validation
-itself. Every reshaping is `simulator.validation_report` (tested in `tests/test_validation_report.py`)."""),
+itself. Every reshaping is `simulator.report.validation_report` (tested in `tests/test_validation_report.py`)."""),
     new_code_cell(SETUP + '''
 import pandas as pd
-from simulator.validation_report import (error_matrix, load_validation, provenance, scatter_points,
+from simulator.report.validation_report import (error_matrix, load_validation, provenance, scatter_points,
                                          targets_summary, validation_folders, validation_table)
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -20,8 +20,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import load_scenario, parse_overrides
-from .errors import ScenarioError
+from simulator.scenario.config import load_scenario, parse_overrides
+from simulator.errors import ScenarioError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -85,7 +85,7 @@ def simulate(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
 ) -> None:
     """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
-    from .simulation import simulate as run_simulation
+    from simulator.run.simulate import simulate as run_simulation
 
     overrides = parse_overrides(set_)
     if seed is not None:
@@ -196,7 +196,7 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
 @guarded
 def models() -> None:
     """List model presets with their sizes."""
-    from .models import MODEL_PRESETS
+    from simulator.scenario.models import MODEL_PRESETS
 
     table = Table()
     for col in ("name", "params (B)", "layers", "hidden", "heads/kv", "context", "KV KiB/token"):
@@ -219,8 +219,8 @@ def profiles(ctx: typer.Context) -> None:
     """List hardware profiles: name, device, source, cost model, memory, price, date, fit error."""
     if ctx.invoked_subcommand is not None:
         return
-    from .profile_report import fit_headline
-    from .profiles import available_profiles, load_profile
+    from simulator.report.profile_report import fit_headline
+    from simulator.scenario.profiles import available_profiles, load_profile
 
     table = Table()
     for col in ("name", "device", "source", "cost model", "memory GiB", "bandwidth TB/s", "bf16 TFLOP/s", "$/GPU-h",
@@ -246,8 +246,8 @@ def profiles(ctx: typer.Context) -> None:
 @guarded
 def profiles_show(name: str = typer.Argument(..., help="Profile name or path.")) -> None:
     """One profile: provenance, and per op its held-out fit error and roofline efficiency."""
-    from .profile_report import TARGET_MEDIAN, TARGET_P90, family_report, op_report
-    from .profiles import load_profile
+    from simulator.report.profile_report import TARGET_MEDIAN, TARGET_P90, family_report, op_report
+    from simulator.scenario.profiles import load_profile
 
     p = load_profile(name, field="profile")
     prov = p.provenance
@@ -345,8 +345,8 @@ def calibrate(
         except KeyboardInterrupt:
             _fail(f"interrupted: {state['done']} of {state['total']} benchmarks kept in {out}/ops.partial.csv; "
                   "run the same command again to resume", code=130)
-    from .profile_report import family_report
-    from .profiles import load_profile
+    from simulator.report.profile_report import family_report
+    from simulator.scenario.profiles import load_profile
 
     p = load_profile(str(path))
     out_console.print(f"wrote {path} ({p.device}); use it with `hardware: {path.parent}`")
@@ -447,9 +447,9 @@ def plan(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
-    from .planner import load_plan, plan as run_plan, write_worksheets
-    from .planner.report import PlanProgressDisplay, print_plan
-    from .planner.worksheet import check_out
+    from simulator.planner import load_plan, plan as run_plan, write_worksheets
+    from simulator.planner.report import PlanProgressDisplay, print_plan
+    from simulator.planner.worksheet import check_out
 
     loaded = load_plan(plan_file)
     check_out(out)

@@ -25,7 +25,7 @@ import pandas as pd
 from scipy import stats
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .simulation import SimulationResult
+    from simulator.run.records import SimulationResult
 
 PERCENTILES = (50, 90, 95, 99)
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
@@ -150,10 +150,10 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
                      **_slo_summary(t.slo or sc.slo, judged[judged["tier"] == t.name], span)}
             for t in sc.workload.tiers}
     if "region" in req:   # scenario.fleet: per-region breakdown
-        from .fleet import fleet_summary
+        from simulator.cluster.fleet import fleet_summary
         summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
     if "pool" in req:   # deployment.pools: per-pool breakdown
-        from .pools import pools_summary
+        from simulator.cluster.pools import pools_summary
         summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req, (in_window & finished).to_numpy())
     blocks: Any = result.system.kv_plan.num_gpu_blocks
     if result.system.pools:   # each replica's usage against its own pool's KV cache
@@ -197,7 +197,7 @@ def _deployment_summary(result: "SimulationResult") -> dict[str, Any]:
         replicas = dep.autoscaler.max_replicas
     num_gpus = replicas * dep.tensor_parallel_size
     if dep.pools is not None:             # model routing: the sum over pools (each its own TP)
-        from .pools import pool_tp
+        from simulator.cluster.pools import pool_tp
         replicas = sum(pl.replicas for pl in dep.pools)
         num_gpus = sum(pl.replicas * pool_tp(sc, pl) for pl in dep.pools)
     return {
@@ -225,7 +225,7 @@ def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | N
 
 
 def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:
-    from .speculative import expected_tokens_per_step
+    from simulator.engine.speculative import expected_tokens_per_step
 
     proposed, steps = stats.get("num_draft_tokens", 0), stats.get("num_verify_steps", 0)
     return {

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from simulator import scenario_from_dict
-from simulator.config import SchedulerConfig
-from simulator.kv_cache import KVCacheManager
-from simulator.request import RequestTable
-from simulator.scheduler import Scheduler
-from simulator.workload import Workload
+from simulator.scenario.config import SchedulerConfig
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.request import RequestTable
+from simulator.engine.scheduler import Scheduler
+from simulator.workload.traffic import Workload
 
 CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0}
 
@@ -39,7 +39,7 @@ def make_scheduler(prompts: list[int], outputs: list[int], *, num_gpu_blocks: in
                    **config: Any) -> Scheduler:
     """A scheduler (of ``policy``) over requests with the given prompt/output lengths, all arrived
     at t=0 and already in the waiting queue in id order; ``config``: more SchedulerConfig fields."""
-    from simulator.policies import POLICIES
+    from simulator.engine.policies import POLICIES
 
     n = len(prompts)
     wl = Workload(np.zeros(n), np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64),

@@ -1,4 +1,4 @@
-"""Session and prefix affinity routers (simulator.affinity): stickiness, the load guard, and what
+"""Session and prefix affinity routers (simulator.cluster.affinity): stickiness, the load guard, and what
 they buy with prefix caching on several replicas."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from simulator import load_scenario, simulate
-from simulator.config import AffinityConfig
-from simulator.prefix_cache import prefix_block_hashes
-from simulator.router import make_router
+from simulator.scenario.config import AffinityConfig
+from simulator.engine.prefix_cache import prefix_block_hashes
+from simulator.cluster.routing import make_router
 
 from conftest import make_scenario
 
@@ -40,8 +40,8 @@ def test_session_affinity_keeps_every_turn_of_a_session_on_one_replica():
 
 
 def _sessions(sc) -> np.ndarray:
-    from simulator.simulation import spawn_rngs
-    from simulator.workload import generate_workload
+    from simulator.run.resolve import spawn_rngs
+    from simulator.workload.traffic import generate_workload
     return generate_workload(sc, 8192, spawn_rngs(sc.seed)).session
 
 

@@ -1,4 +1,4 @@
-"""The dashboard's library functions (simulator.analysis, simulator.scenario_io), checked against
+"""The dashboard's library functions (simulator.report.analysis, simulator.scenario.io), checked against
 closed forms (constant cost model), conservation and Little's law."""
 from __future__ import annotations
 
@@ -10,12 +10,8 @@ import pandas as pd
 import pytest
 
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile, load_scenario, simulate
-from simulator.analysis import (KPI, RunCancelled, compare_kpis, cost_per_million_tokens, kpis, latency_cdf,
-                                load_sweep, max_load_meeting_slo, measured_requests, measured_vs_fitted,
-                                profiles_overview, run_report, tier_table,
-                                stage_breakdown, step_time_curves, time_series, with_arrival_rate)
-from simulator.scenario_io import (MAX_SCENARIO_BYTES, scenario_diff, scenario_from_key, scenario_from_yaml_bytes,
-                                   scenario_key, scenario_to_yaml)
+from simulator.report.analysis import KPI, RunCancelled, compare_kpis, cost_per_million_tokens, kpis, latency_cdf, load_sweep, max_load_meeting_slo, measured_requests, measured_vs_fitted, profiles_overview, run_report, tier_table, stage_breakdown, step_time_curves, time_series, with_arrival_rate
+from simulator.scenario.io import MAX_SCENARIO_BYTES, scenario_diff, scenario_from_key, scenario_from_yaml_bytes, scenario_key, scenario_to_yaml
 
 from conftest import make_scenario
 
@@ -188,7 +184,7 @@ def test_profile_table_lists_every_profile():
 def test_measured_vs_fitted_matches_the_table_and_its_fit_report():
     """Every measured point of the measured CPU profile appears once, measured times equal the
     table's, and the held-out errors are the ones the profile report summarises."""
-    from simulator.profile_report import family_report, profile_table as read_ops
+    from simulator.report.profile_report import family_report, profile_table as read_ops
 
     prof = load_profile("cpu-amd-epyc-tiny-llama")
     mf = measured_vs_fitted(prof)
@@ -308,7 +304,7 @@ def test_tier_table_from_a_tiered_run():
 
 
 def test_forecast_rows_from_csv_bytes():
-    from simulator.scenario_io import MAX_FORECAST_BYTES, forecast_rows_from_csv_bytes
+    from simulator.scenario.io import MAX_FORECAST_BYTES, forecast_rows_from_csv_bytes
 
     rows = forecast_rows_from_csv_bytes(b"quarter,region,peak_rps,avg_prompt_tokens\nQ1,us-east,10,\nQ2,eu,12.5,900\n")
     assert rows == [{"quarter": "Q1", "region": "us-east", "peak_rps": 10.0, "avg_prompt_tokens": None},

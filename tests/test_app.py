@@ -12,7 +12,7 @@ import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from simulator import available_profiles, load_scenario, simulate  # noqa: E402
-from simulator.analysis import load_sweep, max_load_meeting_slo, with_arrival_rate  # noqa: E402
+from simulator.report.analysis import load_sweep, max_load_meeting_slo, with_arrival_rate  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-h100.yaml"
@@ -192,7 +192,7 @@ def test_hardware_page(app):
     assert not any(c.value.startswith("Not shown") for c in app.caption)
     # Measured vs fitted: the family table is the profile report's held-out fit.
     from simulator import load_profile
-    from simulator.profile_report import family_report
+    from simulator.report.profile_report import family_report
     app.selectbox(key="hw_fit_profile").set_value("cpu-amd-epyc-tiny-llama")
     ok(app.run())
     fit = app.dataframe[1].value.set_index("family")
@@ -437,7 +437,7 @@ def test_timeouts_and_load_shedding_knobs(app):
 def test_validation_page(app, tmp_path, monkeypatch):
     import json
 
-    from simulator.validation_report import load_validation, validation_table
+    from simulator.report.validation_report import load_validation, validation_table
     results = Path(APP).parent / "benchmarks" / "results"
     ok(app.switch_page("app_pages/validation.py").run())
     assert not app.error

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from simulator import ScenarioError, simulate
-from simulator.op_table import file_sha256
-from simulator.profiles import load_profile
+from simulator.cost.op_table import file_sha256
+from simulator.scenario.profiles import load_profile
 from tests.conftest import make_scenario
 
 torch = pytest.importorskip("torch")
@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 from calibrate import kernels  # noqa: E402
 from calibrate.grid import GridLimits, build_grid  # noqa: E402
 from calibrate.runner import run_calibration  # noqa: E402
-from simulator.models import MODEL_PRESETS  # noqa: E402
+from simulator.scenario.models import MODEL_PRESETS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(model="tiny-llama", device="cpu", quick=True, threads=1, max_tokens=16, max_seqs=4, max_context=128)

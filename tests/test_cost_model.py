@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from simulator import ScenarioError
-from simulator.cost_model import ConstantCostModel, RooflineCostModel, make_cost_model
-from simulator.kv_cache import plan_kv_cache
-from simulator.models import MODEL_PRESETS
-from simulator.profiles import GIB, HardwareProfile, load_profile
+from simulator.cost.analytic import ConstantCostModel, RooflineCostModel
+from simulator.cost.factory import make_cost_model
+from simulator.engine.kv_cache import plan_kv_cache
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.profiles import GIB, HardwareProfile, load_profile
 
 DATA = Path(__file__).parent / "data"
 

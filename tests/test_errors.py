@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from simulator import ScenarioError, load_profile, load_scenario, scenario_from_dict, simulate
-from simulator.models import MODEL_PRESETS
+from simulator.scenario.models import MODEL_PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from simulator import ScenarioError, simulate
-from simulator.router import ROUTERS
-from simulator.workload import ARRIVALS
+from simulator.cluster.router import ROUTERS
+from simulator.workload.traffic import ARRIVALS
 
 from conftest import make_scenario
 
@@ -105,7 +105,7 @@ def _diurnal(**arrival):
 
 
 def _arrival_times(sc):
-    from simulator.simulation import spawn_rngs
+    from simulator.run.resolve import spawn_rngs
     arr = ARRIVALS["diurnal"](sc.workload.arrival, sc)
     return arr, arr.sample(spawn_rngs(sc.seed)["arrivals"], sc.num_requests, sc.duration_s)
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from simulator import load_profile, scenario_from_dict, simulate
-from simulator.cost_model import RooflineCostModel
-from simulator.models import MODEL_PRESETS
-from simulator.quantization import resolve_precision
-from simulator.request import RequestStatus
-from simulator.simulation import resolve
+from simulator.cost.analytic import RooflineCostModel
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.quantization import resolve_precision
+from simulator.engine.request import RequestStatus
+from simulator.run.resolve import resolve
 
 from conftest import make_scenario, make_scheduler
 
@@ -248,7 +248,7 @@ def test_timeout_while_a_dynamic_batcher_waits_to_fill_its_batch():
 def test_aborting_a_swapped_out_request_returns_its_host_blocks():
     """Swap preemption parks a request's KV in host memory; if its client gives up while it waits,
     those host blocks come back (and nothing is left in the waiting queue)."""
-    from simulator.scheduler import SwapSpace
+    from simulator.engine.scheduler import SwapSpace
 
     sched = make_scheduler([8, 8], [50, 50], num_gpu_blocks=5, block_size=4, max_num_seqs=2,
                            preemption_mode="swap")

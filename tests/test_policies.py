@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator import ScenarioError, load_scenario, simulate
-from simulator.request import RequestStatus
+from simulator.engine.request import RequestStatus
 
 from conftest import make_scenario, make_scheduler
 

@@ -1,4 +1,4 @@
-"""Model routing to several model pools (simulator.pools): the routing rules, conservation, what a
+"""Model routing to several model pools (simulator.cluster.pools): the routing rules, conservation, what a
 small-model pool buys short prompts, determinism and the one-line errors."""
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_out_folder_keeps_the_pool_column(tmp_path):
 
 
 def test_dashboard_report_counts_every_pool(routed):
-    from simulator.analysis import num_gpus, run_report
+    from simulator.report.analysis import num_gpus, run_report
     rep = run_report(routed)
     assert num_gpus(routed.scenario) == 3 == rep.system["num_gpus"]
     # KV usage over all pools' blocks: below the busiest replica's own usage, above zero.

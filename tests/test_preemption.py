@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from simulator import ScenarioError, load_scenario, simulate
-from simulator.scheduler import SwapSpace
+from simulator.engine.scheduler import SwapSpace
 
 from conftest import make_scenario, make_scheduler
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from simulator import ScenarioError, scenario_from_dict, simulate
-from simulator.cost_model import make_cost_model
-from simulator.prefix_cache import BlockHashes, PrefixCachingKVManager
-from simulator.simulation import resolve
+from simulator.cost.factory import make_cost_model
+from simulator.engine.prefix_cache import BlockHashes, PrefixCachingKVManager
+from simulator.run.resolve import resolve
 
 from conftest import make_scenario
 from test_errors import assert_one_error_line, minimal, run_cli
@@ -330,7 +330,7 @@ def test_cli_json_reports_prefix_cache(tmp_path):
 
 
 def test_policy_without_prefix_caching_support_is_an_error(monkeypatch):
-    from simulator.scheduler import POLICIES, Scheduler
+    from simulator.engine.scheduler import POLICIES, Scheduler
     monkeypatch.setitem(POLICIES, "other", Scheduler)
     with pytest.raises(ScenarioError) as info:
         resolve(with_prefix(**{"scheduler.policy": "other"}))

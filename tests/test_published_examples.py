@@ -11,8 +11,8 @@ import yaml
 
 from simulator.planner import load_plan
 from simulator.planner.run import cell_scenario
-from simulator.simulation import resolve
-from simulator.workload import make_length
+from simulator.run.resolve import resolve
+from simulator.workload.lengths import make_length
 
 FOLDER = Path(__file__).resolve().parents[1] / "examples" / "published"
 SOURCES = yaml.safe_load((FOLDER / "sources.yaml").read_text())["deployments"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.request import RequestStatus
+from simulator.engine.request import RequestStatus
 
 from conftest import make_scheduler
 
@@ -103,8 +103,8 @@ def test_preemption_keeps_the_largest_feasible_prefix():
 
 def test_decode_run_matches_single_steps():
     """plan_decode_run advances k identical steps: same tokens, blocks and finish as k single steps."""
-    from simulator.cost_model import ConstantCostModel
-    from simulator.profiles import HardwareProfile
+    from simulator.cost.analytic import ConstantCostModel
+    from simulator.scenario.profiles import HardwareProfile
 
     cost = ConstantCostModel(HardwareProfile(cost_model="constant", step_time_s=0.5))
     a = make_scheduler([5, 3, 9], [7, 12, 4], num_gpu_blocks=100, block_size=4)
@@ -126,8 +126,8 @@ def test_decode_run_matches_single_steps():
 
 
 def test_decode_run_stops_at_the_step_in_which_the_next_arrival_falls():
-    from simulator.cost_model import ConstantCostModel
-    from simulator.profiles import HardwareProfile
+    from simulator.cost.analytic import ConstantCostModel
+    from simulator.scenario.profiles import HardwareProfile
 
     cost = ConstantCostModel(HardwareProfile(cost_model="constant", step_time_s=0.5))
     s = make_scheduler([4], [100])

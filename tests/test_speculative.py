@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator import ScenarioError, load_scenario, simulate
-from simulator.speculative import expected_tokens_per_step
+from simulator.engine.speculative import expected_tokens_per_step
 
 from conftest import make_scenario
 

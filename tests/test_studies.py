@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from simulator import ScenarioError, simulate
-from simulator import studies
+from simulator.report import studies
 
 from conftest import make_scenario
 
@@ -131,7 +131,7 @@ def test_rate_series_counts_every_arrival():
 # -- traces -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def azure_excerpt() -> pd.DataFrame:
-    from simulator.workload import load_trace
+    from simulator.workload.traffic import load_trace
 
     return load_trace(REPO / "tests" / "data" / "azure_code_excerpt.csv", "azure")
 

@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from simulator import ScenarioError, simulate
-from simulator.cost_model import make_cost_model
-from simulator.models import MODEL_PRESETS
-from simulator.op_table import TABLE_COLUMNS, LogCurve, file_sha256, fit_summary, leave_one_out
-from simulator.profile_report import family_report, op_report
-from simulator.profiles import load_profile
-from simulator.table_cost_model import TableCostModel
+from simulator.cost.factory import make_cost_model
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.cost.op_table import TABLE_COLUMNS, LogCurve, file_sha256, fit_summary, leave_one_out
+from simulator.report.profile_report import family_report, op_report
+from simulator.scenario.profiles import load_profile
+from simulator.cost.table import TableCostModel
 from tests.conftest import make_scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ def test_decode_curves_interpolate_measured_points_batches_and_edges() -> None:
     """Through every measured point; piecewise linear in the context sum; linear in the batch at
     the same context sum; noise that makes a longer context cheaper is flattened; below the grid
     the first segment continues but never under proportional; above it the last segment does."""
-    from simulator.op_table import DecodeCurves
+    from simulator.cost.op_table import DecodeCurves
 
     rows = pd.DataFrame([{"batch": b, "context": c, "median_s": t} for b, pts in
                          {2: [(16, 10.0), (64, 20.0), (256, 80.0)],

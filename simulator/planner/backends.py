@@ -16,7 +16,7 @@ import os
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any, Callable, Iterator
 
-from ..errors import ScenarioError
+from simulator.errors import ScenarioError
 
 BACKENDS = ("local", "dask")
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..config import Scenario
-from ..cost_model import make_cost_model
-from ..simulation import resolve
-from ..workload import make_length
+from simulator.scenario.config import Scenario
+from simulator.cost.factory import make_cost_model
+from simulator.run.resolve import resolve
+from simulator.workload.lengths import make_length
 
 
 @dataclass(frozen=True)

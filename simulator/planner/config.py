@@ -16,17 +16,14 @@ from typing import Any, Literal
 
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from ..config import Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
-from ..errors import ScenarioError
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from simulator.scenario.config import Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
+from simulator.errors import ScenarioError
+from simulator.scenario.frozen import Frozen
 
 
-class Candidate(_Frozen):
+class Candidate(Frozen):
     """One serving configuration to price: dotted overrides applied to the base scenario."""
 
     name: str = Field(min_length=1)
@@ -36,7 +33,7 @@ class Candidate(_Frozen):
     """USD per GPU-hour before the region's multiplier (default: the hardware profile's price)."""
 
 
-class PlanSLO(_Frozen):
+class PlanSLO(Frozen):
     """Client-perceived objectives (network RTT included for TTFT and E2E)."""
 
     ttft_p99_ms: float | None = Field(default=None, gt=0)
@@ -52,7 +49,7 @@ class PlanSLO(_Frozen):
         return self
 
 
-class Region(_Frozen):
+class Region(Frozen):
     name: str = Field(min_length=1)
     rtt_ms: dict[str, float]
     """Round-trip time from this region's clients to each serving region (own region required;
@@ -60,8 +57,8 @@ class Region(_Frozen):
     price_multiplier: float = Field(default=1.0, gt=0)
 
 
-class NetworkSettings(_Frozen):
-    """Connection model shared by all regions (see :mod:`simulator.network`)."""
+class NetworkSettings(Frozen):
+    """Connection model shared by all regions (see :mod:`simulator.cluster.network`)."""
 
     setup_round_trips: int = Field(default=2, ge=0)
     """Extra round trips a new connection pays before the request (TCP 1 + TLS 1.3 1 = 2)."""
@@ -69,7 +66,7 @@ class NetworkSettings(_Frozen):
     """Fraction of requests sent on an already open (keep-alive) connection."""
 
 
-class SimulationSettings(_Frozen):
+class SimulationSettings(Frozen):
     """How each candidate replica count is verified."""
 
     num_requests: int = Field(default=4000, ge=200)
@@ -81,7 +78,7 @@ class SimulationSettings(_Frozen):
     """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
 
 
-class ForecastRow(_Frozen):
+class ForecastRow(Frozen):
     quarter: str = Field(min_length=1)
     region: str = Field(min_length=1)
     peak_rps: float = Field(gt=0)
@@ -90,7 +87,7 @@ class ForecastRow(_Frozen):
     avg_output_tokens: float | None = Field(default=None, ge=1)
 
 
-class PlanConfig(_Frozen):
+class PlanConfig(Frozen):
     name: str = "plan"
     scenario: str | dict[str, Any]
     """Base serving scenario: a YAML path (relative to the plan file) or an inline mapping."""
@@ -186,7 +183,7 @@ def _load_base(config: PlanConfig) -> Scenario:
 
 
 def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario:
-    from ..simulation import resolve
+    from simulator.run.resolve import resolve
 
     where = f"candidates[{index}] ({cand.name})"
     for key in cand.set:

@@ -8,8 +8,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import LoadedPlan
-from .run import PlanProgress, PlanResult
+from simulator.planner.config import LoadedPlan
+from simulator.planner.run import PlanProgress, PlanResult
 
 
 class PlanProgressDisplay:

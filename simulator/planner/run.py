@@ -17,15 +17,15 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ..config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
-from ..errors import ScenarioError
-from ..network import network_from_clients
-from ..simulation import resolve
-from ..workload import make_length
-from .backends import open_executor
-from .capacity import capacity_bound
-from .config import LoadedPlan, PlanConfig, load_plan
-from .search import SearchTask, SLOSpec, search_replicas
+from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
+from simulator.errors import ScenarioError
+from simulator.cluster.network import network_from_clients
+from simulator.run.resolve import resolve
+from simulator.workload.lengths import make_length
+from simulator.planner.backends import open_executor
+from simulator.planner.capacity import capacity_bound
+from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
+from simulator.planner.search import SearchTask, SLOSpec, search_replicas
 
 HOURS_PER_QUARTER = 365.25 * 24 / 4
 

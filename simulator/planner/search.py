@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Scenario
-from ..metrics import measurement_window
-from ..network import ClientNetwork, add_client_latencies
-from ..simulation import simulate
+from simulator.scenario.config import Scenario
+from simulator.metrics import measurement_window
+from simulator.cluster.network import ClientNetwork, add_client_latencies
+from simulator.run.simulate import simulate
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import ScenarioError
+from simulator.errors import ScenarioError
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

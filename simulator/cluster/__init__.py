@@ -1,0 +1,1 @@
+"""Several replicas: routers, affinity, model pools, regions (fleet), the autoscaler and the network."""

@@ -1,0 +1,77 @@
+"""The network between clients and a serving region: what the client sees on top of the server.
+
+The engine's latencies start when a request reaches the server and end when a token leaves it.
+A client also pays the path: half a round trip to send the request and half a round trip for the
+first token (and for the last token) to come back, so client-perceived TTFT and E2E are the
+server's plus one RTT. A request on a new connection first pays the connection set-up, a fixed
+number of round trips (TCP handshake 1, TLS 1.3 1 more, TLS 1.2 2 more); one sent on a
+kept-alive connection pays none. TPOT is unchanged (tokens stream back at the server's pace).
+
+Clients form populations (``clients``), each with a share of the requests and an RTT to this
+region; each request's population and connection reuse are drawn from the run's own
+``network`` random stream, so they never perturb the arrival or length streams.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ClientPopulation:
+    name: str
+    share: float
+    rtt_s: float
+
+
+@dataclass(frozen=True)
+class ClientNetwork:
+    """Who sends the requests and over which connections."""
+
+    clients: tuple[ClientPopulation, ...]
+    setup_round_trips: int = 2
+    keepalive_reuse: float = 1.0
+
+    def draw(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per request: population index, RTT (s) and whether it opens a new connection."""
+        shares = np.array([c.share for c in self.clients], dtype=float)
+        shares = shares / shares.sum()
+        if len(self.clients) == 1:
+            who = np.zeros(n, dtype=np.int16)
+        else:
+            who = np.searchsorted(np.cumsum(shares), rng.random(n), side="right").clip(0, len(shares) - 1)
+            who = who.astype(np.int16)
+        rtt = np.array([c.rtt_s for c in self.clients])[who]
+        new = rng.random(n) >= self.keepalive_reuse
+        return who, rtt, new
+
+
+def client_overhead_s(rtt_s: np.ndarray, new_connection: np.ndarray, setup_round_trips: int) -> np.ndarray:
+    """Seconds the network adds to a request's client-perceived TTFT (and E2E)."""
+    return rtt_s * (1.0 + setup_round_trips * new_connection.astype(float))
+
+
+def add_client_latencies(requests, network: ClientNetwork, rng: np.random.Generator) -> None:  # noqa: ANN001
+    """Add ``client``, ``rtt_s``, ``new_connection``, ``client_ttft_s`` and ``client_e2e_s``
+    columns to a requests DataFrame (in place)."""
+    who, rtt, new = network.draw(len(requests), rng)
+    extra = client_overhead_s(rtt, new, network.setup_round_trips)
+    names = np.array([c.name for c in network.clients], dtype=object)
+    requests["client"] = names[who] if len(requests) else np.array([], dtype=object)
+    requests["rtt_s"] = rtt
+    requests["new_connection"] = new
+    requests["client_ttft_s"] = requests["ttft_s"].to_numpy() + extra
+    requests["client_e2e_s"] = requests["e2e_s"].to_numpy() + extra
+
+
+def network_from_clients(clients: Sequence[tuple[str, float, float]], setup_round_trips: int,
+                         keepalive_reuse: float) -> ClientNetwork:
+    """Build from ``(name, share, rtt_s)`` tuples."""
+    return ClientNetwork(tuple(ClientPopulation(n, s, r) for n, s, r in clients), setup_round_trips, keepalive_reuse)
+
+
+def network_from_config(cfg) -> ClientNetwork:  # noqa: ANN001 - simulator.scenario.config.NetworkConfig
+    return network_from_clients([(c.name, c.share, c.rtt_ms / 1000.0) for c in cfg.clients],
+                                cfg.setup_round_trips, cfg.keepalive_reuse)

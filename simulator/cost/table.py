@@ -1,0 +1,370 @@
+"""The ``table`` cost model: predicts engine steps from per-op kernel tables (measured or imported).
+
+One step is the sum, over the model's layers, of the ops a serving engine runs (per
+tensor-parallel shard), each looked up in the profile's table (:mod:`simulator.cost.op_table`):
+
+* GEMMs (QKV, O, gate/up, down; the LM head for the sampled rows): time vs token count for the
+  shard's ``n x k``, interpolated in log-log space between measured token counts;
+* prefill attention per request: chunk x cached context, log-log along the chunk within each
+  measured context and log(1 + context) between contexts;
+* decode attention: per measured batch, piecewise linear in the context sum between the measured
+  contexts; between measured batches, linear in the batch at the same context sum
+  (:class:`~simulator.cost.op_table.DecodeCurves`);
+* RMSNorm (2 per layer + final), rotary, SiLU-and-multiply, residual adds (2 per layer), KV-cache
+  writes, and sampling per sampled row: time vs tokens for the op's width;
+* tensor-parallel all-reduces (2 per layer) from measured ``all_reduce`` rows at the TP degree,
+  else from the profile's interconnect.
+
+Outside the measured range a curve is extended from its edge by the roofline ratio (a roofline
+whose efficiency is fitted at the edge). A shape that was not measured (another model, another TP
+degree) is scaled from the nearest measured shape by the roofline ratio of the two shapes; an op
+family with no rows at all falls back to the datasheet roofline of the profile (its peaks and
+efficiencies), and :attr:`TableCostModel.sources` says which ops did. Engine overhead is explicit:
+``overhead.step_s`` per step plus ``overhead.per_seq_s`` per request (kernel tables do not
+measure the scheduler).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from simulator.cost.base import StepTime, register
+from simulator.errors import ScenarioError
+from simulator.scenario.models import DTYPE_BYTES, ModelSpec
+from simulator.cost.op_table import TABLE_SCHEMA, DecodeCurves, LogCurve, compatible_dtype, gemm_roof, prefill_pairs, prefill_roof, read_table
+from simulator.scenario.profiles import HardwareProfile
+
+#: Elementwise ops per layer (the final RMSNorm adds one more per step).
+PER_LAYER = {"rmsnorm": 2, "rotary": 1, "silu_mul": 1, "residual_add": 2, "kv_write": 1}
+
+Fn = Callable[[float], float]
+
+
+def _nearest(candidates: pd.DataFrame, cols: list[str], target: list[float]) -> pd.Series:
+    """The row of ``candidates`` closest to ``target`` in log space over ``cols``."""
+    vals = np.log(np.maximum(candidates[cols].to_numpy(dtype=np.float64), 1.0))
+    dist = np.abs(vals - np.log(np.maximum(np.array(target, dtype=np.float64), 1.0))).sum(axis=1)
+    return candidates.iloc[int(np.argmin(dist))]
+
+
+@register("table")
+class TableCostModel:
+    """Per-op table interpolation over one tensor-parallel shard (see module docstring).
+
+    Raises:
+        ScenarioError: the table is missing, corrupted or of another schema; it has no rows for
+            the model's dtype; or an op family is absent and the profile has no peaks to fall
+            back on.
+    """
+
+    def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1) -> None:
+        assert profile.table is not None
+        df = read_table(profile.table, sha256=profile.table_sha256,
+                        schema=profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
+        dtypes = sorted(set(df["dtype"].astype(str)))
+        usable = [d for d in dtypes if d == model.dtype] or [d for d in dtypes if compatible_dtype(d, model.dtype)]
+        if not dtypes:
+            usable = [model.dtype]      # an empty table: every op falls back to the roofline
+        if not usable:
+            raise ScenarioError("hardware.table", dtypes, f"no rows for the model's dtype {model.dtype!r}; "
+                                f"calibrate with --dtype {model.dtype} or serve the model in {dtypes[0]}")
+        df = df[df["dtype"] == usable[0]]
+        self.dtype = usable[0]
+        tp = tensor_parallel_size
+        self.model, self.profile, self.tp = model, profile, tp
+        self.L = model.num_layers
+        self.abytes = 2.0 if model.dtype in ("fp8", "int8", "int4") else DTYPE_BYTES[model.dtype]
+        self.peak, self.bw = self._peaks(df)
+        self._decode_slope: float | None = None
+        """Decode attention per layer per context token when it is the roofline (exactly affine)."""
+        self.sources: dict[str, str] = {}
+        """Op -> how it is predicted: ``measured``, ``scaled from <shape>``, or ``roofline``."""
+        h, hd = model.hidden_size, model.head_dim
+        self.heads = model.num_attention_heads / tp
+        self.kv_heads = max(1.0, model.num_key_value_heads / tp)
+        q, kv, inter = self.heads * hd, self.kv_heads * hd, model.intermediate_size / tp
+        shapes = {"qkv_proj": (q + 2 * kv, h), "o_proj": (h, q), "gate_up_proj": (2 * inter, h),
+                  "down_proj": (h, inter), "lm_head": (model.vocab_size / tp, h)}
+        gemm_rows = df[df["family"] == "gemm"]
+        self._gemm: dict[str, Fn] = {op: self._gemm_fn(gemm_rows, op, n, k) for op, (n, k) in shapes.items()}
+        widths = {"rmsnorm": h, "rotary": q + kv, "silu_mul": inter, "residual_add": h, "kv_write": 2 * kv,
+                  "sampling": model.vocab_size}
+        self._elem: dict[str, Fn] = {op: self._elementwise_fn(df, op, w) for op, w in widths.items()}
+        self._prefill = self._prefill_fn(df[df["family"] == "attn_prefill"])
+        self._decode = self._decode_fn(df[df["family"] == "attn_decode"])
+        self._comm = self._comm_fn(df[df["family"] == "comm"])
+        self._step_s, self._seq_s = profile.overhead.step_s, profile.overhead.per_seq_s
+        self._tok_s = profile.overhead.per_token_s
+        self._tok_cache: dict[int, tuple[float, float, float]] = {}
+        self._samp_cache: dict[int, tuple[float, float]] = {}
+        self._pf_cache: dict[tuple[int, int], float] = {}
+        self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._affine_cache: dict[int, tuple[float, float]] = {}
+
+    # -- construction -------------------------------------------------------------------------------
+    def _peaks(self, df: pd.DataFrame) -> tuple[float, float]:
+        """Peak FLOP/s and bandwidth for roofline ratios and fallbacks: the profile's, else the best
+        the table itself shows."""
+        p = self.profile
+        peak = p.peak_flops_for(self.model.dtype) if p.peak_flops else None
+        bw = p.memory_bandwidth_bytes_per_s
+        g = df[df["family"] == "gemm"]
+        if peak is None and len(g):
+            peak = float((2.0 * g["tokens"] * g["n"] * g["k"] / g["median_s"]).max())
+        e = df[df["family"] == "elementwise"]
+        if bw is None and len(e):
+            bw = float((3.0 * e["tokens"] * e["width"] * self.abytes / e["median_s"]).max())
+        return float(peak or 1e12), float(bw or 1e11)
+
+    def _need_roofline(self, what: str) -> None:
+        p = self.profile
+        if not p.peak_flops or p.memory_bandwidth_bytes_per_s is None:
+            raise ScenarioError("hardware.table", p.table, f"has no {what} rows and the profile has no "
+                                "peak_flops/memory_bandwidth_bytes_per_s to fall back on")
+
+    def _gemm_fn(self, rows: pd.DataFrame, op: str, n: float, k: float) -> Fn:
+        roof = gemm_roof(n, k, self.peak, self.bw, self.abytes)
+        if rows.empty:
+            self._need_roofline("gemm")
+            eff = self.profile.efficiency
+            self.sources[op] = "roofline"
+            return lambda m: max(2.0 * m * n * k / (self.peak * eff.gemm_max * m / (m + eff.gemm_half_tokens)),
+                                 (n * k + m * (n + k)) * self.abytes / (self.bw * eff.memory))
+        exact = rows[(rows["n"] == round(n)) & (rows["k"] == round(k))]
+        if exact.empty:
+            near = _nearest(rows, ["n", "k"], [n, k])
+            exact = rows[(rows["n"] == near["n"]) & (rows["k"] == near["k"])]
+            n0, k0 = float(near["n"]), float(near["k"])
+            self.sources[op] = f"scaled from {int(n0)}x{int(k0)}"
+            base_roof = gemm_roof(n0, k0, self.peak, self.bw, self.abytes)
+        else:
+            self.sources[op] = "measured"
+            base_roof = roof
+        pts = exact.groupby("tokens")["median_s"].median()
+        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base_roof)
+        if base_roof is roof:
+            return curve.scalar
+        return lambda m: curve.scalar(m) * float(roof(np.float64(m)) / base_roof(np.float64(m)))
+
+    def _elementwise_fn(self, df: pd.DataFrame, op: str, width: float) -> Fn:
+        rows = df[df["op"] == op]
+        if rows.empty:
+            self._need_roofline(op)
+            self.sources[op] = "roofline"
+            rate = 3.0 * width * self.abytes / (self.bw * self.profile.efficiency.memory)
+            return lambda t: rate * t
+        exact = rows[rows["width"] == round(width)]
+        scale = 1.0
+        if exact.empty:
+            w0 = float(_nearest(rows, ["width"], [width])["width"])
+            exact, scale = rows[rows["width"] == w0], width / w0
+            self.sources[op] = f"scaled from width {int(w0)}"
+        else:
+            self.sources[op] = "measured"
+        pts = exact.groupby("tokens")["median_s"].median()
+        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda x: np.asarray(x, np.float64))
+        return (lambda t: curve.scalar(t) * scale) if scale != 1.0 else curve.scalar
+
+    def _head_rows(self, rows: pd.DataFrame, per: str) -> tuple[pd.DataFrame, float, str]:
+        """Rows for this shard's heads, or the nearest measured heads and the ratio to scale by."""
+        hd = self.model.head_dim
+        exact = rows[(rows["num_heads"] == round(self.heads)) & (rows["num_kv_heads"] == round(self.kv_heads))
+                     & (rows["head_dim"] == hd)]
+        if not exact.empty:
+            return exact, 1.0, "measured"
+        near = _nearest(rows, ["num_heads", "num_kv_heads", "head_dim"], [self.heads, self.kv_heads, hd])
+        sel = rows[(rows["num_heads"] == near["num_heads"]) & (rows["num_kv_heads"] == near["num_kv_heads"])
+                   & (rows["head_dim"] == near["head_dim"])]
+        if per == "q":
+            ratio = self.heads * hd / float(near["num_heads"] * near["head_dim"])
+        else:
+            ratio = self.kv_heads * hd / float(near["num_kv_heads"] * near["head_dim"])
+        label = f"scaled from {int(near['num_heads'])}/{int(near['num_kv_heads'])} heads x {int(near['head_dim'])}"
+        return sel, ratio, label
+
+    def _prefill_fn(self, rows: pd.DataFrame) -> Callable[[int, int], float]:
+        hd, L = self.model.head_dim, 1
+        if rows.empty:
+            self._need_roofline("attn_prefill")
+            eff = self.profile.efficiency
+            self.sources["attn_prefill"] = "roofline"
+            flops, kvb = 4.0 * self.heads * hd, 2.0 * self.kv_heads * hd * self.abytes
+            return lambda q, c: L * max(flops * float(prefill_pairs(q, c)) / (self.peak * eff.attention_compute),
+                                        kvb * (c + q) / (self.bw * eff.attention_memory))
+        rows = rows[rows["batch"] == 1] if (rows["batch"] == 1).any() else rows
+        sel, ratio, label = self._head_rows(rows, "q")
+        self.sources["attn_prefill"] = label
+        contexts = np.array(sorted(sel["context"].unique()), dtype=np.float64)
+        first = sel.iloc[0]
+        roof = prefill_roof(float(first["num_heads"]), float(first["num_kv_heads"]), float(first["head_dim"]),
+                            self.peak, self.bw, self.abytes)
+
+        def ctx_ratio(q: int, c: float, c0: float) -> float:
+            return float(roof(q, c) / roof(q, c0))
+
+        cols = []
+        for c in contexts:
+            pts = sel[sel["context"] == c].groupby("tokens")["median_s"].median()
+            cols.append(LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(),
+                                 lambda q, c=c: roof(q, c)))
+        lc = np.log1p(contexts)
+
+        def fn(q: int, c: int) -> float:
+            if c >= contexts[-1] or len(contexts) == 1:
+                j = len(contexts) - 1 if c >= contexts[-1] else 0
+                t = cols[j].scalar(q) * ctx_ratio(q, c, contexts[j])
+            elif c <= contexts[0]:
+                t = cols[0].scalar(q) * ctx_ratio(q, c, contexts[0])
+            else:
+                i = int(np.searchsorted(contexts, c, side="right")) - 1
+                w = (math.log1p(c) - lc[i]) / (lc[i + 1] - lc[i])
+                t = math.exp((1 - w) * math.log(cols[i].scalar(q)) + w * math.log(cols[i + 1].scalar(q)))
+            return t * ratio
+        return fn
+
+    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, np.ndarray], np.ndarray]:
+        """One layer's decode attention over ``n`` sequences at context sums ``s`` (an array)."""
+        hd = self.model.head_dim
+        if rows.empty:
+            self._need_roofline("attn_decode")
+            eff = self.profile.efficiency
+            self.sources["attn_decode"] = "roofline"
+            slope = max(4.0 * self.heads * hd / (self.peak * eff.attention_compute),
+                        2.0 * self.kv_heads * hd * self.abytes / (self.bw * eff.attention_memory))
+            self._decode_slope = slope
+            return lambda n, s: slope * np.asarray(s, dtype=np.float64)
+        sel, ratio, label = self._head_rows(rows, "kv")
+        self.sources["attn_decode"] = label
+        curves = DecodeCurves.fit(sel)
+        return lambda n, s: curves(n, s) * ratio
+
+    def _comm_fn(self, rows: pd.DataFrame) -> Fn:
+        tp = self.tp
+        if tp == 1:
+            return lambda nbytes: 0.0
+        sel = rows[rows["world_size"] == tp]
+        if not sel.empty:
+            self.sources["all_reduce"] = "measured"
+            pts = sel.groupby("message_bytes")["median_s"].median()
+            x0 = float(pts.index.min())
+            curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda v: np.maximum(v, x0))
+            return curve.scalar
+        ic = self.profile.interconnect
+        if ic is None:
+            raise ScenarioError("hardware.interconnect", None, f"tensor_parallel_size={tp} needs measured "
+                                f"all_reduce rows for {tp} devices in the table or an interconnect in the profile")
+        self.sources["all_reduce"] = "interconnect (datasheet)"
+        return lambda nbytes: ic.latency_s + 2.0 * (tp - 1) / tp * nbytes / ic.bandwidth_bytes_per_s
+
+    # -- per-step pieces (cached: a run sees few distinct shapes) -----------------------------------
+    def _per_tokens(self, tokens: int) -> tuple[float, float, float]:
+        got = self._tok_cache.get(tokens)
+        if got is None:
+            g, e = self._gemm, self._elem
+            lin = self.L * (g["qkv_proj"](tokens) + g["o_proj"](tokens) + g["gate_up_proj"](tokens)
+                            + g["down_proj"](tokens))
+            elem = self.L * sum(count * e[op](tokens) for op, count in PER_LAYER.items()) + e["rmsnorm"](tokens)
+            comm = 2 * self.L * self._comm(tokens * self.model.hidden_size * self.abytes)
+            got = self._tok_cache[tokens] = (lin, elem, comm)
+        return got
+
+    def _per_sampled(self, rows: int) -> tuple[float, float]:
+        got = self._samp_cache.get(rows)
+        if got is None:
+            got = self._samp_cache[rows] = (self._gemm["lm_head"](rows), self._elem["sampling"](rows))
+        return got
+
+    def _prefill_s(self, q: int, c: int) -> float:
+        got = self._pf_cache.get((q, c))
+        if got is None:
+            got = self._pf_cache[(q, c)] = self.L * self._prefill(q, c)
+        return got
+
+    def _decode_attn(self, n: int, s: float | np.ndarray) -> np.ndarray:
+        return self.L * self._decode(n, s)
+
+    # -- the CostModel interface --------------------------------------------------------------------
+    def _terms(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
+               decode_context_sum: int, num_sampled: int, tokens: int) -> tuple[float, float, float, float, float]:
+        """(linear, attention, elementwise, comm, overhead) seconds of a step with ``tokens`` > 0."""
+        lin, elem, comm = self._per_tokens(tokens)
+        if num_sampled:
+            head, sample = self._per_sampled(num_sampled)
+            lin, elem = lin + head, elem + sample
+        attn = 0.0
+        for q, c in zip(prefill_tokens, prefill_context):
+            if q:
+                attn += self._prefill_s(q, c)
+        if num_decode:
+            attn += float(self._decode_attn(num_decode, decode_context_sum))
+        overhead = self._step_s + self._seq_s * (len(prefill_tokens) + num_decode) + self._tok_s * tokens
+        return lin, attn, elem, comm, overhead
+
+    def breakdown(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
+                  decode_context_sum: int, num_sampled: int) -> StepTime:
+        tokens = sum(prefill_tokens) + num_decode
+        if tokens == 0:
+            return StepTime(overhead_s=self._step_s)
+        lin, attn, elem, comm, overhead = self._terms(prefill_tokens, prefill_context, num_decode,
+                                                      decode_context_sum, num_sampled, tokens)
+        return StepTime(linear_s=lin, attention_s=attn, elementwise_s=elem, comm_s=comm, overhead_s=overhead)
+
+    def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
+                    decode_context_sum: int, num_sampled: int) -> float:
+        # ``breakdown(...).total_s`` without building the StepTime (the engine's hot path); the
+        # terms are summed in StepTime.total_s's order, so both give the same float.
+        tokens = sum(prefill_tokens) + num_decode
+        if tokens == 0:
+            return self._step_s
+        lin, attn, elem, comm, overhead = self._terms(prefill_tokens, prefill_context, num_decode,
+                                                      decode_context_sum, num_sampled, tokens)
+        return lin + attn + elem + comm + overhead
+
+    def _decode_fixed(self, n: int) -> tuple[float, float, float, float]:
+        """(linear, elementwise, comm, overhead) of a pure-decode step of ``n`` requests."""
+        got = self._fixed_cache.get(n)
+        if got is None:
+            lin, _, elem, comm, overhead = self._terms([], [], n, 0, n, n)
+            got = self._fixed_cache[n] = (lin, elem, comm, overhead)
+        return got
+
+    def decode_affine(self, num_decode: int) -> tuple[float, float] | None:
+        """``(a, b)`` with a pure-decode step taking ``a + b x context_sum`` when decode attention is
+        the roofline fallback (then the engine plans decode runs in closed form); None for measured
+        decode attention, which is only piecewise affine."""
+        if self._decode_slope is None:
+            return None
+        got = self._affine_cache.get(num_decode)
+        if got is None:
+            got = self._affine_cache[num_decode] = (self.step_time_s([], [], num_decode, 0, num_decode),
+                                                    self.L * self._decode_slope)
+        return got
+
+    def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
+        # Element for element the same float operations as step_time_s([], [], n, s, n).
+        lin, elem, comm, overhead = self._decode_fixed(num_decode)
+        attn = self._decode_attn(num_decode, np.asarray(decode_context_sums, dtype=np.float64))
+        return lin + attn + elem + comm + overhead
+
+    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
+        return self.step_time_s([], [], num_decode, decode_context_sum, num_decode)
+
+    # -- reporting ------------------------------------------------------------------------------------
+    def op_time_s(self, op: str, tokens: int, context: int = 0) -> float:
+        """One op's time for one layer (LM head and sampling: once), as the model predicts it: GEMMs
+        and elementwise ops over ``tokens`` rows, prefill attention over a ``tokens`` chunk after
+        ``context`` cached tokens, decode attention over ``tokens`` sequences of ``context`` each."""
+        if op in self._gemm:
+            return self._gemm[op](tokens)
+        if op in self._elem:
+            return self._elem[op](tokens)
+        if op == "attn_prefill":
+            return self._prefill(tokens, context)
+        if op == "attn_decode":
+            return float(self._decode(tokens, float(tokens * context)))
+        if op == "all_reduce":
+            return self._comm(tokens * self.model.hidden_size * self.abytes)
+        raise KeyError(op)

@@ -1,0 +1,135 @@
+"""Disaggregated prefill and decode pools (Splitwise, DistServe): ``scheduler.policy: disaggregated``.
+
+Requests arrive at a pool of *prefill* replicas (``deployment.prefill_replicas``). A prefill
+replica batches prompts under the token budget exactly as the continuous policy admits them; the
+step computes each prompt and emits its first token (TTFT ends there). The request's KV is then
+sent to a *decode* replica (``deployment.decode_replicas``, picked by the same router kind) over
+the KV-transfer link: ``prompt tokens x KV bytes per token / bandwidth + latency`` (the profile's
+interconnect unless ``deployment.kv_transfer_bandwidth_bytes_per_s`` says otherwise). The prefill
+replica frees the blocks when its step ends; the decode replica admits the request when the KV
+has arrived, like a swapped-in request: one decode token over the received context, no prefill.
+A decode replica that preempts a request later recomputes it locally (recompute preemption).
+
+Exactness of the fast decode runs: a decode replica may only advance to the earliest instant at
+which a request could reach it. Handoffs are registered when the prefill step that produces them
+is *planned* (its end is known then), so that bound is the earliest of: the next arrival, the
+earliest registered handoff, and for each prefill replica with work, the end of its last planned
+step (its next step, and so its next handoffs, cannot come earlier).
+"""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from simulator.engine.request import RequestStatus
+from simulator.engine.scheduler import Scheduler, SchedulerOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.replica import Replica
+
+_WAITING = int(RequestStatus.WAITING)
+
+
+class PrefillScheduler(Scheduler):
+    """Continuous admission of prompts; every request leaves after its prefill step."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handoffs = 0
+
+    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+        done = super().update_from_output(out, now)    # first tokens; 1-token requests finish here
+        n = self.n
+        if n:
+            table, bs = self.table, self.block_size
+            ids = self.req_id[:n]
+            computed = self.num_computed_tokens[:n]
+            self.kv.free(int(((computed + bs - 1) // bs).sum()))
+            table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[:n]
+            table.status[ids] = _WAITING                 # in transfer, then waiting on a decode replica
+            self.context_total = 0
+            self.handoffs += n
+            self.n = 0
+        return done
+
+    def stats(self) -> dict[str, int]:
+        return {"kv_transfers": self.handoffs}
+
+
+class DecodeScheduler(Scheduler):
+    """Continuous batching whose new requests bring their KV (admitted without a prefill)."""
+
+    def expect_kv(self, rid: int, tokens: int) -> None:
+        """``rid``'s KV for ``tokens`` tokens has arrived: admit it with one decode token."""
+        self._swapped[rid] = tokens
+        self._restore_free.add(rid)
+
+
+class DisaggregatedFleet:
+    """Builds the two pools and moves requests from one to the other (see module docstring)."""
+
+    def __init__(self, env: Any, scenario: Any, system: Any, table: Any, make_replica: Callable[..., "Replica"],
+                 router_factory: Callable[[], Any], next_arrival: Callable[[], float]) -> None:
+        dep = scenario.deployment
+        self.env, self.table = env, table
+        self.next_arrival = next_arrival
+        ic = system.profile.interconnect
+        bandwidth = dep.kv_transfer_bandwidth_bytes_per_s or (ic.bandwidth_bytes_per_s if ic else None)
+        self.bandwidth = float(bandwidth)
+        self.latency_s = dep.kv_transfer_latency_s if dep.kv_transfer_latency_s is not None else (
+            ic.latency_s if ic else 0.0)
+        # The whole replica's KV for one token (all TP shards send in parallel over their own links).
+        self.kv_bytes_per_token_per_gpu = system.kv_plan.kv_bytes_per_block / scenario.scheduler.block_size
+        self.prefill = [make_replica(i, PrefillScheduler, self.next_arrival) for i in range(dep.prefill_replicas)]
+        first = dep.prefill_replicas
+        self.decode = [make_replica(first + i, DecodeScheduler, self.decode_horizon)
+                       for i in range(dep.decode_replicas)]
+        for replica in self.prefill:
+            replica.on_step_planned = self._prefill_planned
+        self.prefill_router = router_factory()
+        self.decode_router = router_factory()
+        self._pending: list[tuple[float, int]] = []     # (arrival at the decode pool, request id)
+        self.transfer_s_total = 0.0
+
+    @property
+    def replicas(self) -> list["Replica"]:
+        return self.prefill + self.decode
+
+    def transfer_s(self, tokens: int) -> float:
+        return self.latency_s + tokens * self.kv_bytes_per_token_per_gpu / self.bandwidth
+
+    def _prefill_planned(self, out: SchedulerOutput, end: float) -> None:
+        """Register the handoffs of a prefill step when it is planned (its end is known)."""
+        table, env = self.table, self.env
+        for rid, tokens in zip(out.admitted, out.admitted_tokens):
+            if table.max_tokens[rid] <= 1:
+                continue                                  # finished by its first token
+            at = end + self.transfer_s(tokens)
+            self.transfer_s_total += at - end
+            heapq.heappush(self._pending, (at, rid))
+            env.timeout(at - env.now).callbacks.append(lambda _ev, rid=rid, tokens=tokens: self._deliver(rid, tokens))
+
+    def _deliver(self, rid: int, tokens: int) -> None:
+        heapq.heappop(self._pending)                      # deliveries come in time order
+        i = self.decode_router.route(rid, self.decode) if len(self.decode) > 1 else 0
+        self.table.replica[rid] = self.decode[i].index
+        self.decode[i].scheduler.expect_kv(rid, tokens)
+        self.decode[i].add_request(rid)
+
+    def decode_horizon(self) -> float:
+        """Earliest instant a request could reach the decode pool (see module docstring)."""
+        horizon = self.next_arrival()
+        if self._pending:
+            horizon = min(horizon, self._pending[0][0])
+        now = self.env.now
+        for replica in self.prefill:
+            sched = replica.scheduler
+            if sched.n or sched.waiting:
+                horizon = min(horizon, max(now, replica.planned_until))
+        return horizon
+
+    def stats(self) -> dict[str, float]:
+        return {"kv_transfer_s_total": self.transfer_s_total}
+

@@ -1,0 +1,137 @@
+"""Paged KV-cache memory: how many blocks a replica has, and who holds them.
+
+Like vLLM's ``KVCacheManager``, the cache is a pool of fixed-size blocks of ``block_size`` token
+slots. A request holds ``ceil(slots / block_size)`` blocks for the tokens whose keys and values
+are cached; the scheduler asks for blocks before a step and returns them when a request finishes
+or is preempted. Blocks are counted, not named: prefix caching (issue "batching policies") will
+add block identities with vLLM's ref-count and LRU semantics.
+
+Sizing (per GPU of a tensor-parallel group; the formula the README documents)::
+
+    usable_bytes   = memory_bytes x gpu_memory_utilization
+    weights_bytes  = (linear_params x quantized_bytes + other_params x 16-bit bytes) / tp
+    activation_bytes = non_torch_memory_bytes
+                     + max_num_batched_tokens x (4 hidden + 2 intermediate / tp) x act_bytes
+                     + max_num_seqs x vocab / tp x 4          (fp32 logits)
+    kv_bytes_per_block = block_size x 2 x num_layers x max(1, kv_heads / tp) x head_dim x kv_bytes
+    (weight and KV bytes from deployment.quantization / kv_cache_dtype; simulator.scenario.quantization)
+    num_gpu_blocks = floor((usable_bytes - weights_bytes - activation_bytes) / kv_bytes_per_block)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.errors import ScenarioError
+from simulator.scenario.models import DTYPE_BYTES, ModelSpec
+from simulator.scenario.profiles import GIB, HardwareProfile
+from simulator.scenario.quantization import Precision
+
+
+@dataclass(frozen=True, slots=True)
+class KVCachePlan:
+    """The memory budget of one GPU in a replica (bytes) and the resulting block count."""
+
+    num_gpu_blocks: int
+    block_size: int
+    usable_bytes: float
+    weights_bytes: float
+    activation_bytes: float
+    kv_bytes_per_block: float
+
+    @property
+    def num_token_slots(self) -> int:
+        return self.num_gpu_blocks * self.block_size
+
+
+def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel_size: int,
+                  block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
+                  max_num_seqs: int, max_model_len: int, num_gpu_blocks_override: int | None = None,
+                  kv_dtype: str | None = None, precision: Precision | None = None) -> KVCachePlan:
+    """Derive ``num_gpu_blocks`` (see the module docstring for the formula).
+
+    ``precision`` (weight quantization, KV-cache dtype; :mod:`simulator.scenario.quantization`) overrides
+    the model's own ``dtype`` for weight, activation and KV bytes.
+
+    Raises:
+        ScenarioError: the weights do not fit, or the cache cannot hold one ``max_model_len``
+            sequence (both sizes are named).
+    """
+    tp = tensor_parallel_size
+    kv_heads = max(1.0, model.num_key_value_heads / tp)
+    if precision is None:
+        kv_bytes = DTYPE_BYTES[kv_dtype or model.dtype]
+        act_bytes = 2.0 if model.dtype in ("fp8", "int8", "int4") else DTYPE_BYTES[model.dtype]
+        weights = model.weight_bytes() / tp
+    else:
+        kv_bytes, act_bytes = precision.kv_bytes, precision.activation_bytes
+        weights = precision.weight_bytes(model) / tp
+    kv_bytes_per_block = block_size * 2 * model.num_layers * kv_heads * model.head_dim * kv_bytes
+    activations = (profile.non_torch_memory_bytes
+                   + max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * act_bytes
+                   + max_num_seqs * model.vocab_size / tp * 4.0)
+    if profile.memory_bytes is None:
+        # Memory-less profiles (the constant cost model) never run out of KV unless told to.
+        usable = math.inf
+        blocks = num_gpu_blocks_override or max_num_seqs * math.ceil(max_model_len / block_size)
+    else:
+        usable = profile.memory_bytes * gpu_memory_utilization
+        free = usable - weights - activations
+        if free <= 0:
+            raise ScenarioError(
+                "model", model.name,
+                f"does not fit: weights {weights / GIB:.1f} GiB + activations {activations / GIB:.1f} GiB per GPU "
+                f"exceed {usable / GIB:.1f} GiB usable on {profile.name} ({profile.memory_bytes / GIB:.1f} GiB x "
+                f"gpu_memory_utilization {gpu_memory_utilization}); raise deployment.tensor_parallel_size, "
+                "quantize the weights (deployment.quantization) or choose a larger GPU")
+        blocks = num_gpu_blocks_override or int(free // kv_bytes_per_block)
+    plan = KVCachePlan(blocks, block_size, usable, weights, activations, kv_bytes_per_block)
+    if plan.num_token_slots < max_model_len:
+        raise ScenarioError(
+            "scheduler.max_model_len", max_model_len,
+            f"KV cache holds only {plan.num_token_slots} tokens ({blocks} blocks of {block_size}); "
+            "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or shrink the KV "
+            "(deployment.kv_cache_dtype: fp8) or the weights (deployment.quantization)")
+    return plan
+
+
+class KVCacheManager:
+    """Block accounting for one replica.
+
+    The scheduler is the only caller: ``allocate`` before a step, ``free`` when a request finishes
+    or is preempted. ``num_used_blocks`` never exceeds ``num_gpu_blocks`` (allocation refuses).
+    """
+
+    __slots__ = ("num_gpu_blocks", "block_size", "num_used_blocks")
+
+    def __init__(self, num_gpu_blocks: int, block_size: int) -> None:
+        self.num_gpu_blocks = num_gpu_blocks
+        self.block_size = block_size
+        self.num_used_blocks = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.num_gpu_blocks - self.num_used_blocks
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks in use, in [0, 1]."""
+        return self.num_used_blocks / self.num_gpu_blocks
+
+    def blocks_for(self, num_slots: int) -> int:
+        """Blocks needed to hold ``num_slots`` token slots."""
+        return -(-num_slots // self.block_size)
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        return num_blocks <= self.num_gpu_blocks - self.num_used_blocks
+
+    def allocate(self, num_blocks: int) -> bool:
+        """Take ``num_blocks`` blocks; returns False (and takes none) when they are not free."""
+        if num_blocks > self.num_gpu_blocks - self.num_used_blocks:
+            return False
+        self.num_used_blocks += num_blocks
+        return True
+
+    def free(self, num_blocks: int) -> None:
+        self.num_used_blocks -= num_blocks
+        assert self.num_used_blocks >= 0, "freed more KV blocks than were allocated"

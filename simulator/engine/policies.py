@@ -1,0 +1,264 @@
+"""Batching policies besides vLLM's continuous batching (``scheduler.policy`` in the YAML).
+
+* ``chunked_prefill`` (Sarathi-Serve, vLLM v1's default): a prompt is computed in chunks of at
+  most ``long_prefill_token_threshold`` tokens (and whatever budget is left), piggybacked on
+  the decodes of the running batch under ``max_num_batched_tokens``. Running requests are served
+  first, in admission order (decodes one token, partial prefills their next chunk), then waiting
+  requests are admitted FCFS with a first chunk, exactly as vLLM v1's scheduler walks its
+  ``running`` then ``waiting`` lists. A chunk allocates the blocks its tokens fill; when blocks
+  run out the last running request is preempted (recompute), as in the continuous policy.
+* ``dynamic``: request-level batching with a deadline (Triton-style dynamic batcher applied to
+  generation). An idle engine starts a batch when ``max_num_seqs`` requests wait or the oldest
+  has waited ``max_wait_ms``; with ``adaptive_batching`` it starts at once whenever requests
+  queued up during the previous batch (the batch is sized to the queue depth). The batch runs
+  until its last request finishes; nobody joins mid-flight, but finished requests leave the
+  batch and stop costing compute (ragged batches). A batch prefills in one pass: it is limited
+  by ``max_num_seqs`` and the KV blocks, not by ``max_num_batched_tokens``.
+* ``static`` (FasterTransformer-style): like ``dynamic``, but the batch is a padded tensor:
+  every prompt is padded to the longest one in the batch for the prefill, and a finished
+  request's slot keeps computing (padding) until the longest request ends.
+
+The continuous policy lives in :mod:`simulator.engine.scheduler`; all policies share its KV-block
+accounting, preemption and fast-forward of pure-decode runs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simulator.scenario.config import SchedulerConfig
+from simulator.engine.disaggregated import DecodeScheduler
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.request import RequestStatus, RequestTable
+from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
+
+_RUNNING = int(RequestStatus.RUNNING)
+
+
+class ChunkedPrefillScheduler(Scheduler):
+    """Sarathi-Serve / vLLM v1 chunked prefill (see module docstring)."""
+
+    splits_prompts = True
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
+        super().__init__(config, kv, table)
+        self.num_pending = np.zeros(config.max_num_seqs, dtype=np.int64)
+        """Prompt tokens (plus recomputed output tokens) each running row has still to prefill."""
+        self._row_arrays.append(self.num_pending)
+        self.num_prefilling = 0
+        threshold = config.long_prefill_token_threshold
+        self.chunk_limit = threshold if threshold else config.max_num_batched_tokens
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        if self.n:
+            if self.num_prefilling == 0:
+                self._schedule_running(out)           # every row decodes: the vectorised path
+                budget -= out.num_decode
+            else:
+                budget = self._schedule_running_mixed(out, budget)
+        if self.waiting and not out.preempted and budget > 0 and self.n < self.config.max_num_seqs:
+            self._admit_chunks(out, now, budget)
+        return out
+
+    def _schedule_running_mixed(self, out: SchedulerOutput, budget: int) -> int:
+        """vLLM v1's walk over the running list when some rows are partway through their prompt."""
+        n, bs, limit = self.n, self.block_size, self.chunk_limit
+        computed = self.num_computed_tokens[:n].tolist()
+        pending = self.num_pending[:n].tolist()
+        tokens = [0] * n
+        free = self.kv.num_free_blocks
+        need_total = 0
+        alive = n
+        i = 0
+        while i < alive and budget > 0:
+            c, p = computed[i], pending[i]
+            t = 1 if p == 0 else min(p, budget, limit)
+            need = -(-(c + t) // bs) - (-(-c // bs))
+            while need_total + need > free and alive > i:
+                alive -= 1                                   # preempt the last running row
+                free += -(-computed[alive] // bs)
+            if alive == i:                                   # this row itself was preempted
+                break
+            need_total += need
+            tokens[i] = t
+            budget -= t
+            i += 1
+        if alive < n:
+            self._preempt_rows(alive, out)
+            self.num_prefilling = int((self.num_pending[:alive] > 0).sum())
+        ok = self.kv.allocate(need_total)
+        assert ok
+        self._fill_output(out, tokens[:alive], computed, pending)
+        return budget
+
+    def _fill_output(self, out: SchedulerOutput, tokens: list[int], computed: list[int], pending: list[int]) -> None:
+        """Describe scheduled running rows: decodes as ``num_decode``, chunks as ``admitted``."""
+        decode_ctx = partial = 0
+        decode_ids, prefill_ids, prefill_tokens, prefill_ctx = [], [], [], []
+        ids = self.req_id
+        for row, t in enumerate(tokens):
+            if t == 0:
+                continue
+            if pending[row] == 0:
+                decode_ids.append(int(ids[row]))
+                decode_ctx += computed[row] + 1
+            else:
+                prefill_ids.append(int(ids[row]))
+                prefill_tokens.append(t)
+                prefill_ctx.append(computed[row])
+                partial += t < pending[row]
+        out.num_decode = len(decode_ids)
+        out.decode_ids = np.asarray(decode_ids, dtype=np.int64)
+        out.decode_context_sum = decode_ctx
+        out.admitted, out.admitted_tokens, out.prefill_context = prefill_ids, prefill_tokens, prefill_ctx
+        out.num_partial = partial
+        out.row_tokens = np.asarray(tokens, dtype=np.int64)
+
+    def _admit_chunks(self, out: SchedulerOutput, now: float, budget: int) -> None:
+        """Admit waiting requests FCFS, each with a first chunk that fits the budget and blocks."""
+        table, kv, bs, waiting = self.table, self.kv, self.block_size, self.waiting
+        max_seqs, limit = self.config.max_num_seqs, self.chunk_limit
+        first_row = self.n
+        admitted, chunks = [], []
+        while waiting and self.n < max_seqs and budget > 0:
+            rid = waiting[0]
+            generated = int(table.num_output_tokens[rid])
+            total = int(table.num_prompt_tokens[rid]) + generated
+            t = min(total, budget, limit)
+            if not kv.allocate(-(-t // bs)):
+                break
+            waiting.popleft()
+            row = self.n
+            self.req_id[row] = rid
+            self.num_computed_tokens[row] = 0
+            self.num_pending[row] = total
+            self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
+            self.n = row + 1
+            self.num_prefilling += 1
+            budget -= t
+            table.status[rid] = _RUNNING
+            if generated == 0 and table.num_preemptions[rid] == 0:
+                table.first_scheduled_time[rid] = now
+            admitted.append(rid)
+            chunks.append(t)
+            out.num_partial += t < total
+        if not admitted:
+            return
+        if self.priority_order:
+            self.sort_pending = True
+        if out.row_tokens is None:                           # the running rows all decoded
+            out.row_tokens = np.ones(first_row, dtype=np.int64)
+            out.prefill_context = []
+        out.admitted.extend(admitted)
+        out.admitted_tokens.extend(chunks)
+        out.prefill_context.extend([0] * len(admitted))
+        out.row_tokens = np.concatenate((out.row_tokens, np.asarray(chunks, dtype=np.int64)))
+
+    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+        if out.row_tokens is None:                           # a pure-decode step
+            return super().update_from_output(out, now)
+        tok = out.row_tokens
+        m = len(tok)
+        pending = self.num_pending[:m]
+        was_prefill = pending > 0
+        self.num_computed_tokens[:m] += tok
+        self.context_total += int(tok.sum())
+        pending -= np.where(was_prefill, tok, 0)
+        completed = was_prefill & (pending == 0)
+        self.num_remaining_tokens[:m] -= ((tok > 0) & ~was_prefill) | completed
+        if completed.any():
+            self.num_prefilling -= int(completed.sum())
+            ids = self.req_id[:m][completed]
+            first = ids[np.isnan(self.table.first_token_time[ids])]
+            self.table.first_token_time[first] = now
+        return self._finish(now)
+
+    def _rows_leaving(self, rows: np.ndarray) -> None:   # aborted rows (simulator.engine.deadlines)
+        self.num_prefilling -= int((self.num_pending[rows] > 0).sum())
+        self.num_pending[rows] = 0
+
+    def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
+        self.num_prefilling -= int((self.num_pending[keep:self.n] > 0).sum())
+        self.num_pending[keep:self.n] = 0
+        super()._preempt_rows(keep, out)
+
+
+class DynamicBatchScheduler(Scheduler):
+    """Request-level batching with a deadline; no joining mid-flight (see module docstring)."""
+
+    pads = False
+    uses_token_budget = False   # the whole batch prefills in one pass, limited by seats and KV blocks
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
+        super().__init__(config, kv, table)
+        self.max_wait_s = config.max_wait_ms / 1000.0
+        self.adaptive = config.adaptive_batching
+        self._backlog = False
+        """Whether requests were waiting when the last batch ended (adaptive batching)."""
+
+    def batch_start_time(self, now: float) -> float:
+        """When an idle engine starts its next batch (``inf``: wait for more arrivals)."""
+        if not self.waiting:
+            return math.inf
+        if len(self.waiting) >= self.config.max_num_seqs or (self.adaptive and self._backlog):
+            return now
+        return max(now, float(self.table.arrival_time[self.waiting[0]]) + self.max_wait_s)
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if self.n:
+            self._schedule_running(out)
+            if self.pad_rows:
+                out.cost_num_decode = out.num_decode + self.pad_rows
+                out.cost_decode_context_sum = out.decode_context_sum + self.pad_context + self.pad_rows
+        elif self.waiting and self.batch_start_time(now) <= now:
+            self._backlog = False
+            self._schedule_waiting(out, now)
+            if self.pads and out.admitted_tokens:
+                longest = max(out.admitted_tokens)
+                out.cost_prefill_tokens = [longest] * len(out.admitted_tokens)
+        return out
+
+    def _finish(self, now: float) -> np.ndarray:
+        n = self.n
+        if self.pads:
+            done = self.num_remaining_tokens[:n] == 0
+            count = int(done.sum())
+            if count == 0:
+                return _EMPTY
+            context = int(self.num_computed_tokens[:n][done].sum())
+        ids = super()._finish(now)
+        if self.n == 0:                      # the batch is over
+            self.pad_rows = self.pad_context = 0
+            self._backlog = bool(self.waiting)
+        elif self.pads:
+            self.pad_rows += count
+            self.pad_context += context
+        return ids
+
+
+    def _rows_leaving(self, rows: np.ndarray) -> None:
+        """Aborted rows (simulator.engine.deadlines) leave like finished ones: padding in a static batch."""
+        if self.n == len(rows):              # the batch is over
+            self.pad_rows = self.pad_context = 0
+            self._backlog = bool(self.waiting)
+        elif self.pads:
+            self.pad_rows += len(rows)
+            self.pad_context += int(self.num_computed_tokens[rows].sum())
+
+
+class StaticBatchScheduler(DynamicBatchScheduler):
+    """FasterTransformer-style padded batches (see module docstring)."""
+
+    pads = True
+
+
+POLICIES.update({
+    "disaggregated": DecodeScheduler,     # the decode pool's class; simulation.py builds both pools
+    "chunked_prefill": ChunkedPrefillScheduler,
+    "dynamic": DynamicBatchScheduler,
+    "static": StaticBatchScheduler,
+})

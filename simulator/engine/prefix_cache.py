@@ -1,0 +1,333 @@
+"""Automatic prefix caching with vLLM v1 semantics, on top of the count-based KV cache.
+
+Block identities. Every full block of a request's token sequence (prompt, then output) has an
+integer id that stands for its *whole prefix*, as vLLM's chained block hashes do: two requests
+share block ``i`` exactly when their first ``(i + 1) * block_size`` tokens are identical.
+:class:`BlockHashes` stores them compactly: an inherited part (a shared system prompt, the
+previous turn of a session, a Mooncake trace's ``hash_ids``) as one int64 array plus offsets, and
+the rest as a range of fresh ids (``fresh_base[r] + 0, 1, ...``) that nothing else shares. Ids are
+dense integers, so the cache state is two numpy arrays indexed by id.
+
+Cache semantics (vLLM v1 ``KVCacheManager`` / ``BlockPool``):
+
+* on admission, the longest run of *leading* full blocks already cached is a hit: those blocks are
+  shared (reference-counted), neither recomputed nor newly allocated; at most
+  ``(num_tokens - 1) // block_size`` blocks can hit, so the last prompt token is always computed;
+* the full blocks the request computes are hashed at admission (a request admitted later in the
+  same step can hit them, as in vLLM); blocks its decode steps fill are hashed when it finishes
+  or is preempted (only that request or its own later turns can ever ask for them, and neither can
+  before then, so this is exact for the workloads built here);
+* a block whose reference count drops to 0 stays cached and counts as free but evictable; when new
+  blocks are needed, free blocks without a hash go first, then cached blocks are evicted in LRU
+  order (a request's blocks are queued last block first, as vLLM frees them);
+* decode steps only ever allocate private blocks, so a decode run's allocations and evictions are
+  one bulk ``allocate`` (the LRU order makes the bulk and step-by-step results identical).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.engine.kv_cache import KVCacheManager
+
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` entry in the Mooncake traces (FAST'25 release)."""
+
+
+class BlockHashes:
+    """Ids of the full blocks of each request's prompt + output sequence.
+
+    Block ``i`` of request ``r`` is ``explicit[offsets[r] + i]`` for the first
+    ``offsets[r + 1] - offsets[r]`` blocks, then ``fresh_base[r] + (i - that count)``; the request
+    has ``num_blocks[r]`` full blocks in all. Ids lie in ``[0, num_ids)``.
+    """
+
+    __slots__ = ("explicit", "offsets", "fresh_base", "num_blocks", "num_ids", "first_fresh_id", "block_size")
+
+    def __init__(self, explicit: np.ndarray, offsets: np.ndarray, num_blocks: np.ndarray, first_fresh_id: int,
+                 block_size: int) -> None:
+        self.explicit = np.asarray(explicit, dtype=np.int64)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.num_blocks = np.asarray(num_blocks, dtype=np.int64)
+        fresh = self.num_blocks - np.diff(self.offsets)
+        assert (fresh >= 0).all(), "inherited blocks exceed a request's blocks"
+        self.fresh_base = first_fresh_id + np.cumsum(fresh) - fresh
+        self.num_ids = int(first_fresh_id + fresh.sum())
+        self.first_fresh_id = first_fresh_id
+        self.block_size = block_size
+
+    def __len__(self) -> int:
+        return len(self.num_blocks)
+
+    def ids(self, r: int, upto: int) -> np.ndarray:
+        """The ids of request ``r``'s first ``upto`` full blocks."""
+        s, e = int(self.offsets[r]), int(self.offsets[r + 1])
+        if s == e:
+            return self.fresh_base[r] + np.arange(upto)
+        if upto <= e - s:
+            return self.explicit[s:s + upto]
+        return np.concatenate((self.explicit[s:e], self.fresh_base[r] + np.arange(upto - (e - s))))
+
+    def ids_between(self, r: int, lo: int, hi: int) -> np.ndarray:
+        """The ids of request ``r``'s blocks ``lo .. hi - 1``."""
+        s, e = int(self.offsets[r]), int(self.offsets[r + 1])
+        n = e - s
+        if lo >= n:
+            return self.fresh_base[r] + np.arange(lo - n, hi - n)
+        return self.ids(r, hi)[lo:]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.explicit, self.offsets, self.fresh_base, self.num_blocks))
+
+
+def _ragged(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenation of ``starts[i] + arange(lengths[i])`` and the offsets of each piece."""
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    total = int(offsets[-1])
+    within = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    return np.repeat(starts.astype(np.int64), lengths) + within, offsets
+
+
+def prefix_block_hashes(num_blocks: np.ndarray, prefix_index: np.ndarray, prefix_tokens: np.ndarray,
+                        num_prefixes: int, max_prefix_tokens: int, block_size: int) -> BlockHashes:
+    """Requests that start with system prompt ``prefix_index[r]`` (-1: none) of
+    ``prefix_tokens[r]`` tokens share its full blocks; everything else is fresh."""
+    per_prefix = max_prefix_tokens // block_size
+    lengths = np.where(prefix_index >= 0, prefix_tokens // block_size, 0).astype(np.int64)
+    explicit, offsets = _ragged(np.maximum(prefix_index, 0) * per_prefix, lengths)
+    return BlockHashes(explicit, offsets, num_blocks, num_prefixes * per_prefix, block_size)
+
+
+def session_block_hashes(num_blocks: np.ndarray, parent: np.ndarray, base: BlockHashes) -> BlockHashes:
+    """Turn ``r`` with ``parent[r] >= 0`` starts with every full block of its parent's prompt +
+    output (its previous turn); first turns keep their inherited blocks from ``base`` (prefixes).
+
+    ``parent[r] < r`` (turns are in arrival order); ids are assigned in request order.
+    """
+    n = len(num_blocks)
+    pieces: list[np.ndarray] = []
+    full: list[np.ndarray | None] = [None] * n
+    needed = np.zeros(n, dtype=bool)
+    needed[parent[parent >= 0]] = True
+    next_fresh = base.first_fresh_id
+    for r in range(n):
+        p = int(parent[r])
+        if p >= 0:
+            inherited = full[p]
+            assert inherited is not None
+        else:
+            inherited = base.explicit[base.offsets[r]:base.offsets[r + 1]]
+        pieces.append(inherited)
+        if needed[r]:
+            fresh = int(num_blocks[r]) - len(inherited)
+            full[r] = np.concatenate((inherited, next_fresh + np.arange(fresh, dtype=np.int64)))
+        next_fresh += int(num_blocks[r]) - len(inherited)
+    lengths = np.array([len(x) for x in pieces], dtype=np.int64)
+    explicit = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    return BlockHashes(explicit, np.concatenate(([0], np.cumsum(lengths))), num_blocks, base.first_fresh_id,
+                       base.block_size)
+
+
+def mooncake_block_hashes(hash_ids: list[list[int]], num_prompt_tokens: np.ndarray, num_blocks: np.ndarray,
+                          block_size: int) -> BlockHashes:
+    """Map a Mooncake trace's ``hash_ids`` (one id per 512 prompt tokens) onto ``block_size``.
+
+    Hash ids are chained (an entry stands for the request's whole prefix up to it, as in vLLM), so
+    two requests share hash block ``j`` only when their ids agree on blocks ``0..j``. A block of
+    ``block_size`` tokens ending at token ``e`` lies within the hash block ``h = (e - 1) // 512``
+    (or, when 512 is not a multiple of ``block_size``, straddles ``h - 1`` and ``h``); it is shared
+    exactly when the chains agree through ``h``. Sharing is therefore resolved at the trace's
+    512-token granularity (the trace says nothing finer); blocks past the ``hash_ids`` coverage
+    or past the prompt are fresh.
+    """
+    chain: dict[tuple[int, int], int] = {}
+    keys: list[np.ndarray] = []
+    for r, ids in enumerate(hash_ids):
+        length = int(num_prompt_tokens[r])
+        covered = min(length, MOONCAKE_BLOCK_TOKENS * len(ids)) // block_size
+        node, nodes = -1, []
+        for j in ids[: -(-covered * block_size // MOONCAKE_BLOCK_TOKENS)]:
+            node = chain.setdefault((node, int(j)), len(chain))
+            nodes.append(node)
+        ends = (np.arange(covered, dtype=np.int64) + 1) * block_size
+        h = (ends - 1) // MOONCAKE_BLOCK_TOKENS
+        node_arr = np.asarray(nodes, dtype=np.int64)
+        keys.append(node_arr[h] * MOONCAKE_BLOCK_TOKENS + (ends - 1 - h * MOONCAKE_BLOCK_TOKENS) if covered
+                    else np.zeros(0, dtype=np.int64))
+    lengths = np.array([len(k) for k in keys], dtype=np.int64)
+    flat = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    uniq, dense = np.unique(flat, return_inverse=True)
+    return BlockHashes(dense.astype(np.int64), np.concatenate(([0], np.cumsum(lengths))), num_blocks,
+                       len(uniq), block_size)
+
+
+def fresh_block_hashes(num_blocks: np.ndarray, block_size: int) -> BlockHashes:
+    """No request shares anything (but a preempted request can find its own blocks again)."""
+    return BlockHashes(np.zeros(0, dtype=np.int64), np.zeros(len(num_blocks) + 1, dtype=np.int64), num_blocks,
+                       0, block_size)
+
+
+class PrefixCachingKVManager(KVCacheManager):
+    """KV blocks with identities: shared, reference-counted, cached after release, LRU-evicted.
+
+    ``num_used_blocks`` counts blocks some running request holds; ``num_free_blocks`` includes
+    the ``num_evictable_blocks`` (cached, unreferenced), exactly as vLLM's free-block queue does.
+    ``allocate`` takes unhashed free blocks first and evicts cached ones (LRU) for the rest.
+    """
+
+    __slots__ = ("hashes", "ref", "qpos", "num_evictable_blocks", "_buf", "_base", "_head", "_tail",
+                 "_held", "_registered", "hit_tokens", "query_tokens", "num_queries", "evictions")
+
+    def __init__(self, num_gpu_blocks: int, block_size: int, hashes: BlockHashes) -> None:
+        super().__init__(num_gpu_blocks, block_size)
+        assert hashes.block_size == block_size
+        self.hashes = hashes
+        self.ref = np.full(hashes.num_ids, -1, dtype=np.int32)
+        """Per block id: -1 not cached, 0 cached and evictable, k >= 1 held by k running requests."""
+        self.qpos = np.full(hashes.num_ids, -1, dtype=np.int64)
+        """Per block id: its position in the eviction queue while it is evictable."""
+        self.num_evictable_blocks = 0
+        # Eviction queue: ids in LRU order in ``_buf[_head:_tail]``; ``_buf[i]`` has position
+        # ``_base + i``. A block revived by a hit leaves a tombstone (-1) in its slot.
+        self._buf = np.empty(max(1024, num_gpu_blocks), dtype=np.int64)
+        self._base = self._head = self._tail = 0
+        self._held: dict[int, np.ndarray] = {}
+        """Running request -> the cached block ids it holds a reference to."""
+        self._registered: dict[int, int] = {}
+        """Running request -> how many of its leading blocks have been offered to the cache."""
+        self.hit_tokens = 0
+        self.query_tokens = 0
+        self.num_queries = 0
+        self.evictions = 0
+
+    # -- the pool ----------------------------------------------------------------------------------
+    def allocate(self, num_blocks: int) -> bool:
+        free = self.num_gpu_blocks - self.num_used_blocks
+        if num_blocks > free:
+            return False
+        short = num_blocks - (free - self.num_evictable_blocks)
+        if short > 0:
+            self._evict(short)
+        self.num_used_blocks += num_blocks
+        return True
+
+    def _evict(self, count: int) -> None:
+        """Drop the ``count`` least recently freed cached blocks from the cache."""
+        ref, buf = self.ref, self._buf
+        self.num_evictable_blocks -= count
+        self.evictions += count
+        head = self._head
+        while count:
+            end = head + count          # at most ``count`` live entries in the next ``count`` slots
+            seg = buf[head:end]
+            gone = seg if seg.min() >= 0 else seg[seg >= 0]
+            ref[gone] = -1
+            count -= len(gone)
+            head = end
+        self._head = head
+
+    def _push(self, ids: np.ndarray) -> None:
+        """Queue newly unreferenced blocks for eviction (``ids`` in eviction order)."""
+        n = len(ids)
+        if not n:
+            return
+        if self._tail + n > len(self._buf):
+            live = self._buf[self._head:self._tail]      # drop the consumed head, grow if still short
+            size = max(len(self._buf), 2 * (len(live) + n))
+            buf = np.empty(size, dtype=np.int64)
+            buf[:len(live)] = live
+            self._base += self._head
+            self._buf, self._head, self._tail = buf, 0, len(live)
+        t = self._tail
+        self._buf[t:t + n] = ids
+        self.qpos[ids] = self._base + t + np.arange(n)
+        self._tail = t + n
+        self.num_evictable_blocks += n
+
+    # -- requests ------------------------------------------------------------------------------------
+    def admit(self, rid: int, num_tokens: int, budget: int) -> int:
+        """Admit request ``rid`` whose first ``num_tokens`` tokens must be cached by the step's end.
+
+        Returns the number of tokens found in the cache (a multiple of ``block_size``), or -1 when
+        the tokens left to compute exceed ``budget`` or their blocks are not free (nothing changes).
+        """
+        bs, ref = self.block_size, self.ref
+        known = self.hashes.ids(rid, num_tokens // bs)
+        cand = known[:(num_tokens - 1) // bs]
+        hit = len(cand)
+        if hit:
+            miss = np.flatnonzero(ref[cand] < 0)
+            if len(miss):
+                hit = int(miss[0])
+        if num_tokens - hit * bs > budget:
+            return -1
+        hit_ids = cand[:hit]
+        revived = hit_ids[ref[hit_ids] == 0] if hit else hit_ids
+        new_blocks = -(-num_tokens // bs) - hit
+        if new_blocks + len(revived) > self.num_gpu_blocks - self.num_used_blocks:
+            return -1
+        if hit:
+            ref[hit_ids] += 1
+            if len(revived):
+                self._buf[self.qpos[revived] - self._base] = -1     # out of the eviction queue
+                self.num_evictable_blocks -= len(revived)
+                self.num_used_blocks += len(revived)
+        ok = self.allocate(new_blocks)
+        assert ok
+        full = num_tokens // bs
+        computed = known[hit:full]
+        new_ids = computed[ref[computed] < 0]   # blocks cached elsewhere already stay private
+        ref[new_ids] = 1
+        self._held[rid] = np.concatenate((hit_ids, new_ids)) if hit else new_ids
+        self._registered[rid] = full
+        self.num_queries += 1
+        self.query_tokens += num_tokens
+        self.hit_tokens += hit * bs
+        return hit * bs
+
+    def release(self, rid: int, num_computed_tokens: int) -> None:
+        """Request ``rid`` finished or was preempted with ``num_computed_tokens`` cached tokens:
+        hash its newly filled blocks, drop its references, free its private blocks."""
+        bs, ref = self.block_size, self.ref
+        held = self._held.pop(rid)
+        done = self._registered.pop(rid)
+        full = num_computed_tokens // bs
+        ref[held] -= 1
+        zero = held[ref[held] == 0][::-1]        # last block first: tails are evicted before shared heads
+        private = -(-num_computed_tokens // bs) - len(held)
+        if full > done:
+            # Blocks its decode steps filled: cached now, unreferenced at once (unless a copy is cached).
+            more = self.hashes.ids_between(rid, done, full)
+            more = more[ref[more] < 0]
+            ref[more] = 0
+            private -= len(more)
+            zero = np.concatenate((more[::-1], zero))
+        self.num_used_blocks -= private + len(zero)
+        self._push(zero)
+        assert self.num_used_blocks >= 0
+
+    def release_tail_until_fits(self, req_id: np.ndarray, computed: np.ndarray, need: np.ndarray) -> int:
+        """Release running rows from the last until the remaining rows' ``need`` blocks are free;
+        returns how many rows remain (vLLM's preempt-the-last loop, with shared blocks exact)."""
+        keep, total = len(need), int(need.sum())
+        while total > self.num_gpu_blocks - self.num_used_blocks:
+            keep -= 1
+            self.release(int(req_id[keep]), int(computed[keep]))
+            total -= int(need[keep])
+        return keep
+
+    def stats(self) -> dict[str, int]:
+        return {"hit_tokens": self.hit_tokens, "queries": self.query_tokens, "lookups": self.num_queries,
+                "evictions": self.evictions}
+
+
+def prefix_cache_counters(replicas: list) -> dict[str, int] | None:
+    """Counters summed over the replicas whose KV cache does prefix caching (None: none does)."""
+    caches = [r.scheduler.kv for r in replicas if isinstance(r.scheduler.kv, PrefixCachingKVManager)]
+    if not caches:
+        return None
+    total: dict[str, int] = {}
+    for kv in caches:
+        for key, value in kv.stats().items():
+            total[key] = total.get(key, 0) + value
+    return total

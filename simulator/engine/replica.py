@@ -1,0 +1,144 @@
+"""One engine replica: a SimPy process that plans a step, waits its duration, applies it.
+
+The loop mirrors a serving engine's busy loop: ``schedule()`` picks the batch, the cost model
+says how long the forward pass takes, the process sleeps that long in simulated time, then
+``update_from_output()`` records emitted tokens and finished requests. While nothing can change
+the batch (no arrival, completion or KV shortage before the next step boundary), many decode
+steps are advanced in one event; ``fast_forward=False`` turns that off for verification.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import math
+
+import numpy as np
+import simpy
+
+from simulator.cost.base import CostModel
+from simulator.engine.deadlines import DEADLINE_EPS_S
+from simulator.engine.deadlines import Deadlines
+from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.run.records import StepLog
+
+
+class Replica:
+    """Owns a scheduler (waiting/running queues + KV blocks) and runs ``engine_loop``."""
+
+    def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
+                 steps: "StepLog", next_event_time: Callable[[], float],
+                 on_finish: Callable[[int], None], fast_forward: bool = True) -> None:
+        self.env = env
+        self.index = index
+        self.scheduler = scheduler
+        self.cost = cost
+        self.steps = steps
+        self.next_event_time = next_event_time
+        self.on_finish = on_finish
+        self.fast_forward = fast_forward
+        self.decode_runs = fast_forward and scheduler.supports_decode_runs
+        self.deadlines: Deadlines | None = None
+        """Timeouts and queue-delay shedding (``simulator.engine.deadlines``); None when both are off."""
+        self._idle: simpy.Event | None = None
+        self.planned_until = 0.0
+        """End of the last step (or run) this replica has planned."""
+        self.on_step_planned: Callable[[SchedulerOutput, float], None] | None = None
+        """Called with each single step's plan and end instant (disaggregated prefill pools)."""
+        self.process = env.process(self.engine_loop())
+
+    @property
+    def num_outstanding(self) -> int:
+        return self.scheduler.n + len(self.scheduler.waiting)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process: whole prompt + remaining output of each waiting request (a
+        preempted one recomputes its prompt), remaining output of each running one."""
+        sched, table = self.scheduler, self.scheduler.table
+        running = int(sched.num_remaining_tokens[: sched.n].sum())
+        if not sched.waiting:
+            return running
+        w = np.fromiter(sched.waiting, dtype=np.int64, count=len(sched.waiting))
+        return running + int((table.num_prompt_tokens[w] + table.max_tokens[w] - table.num_output_tokens[w]).sum())
+
+    def add_request(self, rid: int) -> None:
+        self.scheduler.add_request(rid)
+        if self.deadlines is not None:
+            self.deadlines.add(rid)
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def engine_loop(self):  # noqa: ANN201 - a SimPy process generator
+        """Plan, cost and apply steps; sleep in simulated time until the last one ends.
+
+        Steps that end before the next external event (an arrival, or the stop time) cannot be
+        affected by anything outside this replica, so they are applied back to back and covered
+        by one SimPy timeout. The step that crosses the next event is applied only after the
+        clock has passed that event, so a router looking at this replica at an arrival instant
+        sees exactly the state a step-by-step simulation would show.
+        """
+        env, sched = self.env, self.scheduler
+        while True:
+            if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
+                self.deadlines.expire(env.now)
+            if sched.n == 0:
+                start = sched.batch_start_time(env.now) if sched.waiting else math.inf
+                if start > env.now:      # idle, or a batching policy waits to fill its batch
+                    if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
+                        start = min(start, self.deadlines.next_deadline())
+                    self._idle = env.event()
+                    yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - env.now)])
+                    self._idle = None
+                    continue
+            now = t = env.now
+            horizon = self.next_event_time()
+            if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
+                horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
+            while True:
+                out, end, apply = self._plan_step(t, horizon)
+                if end < horizon and self.fast_forward:
+                    self._apply(apply, end)
+                    t = end
+                    if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
+                        break
+                    continue
+                yield env.timeout(end - now)
+                self._apply(apply, end)
+                break
+            if env.now < t:   # the replica emptied mid-horizon: catch the clock up
+                yield env.timeout(t - env.now)
+
+    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput, float, Any]:
+        """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
+        sched, cost = self.scheduler, self.cost
+        if sched.sort_pending:
+            sched.sort_rows()
+        out = sched.schedule(t)
+        if out.is_pure_decode and self.decode_runs:
+            run = sched.plan_decode_run(out, t, horizon, cost)
+            self.steps.add_run(self.index, t, run, len(sched.waiting))
+            self.planned_until = t + run.total_s
+            return out, t + run.total_s, run
+        if out.num_decode == 0 and not out.admitted:
+            raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
+        duration = cost.step_time_s(*out.cost_args()) + out.extra_s
+        self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
+        self.planned_until = t + duration
+        if self.on_step_planned is not None:
+            self.on_step_planned(out, t + duration)
+        return out, t + duration, out
+
+    def _apply(self, plan: Any, end: float) -> None:
+        sched = self.scheduler
+        if isinstance(plan, DecodeRun):
+            done = sched.advance_decode(plan, end)
+        else:
+            done = sched.update_from_output(plan, end)
+        if len(done):
+            self.on_finish(len(done))

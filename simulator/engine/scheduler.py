@@ -1,0 +1,635 @@
+"""Iteration-level (continuous) batching with vLLM v1 semantics, for one replica.
+
+Each engine step hands out a token budget of ``max_num_batched_tokens``:
+
+1. *Running requests first*, in admission order, one token each (they are decoding). Each needs
+   KV slots for its cached tokens plus the new one. When the free blocks do not cover them, the
+   scheduler preempts the most recently admitted running request (FCFS), frees its blocks, puts
+   it at the *front* of the waiting queue with ``num_computed_tokens = 0`` (recompute), and tries
+   again, exactly as vLLM's ``_preempt_request`` loop does.
+2. *Then waiting requests*, in FCFS order, only if nothing was preempted this step and fewer than
+   ``max_num_seqs`` run: each needs its whole prompt (plus any tokens it had generated before a
+   preemption) to fit the remaining budget and the free blocks; the first that does not fit stops
+   admission (no skipping ahead).
+
+A prefill step also emits the request's first token, as in vLLM. The running batch is kept as
+numpy arrays (struct of arrays) so that the engine can advance many identical decode steps in one
+event (:meth:`Scheduler.plan_decode_run`), which is what makes 100k-request runs take seconds.
+
+Block accounting needs no per-request block counter: a running request that has cached ``c``
+tokens holds ``ceil(c / block_size)`` blocks, and it needs a new block exactly when
+``c % block_size == 0``. A histogram of ``c % block_size`` over the batch therefore gives the
+blocks every future decode step needs, in closed form.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from simulator.scenario.config import SchedulerConfig
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.prefix_cache import PrefixCachingKVManager
+from simulator.engine.request import RequestStatus, RequestTable
+from simulator.registry import Registry
+
+_RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
+                               int(RequestStatus.FINISHED_LENGTH_CAPPED))
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """The plan of one engine step (vLLM's ``SchedulerOutput``, reduced to what costs time).
+
+    Rows ``[0, num_decode)`` of the running batch decode one token each; ``admitted`` requests
+    were appended after them and prefill ``admitted_tokens`` tokens each from scratch.
+    """
+
+    num_decode: int = 0
+    decode_context_sum: int = 0
+    """Tokens the decoding requests attend over (cached tokens + the new one, summed)."""
+    admitted: list[int] = field(default_factory=list)
+    admitted_tokens: list[int] = field(default_factory=list)
+    admitted_first: list[int] = field(default_factory=list)
+    """Admitted requests that have not produced a token yet (their first token ends this step)."""
+    preempted: list[int] = field(default_factory=list)
+    decode_ids: np.ndarray | None = None
+    """Ids of the decoding rows (a view into the batch: valid until the step is applied)."""
+    residues: np.ndarray | None = None
+    """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
+    prefill_context: list[int] | None = None
+    """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
+    num_partial: int = 0
+    """``admitted`` entries whose prompt is not finished by this step (chunked prefill): no token."""
+    cost_prefill_tokens: list[int] | None = None
+    """Prefill tokens the cost model is charged for, when not ``admitted_tokens`` (padding)."""
+    cost_num_decode: int | None = None
+    cost_decode_context_sum: int | None = None
+    """Decode rows (and their context) the cost model is charged for, when padded slots compute too."""
+    row_tokens: np.ndarray | None = None
+    """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
+    cost_num_sampled: int | None = None
+    decode_budget_tokens: int | None = None
+    """Budget the decoding rows take, when not one token each (speculative verification)."""
+    extra_s: float = 0.0
+    """Time the step spends outside the target's forward pass (a draft model's proposals)."""
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(self.admitted_tokens)
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return self.num_decode + self.num_prefill_tokens
+
+    @property
+    def num_scheduled_tokens(self) -> dict[int, int]:
+        """Request id -> tokens scheduled this step (vLLM's field of the same name)."""
+        out = {int(r): 1 for r in (self.decode_ids if self.decode_ids is not None else [])}
+        out.update(zip(self.admitted, self.admitted_tokens))
+        return out
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return not self.admitted and not self.preempted and self.num_decode > 0
+
+    def cost_args(self) -> tuple[list[int], list[int], int, int, int]:
+        """Arguments of ``CostModel.step_time_s`` for this step."""
+        k = len(self.admitted)
+        prefill = self.cost_prefill_tokens if self.cost_prefill_tokens is not None else self.admitted_tokens
+        context = self.prefill_context if self.prefill_context is not None else [0] * k
+        num_decode = self.num_decode if self.cost_num_decode is None else self.cost_num_decode
+        ctx = self.decode_context_sum if self.cost_decode_context_sum is None else self.cost_decode_context_sum
+        sampled = num_decode + k - self.num_partial if self.cost_num_sampled is None else self.cost_num_sampled
+        return prefill, context, num_decode, ctx, sampled
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """``num_steps`` consecutive pure-decode steps of ``num_seqs`` requests, planned as one event.
+
+    Step ``j`` (0-based) lasts ``a + b * (context_sum + num_seqs * j)`` when the cost model is
+    affine in the context (``durations`` is None), else ``durations[j]``.
+    """
+
+    num_steps: int
+    num_seqs: int
+    total_s: float
+    extra_blocks: int
+    """Blocks allocated by steps 2..num_steps (step 1's were allocated by ``schedule``)."""
+    finishes: bool
+    """Whether some request emits its last token in the last step."""
+    kv_used_first: int
+    residues: np.ndarray
+    context_sum: int
+    affine: tuple[float, float] | None
+    durations: np.ndarray | None
+    num_padded: int = 0
+    """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
+
+    def durations_s(self) -> np.ndarray:
+        if self.durations is not None:
+            return self.durations
+        a, b = self.affine  # type: ignore[misc]
+        return a + b * (self.context_sum + self.num_seqs * np.arange(self.num_steps, dtype=np.float64))
+
+    def kv_blocks_used(self) -> np.ndarray:
+        return self.kv_used_first + blocks_needed_by_steps(self.residues, self.num_steps)
+
+
+def blocks_needed_by_steps(residues: np.ndarray, num_steps: int) -> np.ndarray:
+    """New blocks allocated by steps 2..j of a decode run, for j = 1..num_steps (0 for j = 1).
+
+    Step j needs a block for every row whose cached count before the run, ``c``, has
+    ``(c + j - 1) % block_size == 0``; ``residues`` is the histogram of ``c % block_size``.
+    """
+    bs = len(residues)
+    j = np.arange(2, num_steps + 1)
+    return np.concatenate(([0], np.cumsum(residues[(1 - j) % bs])))
+
+
+class Scheduler:
+    """Waiting queue, running batch and KV blocks of one replica (see module docstring).
+
+    Args:
+        config: the scenario's scheduler section (vLLM names).
+        kv: the replica's block accounting.
+        table: the run's request columns.
+    """
+
+    splits_prompts = False
+    """Whether a prompt may be computed over several steps (else it must fit one step's budget)."""
+    uses_token_budget = True
+    """Whether ``max_num_batched_tokens`` limits a step (request-level batching prefills whole batches)."""
+    supports_decode_runs = True
+    """Whether pure-decode steps are deterministic, so that runs of them can be advanced at once."""
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
+        cap = config.max_num_seqs
+        self.config = config
+        self.kv = kv
+        self.table = table
+        self.block_size = config.block_size
+        self.priority_order = config.scheduling_policy == "priority"
+        self.waiting: deque[int] | PriorityWaitingQueue = PriorityWaitingQueue(table) if self.priority_order else deque()
+        self.sort_pending = False
+        """Rows must be re-sorted by (priority, arrival) before the next step (priority scheduling)."""
+        self.swap: SwapSpace | None = None
+        """Host memory for ``preemption_mode: swap`` (None: recompute)."""
+        self._swapped: dict[int, int] = {}
+        """Request id -> tokens whose KV waits outside the cache (host memory, or in transfer)."""
+        self._restore_free: set[int] = set()
+        """Of those, requests whose KV arrives at no cost to this engine (disaggregated handoffs)."""
+        # Running batch, rows [0, n) in admission order.
+        self.n = 0
+        self.req_id = np.zeros(cap, dtype=np.int64)
+        self.num_computed_tokens = np.zeros(cap, dtype=np.int64)
+        self.num_remaining_tokens = np.zeros(cap, dtype=np.int64)
+        """Output tokens each running request has still to emit."""
+        self.context_total = 0
+        """Sum of ``num_computed_tokens`` over the running batch (kept incrementally)."""
+        self._row_arrays = [self.req_id, self.num_computed_tokens, self.num_remaining_tokens]
+        """Per-row arrays, moved together when rows leave the batch (policies may add theirs)."""
+        self.pad_rows = 0
+        self.pad_context = 0
+        """Slots of finished requests that still compute (static batching pads), and their context."""
+        self.prefix: PrefixCachingKVManager | None = kv if isinstance(kv, PrefixCachingKVManager) else None
+        """The KV cache when it does prefix caching (``enable_prefix_caching``), else None."""
+
+    # -- queue interface ---------------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return self.n
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def running_ids(self) -> list[int]:
+        return [int(r) for r in self.req_id[: self.n]]
+
+    def add_request(self, rid: int) -> None:
+        self.waiting.append(rid)
+        self.table.status[rid] = RequestStatus.WAITING
+
+    # -- planning ------------------------------------------------------------------------------------
+    def batch_start_time(self, now: float) -> float:
+        """When an idle engine with waiting requests starts working: at once, for continuous batching."""
+        return now
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        """Plan the next step (allocating its KV blocks); see the module docstring."""
+        out = SchedulerOutput()
+        if self.n:
+            self._schedule_running(out)
+        if self.waiting and not out.preempted:
+            self._schedule_waiting(out, now)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput) -> None:
+        n, bs = self.n, self.block_size
+        computed = self.num_computed_tokens[:n]
+        residues = np.bincount(computed % bs, minlength=bs)
+        need = int(residues[0])   # rows whose blocks are exactly full need one more
+        keep = n
+        if need > self.kv.num_free_blocks:
+            need_rows = (computed % bs == 0).astype(np.int64)
+            if self.prefix is None:
+                keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
+            else:   # shared blocks: release rows one by one, as vLLM's loop does
+                keep = self.prefix.release_tail_until_fits(self.req_id[:n], computed, need_rows)
+            self._preempt_rows(keep, out)
+            need = int(need_rows[:keep].sum())
+            residues = None
+        ok = self.kv.allocate(need)
+        assert ok
+        out.num_decode = keep
+        out.decode_ids = self.req_id[:keep]
+        out.decode_context_sum = self.context_total + keep
+        out.residues = residues
+
+    def _rows_that_fit(self, need: np.ndarray, blocks: np.ndarray) -> int:
+        """Largest prefix of running rows whose new blocks fit once every later row is preempted.
+
+        vLLM's loop (preempt the last running request until the current one fits) keeps exactly
+        this prefix: feasibility of a prefix only improves as it shrinks.
+        """
+        tail_free = np.concatenate((np.cumsum(blocks[::-1])[::-1], [0]))  # blocks held by rows >= m
+        prefix_need = np.concatenate(([0], np.cumsum(need)))              # need of rows < m
+        fits = prefix_need <= self.kv.num_free_blocks + tail_free
+        return int(np.flatnonzero(fits)[-1])
+
+    def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
+        n, table, bs = self.n, self.table, self.block_size
+        rows = slice(keep, n)
+        ids = self.req_id[rows]
+        computed = self.num_computed_tokens[rows]
+        if self.swap is not None:
+            self._swap_out(ids, computed, out)
+        if self.prefix is None:
+            self.kv.free(int(((computed + bs - 1) // bs).sum()))
+        self.context_total -= int(computed.sum())
+        table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
+        table.num_preemptions[ids] += 1
+        table.status[ids] = _PREEMPTED
+        preempted = [int(r) for r in ids]
+        self.waiting.extendleft(reversed(preempted))   # front of the queue, in running order
+        out.preempted = preempted
+        self.n = keep
+
+    def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
+        table, kv, bs = self.table, self.kv, self.block_size
+        budget = (self.config.max_num_batched_tokens if self.uses_token_budget else _NO_LIMIT) - (
+            out.num_decode if out.decode_budget_tokens is None else out.decode_budget_tokens)
+        max_seqs = self.config.max_num_seqs
+        waiting = self.waiting
+        while waiting and self.n < max_seqs:
+            rid = waiting[0]
+            generated = int(table.num_output_tokens[rid])
+            swapped = self._swapped.get(rid) if self._swapped else None
+            if swapped is None:
+                tokens = int(table.num_prompt_tokens[rid]) + generated
+                cached = tokens
+            else:                                      # swap in: its KV returns, it decodes a token
+                tokens, cached = 1, swapped + 1
+            if self.prefix is None:
+                hit = 0
+                if tokens > budget or not kv.allocate(-(-cached // bs)):
+                    break
+            else:                                      # (never with swap: refused in resolve)
+                hit = self.prefix.admit(rid, tokens, budget)
+                if hit < 0:
+                    break
+                if generated == 0 and table.num_preemptions[rid] == 0:
+                    table.num_cached_tokens[rid] = hit
+            waiting.popleft()
+            if swapped is not None:
+                self._swap_in(rid, swapped, out)
+            elif hit or out.prefill_context is not None:   # new tokens attend over the cached ones
+                if out.prefill_context is None:
+                    out.prefill_context = [0] * len(out.admitted)
+                out.prefill_context.append(hit)
+            row = self.n
+            self.req_id[row] = rid
+            self.num_computed_tokens[row] = cached     # cached once this step ends
+            self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
+            self.n = row + 1
+            self.context_total += cached
+            budget -= tokens - hit
+            table.status[rid] = _RUNNING
+            if generated == 0:
+                out.admitted_first.append(rid)
+                if table.num_preemptions[rid] == 0:
+                    table.first_scheduled_time[rid] = now
+            out.admitted.append(rid)
+            out.admitted_tokens.append(tokens - hit)
+        if self.priority_order and out.admitted:
+            self.sort_pending = True
+
+    # -- applying a step ---------------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+        """Apply a finished step at instant ``now``; returns the ids of requests that finished."""
+        m = out.num_decode
+        if m:
+            self.num_computed_tokens[:m] += 1
+            self.context_total += m
+            if self.pad_rows:
+                self.pad_context += self.pad_rows
+        self.num_remaining_tokens[: self.n] -= 1      # every scheduled row emitted one token
+        if out.admitted_first:
+            self.table.first_token_time[out.admitted_first] = now
+        return self._finish(now)
+
+    def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float, cost: Any) -> DecodeRun:
+        """Plan as many pure-decode steps as can run before anything changes the batch.
+
+        ``out`` is the (already allocated) first step. The run stops at the first of: the step in
+        which a running request emits its last token, the last step whose new KV blocks still
+        fit, and the step during which ``next_event_time`` (the next arrival) passes: the
+        scheduler would only see that arrival at the following step boundary anyway. Waiting
+        requests cannot be admitted during the run: the budget and seat count are unchanged and
+        free blocks only shrink, so the step-by-step scheduler would make the same decisions.
+        """
+        n, bs = out.num_decode, self.block_size
+        residues = out.residues
+        k_fin = int(self.num_remaining_tokens[:n].min())
+        nc = n + self.pad_rows      # rows that compute: padded slots of a static batch do too
+        decode_affine = getattr(cost, "decode_affine", None)
+        affine = decode_affine(nc) if decode_affine is not None else None
+        ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
+        k = k_fin
+        if next_event_time != np.inf and k > 1:
+            k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
+        free = self.kv.num_free_blocks
+        if k > 1 and n * (-(-(k - 1) // bs)) > free:
+            # The KV cache may run out during the run: find the last step whose blocks fit.
+            prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
+            q, r = divmod(free, n)
+            within = int(np.searchsorted(prefix, r, side="right")) - 1
+            k = min(k, 1 + q * bs + within)
+        extra = 0
+        if k > 1:
+            # Steps 2..k: every full period of block_size steps allocates one block per row; the
+            # remaining t steps allocate for the rows whose residues come first in step order.
+            periods, t = divmod(k - 1, bs)
+            extra = periods * n + (int(residues[bs - t:].sum()) if t else 0)
+        if affine is not None:
+            a, b = affine
+            total = k * a + b * (k * ctx1 + nc * k * (k - 1) / 2.0)
+            durations = None
+        else:
+            durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
+            total = float(durations.sum())
+        return DecodeRun(k, nc, total, extra, k == k_fin, self.kv.num_used_blocks, residues, ctx1,
+                         affine, durations, self.pad_rows)
+
+    def advance_decode(self, run: DecodeRun, now: float) -> np.ndarray:
+        """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
+        n, k = self.n, run.num_steps
+        if run.extra_blocks:
+            ok = self.kv.allocate(run.extra_blocks)
+            assert ok, "decode run planned more KV blocks than were free"
+        self.num_computed_tokens[:n] += k
+        self.num_remaining_tokens[:n] -= k
+        self.context_total += n * k
+        if self.pad_rows:
+            self.pad_context += self.pad_rows * k
+        return self._finish(now) if run.finishes else _EMPTY
+
+    def _finish(self, now: float) -> np.ndarray:
+        n = self.n
+        done = (self.num_remaining_tokens[:n] == 0).nonzero()[0]
+        if len(done) == 0:
+            return _EMPTY
+        if len(done) == 1:
+            return self._finish_row(int(done[0]), now)
+        ids = self.req_id[done]
+        computed = self.num_computed_tokens[done]
+        self._record_finished(ids, now)
+        if self.prefix is None:
+            self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
+        else:
+            for rid, c in zip(ids.tolist(), computed.tolist()):
+                self.prefix.release(rid, c)
+        self.context_total -= int(computed.sum())
+        keep = np.ones(n, dtype=bool)
+        keep[done] = False
+        m = n - len(ids)
+        for arr in self._row_arrays:
+            arr[:m] = arr[:n][keep]
+        self.n = m
+        return ids
+
+    def _finish_row(self, row: int, now: float) -> np.ndarray:
+        """The common case of one request finishing: scalar bookkeeping, shift the tail up."""
+        n = self.n
+        ids = self.req_id[row:row + 1].copy()
+        computed = int(self.num_computed_tokens[row])
+        self._record_finished(ids, now)
+        if self.prefix is None:
+            self.kv.free(-(-computed // self.block_size))
+        else:
+            self.prefix.release(int(ids[0]), computed)
+        self.context_total -= computed
+        if row < n - 1:
+            for arr in self._row_arrays:
+                arr[row:n - 1] = arr[row + 1:n]
+        self.n = n - 1
+        return ids
+
+    def _swap_out(self, ids: np.ndarray, computed: np.ndarray, out: SchedulerOutput) -> None:
+        """Copy preempted requests' KV to host memory while it has room (else they recompute)."""
+        swap, bs = self.swap, self.block_size
+        for rid, c in zip(ids.tolist(), computed.tolist()):
+            blocks = -(-c // bs)
+            if swap.used_blocks + blocks > swap.capacity_blocks:
+                swap.recompute_fallbacks += 1
+                continue
+            swap.used_blocks += blocks
+            swap.swap_outs += 1
+            self._swapped[rid] = c
+            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+
+    def _swap_in(self, rid: int, tokens: int, out: SchedulerOutput) -> None:
+        del self._swapped[rid]
+        if rid in self._restore_free:
+            self._restore_free.discard(rid)
+        else:
+            swap = self.swap
+            blocks = -(-tokens // self.block_size)
+            swap.used_blocks -= blocks
+            swap.swap_ins += 1
+            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+        if out.prefill_context is None:
+            out.prefill_context = [0] * len(out.admitted)
+        out.prefill_context.append(tokens)
+
+    def sort_rows(self) -> None:
+        """Order the running batch by (priority, arrival) so that the last row is the one vLLM's
+        priority policy preempts first; called between steps, never while a step is planned."""
+        n, table = self.n, self.table
+        ids = self.req_id[:n]
+        order = np.lexsort((table.arrival_time[ids], table.priority[ids]))
+        for arr in self._row_arrays:
+            arr[:n] = arr[:n][order]
+        self.sort_pending = False
+
+    def stats(self) -> dict[str, int]:
+        """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
+        if self.swap is None:
+            return {}
+        return {"swap_outs": self.swap.swap_outs, "swap_ins": self.swap.swap_ins,
+                "swap_recompute_fallbacks": self.swap.recompute_fallbacks}
+
+    def _record_finished(self, ids: np.ndarray, now: float) -> None:
+        table = self.table
+        table.finish_time[ids] = now
+        table.num_output_tokens[ids] = table.max_tokens[ids]
+        table.status[ids] = _DONE
+
+    # -- request-level levers (simulator.engine.deadlines): aborts and shedding ---------------------------------
+    def finish_requests(self, ids: list[int], status: RequestStatus, now: float) -> None:
+        """Finish unfinished requests early, at a step boundary (vLLM's ``finish_requests``).
+
+        A waiting request leaves the queue (and frees its host blocks if it was swapped out); a
+        running one leaves the batch and its KV blocks are freed. Each keeps the tokens it has generated (``num_output_tokens``) and gets ``status``
+        (``FINISHED_ABORTED`` for a client timeout, ``FINISHED_SHED`` for admission control).
+        """
+        table, n, bs = self.table, self.n, self.block_size
+        gone = set(ids)
+        rows = np.flatnonzero(np.isin(self.req_id[:n], ids)) if n else _EMPTY
+        left_running: set[int] = set()
+        if len(rows):
+            rids = self.req_id[rows]
+            left_running = set(rids.tolist())
+            computed = self.num_computed_tokens[rows]
+            table.num_output_tokens[rids] = table.max_tokens[rids] - self.num_remaining_tokens[rows]
+            if self.prefix is None:
+                self.kv.free(int(((computed + bs - 1) // bs).sum()))
+            else:                                   # its blocks stay cached for later hits
+                for rid, c in zip(rids.tolist(), computed.tolist()):
+                    self.prefix.release(rid, c)
+            self.context_total -= int(computed.sum())
+            self._rows_leaving(rows)
+            keep = np.ones(n, dtype=bool)
+            keep[rows] = False
+            m = n - len(rows)
+            for arr in self._row_arrays:
+                arr[:m] = arr[:n][keep]
+            self.n = m
+        if len(rows) < len(gone):
+            waiting = [r for r in ids if r not in left_running]
+            if isinstance(self.waiting, deque):
+                kept = [r for r in self.waiting if r not in gone]
+                self.waiting.clear()
+                self.waiting.extend(kept)
+            else:                                   # the priority heap
+                for rid in waiting:
+                    self.waiting.remove(rid)
+            if self._swapped:                       # a swapped-out request's host blocks come back
+                for rid in waiting:
+                    c = self._swapped.pop(rid, None)
+                    if c is not None:
+                        self.swap.used_blocks -= -(-c // bs)
+        table.status[ids] = status
+        table.finish_time[ids] = now
+
+    def _rows_leaving(self, rows: np.ndarray) -> None:
+        """Hook: running ``rows`` are about to leave the batch unfinished (policies keep counters)."""
+
+
+@dataclass(slots=True)
+class SwapSpace:
+    """Host memory that preempted requests' KV blocks are copied to (vLLM v0's ``swap_space``)."""
+
+    capacity_blocks: int
+    bytes_per_block: float
+    bandwidth_bytes_per_s: float
+    """Device-host link, one direction (PCIe)."""
+    used_blocks: int = 0
+    swap_outs: int = 0
+    swap_ins: int = 0
+    recompute_fallbacks: int = 0
+
+
+class PriorityWaitingQueue:
+    """The waiting queue under ``scheduling_policy: priority``: a heap on (priority, arrival time),
+    as vLLM's; it offers the deque operations the schedulers use."""
+
+    def __init__(self, table: RequestTable) -> None:
+        self._table = table
+        self._heap: list[tuple[int, float, int]] = []
+
+    def _key(self, rid: int) -> tuple[int, float, int]:
+        return int(self._table.priority[rid]), float(self._table.arrival_time[rid]), int(rid)
+
+    def append(self, rid: int) -> None:
+        heapq.heappush(self._heap, self._key(rid))
+
+    appendleft = append     # a preempted request goes back by its key, ahead of later arrivals
+
+    def extendleft(self, rids: Iterable[int]) -> None:
+        for rid in rids:
+            self.append(rid)
+
+    def popleft(self) -> int:
+        return heapq.heappop(self._heap)[2]
+
+    def remove(self, rid: int) -> None:
+        self._heap.remove(self._key(rid))
+        heapq.heapify(self._heap)
+
+    def __getitem__(self, index: int) -> int:
+        if index != 0:
+            raise IndexError("only the head of a priority queue can be read")
+        return self._heap[0][2]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def __iter__(self) -> Iterator[int]:
+        return (key[2] for key in sorted(self._heap))
+
+
+def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,
+                    k_cap: int) -> int:
+    """Smallest step count k (<= k_cap) whose cumulative duration reaches ``delta`` seconds."""
+    if delta <= 0:
+        return 1
+    if affine is not None:
+        a, b = affine
+        a1 = a + b * ctx1                   # first step
+        if b == 0 or n == 0:
+            k = math.ceil(delta / a1)
+        else:
+            # cum(k) = k a1 + b n k (k - 1) / 2 >= delta  (quadratic in k)
+            c2 = b * n / 2.0
+            c1 = a1 - c2
+            k = math.ceil((-c1 + math.sqrt(c1 * c1 + 4 * c2 * delta)) / (2 * c2))
+        # Guard the floating-point edge: step back while k - 1 steps already reach delta.
+        while k > 1 and (k - 1) * a1 + b * n * (k - 1) * (k - 2) / 2.0 >= delta:
+            k -= 1
+        return max(1, min(k, k_cap))
+    first = cost.decode_step_time_s(n, ctx1)
+    k_guess = min(k_cap, int(delta / first) + 2)
+    cum = np.cumsum(cost.decode_run_times(n, ctx1 + n * np.arange(k_guess, dtype=np.float64)))
+    return min(k_guess, int(np.searchsorted(cum, delta)) + 1)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_NO_LIMIT = 1 << 62
+
+#: Batching policies by the name the YAML and the UI use (:mod:`simulator.engine.policies` adds the others).
+POLICIES: Registry[type[Scheduler]] = Registry("policy", "scheduler.policy")
+POLICIES.add("continuous", Scheduler)
+
+#: Policies whose admission goes through ``PrefixCachingKVManager.admit``/``release`` (a policy with
+#: its own admission or chunking must integrate those before it is listed here).
+PREFIX_CACHING_POLICIES = {"continuous"}

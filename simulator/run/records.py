@@ -1,0 +1,193 @@
+"""What a run records: the step log, the per-request frame and :class:`SimulationResult`."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.scenario.config import Scenario
+from simulator.engine.request import RequestStatus, RequestTable
+from simulator.engine.scheduler import DecodeRun, SchedulerOutput
+from simulator.run.resolve import ResolvedSystem
+
+
+# -- records ---------------------------------------------------------------------------------------
+STEP_COLUMNS = ("start_time", "duration_s", "replica", "num_seqs", "num_prefill_tokens",
+                "num_decode_tokens", "num_waiting", "kv_blocks_used", "num_preempted")
+
+
+class StepLog:
+    """Every engine step of a run, appended in time order per replica.
+
+    A single step and a decode run are both one entry; runs are expanded into one row per step
+    only when the frame is built, for all runs at once (vectorised).
+    """
+
+    def __init__(self, block_size: int) -> None:
+        self._entries: list[tuple] = []
+        self._residues: list[np.ndarray] = []   # decode runs of more than one step only
+        self._tabulated: list[np.ndarray] = []
+        self._block_size = block_size
+        self._replicas: set[int] = set()
+
+    def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
+                 kv_used: int, num_waiting: int) -> None:
+        slots = out.num_decode if out.cost_num_decode is None else out.cost_num_decode
+        self._entries.append((start, 1, replica, slots + len(out.admitted), out.num_prefill_tokens,
+                              out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
+        self._replicas.add(replica)
+
+    def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
+        a, b = run.affine if run.affine is not None else (math.nan, math.nan)
+        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded, num_waiting,
+                              run.kv_used_first, 0, run.context_sum, a, b))
+        if run.num_steps > 1:
+            self._residues.append(run.residues)
+        if run.durations is not None:
+            self._tabulated.append(run.durations)
+        self._replicas.add(replica)
+
+    def freeze(self) -> "FrozenStepLog":
+        """The log as compact per-entry arrays (one row per step or decode run); drops the list."""
+        frozen = FrozenStepLog(self._entries, self._residues, self._tabulated, len(self._replicas) > 1,
+                               self._block_size)
+        self._entries, self._residues, self._tabulated = [], [], []
+        return frozen
+
+
+class FrozenStepLog:
+    """A finished run's step log: per-entry arrays, expanded to one row per step on demand.
+
+    Expansion is vectorised over all entries; ``columns()`` gives numpy arrays (what the summary
+    reads) and ``to_frame()`` the DataFrame (built only when a caller asks for ``result.steps``).
+    """
+
+    def __init__(self, entries: list[tuple], residues: list[np.ndarray], tabulated: list[np.ndarray],
+                 interleave: bool, block_size: int) -> None:
+        self.num_entries = len(entries)
+        self._interleave = interleave
+        self._tabulated = np.concatenate(tabulated) if tabulated else np.zeros(0)
+        # Residue histograms of the multi-step runs, in entry order, one row each.
+        self._residues = (np.concatenate(residues) if residues else np.zeros(0, dtype=np.int64)).reshape(-1, block_size)
+        # Every field is an int or a float well inside float64's exact integer range.
+        cols = [np.ascontiguousarray(c) for c in np.array(entries, dtype=np.float64).reshape(-1, 12).T]
+        (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
+         self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
+        self._k = k.astype(np.int64)
+        self._columns: dict[str, np.ndarray] | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return int(self._k.sum())
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """One array per column of :data:`STEP_COLUMNS`, one element per engine step, in time order."""
+        if self._columns is not None:
+            return self._columns
+        k = self._k
+        if len(k) == 0:
+            self._columns = {c: np.zeros(0) for c in STEP_COLUMNS}
+            return self._columns
+        total = int(k.sum())
+        first_row = np.cumsum(k) - k
+        j = np.arange(total) - np.repeat(first_row, k)               # step index within its entry
+        seqs_per_step = np.repeat(self._seqs.astype(np.int32), k)
+        a, b = self._a, self._b
+        durs = np.repeat(a, k) + np.repeat(b, k) * (np.repeat(self._ctx.astype(np.float64), k) + seqs_per_step * j)
+        tabulated = np.isnan(a)
+        if tabulated.any():
+            durs[np.repeat(tabulated, k)] = self._tabulated
+        before = np.cumsum(durs) - durs                              # time of all earlier steps
+        offsets = before - np.repeat(before[first_row], k)
+        # Blocks allocated by each step of a run: the residue histogram read in step order.
+        residues = self._residues
+        bs = residues.shape[1]
+        multi = np.flatnonzero(k > 1)
+        new_blocks = np.zeros(total, dtype=np.int64)
+        if len(multi):
+            rows = np.concatenate([np.arange(f + 1, f + n) for f, n in zip(first_row[multi], k[multi])]) \
+                if len(multi) < 64 else np.flatnonzero(j)
+            position = np.zeros(len(k), dtype=np.int64)    # entry -> its row in ``residues``
+            position[multi] = np.arange(len(multi))
+            entry_of_row = np.repeat(np.arange(len(k)), k)[rows]
+            new_blocks[rows] = residues.ravel()[position[entry_of_row] * bs + (-j[rows]) % bs]
+        cum_blocks = np.cumsum(new_blocks)
+        kv = np.repeat(self._kv_first - cum_blocks[first_row], k) + cum_blocks
+        cols = {
+            "start_time": np.repeat(self._start, k) + offsets, "duration_s": durs,
+            "replica": np.repeat(self._replica.astype(np.int16), k), "num_seqs": seqs_per_step,
+            "num_prefill_tokens": np.repeat(self._prefill.astype(np.int32), k),
+            "num_decode_tokens": np.repeat(self._decode.astype(np.int32), k),
+            "num_waiting": np.repeat(self._waiting.astype(np.int32), k),
+            "kv_blocks_used": kv.astype(np.int32),
+            "num_preempted": np.repeat(self._preempted.astype(np.int32), k)}
+        if self._interleave:   # interleave the replicas' logs by time
+            order = np.argsort(cols["start_time"], kind="stable")
+            cols = {name: col[order] for name, col in cols.items()}
+        self._columns = cols
+        return cols
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns())
+
+
+@dataclass
+class SimulationResult:
+    """What a run produced: one row per request, one row per engine step, and the summary.
+
+    ``steps`` is built on first access from the compact step log (a 100k-request run has millions
+    of steps; the summary and the planner never need the DataFrame).
+    """
+
+    scenario: Scenario
+    requests: pd.DataFrame
+    step_log: FrozenStepLog
+    system: ResolvedSystem
+    sim_time_s: float
+    wall_s: float
+    summary: dict[str, Any] = field(default_factory=dict)
+    engine_stats: dict[str, int] = field(default_factory=dict)
+    """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
+    prefix_cache: dict[str, int] | None = None
+    """Prefix-cache counters summed over replicas (None when prefix caching is off)."""
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        frame = self.__dict__.get("_steps_frame")
+        if frame is None:
+            frame = self.step_log.to_frame()
+            self.__dict__["_steps_frame"] = frame
+        return frame
+
+
+def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
+    status = pd.Categorical.from_codes(table.status.astype(np.int64), [s.name.lower() for s in RequestStatus])
+    df = pd.DataFrame({
+        "request_id": np.arange(len(table), dtype=np.int64),
+        "arrival_time": table.arrival_time,
+        "num_prompt_tokens": table.num_prompt_tokens,
+        "max_tokens": table.max_tokens,
+        "num_output_tokens": table.num_output_tokens,
+        "first_scheduled_time": table.first_scheduled_time,
+        "first_token_time": table.first_token_time,
+        "finish_time": table.finish_time,
+        "replica": table.replica,
+        "num_preemptions": table.num_preemptions,
+        "num_cached_tokens": table.num_cached_tokens,
+        "status": status,
+    })
+    tiers = scenario.workload.tiers
+    if tiers is not None:
+        df["tier"] = pd.Categorical.from_codes(table.tier.astype(np.int64), [t.name for t in tiers])
+        df["priority"] = table.priority
+    df["queue_delay_s"] = df["first_scheduled_time"] - df["arrival_time"]
+    df["ttft_s"] = df["first_token_time"] - df["arrival_time"]
+    df["e2e_s"] = df["finish_time"] - df["arrival_time"]
+    decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
+    df["tpot_s"] = (df["finish_time"] - df["first_token_time"]) / decode_tokens
+    return df
+
+

@@ -1,0 +1,172 @@
+"""Resolving a scenario: model, hardware profile, KV-cache plan, precision, and the seeded random streams."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simulator.scenario.config import Scenario
+from simulator.errors import ScenarioError
+from simulator.engine.kv_cache import KVCachePlan, plan_kv_cache
+from simulator.workload.levers import check_levers
+from simulator.scenario.models import MODEL_PRESETS, ModelSpec
+from simulator.scenario.profiles import HardwareProfile, load_profile
+from simulator.scenario.quantization import Precision, check_kv_head_split, resolve_precision
+from simulator.cluster.routing import ROUTERS
+from simulator.engine.policies import POLICIES  # the registry, with every policy registered
+from simulator.engine.scheduler import PREFIX_CACHING_POLICIES
+
+
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network")
+"""Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
+
+
+# -- resolving a scenario ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResolvedSystem:
+    """A scenario's references made concrete: model dimensions, hardware, memory plan."""
+
+    model: ModelSpec
+    profile: HardwareProfile
+    kv_plan: KVCachePlan
+    max_model_len: int
+    draft_model: ModelSpec | None = None
+    precision: Precision | None = None
+    """Weight quantization and KV-cache dtype as served (``deployment.quantization``, ``kv_cache_dtype``)."""
+    pools: tuple = ()
+    """With ``deployment.pools``: ``(pool scenario, ResolvedSystem)`` per pool; the fields above are
+    the first pool's, except ``max_model_len`` (the smallest of the pools')."""
+
+
+def resolve_model(ref: str | ModelSpec) -> ModelSpec:
+    if isinstance(ref, ModelSpec):
+        return ref
+    spec = MODEL_PRESETS.get(ref)
+    if spec is None:
+        raise ScenarioError("model", ref, f"unknown model preset; known: {', '.join(sorted(MODEL_PRESETS))} "
+                            "(or give an inline spec with num_layers, hidden_size, ...)")
+    return spec
+
+
+def resolve(scenario: Scenario) -> ResolvedSystem:
+    """Resolve presets and profiles and size the KV cache; raises :class:`ScenarioError`."""
+    if scenario.deployment.pools is not None or scenario.deployment.pool_routing is not None:
+        from simulator.cluster.pools import resolve_pools   # model routing: one resolved system per pool
+        pools = resolve_pools(scenario, resolve)
+        first = pools[0][1]
+        return dataclasses.replace(first, max_model_len=min(s.max_model_len for _, s in pools), pools=tuple(pools))
+    model = resolve_model(scenario.model)
+    profile = load_profile(scenario.hardware, base_dir=scenario.base_dir)
+    sch, dep = scenario.scheduler, scenario.deployment
+    POLICIES.lookup(sch.policy)
+    ROUTERS.lookup(dep.router)
+    if sch.enable_prefix_caching and sch.policy not in PREFIX_CACHING_POLICIES:
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            f"not modelled with policy {sch.policy!r}; policies with prefix caching: "
+                            f"{', '.join(sorted(PREFIX_CACHING_POLICIES))}")
+    if sch.enable_prefix_caching and scenario.speculative_config is not None:
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            "not modelled together with speculative_config (lookahead KV slots are not "
+                            "tracked per block); turn one of them off")
+    if sch.enable_prefix_caching and sch.preemption_mode == "swap":
+        raise ScenarioError("scheduler.enable_prefix_caching", True,
+                            "not modelled together with preemption_mode: swap (swapped blocks would lose their "
+                            "identities); use preemption_mode: recompute, where re-admission hits the cache")
+    max_model_len = sch.max_model_len or model.max_model_len
+    if sch.max_model_len and sch.max_model_len > model.max_model_len:
+        raise ScenarioError("scheduler.max_model_len", sch.max_model_len,
+                            f"exceeds {model.name}'s context length {model.max_model_len}")
+    policy = POLICIES[sch.policy]
+    spec = scenario.speculative_config
+    if sch.policy == "disaggregated":
+        _check_disaggregated(dep, profile)
+        if dep.autoscaler is not None or scenario.fleet is not None:
+            raise ScenarioError("deployment.autoscaler" if dep.autoscaler is not None else "fleet", "set",
+                                "is not modelled with disaggregated pools yet; size the pools by hand")
+    elif dep.prefill_replicas is not None or dep.decode_replicas is not None:
+        raise ScenarioError("deployment.prefill_replicas" if dep.prefill_replicas is not None else
+                            "deployment.decode_replicas", dep.prefill_replicas or dep.decode_replicas,
+                            f"pool sizes apply to scheduler.policy: disaggregated, not {sch.policy!r}")
+    if sch.preemption_mode == "swap":
+        if sch.policy == "chunked_prefill":
+            raise ScenarioError("scheduler.preemption_mode", "swap",
+                                "is modelled for continuous, dynamic and static batching (vLLM v1's chunked "
+                                "prefill only recomputes); use recompute")
+        if profile.host_link_bandwidth_bytes_per_s is None:
+            raise ScenarioError("hardware.host_link_bandwidth_bytes_per_s", None,
+                                f"profile {profile.name!r} has no device-host bandwidth, which "
+                                "preemption_mode: swap needs (PCIe Gen5 x16: about 5.5e10)")
+    if spec is not None and sch.policy != "continuous":
+        raise ScenarioError("speculative_config", spec.method,
+                            f"speculative decoding is modelled with policy 'continuous' only, not {sch.policy!r}")
+    if sch.max_num_batched_tokens < max_model_len and policy.uses_token_budget and not policy.splits_prompts:
+        raise ScenarioError(
+            "scheduler.max_num_batched_tokens", sch.max_num_batched_tokens,
+            f"must be >= max_model_len={max_model_len} for policy {sch.policy!r}, which never splits a prompt "
+            "(as vLLM requires without chunked prefill); lower scheduler.max_model_len or raise the budget")
+    if model.num_attention_heads % dep.tensor_parallel_size:
+        raise ScenarioError("deployment.tensor_parallel_size", dep.tensor_parallel_size,
+                            f"must divide num_attention_heads={model.num_attention_heads}")
+    check_kv_head_split(model, dep.tensor_parallel_size)
+    check_levers(scenario)
+    precision = resolve_precision(model, profile, dep.quantization, dep.kv_cache_dtype)
+    plan = plan_kv_cache(model, profile, tensor_parallel_size=dep.tensor_parallel_size,
+                         block_size=sch.block_size, gpu_memory_utilization=sch.gpu_memory_utilization,
+                         max_num_batched_tokens=sch.max_num_batched_tokens, max_num_seqs=sch.max_num_seqs,
+                         max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override,
+                         precision=precision)
+    draft = None
+    if spec is not None and spec.method == "draft":
+        draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
+        plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
+    return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
+
+
+def _check_disaggregated(dep: Any, profile: HardwareProfile) -> None:
+    for name in ("prefill_replicas", "decode_replicas"):
+        if getattr(dep, name) is None:
+            raise ScenarioError(f"deployment.{name}", None, "scheduler.policy: disaggregated needs both pool sizes "
+                                "(deployment.prefill_replicas and deployment.decode_replicas)")
+    total = dep.prefill_replicas + dep.decode_replicas
+    if dep.replicas not in (1, total):
+        raise ScenarioError("deployment.replicas", dep.replicas,
+                            f"with disaggregated pools the replica count is prefill_replicas + decode_replicas = "
+                            f"{total}; leave deployment.replicas out")
+    if dep.kv_transfer_bandwidth_bytes_per_s is None and profile.interconnect is None:
+        raise ScenarioError("deployment.kv_transfer_bandwidth_bytes_per_s", None,
+                            f"profile {profile.name!r} has no interconnect to send KV from prefill to decode "
+                            "replicas over; give the link's bandwidth")
+
+
+def _resolve_field_model(ref: str | ModelSpec, field_name: str) -> ModelSpec:
+    try:
+        return resolve_model(ref)
+    except ScenarioError as e:
+        raise ScenarioError(field_name, ref, e.message) from None
+
+
+def _plan_with_draft(plan: KVCachePlan, model: ModelSpec, draft: ModelSpec, tp: int, max_model_len: int,
+                     block_size: int) -> KVCachePlan:
+    """The target's KV plan once a draft model shares the GPU: its weights come off the budget and
+    every cached token also holds the draft's KV."""
+    draft_weights = draft.weight_bytes() / tp
+    draft_kv_per_block = block_size * draft.kv_bytes_per_token() / max(1, min(tp, draft.num_key_value_heads))
+    per_block = plan.kv_bytes_per_block + draft_kv_per_block
+    free = plan.usable_bytes - plan.weights_bytes - draft_weights - plan.activation_bytes
+    blocks = int(free // per_block) if free > 0 else 0
+    if blocks * block_size < max_model_len:
+        raise ScenarioError("speculative_config.draft_model", draft.name,
+                            f"with the draft's {draft_weights / 2**30:.1f} GiB of weights the KV cache holds "
+                            f"{blocks * block_size} tokens, less than max_model_len={max_model_len}")
+    return dataclasses.replace(plan, num_gpu_blocks=blocks, weights_bytes=plan.weights_bytes + draft_weights,
+                               kv_bytes_per_block=per_block)
+
+
+def spawn_rngs(seed: int) -> dict[str, np.random.Generator]:
+    """Independent generators for each random stream, from one root seed."""
+    children = np.random.SeedSequence(seed).spawn(len(STREAMS))
+    return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children)}
+
+

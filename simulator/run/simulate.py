@@ -1,0 +1,284 @@
+"""``simulate(scenario)``: build a fresh serving system from a scenario, run it, return records.
+
+Wiring (one region): an arrival process walks the pre-drawn workload and hands each request to
+the router, which puts it in one replica's waiting queue; each replica runs its own engine loop
+(:mod:`simulator.engine.replica`). Randomness comes from one ``SeedSequence`` spawned into independent
+streams (arrivals, prompt lengths, output lengths, routing), so the same seed gives the same
+numbers bit for bit, and changing one stream's distribution leaves the others' draws unchanged.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+
+from simulator.scenario.config import Scenario
+from simulator.cost.base import CostModel
+from simulator.cost.factory import make_cost_model
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.deadlines import Deadlines, queue_is_full
+from simulator.workload.levers import apply_client_view
+from simulator.engine.prefix_cache import PrefixCachingKVManager, prefix_cache_counters
+from simulator.scenario.profiles import GIB
+from simulator.engine.replica import Replica
+from simulator.engine.request import RequestStatus, RequestTable
+from simulator.cluster.routing import make_router
+from simulator.engine.policies import POLICIES  # the registry, with every policy registered
+from simulator.engine.scheduler import SwapSpace
+from simulator.engine.disaggregated import DisaggregatedFleet
+from simulator.engine.speculative import SpeculativeScheduler
+from simulator.workload.traffic import Workload, generate_workload
+from simulator.run.records import SimulationResult, StepLog, _requests_frame
+from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
+from simulator.metrics import summarize
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None, seed: int | None = None,
+             fast_forward: bool = True) -> SimulationResult:
+    """Run one seeded replication of ``scenario``.
+
+    Args:
+        scenario: a validated scenario (see :func:`simulator.scenario.config.load_scenario`).
+        on_progress: called as ``on_progress(done, total)`` as requests finish (about 200 times a run).
+        seed: overrides ``scenario.seed``.
+        fast_forward: advance runs of identical decode steps in one event (same results; off only
+            to verify exactly that).
+
+    Raises:
+        ScenarioError: a reference that does not resolve, a model that does not fit, bad traces.
+    """
+    wall0 = time.perf_counter()
+    if seed is not None:
+        scenario = scenario.model_copy(update={"seed": seed})
+    system = resolve(scenario)
+    rngs = spawn_rngs(scenario.seed)
+    workload = generate_workload(scenario, system.max_model_len, rngs)
+    table = RequestTable(workload)
+    if scenario.workload.tiers is not None:
+        table.priority = np.array([t.priority for t in scenario.workload.tiers], dtype=np.int64)[table.tier]
+    env = simpy.Environment()
+    steps = StepLog(scenario.scheduler.block_size)
+    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
+    # The run allocates many small objects (step-log tuples, SimPy events) but no lasting reference
+    # cycles, so the cyclic collector's repeated scans of the growing logs are pure overhead (12%
+    # of a 100k-request run). Pause it for the run and restore the caller's setting.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        env.run(until=scenario.max_sim_time_s)
+        result = SimulationResult(scenario, apply_client_view(_requests_frame(table, scenario), scenario),
+                                  steps.freeze(), system, float(env.now), time.perf_counter() - wall0)
+        result.prefix_cache = prefix_cache_counters(run.replicas)
+        for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
+            for name, value in source.stats().items():
+                result.engine_stats[name] = result.engine_stats.get(name, 0) + value
+        if scenario.network is not None:
+            from simulator.cluster.network import add_client_latencies, network_from_config
+            add_client_latencies(result.requests, network_from_config(scenario.network), rngs["network"])
+        if run.geo is not None:
+            run.geo.add_columns(result.requests)
+        if run.pool_router is not None:
+            run.pool_router.add_columns(result.requests)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    result.summary = summarize(result)
+    routing = _routing_counters(run.routers)
+    if routing is not None:
+        result.summary["routing"] = routing
+    if run.autoscaler is not None:
+        from simulator.metrics import measurement_window
+        req = result.requests
+        start, end = measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
+        measured = ((req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+                    & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
+        result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
+    result.wall_s = time.perf_counter() - wall0
+    result.summary["wall_s"] = result.wall_s
+    return result
+
+
+def _levers_on(dep: Any) -> bool:
+    return dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
+
+
+def _routing_counters(routers: list[Any]) -> dict[str, int] | None:
+    """Affinity routers' counters summed over the run's routers (None for stateless routers)."""
+    out: dict[str, int] = {}
+    for r in routers:
+        if hasattr(r, "stats"):
+            for k, v in r.stats().items():
+                out[k] = out.get(k, 0) + v
+    return out or None
+
+
+class _Run:
+    """The live objects of one simulation: arrivals, router, replicas and progress."""
+
+    def __init__(self, env: simpy.Environment, scenario: Scenario, system: ResolvedSystem, workload: Workload,
+                 table: RequestTable, steps: StepLog, rngs: dict[str, np.random.Generator],
+                 on_progress: ProgressCallback | None, fast_forward: bool) -> None:
+        self.env, self.table = env, table
+        self.times = workload.arrival_time
+        self.total = len(workload)
+        self.next_index = 0
+        self.done = 0
+        self.on_progress = on_progress
+        self.progress_every = max(1, self.total // 200)
+        self._next_report = self.progress_every
+        self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
+        dep, sch = scenario.deployment, scenario.scheduler
+        self.scenario_deployment = dep
+        cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
+                                          system.precision if _levers_on(dep) else None)
+        proposal = _proposal_time(scenario, system, cost)
+        self.fleet: DisaggregatedFleet | None = None
+        self.pool_router = None
+        self.routers: list[Any] = []
+        """Every router built for this run (affinity routers report counters)."""
+        self.geo = None
+        self.autoscaler = None
+        if sch.policy == "disaggregated":
+            def make_replica(index: int, cls: type, horizon: Callable[[], float]) -> Replica:
+                return Replica(env, index, _make_scheduler(scenario, system, table, rngs, proposal, cls), cost,
+                               steps, horizon, self._finished, fast_forward)
+            self.fleet = DisaggregatedFleet(env, scenario, system, table, make_replica,
+                                            lambda: self._router(rngs["routing"]), self.next_event_time)
+            self.replicas = self.fleet.replicas
+            self.entry = self.fleet.prefill              # arrivals go to the prefill pool
+            self.router = self.fleet.prefill_router
+        else:
+            self.router = self._router(rngs["routing"])
+            num_replicas = dep.replicas
+            if scenario.fleet is not None:   # several regions: a geo router over per-region routers
+                from simulator.cluster.fleet import GeoRouter
+                self.geo = GeoRouter(scenario.fleet, self._router, self.total, rngs["routing"], rngs["network"],
+                                     lambda: float(env.now))
+                self.router, num_replicas = self.geo, self.geo.num_replicas
+            if dep.autoscaler is not None:
+                num_replicas = dep.autoscaler.max_replicas
+            if system.pools:   # model routing: each pool's replicas with its own model, cost and KV plan
+                from simulator.cluster.pools import PoolRouter, assign_pools
+                self.pool_router = PoolRouter(scenario, assign_pools(scenario, table.num_prompt_tokens, table.tier),
+                                              self._router, rngs["routing"])
+                self.router = self.pool_router
+                self.replicas = []
+                for sub, sub_system in system.pools:
+                    sub_cost = make_cost_model(sub_system.profile, sub_system.model, sub.deployment.tensor_parallel_size,
+                                               sub_system.precision if _levers_on(sub.deployment) else None)
+                    sub_proposal = _proposal_time(sub, sub_system, sub_cost)
+                    self.replicas += [
+                        Replica(env, len(self.replicas) + i, _make_scheduler(sub, sub_system, table, rngs, sub_proposal),
+                                sub_cost, steps, self.next_event_time, self._finished, fast_forward)
+                        for i in range(sub.deployment.replicas)]
+            else:
+                self.replicas = [
+                    Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
+                            self.next_event_time, self._finished, fast_forward)
+                    for i in range(num_replicas)]
+            self.entry = self.replicas
+            if dep.autoscaler is not None:   # replicas [0, active) take requests; the rest start on demand
+                from simulator.cluster.autoscaler import Autoscaler
+                self.autoscaler = Autoscaler(env, dep.autoscaler, system.kv_plan.weights_bytes, self.replicas,
+                                             lambda: self.next_index >= self.total and self.done >= self.total)
+        self.scenario = scenario
+        self.shed_when_full = scenario.admission.max_queue_len is not None
+        for r in self.replicas:
+            r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
+        env.process(self.arrivals())
+
+    def _router(self, rng: np.random.Generator) -> Any:
+        dep = self.scenario_deployment
+        router = make_router(dep.router, rng, self.table, dep.affinity)
+        self.routers.append(router)
+        return router
+
+    def next_event_time(self) -> float:
+        """Instant of the next arrival not yet delivered (or the stop time), for decode runs."""
+        if self.autoscaler is not None:   # its ticks read the replicas' state: they are events too
+            nxt = self.times[self.next_index] if self.next_index < self.total else np.inf
+            return min(float(nxt), self.stop_time, self.autoscaler.next_tick)
+        if self.next_index < self.total:
+            return min(float(self.times[self.next_index]), self.stop_time)
+        return self.stop_time
+
+    def arrivals(self):  # noqa: ANN201 - SimPy process
+        env, table, times, replicas = self.env, self.table, self.times, self.entry
+        rejected = table.rejected_at_arrival
+        any_rejected = bool(rejected.any())
+        for rid in range(self.total):
+            delay = times[rid] - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            self.next_index = rid + 1
+            if any_rejected and rejected[rid]:
+                table.status[rid] = RequestStatus.FINISHED_REJECTED
+                self._finished(1)
+                continue
+            if self.autoscaler is not None:
+                i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
+            else:
+                i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
+            table.replica[rid] = i
+            if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
+                table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
+                table.finish_time[rid] = env.now
+                self._finished(1)
+                continue
+            replicas[i].add_request(rid)
+
+    def _finished(self, count: int) -> None:
+        self.done += count
+        if self.on_progress is not None and (self.done >= self._next_report or self.done == self.total):
+            self._next_report = self.done + self.progress_every
+            self.on_progress(self.done, self.total)
+
+
+def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
+                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
+                    cls: type | None = None):  # noqa: ANN202
+    cfg = scenario.scheduler
+    if cfg.enable_prefix_caching:
+        kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
+    else:
+        kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
+    if scenario.speculative_config is not None:
+        sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
+                                     proposal_time_s=proposal_time_s)
+    else:
+        sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
+    if cfg.preemption_mode == "swap":
+        per_block = system.kv_plan.kv_bytes_per_block
+        sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,
+                               float(system.profile.host_link_bandwidth_bytes_per_s))
+    return sched
+
+
+def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) -> Callable[[int, int], float] | None:
+    """Seconds one step spends proposing ``k`` tokens for ``n`` requests with context sum ``ctx``."""
+    spec = scenario.speculative_config
+    if spec is None:
+        return None
+    k, tp = spec.num_speculative_tokens, scenario.deployment.tensor_parallel_size
+    if spec.method == "ngram":
+        return lambda n, ctx: 0.0
+    if spec.method == "mtp":
+        layers = system.model.num_layers
+
+        def mtp(n: int, ctx: int) -> float:   # k extra decoder layers of the target
+            bd = cost.breakdown([], [], n, ctx, n)
+            return k * (bd.total_s - bd.overhead_s) / layers
+        return mtp
+    draft_cost = make_cost_model(system.profile, system.draft_model, tp)
+
+    def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
+        overhead = draft_cost.breakdown([], [], n, 0, n).overhead_s
+        return sum(draft_cost.decode_step_time_s(n, ctx + n * j) - overhead for j in range(k))
+    return draft

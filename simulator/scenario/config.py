@@ -1,0 +1,720 @@
+"""The scenario: a frozen, validated description of one serving system and its traffic.
+
+A scenario is inert data (Ciw's "network", vLLM's configs): the model, the hardware profile, the
+deployment, the scheduler limits, the workload and the SLO. :func:`load_scenario` reads YAML,
+applies ``--set`` overrides and validates everything through one path, so the CLI, the UI and
+Python callers see the same one-line errors naming the field, the value and what is allowed.
+Nothing here simulates; :func:`simulator.simulate` takes a scenario and builds fresh objects.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simulator.errors import ScenarioError
+from simulator.scenario.models import ModelSpec
+from simulator.scenario.frozen import Frozen
+
+
+# -- workload ------------------------------------------------------------------------------------
+class PoissonArrival(Frozen):
+    """Poisson arrivals: exponential gaps with mean ``1 / rate_per_s``."""
+
+    process: Literal["poisson"] = "poisson"
+    rate_per_s: float = Field(gt=0)
+
+
+class GammaArrival(Frozen):
+    """Renewal arrivals with gamma gaps: ``cv`` > 1 is burstier than Poisson, < 1 smoother."""
+
+    process: Literal["gamma"] = "gamma"
+    rate_per_s: float = Field(gt=0)
+    cv: float = Field(gt=0)
+    """Coefficient of variation of the inter-arrival gaps (1 = Poisson)."""
+
+
+class TraceArrival(Frozen):
+    """Replay a request trace: arrival instants (and, unless overridden, lengths) from a file."""
+
+    process: Literal["trace"] = "trace"
+    path: str
+    """CSV (``azure``) or JSONL (``mooncake``); relative paths resolve against the scenario file."""
+    format: Literal["azure", "mooncake"]
+    speedup: float = Field(default=1.0, gt=0)
+    """Divide every gap by this factor (2 = twice the trace's request rate)."""
+    use_trace_lengths: bool = True
+    """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
+
+
+class Burst(Frozen):
+    """A window in which the arrival rate is multiplied (a launch, a retry storm)."""
+
+    start_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+    multiplier: float = Field(gt=0)
+
+
+class DiurnalArrival(Frozen):
+    """Non-homogeneous Poisson arrivals following a daily profile, drawn by thinning.
+
+    Either ``peak_to_mean`` (a raised cosine peaking at ``peak_time_s``; at most 2, when the
+    trough reaches zero) or ``hourly`` (24 relative rates, one per hour of the period, scaled so
+    that their mean is ``mean_rate_per_s``). ``period_s`` compresses the day for quick runs.
+    """
+
+    process: Literal["diurnal"] = "diurnal"
+    mean_rate_per_s: float = Field(gt=0)
+    peak_to_mean: float | None = Field(default=None, ge=1, le=2)
+    hourly: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=24, max_length=24)
+    period_s: float = Field(default=86400.0, gt=0)
+    peak_time_s: float = Field(default=0.0, ge=0)
+    """Instant of the cosine's peak within the period (``peak_to_mean`` profile only)."""
+    bursts: list[Burst] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_profile(self) -> "DiurnalArrival":
+        if (self.peak_to_mean is None) == (self.hourly is None):
+            raise ValueError("give exactly one of peak_to_mean or hourly")
+        if self.hourly is not None and not any(self.hourly):
+            raise ValueError("hourly needs at least one positive hour")
+        return self
+
+
+ArrivalConfig = Annotated[Union[PoissonArrival, GammaArrival, TraceArrival, DiurnalArrival],
+                          Field(discriminator="process")]
+
+
+class LognormalLength(Frozen):
+    """Lognormal token counts with the given mean, truncated to [min, max] by resampling."""
+
+    dist: Literal["lognormal"] = "lognormal"
+    mean: float = Field(gt=0)
+    sigma: float = Field(gt=0)
+    """Standard deviation of the underlying normal (0.8 is a typical chat prompt spread)."""
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+
+class GeometricLength(Frozen):
+    """Geometric token counts on 1, 2, ... with the given mean (memoryless output lengths)."""
+
+    dist: Literal["geometric"] = "geometric"
+    mean: float = Field(ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+
+class FixedLength(Frozen):
+    dist: Literal["fixed"] = "fixed"
+    value: int = Field(ge=1)
+
+
+class UniformLength(Frozen):
+    """Integer uniform on [min, max] inclusive."""
+
+    dist: Literal["uniform"] = "uniform"
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _order(self) -> "UniformLength":
+        if self.max < self.min:
+            raise ValueError(f"max={self.max} is below min={self.min}")
+        return self
+
+
+class EmpiricalLength(Frozen):
+    """Resample a column of a CSV (for example the ShareGPT length statistics).
+
+    When prompt and output lengths are both empirical from the same file, whole rows are drawn,
+    which keeps the correlation between prompt and output lengths.
+    """
+
+    dist: Literal["empirical"] = "empirical"
+    path: str
+    column: str
+
+
+LengthConfig = Annotated[
+    Union[LognormalLength, GeometricLength, FixedLength, UniformLength, EmpiricalLength],
+    Field(discriminator="dist"),
+]
+
+
+class PrefixConfig(Frozen):
+    """Shared system prompts: a fraction ``share`` of requests (of sessions' first turns) start
+    with one of ``num_prefixes`` system prompts of ``prefix_tokens`` tokens (equally likely). The
+    prefix is part of the drawn prompt length, not added to it."""
+
+    num_prefixes: int = Field(default=1, ge=1)
+    prefix_tokens: int = Field(ge=1)
+    share: float = Field(default=1.0, ge=0, le=1)
+    short_prompt: Literal["error", "clip"] = "error"
+    """A prefixed request whose prompt is not longer than ``prefix_tokens``: stop with an error
+    naming it, or clip its prefix to its first ``prompt - 1`` tokens."""
+
+
+class SessionsConfig(Frozen):
+    """Multi-turn conversations: the arrival process gives each session's first turn; turn k+1
+    arrives ``turn_gap_s`` (exponential mean) after turn k *arrived* (open loop) and its prompt is
+    turn k's prompt + turn k's answer + ``followup_tokens`` new user tokens."""
+
+    turns: LengthConfig
+    """Turns per session (``{dist: fixed, value: 4}``, geometric, ...; an integer means fixed)."""
+    turn_gap_s: float = Field(gt=0)
+    """Mean gap between the arrivals of consecutive turns of a session (exponential)."""
+    followup_tokens: LengthConfig | None = None
+    """New user tokens of each later turn (default: ``workload.prompt_tokens``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _int_turns(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("turns"), int) and not isinstance(data["turns"], bool):
+            data = {**data, "turns": {"dist": "fixed", "value": data["turns"]}}
+        return data
+
+
+class TierConfig(Frozen):
+    """A class of requests (e.g. interactive vs batch) with its share of traffic, its priority and SLO."""
+
+    name: str = Field(min_length=1)
+    share: float = Field(gt=0, le=1)
+    """Fraction of requests in this tier (shares sum to 1)."""
+    priority: int = 0
+    """vLLM's request priority: lower is served first under ``scheduling_policy: priority``."""
+    slo: SLOConfig | None = None
+    """This tier's objectives (default: the scenario's ``slo``)."""
+
+
+class WorkloadConfig(Frozen):
+    arrival: ArrivalConfig
+    prompt_tokens: LengthConfig | None = None
+    output_tokens: LengthConfig | None = None
+    over_length: Literal["error", "reject", "clip"] = "error"
+    """What to do with a request whose prompt + output exceeds ``max_model_len``: stop with an
+    error naming it, reject it (counted in ``requests.rejected``), or clip its output length."""
+    prefix: PrefixConfig | None = None
+    """Shared system prompts (see :class:`PrefixConfig`); only prefix caching makes them matter."""
+    sessions: SessionsConfig | None = None
+    """Multi-turn sessions (see :class:`SessionsConfig`); not with trace arrivals."""
+    tiers: list[TierConfig] | None = None
+    """Request tiers, drawn independently per request with the given shares (None: one tier)."""
+
+    @model_validator(mode="after")
+    def _tiers(self) -> "WorkloadConfig":
+        if self.tiers is not None:
+            names = [t.name for t in self.tiers]
+            if len(set(names)) != len(names):
+                raise ValueError(f"tier names must be unique, got {names}")
+            total = sum(t.share for t in self.tiers)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"tier shares must sum to 1, got {total:g} ({', '.join(f'{t.name}: {t.share:g}' for t in self.tiers)})")
+        return self
+
+    @model_validator(mode="after")
+    def _lengths_given(self) -> "WorkloadConfig":
+        from_trace = isinstance(self.arrival, TraceArrival) and self.arrival.use_trace_lengths
+        if not from_trace and (self.prompt_tokens is None or self.output_tokens is None):
+            raise ValueError("prompt_tokens and output_tokens are required unless a trace supplies lengths")
+        return self
+
+    @model_validator(mode="after")
+    def _prefix_not_on_hash_ids(self) -> "WorkloadConfig":
+        a = self.arrival
+        if self.prefix is not None and isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
+            raise ValueError("prefix={...}: a mooncake trace's hash_ids already say which prompt blocks are shared; "
+                             "drop workload.prefix or set workload.arrival.use_trace_lengths: false")
+        return self
+
+    @model_validator(mode="after")
+    def _sessions_need_synthetic_arrivals(self) -> "WorkloadConfig":
+        if self.sessions is not None and isinstance(self.arrival, TraceArrival):
+            raise ValueError("sessions={...}: multi-turn sessions need a poisson or gamma arrival process "
+                             "(a trace already fixes every request's arrival)")
+        return self
+
+
+# -- serving system -------------------------------------------------------------------------------
+class AutoscalerConfig(Frozen):
+    """Replicas added and removed during the run (see ``simulator.cluster.autoscaler``)."""
+
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(ge=1)
+    initial_replicas: int | None = Field(default=None, ge=1)
+    """Active at t = 0 (default ``min_replicas``)."""
+    target_outstanding_per_replica: float = Field(gt=0)
+    """Desired requests waiting + running per active replica (Knative's concurrency target)."""
+    interval_s: float = Field(default=10.0, gt=0)
+    """How often the autoscaler looks at the load."""
+    scale_down_delay_s: float = Field(default=60.0, ge=0)
+    """Scale down only to the largest count wanted over this trailing window."""
+    load_bandwidth_bytes_per_s: float = Field(default=1.5e9, gt=0)
+    """Weights load rate of a cold start (storage/network to GPU); the weights per GPU divide by it."""
+    engine_start_s: float = Field(default=20.0, ge=0)
+    """Engine start on top of the weights load (process, CUDA graphs, warm-up)."""
+    warm_pool: int = Field(default=0, ge=0)
+    """Standby replicas with weights loaded: they start in ``warm_start_s``; a used one is
+    replaced in the background by a cold start."""
+    warm_start_s: float = Field(default=2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "AutoscalerConfig":
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas={self.max_replicas} is below min_replicas={self.min_replicas}")
+        init = self.initial_replicas
+        if init is not None and not self.min_replicas <= init <= self.max_replicas:
+            raise ValueError(f"initial_replicas={init} is outside [min_replicas, max_replicas]")
+        return self
+
+
+class AffinityConfig(Frozen):
+    """Sticky routing (``session_affinity``, ``prefix_affinity``) and its load guard (see
+    ``simulator.cluster.affinity``). The guard follows SGLang's cache-aware router: the sticky replica is
+    skipped for the least-outstanding one when its outstanding requests exceed the least loaded
+    replica's by more than ``balance_abs_threshold`` *and* by a factor over ``balance_rel_threshold``."""
+
+    balance_abs_threshold: int = Field(default=32, ge=0)
+    """Outstanding requests (waiting + running) the sticky replica may have beyond the least loaded one."""
+    balance_rel_threshold: float = Field(default=1.5, ge=1)
+    """... and the factor over the least loaded one's outstanding requests (both must be exceeded)."""
+    cache_threshold: float = Field(default=0.3, ge=0, le=1)
+    """prefix_affinity: follow the longest prefix match only when it covers more than this fraction
+    of the prompt's full blocks (SGLang's ``cache_threshold``); else least outstanding."""
+
+
+class PoolConfig(Frozen):
+    """One model pool of a deployment with several (``deployment.pools``); unset fields take the
+    scenario's values (``model``, ``hardware``, ``deployment.*``, ``scheduler.max_num_seqs``)."""
+
+    name: str = Field(min_length=1)
+    model: str | ModelSpec | None = None
+    hardware: str | dict[str, Any] | None = None
+    replicas: int = Field(default=1, ge=1)
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1)
+
+
+class PromptThreshold(Frozen):
+    max_prompt_tokens: int = Field(ge=1)
+    """Requests with at most this many prompt tokens (and more than the previous threshold's) ..."""
+    pool: str = Field(min_length=1)
+    """... go to this pool."""
+
+
+class PoolRoutingConfig(Frozen):
+    """Which pool a request goes to (``deployment.pool_routing``); within the pool,
+    ``deployment.router`` picks the replica."""
+
+    by: Literal["prompt_tokens", "tier"]
+    thresholds: list[PromptThreshold] = Field(default_factory=list)
+    """by: prompt_tokens: ascending ``max_prompt_tokens``; longer prompts go to ``default``."""
+    map: dict[str, str] = Field(default_factory=dict)
+    """by: tier: tier name -> pool; unmapped tiers go to ``default``."""
+    default: str | None = None
+
+
+class DeploymentConfig(Frozen):
+    replicas: int = Field(default=1, ge=1)
+    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size."""
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    router: str = "round_robin"
+    """Request router across replicas (see ``simulator.cluster.router.ROUTERS``)."""
+    quantization: str | None = None
+    """Weight quantization of the linear layers (vLLM ``--quantization``): none, bf16, fp16, fp8,
+    int8, int4 (see ``simulator.scenario.quantization.QUANTIZATIONS``); None serves the model's dtype."""
+    kv_cache_dtype: str = "auto"
+    """KV-cache element dtype (vLLM ``--kv-cache-dtype``): auto, bf16, fp16, fp8 (fp8_e4m3, fp8_e5m2)."""
+    prefill_replicas: int | None = Field(default=None, ge=1)
+    decode_replicas: int | None = Field(default=None, ge=1)
+    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
+    kv_transfer_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    """Prefill-to-decode KV link per GPU, one direction (default: the profile's interconnect)."""
+    kv_transfer_latency_s: float | None = Field(default=None, ge=0)
+    """Fixed cost of one KV transfer (default: the interconnect's latency)."""
+    autoscaler: AutoscalerConfig | None = None
+    """Scale between ``min_replicas`` and ``max_replicas`` during the run (``replicas`` is then unused)."""
+    affinity: AffinityConfig = AffinityConfig()
+    """Load guard and match threshold of the affinity routers (``session_affinity``, ``prefix_affinity``)."""
+    pools: list[PoolConfig] | None = None
+    """Several model pools (model routing, see ``simulator.cluster.pools``); replaces ``replicas``."""
+    pool_routing: PoolRoutingConfig | None = None
+    """Which pool each request goes to (required with ``pools``)."""
+
+
+class SchedulerConfig(Frozen):
+    """Per-replica engine limits, with vLLM's names and meanings."""
+
+    policy: str = "continuous"
+    """Batching policy (see ``simulator.engine.scheduler.POLICIES``)."""
+    max_num_seqs: int = Field(default=256, ge=1)
+    """Most requests in the running batch."""
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    """Token budget of one engine step (prefill tokens + one per decoding request)."""
+    block_size: int = Field(default=16, ge=1)
+    """Tokens per KV-cache block."""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """Fraction of device memory the engine may use for weights, activations and KV cache."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Longest prompt + output served; defaults to the model's context length."""
+    num_gpu_blocks_override: int | None = Field(default=None, ge=1)
+    """Use this many KV blocks instead of deriving them from memory (tests, what-ifs)."""
+    long_prefill_token_threshold: int | None = Field(default=None, ge=1)
+    """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
+    max_wait_ms: float = Field(default=50.0, ge=0)
+    """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    """What a preempted request loses: its KV (recomputed on return), or nothing (its KV is copied to
+    host memory over the device-host link and back; vLLM v0's swap)."""
+    swap_space_gib: float = Field(default=4.0, ge=0)
+    """Host memory per GPU for swapped KV (vLLM's ``swap_space``); when full, preemption recomputes."""
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """vLLM's queue order: arrival order, or (tier priority, arrival); under ``priority`` the
+    lowest-priority running request is the one preempted when KV blocks run out."""
+    adaptive_batching: bool = False
+    """dynamic: start at once when requests queued during the previous batch (size to the queue)."""
+    enable_prefix_caching: bool = False
+    """vLLM's automatic prefix caching: reuse cached full KV blocks of identical prompt prefixes
+    (block hashes, ref counts, LRU eviction; see ``simulator.engine.prefix_cache``)."""
+
+    @model_validator(mode="after")
+    def _budget(self) -> "SchedulerConfig":
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_num_seqs="
+                f"{self.max_num_seqs}: every running request needs one token per step")
+        return self
+
+
+class RequestClientConfig(Frozen):
+    """What the callers ask for and how long they wait (request-level levers, ``simulator.workload.levers``)."""
+
+    stream: bool = True
+    """Streamed responses: the client sees the first token when the engine emits it. False: the
+    whole response arrives at once, so the client's TTFT is the end-to-end latency."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """The client abandons a request this long after it arrived (waiting or running); the engine
+    frees its seat and KV blocks at the next step boundary. Counted in ``requests.timed_out``."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on output tokens per request (vLLM ``SamplingParams.max_tokens``)."""
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    """Trim longer prompts to their last this-many tokens (vLLM ``truncate_prompt_tokens``)."""
+
+
+class AdmissionConfig(Frozen):
+    """Load shedding in front of each replica: fast, counted rejection instead of unbounded queues."""
+
+    max_queue_len: int | None = Field(default=None, ge=0)
+    """Reject an arrival when its replica already has this many requests waiting."""
+    max_queue_delay_s: float | None = Field(default=None, gt=0)
+    """Reject a request still waiting for its first admission this long after arriving (checked at
+    every step boundary, like Triton's queue-policy timeout with REJECT)."""
+
+
+class SpeculativeConfig(Frozen):
+    """Speculative decoding (vLLM's ``speculative_config``): each decode step proposes
+    ``num_speculative_tokens`` tokens per request and the target verifies them in one pass."""
+
+    method: Literal["draft", "ngram", "mtp"] = "draft"
+    """``draft``: a small model proposes; ``ngram``: prompt lookup (no model); ``mtp``: one extra
+    decoder layer of the target per proposed token (multi-token prediction heads)."""
+    num_speculative_tokens: int = Field(ge=1, le=16)
+    """Tokens proposed per step, k."""
+    acceptance_rate: float = Field(ge=0, le=1)
+    """Per-token acceptance probability alpha (each proposal accepted independently, in order)."""
+    draft_model: str | ModelSpec | None = None
+    """The draft model (a preset or an inline spec); required for ``method: draft``."""
+
+    @model_validator(mode="after")
+    def _draft(self) -> "SpeculativeConfig":
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("method 'draft' needs draft_model (a preset such as llama-3.2-1b, or an inline spec)")
+        if self.method != "draft" and self.draft_model is not None:
+            raise ValueError(f"draft_model is only used by method 'draft', not {self.method!r}")
+        return self
+
+
+class SLOConfig(Frozen):
+    """Latency objectives. A request meets the SLO when each of its latencies is within the
+    threshold; the percentile names say which tail the planner holds to the threshold."""
+
+    ttft_p99_ms: float | None = Field(default=None, gt=0)
+    tpot_p99_ms: float | None = Field(default=None, gt=0)
+    e2e_p99_ms: float | None = Field(default=None, gt=0)
+
+
+class ClientConfig(Frozen):
+    """A client population: its share of the requests and its round-trip time to the servers."""
+
+    name: str = "clients"
+    share: float = Field(default=1.0, gt=0)
+    rtt_ms: float = Field(ge=0)
+
+
+class NetworkConfig(Frozen):
+    """Client-side network (see ``simulator.cluster.network``): adds ``client_ttft_s``/``client_e2e_s``,
+    which the SLO then judges instead of the server-side TTFT and E2E."""
+
+    clients: list[ClientConfig] = Field(min_length=1)
+    setup_round_trips: int = Field(default=2, ge=0)
+    """Round trips a new connection pays first (TCP 1 + TLS 1.3 1; TLS 1.2 adds one more)."""
+    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of requests sent on an already open connection (no set-up)."""
+
+
+class FleetRegionConfig(Frozen):
+    name: str = Field(min_length=1)
+    replicas: int = Field(ge=1)
+
+
+class FleetClientConfig(Frozen):
+    """A client population: its share of the requests and its RTT to every region."""
+
+    name: str = Field(min_length=1)
+    share: float = Field(default=1.0, gt=0)
+    rtt_ms: dict[str, Annotated[float, Field(ge=0)]]
+
+
+class OutageConfig(Frozen):
+    """A region marked down: no new request is routed to it in ``[start_s, start_s + duration_s)``."""
+
+    region: str
+    start_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+
+
+class FleetConfig(Frozen):
+    """Several regions in one simulation (see ``simulator.cluster.fleet``): each client goes to its nearest
+    healthy region, or spills over to the next nearest when that region's queue is too long."""
+
+    regions: list[FleetRegionConfig] = Field(min_length=1)
+    clients: list[FleetClientConfig] = Field(min_length=1)
+    spillover_waiting_per_replica: float | None = Field(default=None, gt=0)
+    """Send a request to the next nearest healthy region while the nearest has at least this many
+    requests waiting per replica (none: never spill over)."""
+    outages: list[OutageConfig] = Field(default_factory=list)
+    setup_round_trips: int = Field(default=2, ge=0)
+    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> "FleetConfig":
+        names = [r.name for r in self.regions]
+        for c in self.clients:
+            missing = [n for n in names if n not in c.rtt_ms]
+            unknown = [k for k in c.rtt_ms if k not in names]
+            if missing or unknown:
+                raise ValueError(f"clients={c.name!r} rtt_ms needs every region exactly: "
+                                 + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}")
+                                 + f"; regions: {', '.join(names)}")
+        for o in self.outages:
+            if o.region not in names:
+                raise ValueError(f"outages={o.region!r}: unknown region; regions: {', '.join(names)}")
+        return self
+
+
+class InlineHardware(Frozen):
+    """A hardware profile written inline in the scenario (see ``simulator.scenario.profiles``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    cost_model: str
+
+
+class Scenario(Frozen):
+    """One serving system under one workload; the input of :func:`simulator.simulate`."""
+
+    name: str = "scenario"
+    seed: int = Field(default=0, ge=0)
+    num_requests: int | None = Field(default=None, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    """Generate arrivals for this long (instead of ``num_requests``); the run then drains."""
+    warmup_s: float = Field(default=0.0, ge=0)
+    """Requests arriving before this instant are left out of the statistics."""
+    cooldown_s: float = Field(default=0.0, ge=0)
+    """Requests arriving within this long of the last arrival are left out of the statistics."""
+    max_sim_time_s: float | None = Field(default=None, gt=0)
+    """Stop the clock here even if requests are still in flight (they are counted ``in_flight``)."""
+    model: str | ModelSpec
+    hardware: str | dict[str, Any]
+    deployment: DeploymentConfig = DeploymentConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    workload: WorkloadConfig
+    slo: SLOConfig = SLOConfig()
+    client: RequestClientConfig = RequestClientConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    speculative_config: SpeculativeConfig | None = None
+    """Speculative decoding (continuous batching only); None: off."""
+    network: NetworkConfig | None = None
+    """Client RTTs and connection set-up added to client-perceived TTFT and E2E (none: server-side only)."""
+    fleet: FleetConfig | None = None
+    """Several regions with geo routing, spillover and outages (replaces ``deployment.replicas``)."""
+    base_dir: str = "."
+    """Directory relative paths resolve against (the scenario file's folder when loaded)."""
+
+    @model_validator(mode="after")
+    def _size(self) -> "Scenario":
+        is_trace = isinstance(self.workload.arrival, TraceArrival)
+        if self.num_requests is None and self.duration_s is None and not is_trace:
+            raise ValueError("give num_requests or duration_s")
+        if self.fleet is not None and self.network is not None:
+            raise ValueError("network=set together with fleet: give the client RTTs in fleet.clients instead")
+        if self.fleet is not None and self.deployment.autoscaler is not None:
+            raise ValueError("fleet=set together with deployment.autoscaler: not supported yet (one or the other)")
+        return self
+
+    def resolve_path(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        if p.is_absolute():
+            return p
+        here = Path(self.base_dir) / p
+        return here if here.exists() or not p.exists() else p
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "Scenario":
+        """A new validated scenario with dotted-path overrides applied (``{"seed": 3}``)."""
+        data = self.model_dump(mode="python", exclude_none=True)
+        for key, value in overrides.items():
+            _set_dotted(data, key, value)
+        return scenario_from_dict(data)
+
+
+# -- loading and errors ---------------------------------------------------------------------------
+def scenario_from_dict(data: dict[str, Any], base_dir: str | Path | None = None) -> Scenario:
+    """Validate a plain dict (from YAML, the UI or Python) into a :class:`Scenario`.
+
+    Raises:
+        ScenarioError: naming the first bad field, its value and what is allowed.
+    """
+    if not isinstance(data, dict):
+        raise ScenarioError("scenario", data, "must be a mapping of fields (YAML key: value)")
+    data = dict(data)
+    if base_dir is not None:
+        data.setdefault("base_dir", str(base_dir))
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise _to_scenario_error(exc, data) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Read a YAML scenario file, apply ``key.path=value`` overrides and validate it."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError("scenario", str(path), "file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(str(path), "YAML", f"not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(str(path), data, "a scenario file must be a YAML mapping")
+    for key, value in parse_overrides(overrides).items():
+        _set_dotted(data, key, value)
+    return scenario_from_dict(data, base_dir=p.resolve().parent)
+
+
+def parse_overrides(overrides: list[str] | dict[str, Any] | None) -> dict[str, Any]:
+    """Turn ``["a.b=1", "c=x"]`` into ``{"a.b": 1, "c": "x"}``; values are parsed as YAML."""
+    if overrides is None:
+        return {}
+    if isinstance(overrides, dict):
+        return dict(overrides)
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError("--set", item, "expected key.path=value, e.g. workload.arrival.rate_per_s=12")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if isinstance(child, str) and part in ("model", "hardware"):
+            raise ScenarioError(key, value, f"{'.'.join(parts[:i + 1])} is the preset name {child!r}; "
+                                "replace it with an inline mapping to set its fields")
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+_UNION_TAGS = {"poisson", "gamma", "trace", "diurnal", "lognormal", "geometric", "fixed", "uniform", "empirical",
+               "str", "ModelSpec", "dict[str,any]", "function-after[_order(), UniformLength]"}
+
+
+def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
+    errors = exc.errors(include_url=False)
+    # For "str | ModelSpec" unions pydantic reports every branch; prefer the structured one.
+    errors.sort(key=lambda e: (e["loc"][-1:] == ("str",), len(e["loc"])), reverse=False)
+    err = errors[0]
+    loc = [str(p) for p in err["loc"] if not _is_tag(p)]
+    field = ".".join(loc) or "scenario"
+    value = err.get("input")
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        parent_model = _model_at(loc[:-1])
+        allowed = sorted(parent_model.model_fields) if parent_model else []
+        hint = difflib.get_close_matches(loc[-1], allowed, n=1)
+        msg = "unknown field" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        if allowed:
+            msg += f"; allowed: {', '.join(a for a in allowed if a != 'base_dir')}"
+    elif err["type"] == "missing":
+        value = None
+        msg = "required field is missing"
+    elif err["type"] == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        value = ctx.get("tag", value)
+        msg = f"unknown kind; allowed: {ctx.get('expected_tags', '')}"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        # Cross-field checks name the first field as "name=value": point at that field.
+        lead = re.match(r"(\w+)=", msg)
+        if lead and isinstance(value, dict) and lead.group(1) in value:
+            field, value = f"{field}.{lead.group(1)}", value[lead.group(1)]
+    return ScenarioError(field, value, msg)
+
+
+def _is_tag(part: Any) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or part.startswith("function-"))
+
+
+def _model_at(loc: list[str]) -> type[BaseModel] | None:
+    """The pydantic model class found by walking field names from :class:`Scenario`."""
+    model: Any = Scenario
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        candidates = [a for a in _flatten(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not candidates:
+            return None
+        model = candidates[0]
+        if len(candidates) > 1:  # discriminated unions: cannot tell which branch; list none
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _flatten(ann: Any) -> list[Any]:
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        return _flatten(typing.get_args(ann)[0])
+    if origin is Union or str(origin) == "types.UnionType":
+        out: list[Any] = []
+        for a in typing.get_args(ann):
+            out.extend(_flatten(a))
+        return out
+    return [ann]

@@ -1,0 +1,209 @@
+"""Hardware profiles: what one GPU (or CPU) can do, and where the numbers came from.
+
+A profile lives in ``hwprofiles/<name>/profile.yaml`` (measured ones add per-op tables beside it).
+Every profile says its ``source``: ``datasheet`` (vendor peak numbers with assumed efficiencies),
+``measured`` (our calibration on the device), ``imported`` (someone else's measurements) or
+``inline`` (written in a scenario). The simulator reads profiles; it never imports torch.
+"""
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from simulator.errors import ScenarioError
+from simulator.scenario.frozen import Frozen
+
+GIB = 1024**3
+
+
+class Interconnect(Frozen):
+    """The link tensor-parallel all-reduces run over."""
+
+    name: str = "unknown"
+    bandwidth_bytes_per_s: float = Field(gt=0)
+    """Per-direction bandwidth per GPU (what a ring all-reduce's bus bandwidth approaches)."""
+    latency_s: float = Field(default=5e-6, ge=0)
+    """Fixed cost of one collective call (launch + synchronisation)."""
+
+
+class Efficiency(Frozen):
+    """Fractions of peak a real kernel reaches (roofline cost model).
+
+    GEMM compute efficiency rises with the token count ``T`` of the step as
+    ``gemm_max * T / (T + gemm_half_tokens)``: tiny GEMMs cannot fill the device.
+    """
+
+    gemm_max: float = Field(default=0.75, gt=0, le=1)
+    gemm_half_tokens: float = Field(default=64.0, ge=0)
+    memory: float = Field(default=0.80, gt=0, le=1)
+    """Fraction of peak memory bandwidth streaming kernels (weights, norms) reach."""
+    attention_compute: float = Field(default=0.50, gt=0, le=1)
+    attention_memory: float = Field(default=0.70, gt=0, le=1)
+    """Fraction of bandwidth decode attention reaches while reading the KV cache."""
+
+
+class Overhead(Frozen):
+    """Engine time that is not GPU kernels: scheduling, input preparation, sampling, detokenising."""
+
+    step_s: float = Field(default=0.0015, ge=0)
+    """Fixed CPU cost of every engine step."""
+    per_seq_s: float = Field(default=1.0e-5, ge=0)
+    """Extra cost per request in the step (bookkeeping, sampling, output processing)."""
+    per_token_s: float = Field(default=0.0, ge=0)
+    """Extra cost per token computed in the step (input preparation, gathers, cache copies); 0
+    unless measured on a real engine (``llmplan validate`` fits it)."""
+
+
+class HardwareProfile(Frozen):
+    """One accelerator as the cost model sees it.
+
+    ``cost_model`` picks the step-time model (``roofline`` or ``constant``). The roofline needs
+    memory, bandwidth and peak FLOP/s; ``constant`` needs only ``step_time_s`` (and optionally
+    ``prefill_time_per_token_s``), which makes queueing theory checks exact.
+    """
+
+    name: str = "inline"
+    source: Literal["datasheet", "measured", "imported", "inline"] = "inline"
+    device: str = ""
+    cost_model: str = "roofline"
+    memory_bytes: float | None = Field(default=None, gt=0)
+    """Device memory as the driver reports it (``torch.cuda.mem_get_info`` total)."""
+    memory_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    peak_flops: dict[str, float] = Field(default_factory=dict)
+    """Dense peak FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp32``)."""
+    interconnect: Interconnect | None = None
+    host_link_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    """Device-host link, one direction (PCIe); what swapping KV to host memory runs at."""
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    """USD per GPU-hour used for cost figures (an assumption unless the profile says otherwise)."""
+    efficiency: Efficiency = Efficiency()
+    overhead: Overhead = Overhead()
+    non_torch_memory_bytes: float = Field(default=1.0 * GIB, ge=0)
+    """Memory the engine cannot use for tensors: CUDA context, NCCL buffers, CUDA graphs."""
+    step_time_s: float | None = Field(default=None, gt=0)
+    """``constant`` cost model: every engine step takes this long."""
+    prefill_time_per_token_s: float = Field(default=0.0, ge=0)
+    """``constant`` cost model: added per prompt token computed in the step."""
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    """Where the numbers came from: documents, dates, measurement details, assumptions."""
+    table: str | None = None
+    """``table`` cost model: the per-op CSV (:mod:`simulator.cost.op_table`), relative to the profile's
+    folder; :func:`load_profile` makes it absolute."""
+    table_sha256: str | None = None
+    """Checksum of ``table`` as written; a mismatch on load means the file was edited or corrupted."""
+    table_schema: int | None = None
+    """Version of the table's columns (:data:`simulator.cost.op_table.TABLE_SCHEMA`)."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> "HardwareProfile":
+        if self.cost_model == "constant" and self.step_time_s is None:
+            raise ValueError("cost_model 'constant' needs step_time_s")
+        if self.cost_model == "roofline":
+            missing = [f for f in ("memory_bytes", "memory_bandwidth_bytes_per_s") if getattr(self, f) is None]
+            if not self.peak_flops:
+                missing.append("peak_flops")
+            if missing:
+                raise ValueError(f"cost_model 'roofline' needs {', '.join(missing)}")
+        if self.cost_model == "table":
+            missing = [f for f in ("table", "memory_bytes") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"cost_model 'table' needs {', '.join(missing)}")
+        return self
+
+    def peak_flops_for(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype``, falling back to bf16/fp16 (weight-only quantisation
+        computes in 16-bit)."""
+        for key in (dtype, "bf16", "fp16", "fp32"):
+            if key in self.peak_flops:
+                return self.peak_flops[key]
+        raise ScenarioError("hardware.peak_flops", self.peak_flops, f"no entry usable for dtype {dtype!r}")
+
+
+def profile_search_dirs() -> list[Path]:
+    """Where profile names are looked up, first match wins: ``$LLMPLAN_PROFILES`` (colon-separated),
+    ``./hwprofiles``, then the profiles shipped with the package."""
+    dirs = [Path(p) for p in os.environ.get("LLMPLAN_PROFILES", "").split(os.pathsep) if p]
+    dirs.append(Path.cwd() / "hwprofiles")
+    dirs.append(_packaged_dir())
+    return dirs
+
+
+def _packaged_dir() -> Path:
+    import hwprofiles
+
+    if getattr(hwprofiles, "__file__", None):
+        return Path(hwprofiles.__file__).parent
+    return Path(str(next(iter(resources.files("hwprofiles")._paths))))  # type: ignore[attr-defined]
+
+
+def available_profiles() -> dict[str, Path]:
+    """Profile name -> its ``profile.yaml``, over all search directories."""
+    found: dict[str, Path] = {}
+    for d in profile_search_dirs():
+        if d.is_dir():
+            for f in sorted(d.glob("*/profile.yaml")):
+                found.setdefault(f.parent.name, f)
+    return found
+
+
+def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hardware",
+                 base_dir: str | Path = ".") -> HardwareProfile:
+    """Resolve a scenario's ``hardware`` value: a profile name, a path to a profile (its folder or
+    its ``profile.yaml``), or an inline mapping.
+
+    Raises:
+        ScenarioError: unknown name (listing the known ones) or an invalid profile.
+    """
+    if isinstance(ref, HardwareProfile):
+        return ref
+    if isinstance(ref, dict):
+        return _validate(ref, field)
+    path = _find(ref, base_dir)
+    if path is None:
+        known = ", ".join(sorted(available_profiles())) or "none"
+        raise ScenarioError(field, ref, f"no such hardware profile; known: {known} (or give a path)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        raise ScenarioError(field, str(path), "profile is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(field, str(path), "profile must be a YAML mapping")
+    data.setdefault("name", path.parent.name)
+    if isinstance(data.get("table"), str) and not Path(data["table"]).is_absolute():
+        data["table"] = str(path.parent / data["table"])
+    return _validate(data, f"{field} ({path})")
+
+
+#: Left in a calibration folder until the run completes (see ``calibrate.runner``).
+PARTIAL_TABLE = "ops.partial.csv"
+
+
+def _find(ref: str, base_dir: str | Path) -> Path | None:
+    for cand in (Path(ref), Path(base_dir) / ref):
+        if cand.is_file():
+            return cand
+        if (cand / "profile.yaml").is_file():
+            return cand / "profile.yaml"
+        if (cand / PARTIAL_TABLE).is_file():
+            raise ScenarioError("hardware", ref, "an interrupted calibration (partial results, no profile.yaml); "
+                                f"finish it with `llmplan calibrate ... --out {cand}` (it resumes)")
+    return available_profiles().get(ref)
+
+
+def _validate(data: dict[str, Any], field: str) -> HardwareProfile:
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        where = f"{field}.{loc}" if loc else field
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field; allowed: {', '.join(sorted(HardwareProfile.model_fields))}"
+        return_value = err.get("input") if err["type"] != "missing" else None
+        raise ScenarioError(where, return_value, msg) from None

@@ -1,0 +1,1 @@
+"""Traffic: arrival processes, token-length distributions, shared prefixes and sessions, client levers."""

@@ -1,0 +1,138 @@
+"""Workload structure that prefix caching can exploit: shared system prompts, multi-turn
+sessions and the Mooncake trace's ``hash_ids``, turned into per-request block identities
+(:class:`simulator.engine.prefix_cache.BlockHashes`).
+
+* ``workload.prefix``: a fraction ``share`` of requests (of sessions' first turns) start with
+  one of ``num_prefixes`` system prompts of ``prefix_tokens`` tokens, drawn with the ``prefix``
+  random stream. The prefix is part of the drawn prompt length. A prefixed request whose prompt
+  is not longer than the prefix is an error (``short_prompt: error``) or shares only its first
+  ``prompt - 1`` tokens of it (``short_prompt: clip``).
+* ``workload.sessions``: the arrival process gives each session's first turn; a session has
+  ``turns`` turns (a length distribution); turn k+1 arrives an exponential gap of mean
+  ``turn_gap_s`` after turn k arrived (open loop: the arrival sequence is drawn before the run,
+  so a turn does not wait for the previous answer); its prompt is the previous turn's prompt +
+  its answer (its drawn output length) + ``followup_tokens`` new tokens. Later turns use the
+  ``sessions`` random stream. With ``num_requests`` the first ``num_requests`` turns by arrival
+  are kept, with ``duration_s`` the turns arriving before it.
+* Mooncake traces (``format: mooncake`` with trace lengths): the ``hash_ids`` are replayed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from simulator.scenario.config import Scenario, TraceArrival
+from simulator.errors import ScenarioError
+from simulator.engine.prefix_cache import BlockHashes, fresh_block_hashes, mooncake_block_hashes, prefix_block_hashes, session_block_hashes
+from simulator.workload.lengths import make_length
+
+
+def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+                   rngs: dict[str, np.random.Generator]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, BlockHashes | None, np.ndarray | None]:
+    """Expand sessions, assign system prompts, and (with prefix caching on, or a router that
+    routes by prefix) build block ids. The last item is each request's session (its first turn's
+    index; None without sessions)."""
+    wl = scenario.workload
+    n = len(times)
+    parent = np.full(n, -1, dtype=np.int64)
+    session = None
+    if wl.sessions is not None:
+        times, prompt, output, parent = expand_sessions(scenario, times, prompt, output, rngs["sessions"])
+        n = len(times)
+        session = session_ids(parent)
+    prefix_index = prefix_len = None
+    if wl.prefix is not None:
+        prefix_index, prefix_len = assign_prefixes(wl.prefix, prompt, parent, rngs["prefix"])
+    if not needs_block_ids(scenario):
+        return times, prompt, output, None, session
+    bs = scenario.scheduler.block_size
+    num_blocks = (prompt + output) // bs
+    a = wl.arrival
+    if isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
+        hash_ids = arrivals.table["hash_ids"].iloc[:n].tolist()
+        return times, prompt, output, mooncake_block_hashes(hash_ids, prompt, num_blocks, bs), session
+    if prefix_index is not None:
+        base = prefix_block_hashes(num_blocks, prefix_index, prefix_len, wl.prefix.num_prefixes,
+                                   wl.prefix.prefix_tokens, bs)
+    else:
+        base = fresh_block_hashes(num_blocks, bs)
+    if wl.sessions is not None:
+        base = session_block_hashes(num_blocks, parent, base)
+    return times, prompt, output, base, session
+
+
+def needs_block_ids(scenario: Scenario) -> bool:
+    """Block identities are built for prefix caching and for routing by prefix."""
+    return scenario.scheduler.enable_prefix_caching or scenario.deployment.router == "prefix_affinity"
+
+
+def session_ids(parent: np.ndarray) -> np.ndarray:
+    """Each request's session: the index of its session's first turn (``parent[r] < r``)."""
+    session = np.arange(len(parent), dtype=np.int64)
+    for r in np.flatnonzero(parent >= 0):
+        session[r] = session[parent[r]]
+    return session
+
+
+def assign_prefixes(cfg: Any, prompt: np.ndarray, parent: np.ndarray, rng: np.random.Generator
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Which system prompt each request starts with (-1: none) and how many of its tokens."""
+    n = len(prompt)
+    chosen = (rng.random(n) < cfg.share) & (parent < 0)
+    which = rng.integers(0, cfg.num_prefixes, n)
+    index = np.where(chosen, which, -1)
+    length = np.where(chosen, cfg.prefix_tokens, 0).astype(np.int64)
+    short = chosen & (prompt <= cfg.prefix_tokens)
+    if short.any():
+        i = int(np.flatnonzero(short)[0])
+        if cfg.short_prompt == "error":
+            raise ScenarioError(
+                "workload.prefix.prefix_tokens", cfg.prefix_tokens,
+                f"not shorter than request {i}'s prompt of {int(prompt[i])} tokens ({int(short.sum())} of "
+                f"{int(chosen.sum())} prefixed requests are that short); the prefix is part of the prompt: "
+                "raise workload.prompt_tokens (its min) above prefix_tokens, lower prefix_tokens, or set "
+                "workload.prefix.short_prompt: clip")
+        length = np.where(short, prompt - 1, length)
+    return index, length
+
+
+def expand_sessions(scenario: Scenario, starts: np.ndarray, first_prompt: np.ndarray, first_output: np.ndarray,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Turn session starts into every turn's arrival, prompt, output and previous turn."""
+
+    wl = scenario.workload
+    cfg = wl.sessions
+    num_sessions = len(starts)
+    turns = make_length(cfg.turns, scenario, "workload.sessions.turns").sample(num_sessions, rng)
+    total = int(turns.sum())
+    first = np.cumsum(turns) - turns                      # index of each session's first turn
+    session = np.repeat(np.arange(num_sessions), turns)
+    k = np.arange(total) - first[session]                 # turn number within the session, from 0
+    gaps = np.where(k > 0, rng.exponential(cfg.turn_gap_s, total), 0.0)
+    cum_gap = np.cumsum(gaps)
+    arrival = starts[session] + cum_gap - (cum_gap[first] - gaps[first])[session]
+    followup = make_length(cfg.followup_tokens or wl.prompt_tokens, scenario,
+                           "workload.sessions.followup_tokens" if cfg.followup_tokens else "workload.prompt_tokens")
+    new_user = followup.sample(total, rng)
+    output_dist = make_length(wl.output_tokens, scenario, "workload.output_tokens")
+    output = output_dist.sample(total, rng)
+    output[first] = first_output
+    # Tokens each turn adds to the conversation before its own answer: the first turn's prompt,
+    # then the previous answer + the new user message.
+    added = np.where(k > 0, np.roll(output, 1) + new_user, 0)
+    added[first] = first_prompt
+    cum = np.cumsum(added)
+    prompt = cum - (cum[first] - added[first])[session]
+    parent = np.where(k > 0, np.arange(total) - 1, -1)
+    order = np.argsort(arrival, kind="stable")
+    if scenario.num_requests is not None:
+        order = order[: scenario.num_requests]
+    if scenario.duration_s is not None:
+        order = order[arrival[order] < scenario.duration_s]
+    new_index = np.full(total, -1, dtype=np.int64)
+    new_index[order] = np.arange(len(order))
+    parent = np.where(parent[order] >= 0, new_index[np.maximum(parent[order], 0)], -1)
+    assert (parent < np.arange(len(order))).all(), "a turn must arrive after the turn it continues"
+    return arrival[order], prompt[order].astype(np.int64), output[order].astype(np.int64), parent
