@@ -71,6 +71,13 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
     return start, end
 
 
+def in_measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float) -> pd.Series:
+    """Which requests arrived inside :func:`measurement_window` (the one filter every report uses)."""
+    start, end = measurement_window(requests, warmup_s, cooldown_s)
+    arrival = requests["arrival_time"]
+    return (arrival >= start) & (arrival <= end)
+
+
 def itl_samples(steps: Mapping[str, Any], window: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Inter-token latencies as (values, weights): each step's duration, weighted by its decodes.
 
@@ -106,7 +113,7 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     sc, req, steps = result.scenario, result.requests, result.step_log.columns()
     start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
     status = req["status"].astype(str)
-    in_window = (req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s)
     finished = status == "finished_length_capped"
     measured = req[in_window & finished]
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}

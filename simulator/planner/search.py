@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from simulator.scenario.config import Scenario
-from simulator.metrics import measurement_window
+from simulator.metrics import in_measurement_window
 from simulator.cluster.network import ClientNetwork, add_client_latencies
 from simulator.run.simulate import simulate
 
@@ -57,9 +57,8 @@ def evaluate(task: SearchTask, replicas: int) -> dict[str, Any]:
         update={"replicas": replicas})})
     result = simulate(sc)
     req = result.requests
-    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
     finished = req["status"].astype(str) == "finished_length_capped"
-    measured = req[finished & (req["arrival_time"] >= start) & (req["arrival_time"] <= end)].copy()
+    measured = req[finished & in_measurement_window(req, sc.warmup_s, sc.cooldown_s)].copy()
     worst: dict[str, Any] | None = None
     for i, (case, mix) in enumerate(task.mixes):
         rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))

@@ -24,7 +24,7 @@ import pandas as pd
 
 from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario
 from simulator.errors import ScenarioError
-from simulator.metrics import measurement_window, slo_thresholds_s
+from simulator.metrics import in_measurement_window, slo_thresholds_s
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
 
@@ -39,8 +39,7 @@ class RunCancelled(Exception):
 def measured_requests(result: SimulationResult) -> pd.DataFrame:
     """Requests that arrived inside the measurement window and finished (the summary's sample)."""
     req, sc = result.requests, result.scenario
-    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
-    in_window = (req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s)
     return req[in_window & (req["status"].astype(str) == "finished_length_capped")]
 
 

@@ -94,10 +94,9 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     if routing is not None:
         result.summary["routing"] = routing
     if run.autoscaler is not None:
-        from simulator.metrics import measurement_window
+        from simulator.metrics import in_measurement_window
         req = result.requests
-        start, end = measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
-        measured = ((req["arrival_time"] >= start) & (req["arrival_time"] <= end)
+        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
                     & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
         result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
