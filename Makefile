@@ -2,6 +2,7 @@
 #   make run        the dashboard: the package + the `app` extra only (streamlit, plotly)
 #   make test       what the tests need (dev, calibrate, cluster, app, notebooks extras), then the whole suite
 #   make test-fast  the same set-up, then the suite without the slow, notebook, browser and app tests
+#   make lint       ruff over the code (installed by the dev extra)
 # Each set-up has its own stamp, so `make run` after `make test` (or the reverse) installs only what is missing,
 # and editing pyproject.toml re-runs both.
 PY ?= python3
@@ -11,6 +12,7 @@ PIP := $(BIN)/pip --disable-pip-version-check
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
 TEST_EXTRAS := dev,calibrate,cluster,app,notebooks
+LINT_PATHS := simulator calibrate hwprofiles app.py app_pages benchmarks tests
 
 # torch is pinned exactly in the calibrate extra; read the pin from pyproject.toml so there is one place to change.
 TORCH := $(or $(shell sed -n 's/.*"\(torch==[^"]*\)".*/\1/p' pyproject.toml | head -n 1),torch==2.13.0)
@@ -27,7 +29,7 @@ FIND_LINKS := $(if $(wildcard $(WHEELS)/*.whl),--find-links $(WHEELS),)
 # test (chromium) and the dashboard's AppTest runs.
 FAST_IGNORE := --ignore=tests/test_notebooks.py --ignore=tests/test_browser.py --ignore=tests/test_app.py
 
-.PHONY: install install-app run simulate test test-fast bench clean
+.PHONY: install install-app run simulate test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -57,6 +59,9 @@ test: $(TEST_STAMP)
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(FAST_IGNORE)
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
 
 bench: $(APP_STAMP)
 	$(BIN)/python benchmarks/bench_simulate.py
