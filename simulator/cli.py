@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -33,6 +34,37 @@ def _console(stderr: bool = False) -> Console:
 
 out_console = _console()
 err_console = _console(stderr=True)
+
+
+def package_version() -> str:
+    """The installed ``llmplan``'s version, or the checkout's pyproject.toml version when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmplan")
+    except PackageNotFoundError:
+        pass
+    for folder in Path(__file__).resolve().parents:
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            text = pyproject.read_text(encoding="utf-8")
+            if re.search(r'(?m)^name\s*=\s*"llmplan"', text):
+                found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', text)
+                if found:
+                    return found.group(1)
+    return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out_console.print(f"llmplan {package_version()}", highlight=False, markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    pass
 
 
 def _fail(message: str, code: int = 2) -> None:

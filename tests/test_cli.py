@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from simulator import MODEL_PRESETS, available_profiles, load_scenario, simulate
-from simulator.cli import jsonable
+from simulator.cli import jsonable, package_version
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/chat-h100.yaml"
@@ -221,3 +222,35 @@ def test_profiles_piped_without_a_terminal_keeps_names_whole() -> None:
     proc = run_cli("profiles")
     assert proc.returncode == 0, proc.stderr
     assert "h100-sxm" in proc.stdout and "datasheet" in proc.stdout
+
+
+# -- --version -----------------------------------------------------------------------------------------
+def pyproject_version() -> str:
+    return re.search(r'(?m)^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+
+
+def test_version_prints_the_package_version() -> None:
+    """``llmplan --version`` prints ``llmplan X.Y.Z`` (the installed package's version) and exits 0."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        expected = version("llmplan")
+    except PackageNotFoundError:
+        expected = pyproject_version()
+    proc = run_cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"llmplan {expected}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", expected)
+
+
+def test_version_falls_back_to_pyproject(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not installed (only on sys.path): the version comes from the checkout's pyproject.toml."""
+    import importlib.metadata
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert package_version() == pyproject_version()
+
+
