@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 import yaml
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -248,30 +249,30 @@ app.add_typer(profiles_app, name="profiles")
 @profiles_app.callback(invoke_without_command=True)
 @guarded
 def profiles(ctx: typer.Context) -> None:
-    """List hardware profiles: name, device, source, cost model, memory, price, date, fit error."""
+    """List hardware profiles: name, source, memory, price, held-out fit error, in 100 columns
+    (`profiles show NAME` adds the device, bandwidth, peak FLOP/s and date)."""
     if ctx.invoked_subcommand is not None:
         return
     from .profile_report import fit_headline
     from .profiles import available_profiles, load_profile
 
-    table = Table()
-    for col in ("name", "device", "source", "cost model", "memory GiB", "bandwidth TB/s", "bf16 TFLOP/s", "$/GPU-h",
-                "date", "fit error (held out)"):
-        table.add_column(col)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
+                  caption_justify="left",
+                  caption="GiB: GPU memory; $/h: price per GPU-hour; fit error: held-out error of the "
+                  "measured per-op tables, worst family. `llmplan profiles show NAME`: device, bandwidth, "
+                  "peak FLOP/s, date and the fit per op.")
+    for col in ("name", "source", "GiB", "$/h", "fit error (held out)"):
+        table.add_column(col, justify="right" if col in ("GiB", "$/h") else "left")
     for name, path in available_profiles().items():
         try:
             p = load_profile(str(path))
-            fit = fit_headline(p)
+            fit = fit_headline(p) if p.cost_model == "table" else f"- ({p.cost_model}, no measurements)"
         except ScenarioError as exc:
-            table.add_row(name, "-", "[red]invalid[/]", "-", "-", "-", "-", "-", "-", escape(str(exc)))
+            table.add_row(escape(name), "[red]invalid[/]", "-", "-", escape(str(exc)))
             continue
-        table.add_row(name, p.device, p.source, p.cost_model,
-                      f"{p.memory_bytes / 2**30:.1f}" if p.memory_bytes else "-",
-                      f"{p.memory_bandwidth_bytes_per_s / 1e12:.2f}" if p.memory_bandwidth_bytes_per_s else "-",
-                      f"{p.peak_flops['bf16'] / 1e12:.0f}" if "bf16" in p.peak_flops else "-",
-                      f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-",
-                      str(p.provenance.get("date", "-"))[:10], fit)
-    out_console.print(table)
+        table.add_row(escape(name), p.source, f"{p.memory_bytes / 2**30:.1f}" if p.memory_bytes else "-",
+                      f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-", escape(fit))
+    out_console.print(table, width=min(out_console.width, 100))
 
 
 @profiles_app.command("show")
@@ -285,6 +286,14 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
     prov = p.provenance
     out_console.print(f"[bold]{escape(p.name)}[/]  {escape(p.device)}  source={p.source}  cost_model={p.cost_model}  "
                       f"date={prov.get('date', '-')}")
+    memory = f"{p.memory_bytes / 2**30:.1f} GiB" if p.memory_bytes else "-"
+    if p.memory_bandwidth_bytes_per_s:
+        memory += f" at {p.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s"
+    peaks = ", ".join(f"{k} {v / 1e12:,.0f}" if v >= 1e13 else f"{k} {v / 1e12:.2g}"
+                      for k, v in p.peak_flops.items()) or "-"
+    price = f"${p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-"
+    out_console.print(f"  memory {memory}; peak TFLOP/s: {peaks}; price per GPU-hour: {price}",
+                      highlight=False, markup=False)
     for key in ("tool", "model", "dtype", "torch_version", "cpu_model", "torch_threads", "git_revision", "document",
                 "imported_from", "license"):
         if key in prov:

@@ -224,6 +224,36 @@ def test_profiles_piped_without_a_terminal_keeps_names_whole() -> None:
     assert "h100-sxm" in proc.stdout and "datasheet" in proc.stdout
 
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_profiles_fit_in_100_columns_piped_and_on_a_100_column_terminal() -> None:
+    """The listing is at most 100 characters wide, piped (where the console is 200 wide) and on a
+    100-column terminal, and still shows every name whole with its source and memory on one line."""
+    piped = run_cli("profiles")
+    terminal = run_cli("profiles", COLUMNS="100", TTY_COMPATIBLE="1", FORCE_TERMINAL="1")
+    for proc in (piped, terminal):
+        assert proc.returncode == 0, proc.stderr
+        lines = ANSI.sub("", proc.stdout).splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= 100, proc.stdout
+        assert "…" not in proc.stdout   # nothing cut short
+        for name in available_profiles():
+            assert any(line.split()[:1] == [name] for line in lines), name
+        row = next(line for line in lines if line.split()[:1] == ["h100-sxm"])
+        assert "datasheet" in row and "79.6" in row
+        row = next(line for line in lines if line.split()[:1] == ["cpu-amd-epyc-tiny-llama"])
+        assert "measured" in row and "median <=" in row and "worst:" in row
+    assert "\x1b[" in terminal.stdout, "TTY_COMPATIBLE/FORCE_TERMINAL did not make it a terminal for rich"
+
+
+def test_profiles_show_has_what_the_listing_leaves_out() -> None:
+    """``profiles show NAME`` names the device, bandwidth, peak FLOP/s and date."""
+    proc = run_cli("profiles", "show", "h100-sxm")
+    assert proc.returncode == 0, proc.stderr
+    for word in ("NVIDIA H100 SXM5", "3.35 TB/s", "bf16 989", "date=", "$3.00"):
+        assert word in proc.stdout, word
+
+
 # -- --version -----------------------------------------------------------------------------------------
 def pyproject_version() -> str:
     return re.search(r'(?m)^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
