@@ -480,7 +480,10 @@ def validate(
 @guarded
 def plan(
     plan_file: Path = typer.Argument(..., help="Plan YAML file (see examples/plan-fy27.yaml)."),
-    out: Path = typer.Option(Path("worksheet.csv"), "--out", help="Worksheet CSV; -totals.csv and -candidates.csv are written beside it."),
+    out: Path = typer.Option(Path("plan-out"), "--out",
+                             help="Folder for worksheet.csv, worksheet-totals.csv and "
+                             "worksheet-candidates.csv (created with its parents); a name ending in .csv is "
+                             "the worksheet itself, the other two beside it."),
     backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or dask."),
     address: Optional[str] = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),

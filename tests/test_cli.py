@@ -284,3 +284,75 @@ def test_version_falls_back_to_pyproject(monkeypatch: pytest.MonkeyPatch) -> Non
     assert package_version() == pyproject_version()
 
 
+# -- plan --out ---------------------------------------------------------------------------------------------
+def small_plan(folder: Path) -> Path:
+    """Two cells, one candidate, a constant-time hardware profile: a second or two in-process."""
+    data = {
+        "name": "t",
+        "scenario": {"model": "tiny-llama", "num_requests": 100,
+                     "hardware": {"cost_model": "constant", "step_time_s": 0.01,
+                                  "prefill_time_per_token_s": 0.0001, "price_per_gpu_hour": 2.0,
+                                  "memory_bytes": 80 * 2**30},
+                     "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 2048},
+                     "workload": {"arrival": {"process": "poisson", "rate_per_s": 1.0},
+                                  "prompt_tokens": {"dist": "fixed", "value": 64},
+                                  "output_tokens": {"dist": "geometric", "mean": 8, "max": 64}}},
+        "candidates": [{"name": "std", "set": {}}],
+        "slo": {"ttft_p99_ms": 60, "attainment": 0.95},
+        "regions": [{"name": "east", "rtt_ms": {"east": 5, "west": 40}},
+                    {"name": "west", "rtt_ms": {"west": 5, "east": 40}}],
+        "failover": "none",
+        "forecast": [{"quarter": "Q1", "region": "east", "peak_rps": 80},
+                     {"quarter": "Q1", "region": "west", "peak_rps": 40}],
+        "simulation": {"num_requests": 300, "max_replicas": 16},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+WORKSHEETS = ("worksheet.csv", "worksheet-totals.csv", "worksheet-candidates.csv")
+
+
+def test_plan_writes_a_plan_out_folder_by_default(tmp_path: Path) -> None:
+    """Without ``--out`` the three CSVs go to ./plan-out/ (created), one worksheet row per cell."""
+    plan_file = small_plan(tmp_path / "in")
+    proc = run_cli("plan", str(plan_file), "--workers", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "plan-out").iterdir()) == sorted(WORKSHEETS)
+    ws = pd.read_csv(tmp_path / "plan-out" / "worksheet.csv")
+    assert sorted(ws["region"]) == ["east", "west"] and (ws["status"] == "ok").all()
+    assert "plan-out" in proc.stdout.splitlines()[-1]
+
+
+def test_plan_out_creates_nested_folders_and_still_takes_a_csv_name(tmp_path: Path) -> None:
+    plan_file = small_plan(tmp_path)
+    nested = tmp_path / "a" / "b" / "c"
+    proc = run_cli("plan", str(plan_file), "--workers", "1", "--no-progress", "--out", str(nested))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in nested.iterdir()) == sorted(WORKSHEETS)
+    # a .csv name: the worksheet itself, its companions beside it (as before), its folder created
+    csv = tmp_path / "d" / "w.csv"
+    proc = run_cli("plan", str(plan_file), "--workers", "1", "--no-progress", "--out", str(csv))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["w-candidates.csv", "w-totals.csv", "w.csv"]
+    first = pd.read_csv(nested / "worksheet.csv")
+    pd.testing.assert_frame_equal(first, pd.read_csv(tmp_path / "d" / "w.csv"))
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_plan_out_that_cannot_be_a_folder_is_one_error_line(tmp_path: Path, where: str) -> None:
+    """An --out that is a file (not .csv), or lies under one, fails before planning: exit 2, one line
+    naming --out and the path, nothing written."""
+    plan_file = small_plan(tmp_path / "in")
+    blocker = tmp_path / "results"
+    blocker.write_text("not a folder\n")
+    out = blocker if where == "a file" else blocker / "sub"
+    proc = run_cli("plan", str(plan_file), "--workers", "1", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --out = ") and str(out) in lines[0], proc.stderr
+    assert "not a directory" in lines[0]
+    assert proc.stdout == "" and blocker.read_text() == "not a folder\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "results"]
