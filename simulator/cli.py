@@ -11,6 +11,7 @@ import math
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -68,6 +69,36 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     pass
 
 
+class PlainProgress:
+    """Progress as plain lines for a stderr that is not a terminal (a log file, CI), where a bar would be
+    invisible or garbled: a line when another tenth of the work is done but at most one a second, a line
+    after ``heartbeat_s`` without one when the tenths come slowly, and always one at the end. A run
+    shorter than a second prints only its last line."""
+
+    def __init__(self, what: str, unit: str, console: Console, enabled: bool, *, min_gap_s: float = 1.0,
+                 heartbeat_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what, self.unit, self.console, self.enabled = what, unit, console, enabled
+        self.min_gap_s, self.heartbeat_s, self.clock = min_gap_s, heartbeat_s, clock
+        self.start = self.last = clock()
+        self.tenth = 0
+        self.finished = False
+
+    def __call__(self, done: int, total: int | None, note: str = "") -> None:
+        if not self.enabled or self.finished:
+            return
+        now = self.clock()
+        tenth = 10 * done // total if total else self.tenth
+        final = bool(total) and done >= total
+        if not (final or (tenth > self.tenth and now - self.last >= self.min_gap_s)
+                or now - self.last >= self.heartbeat_s):
+            return
+        self.tenth, self.last, self.finished = tenth, now, final
+        pct = f" ({100 * done / total:.0f}%)" if total else ""
+        line = f"{self.what}: {done}/{total or '?'} {self.unit}{pct}, {now - self.start:.0f} s"
+        line += f"; {note}" if note else ""
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def _fail(message: str, code: int = 2) -> None:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -115,7 +146,8 @@ def simulate(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Override the scenario's seed."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, scenario.yaml here."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
+                                     "not a terminal, the progress lines)."),
 ) -> None:
     """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
     from .simulation import simulate as run_simulation
@@ -125,10 +157,17 @@ def simulate(
         overrides["seed"] = seed
     sc = load_scenario(scenario, overrides)
     show = not no_progress and err_console.is_terminal
+    plain = PlainProgress(f"simulating {sc.name}", "requests", err_console,
+                          enabled=not no_progress and not show)
     with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, disable=not show, transient=True) as bar:
-        task = bar.add_task(sc.name, total=None)
-        result = run_simulation(sc, on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+        task = bar.add_task(escape(sc.name), total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            plain(done, total)
+
+        result = run_simulation(sc, on_progress=progress)
     summary = jsonable(result.summary)
     if out is not None:
         write_outputs(result, summary, out)
@@ -353,7 +392,8 @@ def calibrate(
     clock: str = typer.Option("auto", "--clock", help="CPU timing: wall, thread (CPU time; needs --threads 1) "
                               "or auto (thread when single-threaded)."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
+                                     "not a terminal, the progress lines)."),
 ) -> None:
     """Time real torch kernels over the model's shapes and write a measured hardware profile."""
     try:
@@ -364,6 +404,7 @@ def calibrate(
                   "(pip install -e .[calibrate])")
         raise
     show = not no_progress and err_console.is_terminal
+    plain = PlainProgress("calibrating", "benchmarks", err_console, enabled=not no_progress and not show)
     state = {"done": 0, "total": 0}
     with Progress(TextColumn("[bold]calibrating[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=err_console, disable=not show, transient=True) as bar:
@@ -376,6 +417,7 @@ def calibrate(
         def progress(done: int, total: int, label: str) -> None:
             state.update(done=done, total=total)
             bar.update(task, completed=done, total=total, description=label)
+            plain(done, total, label)
 
         try:
             path = run_calibration(out, model, device=device, tp=tp, dtype=dtype, quick=quick, max_tokens=max_tokens,
@@ -488,7 +530,8 @@ def plan(
     address: Optional[str] = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars (or, when stderr "
+                                     "is not a terminal, the progress lines)."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
     from .planner import load_plan, plan as run_plan, write_worksheets
@@ -498,7 +541,8 @@ def plan(
     loaded = load_plan(plan_file)
     check_out(out)
     show = not no_progress and err_console.is_terminal
-    with PlanProgressDisplay(loaded, err_console, show) as display:
+    plain = PlainProgress("planning", "searches", err_console, enabled=not no_progress and not show)
+    with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
                           timeout_s=timeout)
     paths = write_worksheets(result, out)

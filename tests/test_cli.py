@@ -1,7 +1,11 @@
 """The user-facing commands: ``llmplan simulate`` (table, ``--json``, ``--out``, ``--set``, ``--seed``),
-``llmplan models`` and ``llmplan profiles``, run as a user runs them (a subprocess in the repo root)."""
+``llmplan models``, ``llmplan profiles`` (100 columns), ``llmplan --version``, progress lines when stderr
+is not a terminal, and ``llmplan plan --out`` (a folder by default), run as a user runs them (a
+subprocess in the repo root)."""
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import math
 import os
@@ -17,7 +21,7 @@ import pytest
 import yaml
 
 from simulator import MODEL_PRESETS, available_profiles, load_scenario, simulate
-from simulator.cli import jsonable, package_version
+from simulator.cli import PlainProgress, jsonable, package_version
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/chat-h100.yaml"
@@ -284,6 +288,80 @@ def test_version_falls_back_to_pyproject(monkeypatch: pytest.MonkeyPatch) -> Non
     assert package_version() == pyproject_version()
 
 
+# -- progress lines when stderr is not a terminal -------------------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def progress_lines(total: int, seconds_per_unit: float, **kwargs: Any) -> list[str]:
+    """Feed ``PlainProgress`` one unit at a time on a fake clock; the lines it printed."""
+    buf, clock = io.StringIO(), FakeClock()
+    from rich.console import Console
+
+    plain = PlainProgress("work", "items", Console(file=buf, width=200), True, clock=clock, **kwargs)
+    for done in range(1, total + 1):
+        clock.now += seconds_per_unit
+        plain(done, total, f"item {done}")
+    return buf.getvalue().splitlines()
+
+
+def test_plain_progress_prints_a_line_per_tenth_at_most_once_a_second() -> None:
+    slow = progress_lines(160, 1 / 16)         # 10 s: a tenth every second
+    assert [line.split(":")[1].split()[0] for line in slow] == [f"{16 * k}/160" for k in range(1, 11)]
+    assert slow[0] == "work: 16/160 items (10%), 1 s; item 16"
+    assert slow[-1] == "work: 160/160 items (100%), 10 s; item 160"
+    fast = progress_lines(1000, 0.0001)        # 0.1 s: only the last line
+    assert fast == ["work: 1000/1000 items (100%), 0 s; item 1000"]
+    half = progress_lines(160, 1 / 32)         # 5 s: a tenth every half second, a line every other tenth
+    assert [line.split(":")[1].split()[0] for line in half] == [f"{32 * k}/160" for k in range(1, 6)]
+    crawl = progress_lines(100, 10.0)          # a tenth every 100 s: also a line after 30 s without one
+    seconds = [int(line.split(", ")[1].split()[0]) for line in crawl]
+    assert seconds[:4] == [30, 60, 90, 100] and len(crawl) == 40
+    assert max(b - a for a, b in itertools.pairwise([0, *seconds])) == 30
+    assert crawl[-1] == "work: 100/100 items (100%), 1000 s; item 100"
+
+
+def test_plain_progress_off_prints_nothing() -> None:
+    buf = io.StringIO()
+    from rich.console import Console
+
+    plain = PlainProgress("work", "items", Console(file=buf), False)
+    plain(5, 5)
+    assert buf.getvalue() == ""
+
+
+def test_simulate_prints_progress_lines_when_stderr_is_not_a_terminal() -> None:
+    """Piped stderr gets a few plain lines ending with the 100% line (stdout stays one JSON line);
+    ``--no-progress`` silences them."""
+    proc = run_cli("simulate", EXAMPLE, "--json", *SMALL)
+    parse_json_stdout(proc)
+    lines = proc.stderr.splitlines()
+    name = re.escape(EXAMPLE_DATA["name"])
+    pattern = re.compile(rf"simulating {name}: (\d+)/300 requests \((\d+)%\), \d+ s")
+    assert 1 <= len(lines) <= 11, proc.stderr
+    assert all(pattern.fullmatch(line) for line in lines), proc.stderr
+    assert pattern.fullmatch(lines[-1]).groups() == ("300", "100")
+    quiet = run_cli("simulate", EXAMPLE, "--json", *SMALL, "--no-progress")
+    parse_json_stdout(quiet)
+    assert quiet.stderr == ""
+
+
+def test_calibrate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    args = ("calibrate", "--device", "cpu", "--model", "tiny-llama", "--quick", "--threads", "1",
+            "--max-tokens", "4", "--max-seqs", "2", "--max-context", "64")
+    proc = run_cli(*args, "--out", str(tmp_path / "a"))
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert re.match(r"calibrating: (\d+)/\1 benchmarks \(100%\), \d+ s; \w+", last), proc.stderr
+    quiet = run_cli(*args, "--no-progress", "--out", str(tmp_path / "b"))
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
 # -- plan --out ---------------------------------------------------------------------------------------------
 def small_plan(folder: Path) -> Path:
     """Two cells, one candidate, a constant-time hardware profile: a second or two in-process."""
@@ -316,7 +394,8 @@ WORKSHEETS = ("worksheet.csv", "worksheet-totals.csv", "worksheet-candidates.csv
 
 
 def test_plan_writes_a_plan_out_folder_by_default(tmp_path: Path) -> None:
-    """Without ``--out`` the three CSVs go to ./plan-out/ (created), one worksheet row per cell."""
+    """Without ``--out`` the three CSVs go to ./plan-out/ (created), one worksheet row per cell; piped
+    stderr gets plain progress lines ending at 100%."""
     plan_file = small_plan(tmp_path / "in")
     proc = run_cli("plan", str(plan_file), "--workers", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -324,6 +403,11 @@ def test_plan_writes_a_plan_out_folder_by_default(tmp_path: Path) -> None:
     ws = pd.read_csv(tmp_path / "plan-out" / "worksheet.csv")
     assert sorted(ws["region"]) == ["east", "west"] and (ws["status"] == "ok").all()
     assert "plan-out" in proc.stdout.splitlines()[-1]
+    last = proc.stderr.splitlines()[-1]
+    assert re.fullmatch(r"planning: 2/2 searches \(100%\), \d+ s; Q1 \w+ std: \d+ replicas", last), \
+        proc.stderr
+    quiet = run_cli("plan", str(plan_file), "--workers", "1", "--no-progress", "--out", "q", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
 def test_plan_out_creates_nested_folders_and_still_takes_a_csv_name(tmp_path: Path) -> None:
