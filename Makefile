@@ -1,32 +1,69 @@
-# One-command set-up: every target that needs the package installs it first into .venv.
+# One-command set-up: every target installs what it needs into .venv first.
+#   make run        the dashboard: the package + the `app` extra only (streamlit, plotly)
+#   make test       what the tests need (dev, calibrate, cluster, app, notebooks extras), then the whole suite
+#   make test-fast  the same set-up, then the suite without the slow, notebook, browser and app tests
+#   make lint       ruff over the code (installed by the dev extra)
+# Each set-up has its own stamp, so `make run` after `make test` (or the reverse) installs only what is missing,
+# and editing pyproject.toml re-runs both.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-# The calibrate extra pins torch==2.13.0; a local wheel folder (the CPU build) wins over PyPI's CUDA build.
-# The notebooks extra (plotly, nbclient, ipykernel) is what tests/test_notebooks.py needs to run notebooks/ in CI.
-FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+PIP := $(BIN)/pip --disable-pip-version-check
+APP_STAMP := $(VENV)/.installed-app
+TEST_STAMP := $(VENV)/.installed-test
+TEST_EXTRAS := dev,calibrate,cluster,app,notebooks
+LINT_PATHS := simulator calibrate hwprofiles app.py app_pages benchmarks tests
 
-.PHONY: install run simulate test bench clean
+# torch is pinned exactly in the calibrate extra; read the pin from pyproject.toml so there is one place to change.
+TORCH := $(or $(shell sed -n 's/.*"\(torch==[^"]*\)".*/\1/p' pyproject.toml | head -n 1),torch==2.13.0)
+# torch must never resolve to PyPI's CUDA build (multi-GB) on a CPU machine: a local wheel folder (the CPU
+# build, /opt/wheels here) wins when it holds a torch wheel; otherwise torch alone comes from PyTorch's CPU
+# index, in its own pip call before the rest, so the extras' install then finds it satisfied.
+# On a GPU machine: make test TORCH_INDEX=https://download.pytorch.org/whl/cu128 (or another CUDA index).
+WHEELS ?= /opt/wheels
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_SOURCE := $(if $(wildcard $(WHEELS)/torch-*.whl),--find-links $(WHEELS),--index-url $(TORCH_INDEX))
+FIND_LINKS := $(if $(wildcard $(WHEELS)/*.whl),--find-links $(WHEELS),)
 
-$(STAMP): pyproject.toml
+# Deselected by test-fast: queueing-theory statistics (marker `slow`), notebooks (nbclient kernels), the browser
+# test (chromium) and the dashboard's AppTest runs.
+FAST_IGNORE := --ignore=tests/test_notebooks.py --ignore=tests/test_browser.py --ignore=tests/test_app.py
+
+.PHONY: install install-app run simulate test test-fast lint bench clean
+
+$(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,calibrate,cluster,app,notebooks]'
-	touch $(STAMP)
+	$(PIP) install --quiet --upgrade pip
 
-install: $(STAMP)
+$(APP_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet -e '.[app]'
+	touch $@
 
-run: $(STAMP)
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet $(TORCH_SOURCE) '$(TORCH)'
+	$(PIP) install --quiet $(FIND_LINKS) -e '.[$(TEST_EXTRAS)]'
+	touch $@
+
+install: $(TEST_STAMP)
+
+install-app: $(APP_STAMP)
+
+run: $(APP_STAMP)
 	$(BIN)/streamlit run app.py
 
-simulate: $(STAMP)
+simulate: $(APP_STAMP)
 	$(BIN)/llmplan simulate examples/chat-h100.yaml
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(FAST_IGNORE)
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+
+bench: $(APP_STAMP)
 	$(BIN)/python benchmarks/bench_simulate.py
 
 clean:

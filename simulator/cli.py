@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
 import typer
 import yaml
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,6 +36,67 @@ def _console(stderr: bool = False) -> Console:
 
 out_console = _console()
 err_console = _console(stderr=True)
+
+
+def package_version() -> str:
+    """The installed ``llmplan``'s version, or the checkout's pyproject.toml version when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmplan")
+    except PackageNotFoundError:
+        pass
+    for folder in Path(__file__).resolve().parents:
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            text = pyproject.read_text(encoding="utf-8")
+            if re.search(r'(?m)^name\s*=\s*"llmplan"', text):
+                found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', text)
+                if found:
+                    return found.group(1)
+    return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out_console.print(f"llmplan {package_version()}", highlight=False, markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    pass
+
+
+class PlainProgress:
+    """Progress as plain lines for a stderr that is not a terminal (a log file, CI), where a bar would be
+    invisible or garbled: a line when another tenth of the work is done but at most one a second, a line
+    after ``heartbeat_s`` without one when the tenths come slowly, and always one at the end. A run
+    shorter than a second prints only its last line."""
+
+    def __init__(self, what: str, unit: str, console: Console, enabled: bool, *, min_gap_s: float = 1.0,
+                 heartbeat_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what, self.unit, self.console, self.enabled = what, unit, console, enabled
+        self.min_gap_s, self.heartbeat_s, self.clock = min_gap_s, heartbeat_s, clock
+        self.start = self.last = clock()
+        self.tenth = 0
+        self.finished = False
+
+    def __call__(self, done: int, total: int | None, note: str = "") -> None:
+        if not self.enabled or self.finished:
+            return
+        now = self.clock()
+        tenth = 10 * done // total if total else self.tenth
+        final = bool(total) and done >= total
+        if not (final or (tenth > self.tenth and now - self.last >= self.min_gap_s)
+                or now - self.last >= self.heartbeat_s):
+            return
+        self.tenth, self.last, self.finished = tenth, now, final
+        pct = f" ({100 * done / total:.0f}%)" if total else ""
+        line = f"{self.what}: {done}/{total or '?'} {self.unit}{pct}, {now - self.start:.0f} s"
+        line += f"; {note}" if note else ""
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -82,7 +146,8 @@ def simulate(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Override the scenario's seed."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, scenario.yaml here."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
+                                     "not a terminal, the progress lines)."),
 ) -> None:
     """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
     from simulator.run.simulate import simulate as run_simulation
@@ -92,10 +157,17 @@ def simulate(
         overrides["seed"] = seed
     sc = load_scenario(scenario, overrides)
     show = not no_progress and err_console.is_terminal
+    plain = PlainProgress(f"simulating {sc.name}", "requests", err_console,
+                          enabled=not no_progress and not show)
     with Progress(TextColumn("[bold]simulating[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, disable=not show, transient=True) as bar:
-        task = bar.add_task(sc.name, total=None)
-        result = run_simulation(sc, on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+        task = bar.add_task(escape(sc.name), total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            plain(done, total)
+
+        result = run_simulation(sc, on_progress=progress)
     summary = jsonable(result.summary)
     if out is not None:
         write_outputs(result, summary, out)
@@ -216,30 +288,30 @@ app.add_typer(profiles_app, name="profiles")
 @profiles_app.callback(invoke_without_command=True)
 @guarded
 def profiles(ctx: typer.Context) -> None:
-    """List hardware profiles: name, device, source, cost model, memory, price, date, fit error."""
+    """List hardware profiles: name, source, memory, price, held-out fit error, in 100 columns
+    (`profiles show NAME` adds the device, bandwidth, peak FLOP/s and date)."""
     if ctx.invoked_subcommand is not None:
         return
     from simulator.report.profile_report import fit_headline
     from simulator.scenario.profiles import available_profiles, load_profile
 
-    table = Table()
-    for col in ("name", "device", "source", "cost model", "memory GiB", "bandwidth TB/s", "bf16 TFLOP/s", "$/GPU-h",
-                "date", "fit error (held out)"):
-        table.add_column(col)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
+                  caption_justify="left",
+                  caption="GiB: GPU memory; $/h: price per GPU-hour; fit error: held-out error of the "
+                  "measured per-op tables, worst family. `llmplan profiles show NAME`: device, bandwidth, "
+                  "peak FLOP/s, date and the fit per op.")
+    for col in ("name", "source", "GiB", "$/h", "fit error (held out)"):
+        table.add_column(col, justify="right" if col in ("GiB", "$/h") else "left")
     for name, path in available_profiles().items():
         try:
             p = load_profile(str(path))
-            fit = fit_headline(p)
+            fit = fit_headline(p) if p.cost_model == "table" else f"- ({p.cost_model}, no measurements)"
         except ScenarioError as exc:
-            table.add_row(name, "-", "[red]invalid[/]", "-", "-", "-", "-", "-", "-", escape(str(exc)))
+            table.add_row(escape(name), "[red]invalid[/]", "-", "-", escape(str(exc)))
             continue
-        table.add_row(name, p.device, p.source, p.cost_model,
-                      f"{p.memory_bytes / 2**30:.1f}" if p.memory_bytes else "-",
-                      f"{p.memory_bandwidth_bytes_per_s / 1e12:.2f}" if p.memory_bandwidth_bytes_per_s else "-",
-                      f"{p.peak_flops['bf16'] / 1e12:.0f}" if "bf16" in p.peak_flops else "-",
-                      f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-",
-                      str(p.provenance.get("date", "-"))[:10], fit)
-    out_console.print(table)
+        table.add_row(escape(name), p.source, f"{p.memory_bytes / 2**30:.1f}" if p.memory_bytes else "-",
+                      f"{p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-", escape(fit))
+    out_console.print(table, width=min(out_console.width, 100))
 
 
 @profiles_app.command("show")
@@ -253,6 +325,14 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
     prov = p.provenance
     out_console.print(f"[bold]{escape(p.name)}[/]  {escape(p.device)}  source={p.source}  cost_model={p.cost_model}  "
                       f"date={prov.get('date', '-')}")
+    memory = f"{p.memory_bytes / 2**30:.1f} GiB" if p.memory_bytes else "-"
+    if p.memory_bandwidth_bytes_per_s:
+        memory += f" at {p.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s"
+    peaks = ", ".join(f"{k} {v / 1e12:,.0f}" if v >= 1e13 else f"{k} {v / 1e12:.2g}"
+                      for k, v in p.peak_flops.items()) or "-"
+    price = f"${p.price_per_gpu_hour:.2f}" if p.price_per_gpu_hour is not None else "-"
+    out_console.print(f"  memory {memory}; peak TFLOP/s: {peaks}; price per GPU-hour: {price}",
+                      highlight=False, markup=False)
     for key in ("tool", "model", "dtype", "torch_version", "cpu_model", "torch_threads", "git_revision", "document",
                 "imported_from", "license"):
         if key in prov:
@@ -312,7 +392,8 @@ def calibrate(
     clock: str = typer.Option("auto", "--clock", help="CPU timing: wall, thread (CPU time; needs --threads 1) "
                               "or auto (thread when single-threaded)."),
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
+                                     "not a terminal, the progress lines)."),
 ) -> None:
     """Time real torch kernels over the model's shapes and write a measured hardware profile."""
     try:
@@ -323,6 +404,7 @@ def calibrate(
                   "(pip install -e .[calibrate])")
         raise
     show = not no_progress and err_console.is_terminal
+    plain = PlainProgress("calibrating", "benchmarks", err_console, enabled=not no_progress and not show)
     state = {"done": 0, "total": 0}
     with Progress(TextColumn("[bold]calibrating[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=err_console, disable=not show, transient=True) as bar:
@@ -335,6 +417,7 @@ def calibrate(
         def progress(done: int, total: int, label: str) -> None:
             state.update(done=done, total=total)
             bar.update(task, completed=done, total=total, description=label)
+            plain(done, total, label)
 
         try:
             path = run_calibration(out, model, device=device, tp=tp, dtype=dtype, quick=quick, max_tokens=max_tokens,
@@ -439,12 +522,16 @@ def validate(
 @guarded
 def plan(
     plan_file: Path = typer.Argument(..., help="Plan YAML file (see examples/plan-fy27.yaml)."),
-    out: Path = typer.Option(Path("worksheet.csv"), "--out", help="Worksheet CSV; -totals.csv and -candidates.csv are written beside it."),
+    out: Path = typer.Option(Path("plan-out"), "--out",
+                             help="Folder for worksheet.csv, worksheet-totals.csv and "
+                             "worksheet-candidates.csv (created with its parents); a name ending in .csv is "
+                             "the worksheet itself, the other two beside it."),
     backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or dask."),
     address: Optional[str] = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars (or, when stderr "
+                                     "is not a terminal, the progress lines)."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
     from simulator.planner import load_plan, plan as run_plan, write_worksheets
@@ -454,7 +541,8 @@ def plan(
     loaded = load_plan(plan_file)
     check_out(out)
     show = not no_progress and err_console.is_terminal
-    with PlanProgressDisplay(loaded, err_console, show) as display:
+    plain = PlainProgress("planning", "searches", err_console, enabled=not no_progress and not show)
+    with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
                           timeout_s=timeout)
     paths = write_worksheets(result, out)

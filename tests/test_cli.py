@@ -1,10 +1,15 @@
 """The user-facing commands: ``llmplan simulate`` (table, ``--json``, ``--out``, ``--set``, ``--seed``),
-``llmplan models`` and ``llmplan profiles``, run as a user runs them (a subprocess in the repo root)."""
+``llmplan models``, ``llmplan profiles`` (100 columns), ``llmplan --version``, progress lines when stderr
+is not a terminal, and ``llmplan plan --out`` (a folder by default), run as a user runs them (a
+subprocess in the repo root)."""
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +21,7 @@ import pytest
 import yaml
 
 from simulator import MODEL_PRESETS, available_profiles, load_scenario, simulate
-from simulator.cli import jsonable
+from simulator.cli import PlainProgress, jsonable, package_version
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/chat-h100.yaml"
@@ -221,3 +226,217 @@ def test_profiles_piped_without_a_terminal_keeps_names_whole() -> None:
     proc = run_cli("profiles")
     assert proc.returncode == 0, proc.stderr
     assert "h100-sxm" in proc.stdout and "datasheet" in proc.stdout
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_profiles_fit_in_100_columns_piped_and_on_a_100_column_terminal() -> None:
+    """The listing is at most 100 characters wide, piped (where the console is 200 wide) and on a
+    100-column terminal, and still shows every name whole with its source and memory on one line."""
+    piped = run_cli("profiles")
+    terminal = run_cli("profiles", COLUMNS="100", TTY_COMPATIBLE="1", FORCE_TERMINAL="1")
+    for proc in (piped, terminal):
+        assert proc.returncode == 0, proc.stderr
+        lines = ANSI.sub("", proc.stdout).splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= 100, proc.stdout
+        assert "…" not in proc.stdout   # nothing cut short
+        for name in available_profiles():
+            assert any(line.split()[:1] == [name] for line in lines), name
+        row = next(line for line in lines if line.split()[:1] == ["h100-sxm"])
+        assert "datasheet" in row and "79.6" in row
+        row = next(line for line in lines if line.split()[:1] == ["cpu-amd-epyc-tiny-llama"])
+        assert "measured" in row and "median <=" in row and "worst:" in row
+    assert "\x1b[" in terminal.stdout, "TTY_COMPATIBLE/FORCE_TERMINAL did not make it a terminal for rich"
+
+
+def test_profiles_show_has_what_the_listing_leaves_out() -> None:
+    """``profiles show NAME`` names the device, bandwidth, peak FLOP/s and date."""
+    proc = run_cli("profiles", "show", "h100-sxm")
+    assert proc.returncode == 0, proc.stderr
+    for word in ("NVIDIA H100 SXM5", "3.35 TB/s", "bf16 989", "date=", "$3.00"):
+        assert word in proc.stdout, word
+
+
+# -- --version -----------------------------------------------------------------------------------------
+def pyproject_version() -> str:
+    return re.search(r'(?m)^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+
+
+def test_version_prints_the_package_version() -> None:
+    """``llmplan --version`` prints ``llmplan X.Y.Z`` (the installed package's version) and exits 0."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        expected = version("llmplan")
+    except PackageNotFoundError:
+        expected = pyproject_version()
+    proc = run_cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"llmplan {expected}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", expected)
+
+
+def test_version_falls_back_to_pyproject(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not installed (only on sys.path): the version comes from the checkout's pyproject.toml."""
+    import importlib.metadata
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert package_version() == pyproject_version()
+
+
+# -- progress lines when stderr is not a terminal -------------------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def progress_lines(total: int, seconds_per_unit: float, **kwargs: Any) -> list[str]:
+    """Feed ``PlainProgress`` one unit at a time on a fake clock; the lines it printed."""
+    buf, clock = io.StringIO(), FakeClock()
+    from rich.console import Console
+
+    plain = PlainProgress("work", "items", Console(file=buf, width=200), True, clock=clock, **kwargs)
+    for done in range(1, total + 1):
+        clock.now += seconds_per_unit
+        plain(done, total, f"item {done}")
+    return buf.getvalue().splitlines()
+
+
+def test_plain_progress_prints_a_line_per_tenth_at_most_once_a_second() -> None:
+    slow = progress_lines(160, 1 / 16)         # 10 s: a tenth every second
+    assert [line.split(":")[1].split()[0] for line in slow] == [f"{16 * k}/160" for k in range(1, 11)]
+    assert slow[0] == "work: 16/160 items (10%), 1 s; item 16"
+    assert slow[-1] == "work: 160/160 items (100%), 10 s; item 160"
+    fast = progress_lines(1000, 0.0001)        # 0.1 s: only the last line
+    assert fast == ["work: 1000/1000 items (100%), 0 s; item 1000"]
+    half = progress_lines(160, 1 / 32)         # 5 s: a tenth every half second, a line every other tenth
+    assert [line.split(":")[1].split()[0] for line in half] == [f"{32 * k}/160" for k in range(1, 6)]
+    crawl = progress_lines(100, 10.0)          # a tenth every 100 s: also a line after 30 s without one
+    seconds = [int(line.split(", ")[1].split()[0]) for line in crawl]
+    assert seconds[:4] == [30, 60, 90, 100] and len(crawl) == 40
+    assert max(b - a for a, b in itertools.pairwise([0, *seconds])) == 30
+    assert crawl[-1] == "work: 100/100 items (100%), 1000 s; item 100"
+
+
+def test_plain_progress_off_prints_nothing() -> None:
+    buf = io.StringIO()
+    from rich.console import Console
+
+    plain = PlainProgress("work", "items", Console(file=buf), False)
+    plain(5, 5)
+    assert buf.getvalue() == ""
+
+
+def test_simulate_prints_progress_lines_when_stderr_is_not_a_terminal() -> None:
+    """Piped stderr gets a few plain lines ending with the 100% line (stdout stays one JSON line);
+    ``--no-progress`` silences them."""
+    proc = run_cli("simulate", EXAMPLE, "--json", *SMALL)
+    parse_json_stdout(proc)
+    lines = proc.stderr.splitlines()
+    name = re.escape(EXAMPLE_DATA["name"])
+    pattern = re.compile(rf"simulating {name}: (\d+)/300 requests \((\d+)%\), \d+ s")
+    assert 1 <= len(lines) <= 11, proc.stderr
+    assert all(pattern.fullmatch(line) for line in lines), proc.stderr
+    assert pattern.fullmatch(lines[-1]).groups() == ("300", "100")
+    quiet = run_cli("simulate", EXAMPLE, "--json", *SMALL, "--no-progress")
+    parse_json_stdout(quiet)
+    assert quiet.stderr == ""
+
+
+def test_calibrate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    args = ("calibrate", "--device", "cpu", "--model", "tiny-llama", "--quick", "--threads", "1",
+            "--max-tokens", "4", "--max-seqs", "2", "--max-context", "64")
+    proc = run_cli(*args, "--out", str(tmp_path / "a"))
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert re.match(r"calibrating: (\d+)/\1 benchmarks \(100%\), \d+ s; \w+", last), proc.stderr
+    quiet = run_cli(*args, "--no-progress", "--out", str(tmp_path / "b"))
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+# -- plan --out ---------------------------------------------------------------------------------------------
+def small_plan(folder: Path) -> Path:
+    """Two cells, one candidate, a constant-time hardware profile: a second or two in-process."""
+    data = {
+        "name": "t",
+        "scenario": {"model": "tiny-llama", "num_requests": 100,
+                     "hardware": {"cost_model": "constant", "step_time_s": 0.01,
+                                  "prefill_time_per_token_s": 0.0001, "price_per_gpu_hour": 2.0,
+                                  "memory_bytes": 80 * 2**30},
+                     "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 2048},
+                     "workload": {"arrival": {"process": "poisson", "rate_per_s": 1.0},
+                                  "prompt_tokens": {"dist": "fixed", "value": 64},
+                                  "output_tokens": {"dist": "geometric", "mean": 8, "max": 64}}},
+        "candidates": [{"name": "std", "set": {}}],
+        "slo": {"ttft_p99_ms": 60, "attainment": 0.95},
+        "regions": [{"name": "east", "rtt_ms": {"east": 5, "west": 40}},
+                    {"name": "west", "rtt_ms": {"west": 5, "east": 40}}],
+        "failover": "none",
+        "forecast": [{"quarter": "Q1", "region": "east", "peak_rps": 80},
+                     {"quarter": "Q1", "region": "west", "peak_rps": 40}],
+        "simulation": {"num_requests": 300, "max_replicas": 16},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+WORKSHEETS = ("worksheet.csv", "worksheet-totals.csv", "worksheet-candidates.csv")
+
+
+def test_plan_writes_a_plan_out_folder_by_default(tmp_path: Path) -> None:
+    """Without ``--out`` the three CSVs go to ./plan-out/ (created), one worksheet row per cell; piped
+    stderr gets plain progress lines ending at 100%."""
+    plan_file = small_plan(tmp_path / "in")
+    proc = run_cli("plan", str(plan_file), "--workers", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "plan-out").iterdir()) == sorted(WORKSHEETS)
+    ws = pd.read_csv(tmp_path / "plan-out" / "worksheet.csv")
+    assert sorted(ws["region"]) == ["east", "west"] and (ws["status"] == "ok").all()
+    assert "plan-out" in proc.stdout.splitlines()[-1]
+    last = proc.stderr.splitlines()[-1]
+    assert re.fullmatch(r"planning: 2/2 searches \(100%\), \d+ s; Q1 \w+ std: \d+ replicas", last), \
+        proc.stderr
+    quiet = run_cli("plan", str(plan_file), "--workers", "1", "--no-progress", "--out", "q", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_plan_out_creates_nested_folders_and_still_takes_a_csv_name(tmp_path: Path) -> None:
+    plan_file = small_plan(tmp_path)
+    nested = tmp_path / "a" / "b" / "c"
+    proc = run_cli("plan", str(plan_file), "--workers", "1", "--no-progress", "--out", str(nested))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in nested.iterdir()) == sorted(WORKSHEETS)
+    # a .csv name: the worksheet itself, its companions beside it (as before), its folder created
+    csv = tmp_path / "d" / "w.csv"
+    proc = run_cli("plan", str(plan_file), "--workers", "1", "--no-progress", "--out", str(csv))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["w-candidates.csv", "w-totals.csv", "w.csv"]
+    first = pd.read_csv(nested / "worksheet.csv")
+    pd.testing.assert_frame_equal(first, pd.read_csv(tmp_path / "d" / "w.csv"))
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_plan_out_that_cannot_be_a_folder_is_one_error_line(tmp_path: Path, where: str) -> None:
+    """An --out that is a file (not .csv), or lies under one, fails before planning: exit 2, one line
+    naming --out and the path, nothing written."""
+    plan_file = small_plan(tmp_path / "in")
+    blocker = tmp_path / "results"
+    blocker.write_text("not a folder\n")
+    out = blocker if where == "a file" else blocker / "sub"
+    proc = run_cli("plan", str(plan_file), "--workers", "1", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --out = ") and str(out) in lines[0], proc.stderr
+    assert "not a directory" in lines[0]
+    assert proc.stdout == "" and blocker.read_text() == "not a folder\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "results"]

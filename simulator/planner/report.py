@@ -1,6 +1,7 @@
 """Terminal display for ``llmplan plan``: a progress bar per region/quarter and the result tables."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -13,9 +14,12 @@ from simulator.planner.run import PlanProgress, PlanResult
 
 
 class PlanProgressDisplay:
-    """One bar per forecast cell (candidates searched) plus an overall bar, on ``console``."""
+    """One bar per forecast cell (candidates searched) plus an overall bar, on ``console``; ``plain``, when
+    given, is also called as ``plain(done, total, note)`` after every search (plain progress lines)."""
 
-    def __init__(self, loaded: LoadedPlan, console: Console, enabled: bool) -> None:
+    def __init__(self, loaded: LoadedPlan, console: Console, enabled: bool,
+                 plain: Callable[[int, int, str], None] | None = None) -> None:
+        self.plain = plain
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
                                  disable=not enabled, transient=False)
@@ -38,6 +42,9 @@ class PlanProgressDisplay:
         self.notes.setdefault(key, []).append(escape(text))
         self.progress.update(self.cells[key], completed=ev.cell_done, note=", ".join(self.notes[key]))
         self.progress.update(self.total, completed=ev.done)
+        if self.plain is not None:
+            found = f"{ev.replicas} replicas" if ev.status == "ok" else "infeasible"
+            self.plain(ev.done, ev.total, f"{ev.quarter} {ev.region} {ev.candidate}: {found}")
 
 
 def _f(x: Any, fmt: str) -> str:

@@ -6,6 +6,7 @@ candidates, quarters), so such cells get a leading apostrophe. Numbers are writt
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -23,25 +24,60 @@ def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def worksheet_path(out: Path) -> Path:
+    """Where ``--out`` puts the worksheet: a name ending in ``.csv`` (and not an existing folder) is the
+    worksheet itself; anything else is a folder (``plan-out/`` by default) holding ``worksheet.csv``."""
+    if out.name.lower().endswith(".csv") and not out.is_dir():
+        return out
+    return out / "worksheet.csv"
+
+
 def companion_paths(out: Path) -> dict[str, Path]:
-    """``worksheet.csv`` -> itself, ``worksheet-totals.csv`` and ``worksheet-candidates.csv``."""
-    stem = out.name[:-4] if out.name.lower().endswith(".csv") else out.name
-    return {"worksheet": out, "totals": out.with_name(f"{stem}-totals.csv"),
-            "candidates": out.with_name(f"{stem}-candidates.csv")}
+    """``worksheet.csv`` (or a folder) -> the worksheet, ``worksheet-totals.csv``,
+    ``worksheet-candidates.csv``."""
+    ws = worksheet_path(out)
+    stem = ws.name[:-4]
+    return {"worksheet": ws, "totals": ws.with_name(f"{stem}-totals.csv"),
+            "candidates": ws.with_name(f"{stem}-candidates.csv")}
 
 
 def check_out(out: Path) -> None:
-    """Fail before planning when the worksheet could not be written."""
-    if out.exists() and out.is_dir():
-        raise ScenarioError("--out", str(out), "is a directory; give a file name such as worksheet.csv")
-    if not out.parent.is_dir():
-        raise ScenarioError("--out", str(out), f"folder {out.parent} does not exist")
+    """Fail before planning when the worksheets could not be written: the folder that would hold them
+    must exist or be creatable (its nearest existing ancestor a writable folder)."""
+    folder = worksheet_path(out).parent
+    if folder.exists() and not folder.is_dir():
+        which = "it" if folder == out else str(folder)
+        raise ScenarioError("--out", str(out), f"{which} exists and is not a directory; give a folder "
+                            "(or a file name ending in .csv)")
+    missing, ancestor = [], folder.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        missing.append(ancestor)
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ScenarioError("--out", str(out), f"cannot create the folder: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ScenarioError("--out", str(out), f"cannot create the folder: {ancestor} is not writable")
+    # Create the missing folders now and remove them again: os.access says yes to root everywhere.
+    created: list[Path] = []
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+            created.append(d)
+    except OSError as exc:
+        raise ScenarioError("--out", str(out), f"cannot create the folder {d} ({exc.strerror})") from None
+    finally:
+        for d in reversed(created):
+            d.rmdir()
 
 
 def write_worksheets(result, out: Path) -> dict[str, Path]:  # noqa: ANN001 - PlanResult
     """Write the three CSVs next to each other; all or nothing (temporary files, then renamed)."""
     paths = companion_paths(out)
     check_out(out)
+    try:
+        paths["worksheet"].parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError("--out", str(out), f"cannot create the folder ({exc.strerror})") from None
     frames = {"worksheet": result.worksheet, "totals": result.totals, "candidates": result.candidates}
     tmp = {k: p.with_name(p.name + ".tmp") for k, p in paths.items()}
     try:
