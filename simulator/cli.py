@@ -380,7 +380,7 @@ def calibrate(
     model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (shards the shapes; >1 times all-reduces)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16, fp16, or fp8 (the layer GEMMs alone, W8A8 via torch._scaled_mm; default: bf16 on GPU, fp32 on CPU)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid and few repeats: a minute-scale run."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Largest token count timed."),
     max_seqs: Optional[int] = typer.Option(None, "--max-seqs", help="Largest decode batch / sampled rows timed."),
