@@ -58,7 +58,7 @@ test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(FAST_IGNORE)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow" $(FAST_IGNORE)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
