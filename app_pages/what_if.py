@@ -360,9 +360,17 @@ rq = s["requests"]
 st.subheader(f"Results: {report.scenario.name}" + (" (deltas against the pinned baseline)" if baseline is not None else ""))
 kpi_cards(report, baseline)
 slo_txt = "no SLO set"
-if s.get("slo_attainment") is not None:
-    met = s["slo"]["p99_met"]
-    slo_txt = "SLO: " + ", ".join(f"{m.removesuffix('_s').upper()} p99 {'met' if ok else 'MISSED'}" for m, ok in met.items())
+slo = s.get("slo") or {}
+if "passed" in slo:
+    checks = ", ".join(f"{name.upper()} {'met' if ok else 'MISSED'}" for name, ok in slo["met"].items())
+    slo_txt = (f"SLO {'met' if slo['passed'] else 'NOT MET'}: {checks}{', ' if checks else ''}"
+               f"{slo['dropped']:,} dropped of {slo['judged']:,} judged")
+stability = s.get("stability") or {}
+if stability.get("stable") is False:
+    st.error(f"Unstable run: the waiting backlog grows by {stability['backlog_growth_per_s']:.2f} requests/s "
+             f"({100 * stability['backlog_growth_fraction']:.1f}% of arrivals; offered/served "
+             f"{stability['offered_load_ratio']:.2f}). Its percentiles keep growing with the run length: "
+             "add replicas or lower the load before reading them.")
 spec_txt = ""
 if s.get("speculative"):
     sp = s["speculative"]
@@ -422,7 +430,7 @@ if not tiers.empty:
         st.dataframe(tiers.rename(columns={
             "share": "share", "ttft_p50_ms": "TTFT p50 (ms)", "ttft_p99_ms": "TTFT p99 (ms)",
             "tpot_p50_ms": "TPOT p50 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "e2e_p99_s": "E2E p99 (s)",
-            "slo_attainment_pct": "SLO attainment (%)", "slo_p99_met": "tier's p99s met"}),
+            "slo_attainment_pct": "SLO attainment (%)", "slo_met": "tier's SLO met"}),
             hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g") for c in
                                             ("TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)",
                                              "E2E p99 (s)", "SLO attainment (%)")})

@@ -173,6 +173,8 @@ def simulate(
         write_outputs(result, summary, out)
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
+        if (summary.get("stability") or {}).get("stable") is False:
+            err_console.print("warning: the run is unstable (the waiting backlog grows); see summary.stability")
         return
     print_summary(summary, result)
     if out is not None:
@@ -240,11 +242,22 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     if pc is not None:
         out_console.print(f"prefix cache: hit rate {100 * (pc['hit_rate'] or 0):.1f}% "
                           f"({pc['hit_tokens']:,} of {pc['queries']:,} prompt tokens), {pc['evictions']:,} evictions")
-    if summary.get("slo_attainment") is not None:
-        met = summary["slo"]["p99_met"]
-        verdict = ", ".join(f"{k.removesuffix('_s')} p99 {'met' if v else '[red]MISSED[/]'}" for k, v in met.items())
-        out_console.print(f"SLO: {100 * summary['slo_attainment']:.2f}% of requests within every threshold; {verdict}; "
-                          f"goodput {summary['goodput_requests_per_s']:.2f} req/s")
+    slo = summary.get("slo") or {}
+    if "passed" in slo:
+        checks = ", ".join(f"{c['name']} {'met' if c['met'] else '[red]MISSED[/]'}" for c in slo["checks"])
+        att = summary["slo_attainment"]
+        out_console.print(f"SLO {'[green]met[/]' if slo['passed'] else '[red]NOT MET[/]'}: "
+                          f"{100 * (att or 0):.2f}% of {slo['judged']} requests within every threshold"
+                          f"{'; ' + checks if checks else ''}; {slo['dropped']} dropped "
+                          f"(budget {100 * slo['max_drop_fraction']:g}%); goodput {summary['goodput_requests_per_s'] or 0:.2f} req/s")
+        for failure in slo["failures"]:
+            out_console.print(f"  [red]-[/] {escape(failure)}")
+    st = summary.get("stability") or {}
+    if st.get("stable") is False:
+        out_console.print(f"[bold red]warning: the run is unstable[/]: the waiting backlog grows "
+                          f"{st['backlog_growth_per_s']:.2f} requests/s ({100 * st['backlog_growth_fraction']:.1f}% of "
+                          f"arrivals; offered/served {st['offered_load_ratio']:.2f}); its percentiles grow with the run "
+                          "length. Add capacity or lower the load.")
     for region, f in (summary.get("fleet") or {}).items():
         out_console.print(f"region {escape(region)}: {f['requests']} requests, client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
                           f"E2E p99 {_ms(f['client_e2e_p99_s'])} ms, mean RTT {_ms(f['rtt_mean_s'])} ms")

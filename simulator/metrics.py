@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from simulator.slo import has_objectives, judge, per_request_limits_s, stability
+
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.run.records import SimulationResult
 
@@ -99,13 +101,8 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[flo
 
 
 def slo_thresholds_s(slo: Any) -> dict[str, float]:
-    """``{"ttft_s": 0.5, ...}`` from an SLO config's millisecond fields that are set."""
-    out = {}
-    for metric, fieldname in (("ttft_s", "ttft_p99_ms"), ("tpot_s", "tpot_p99_ms"), ("e2e_s", "e2e_p99_ms")):
-        value = getattr(slo, fieldname)
-        if value is not None:
-            out[metric] = value / 1000.0
-    return out
+    """``{"ttft_s": 0.5, ...}``: each metric's per-request limit (its tail threshold) that is set."""
+    return {f"{metric}_s": limit for metric, limit in per_request_limits_s(slo).items()}
 
 
 def summarize(result: "SimulationResult") -> dict[str, Any]:
@@ -119,11 +116,10 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
     for metric in LATENCIES:
         summary[metric] = describe(measured[metric].to_numpy())
-    judged = measured   # what the SLO judges: client-perceived TTFT/E2E when the scenario has a network
     if "client_ttft_s" in measured:
         for metric in CLIENT_LATENCIES:
             summary[metric] = describe(measured[metric].to_numpy())
-        judged = measured.assign(ttft_s=measured["client_ttft_s"], e2e_s=measured["client_e2e_s"])
+    judged_frame = req   # the judge picks the window's arrivals and the client-perceived latencies itself
     values, weights = itl_samples(steps, (start, end))
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
     if len(values):
@@ -147,14 +143,17 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         "preemptions": int(req["num_preemptions"].sum()),
     }
     summary["requests"].update(_lever_counts(req, status))
-    summary.update(_slo_summary(sc.slo, judged, span))
+    summary["stability"] = stability(req, (start, end))
+    stable = summary["stability"]["stable"]
+    summary.update(_slo_summary(sc.slo, judged_frame, (start, end), stable))
     if sc.workload.tiers is not None:
         summary["tiers"] = {
             t.name: {"share": t.share, "priority": t.priority,
                      "requests": {"arrived": int((req["tier"] == t.name).sum()),
                                   "completed": int((finished & (req["tier"] == t.name)).sum())},
                      **{m: describe(g[m].to_numpy()) for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
-                     **_slo_summary(t.slo or sc.slo, judged[judged["tier"] == t.name], span)}
+                     **_slo_summary(t.slo or sc.slo, judged_frame[judged_frame["tier"] == t.name], (start, end),
+                                    stable)}
             for t in sc.workload.tiers}
     if "region" in req:   # scenario.fleet: per-region breakdown
         from simulator.cluster.fleet import fleet_summary
@@ -245,22 +244,14 @@ def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _slo_summary(slo: Any, measured: pd.DataFrame, span: float) -> dict[str, Any]:
+def _slo_summary(slo: Any, requests: pd.DataFrame, window: tuple[float, float], stable: bool | None) -> dict[str, Any]:
+    """The judge's verdict (:func:`simulator.slo.judge`) in the summary's keys."""
     thresholds = slo_thresholds_s(slo)
-    if not thresholds or measured.empty:
+    if not has_objectives(slo):
         return {"slo_attainment": None, "goodput_requests_per_s": None, "slo": {"thresholds_s": thresholds}}
-    ok = np.ones(len(measured), dtype=bool)
-    met: dict[str, bool] = {}
-    for metric, limit in thresholds.items():
-        col = measured[metric].to_numpy()
-        ok &= np.isnan(col) | (col <= limit)   # a 1-token request has no TPOT to miss
-        p99 = np.nanquantile(col, 0.99) if np.isfinite(col).any() else math.nan
-        met[metric] = bool(p99 <= limit) if not math.isnan(p99) else True
-    return {
-        "slo_attainment": float(ok.mean()),
-        "goodput_requests_per_s": float(ok.sum() / span) if span > 0 else None,
-        "slo": {"thresholds_s": thresholds, "p99_met": met, "all_met": all(met.values())},
-    }
+    verdict = judge(requests, slo, window, stable=stable)
+    return {"slo_attainment": verdict.attainment, "goodput_requests_per_s": verdict.goodput_requests_per_s,
+            "slo": {"thresholds_s": thresholds, **verdict.to_dict()}}
 
 
 def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: Any) -> dict[str, Any]:

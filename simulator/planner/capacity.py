@@ -1,4 +1,5 @@
-"""An analytic bound on what one replica can serve, from the cost model alone (no simulation).
+"""What one replica can serve: an analytic estimate from the cost model alone, and the simulated
+saturation throughput.
 
 In steady state a replica runs a batch of ``B`` requests: ``B`` is ``max_num_seqs`` unless the KV
 cache holds fewer requests of the mean size (prompt + half the output, the mean resident length
@@ -8,18 +9,27 @@ steps shared with ``B - 1`` others, so the replica completes at most
     mu = B / ((output - 1) * t_decode(B) + B * t_prefill_marginal(prompt))
 
 requests per second, where ``t_decode(B)`` is a pure-decode step over the mean context and
-``t_prefill_marginal`` is what adding one prompt to such a step costs. Latency SLOs only lower the
-usable rate, so ``ceil(rate / mu)`` replicas is where the planner's simulated search starts; the
-search still checks by simulation whether fewer would do.
+``t_prefill_marginal`` is what adding one prompt to such a step costs. It is an *estimate*, not a
+bound: prefix-cache hits, speculative decoding and the spread of lengths move the real capacity
+either way. ``ceil(rate / mu)`` replicas is where the planner's simulated search starts; the search
+then checks by simulation which count passes.
+
+:func:`saturation_rps` measures instead: every request arrives at once and the replicas' completion
+rate is read in the steady middle of the run (between 10% and 80% of the completions, leaving out
+the ramp-up and the drain). The planner's utilization is the design load over this figure, and a
+count at 100% or more never passes.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.scenario.config import Scenario
 from simulator.cost.factory import make_cost_model
 from simulator.run.resolve import resolve
+from simulator.run.simulate import simulate
 from simulator.workload.lengths import make_length
 
 
@@ -33,6 +43,20 @@ class CapacityBound:
 
     def replicas_for(self, rate_per_s: float) -> int:
         return max(1, math.ceil(rate_per_s / self.max_rps_per_replica - 1e-9))
+
+
+def saturation_rps(scenario: Scenario, num_requests: int = 2000) -> float:
+    """Requests/s ``scenario``'s deployment completes with a full queue (see the module docstring)."""
+    sat = scenario.with_overrides({"num_requests": num_requests, "duration_s": None, "warmup_s": 0,
+                                   "cooldown_s": 0, "max_sim_time_s": None, "client.timeout_s": None,
+                                   "admission.max_queue_len": None, "admission.max_queue_delay_s": None,
+                                   "workload.arrival": {"process": "poisson", "rate_per_s": 1e7}})
+    req = simulate(sat).requests
+    done = np.sort(req.loc[req["status"].astype(str) == "finished_length_capped", "finish_time"].to_numpy(dtype=float))
+    if len(done) < 20:
+        return len(done) / float(done[-1]) if len(done) and done[-1] > 0 else 0.0
+    i, j = int(0.1 * len(done)), int(0.8 * len(done))
+    return (j - i) / float(done[j] - done[i]) if done[j] > done[i] else math.inf
 
 
 def capacity_bound(scenario: Scenario) -> CapacityBound:

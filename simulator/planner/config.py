@@ -18,9 +18,10 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from simulator.scenario.config import Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
+from simulator.scenario.config import SLOConfig, Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.errors import ScenarioError
 from simulator.scenario.frozen import Frozen
+from simulator.slo import thresholds_s
 
 
 class Candidate(Frozen):
@@ -33,19 +34,14 @@ class Candidate(Frozen):
     """USD per GPU-hour before the region's multiplier (default: the hardware profile's price)."""
 
 
-class PlanSLO(Frozen):
-    """Client-perceived objectives (network RTT included for TTFT and E2E)."""
-
-    ttft_p99_ms: float | None = Field(default=None, gt=0)
-    tpot_p99_ms: float | None = Field(default=None, gt=0)
-    e2e_p99_ms: float | None = Field(default=None, gt=0)
-    attainment: float = Field(default=0.0, ge=0, le=1)
-    """Least fraction of requests within every threshold (0 = only the p99s are held)."""
+class PlanSLO(SLOConfig):
+    """The scenario's SLO fields (see ``simulator.slo``), held by every region, quarter and client mix;
+    TTFT and E2E are client-perceived (the region's RTT included). At least one threshold is required."""
 
     @model_validator(mode="after")
     def _some(self) -> "PlanSLO":
-        if self.ttft_p99_ms is None and self.tpot_p99_ms is None and self.e2e_p99_ms is None:
-            raise ValueError("give at least one of ttft_p99_ms, tpot_p99_ms, e2e_p99_ms")
+        if not thresholds_s(self):
+            raise ValueError("give at least one threshold, e.g. ttft_p99_ms, tpot_p99_ms, e2e_p99_ms")
         return self
 
 
@@ -76,6 +72,9 @@ class SimulationSettings(Frozen):
     seed: int = Field(default=0, ge=0)
     max_replicas: int = Field(default=64, ge=1)
     """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
+    replications: int = Field(default=3, ge=1, le=20)
+    """Independent runs (seeds ``seed``, ``seed + 1``, ...; the same at every count) that must all pass
+    for a count to be accepted, so the answer does not flip with the seed."""
 
 
 class ForecastRow(Frozen):

@@ -25,7 +25,7 @@ from simulator.workload.lengths import make_length
 from simulator.planner.backends import open_executor
 from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
-from simulator.planner.search import SearchTask, SLOSpec, search_replicas
+from simulator.planner.search import SearchTask, search_replicas
 
 HOURS_PER_QUARTER = 365.25 * 24 / 4
 
@@ -97,8 +97,7 @@ def _as_loaded(p: Any) -> LoadedPlan:
 def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
     """One search per forecast cell and candidate, in forecast x candidate order."""
     cfg = loaded.config
-    slo = SLOSpec(*(None if v is None else v / 1000.0 for v in (cfg.slo.ttft_p99_ms, cfg.slo.tpot_p99_ms,
-                                                                  cfg.slo.e2e_p99_ms)), cfg.slo.attainment)
+    slo = cfg.slo
     net = cfg.network
     tasks = []
     for q, quarter in loaded.forecast.groupby("quarter", sort=False):
@@ -127,6 +126,7 @@ def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
                 tasks.append(SearchTask(
                     quarter=str(q), region=r, candidate=cand.name, scenario=sc, mixes=tuple(cases), slo=slo,
                     start=bound.replicas_for(design), max_replicas=cfg.simulation.max_replicas,
+                    replications=cfg.simulation.replications, design_rps=design,
                     meta=_meta(loaded, sc, cand, row, design, extra, bound.max_rps_per_replica)))
     return tasks
 
@@ -183,7 +183,7 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
         "headroom": loaded.config.headroom, "avg_prompt_tokens": prompt, "avg_output_tokens": output,
         "hardware": system.profile.name, "tensor_parallel_size": sc.deployment.tensor_parallel_size,
         "quantization": getattr(sc, "quantization", None) or system.model.dtype,
-        "max_num_seqs": sc.scheduler.max_num_seqs, "analytic_max_rps_per_replica": mu,
+        "max_num_seqs": sc.scheduler.max_num_seqs, "analytic_estimate_rps_per_replica": mu,
         "rtt_ms": region.rtt_ms[row["region"]], "price_per_gpu_hour": float(price),
         "price_multiplier": region.price_multiplier, "seed": sc.seed,
     }
@@ -193,10 +193,11 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
 WORKSHEET_COLUMNS = (
     "quarter", "region", "status", "peak_rps", "design_rps", "failover_rps", "headroom", "avg_prompt_tokens",
     "avg_output_tokens", "candidate", "hardware", "tensor_parallel_size", "quantization", "max_num_seqs",
-    "replicas", "gpus", "analytic_min_replicas", "batching_factor", "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms",
-    "e2e_p99_ms", "slo_attainment", "slo_worst_ratio", "utilization", "rtt_ms", "worst_case", "price_per_gpu_hour",
+    "replicas", "gpus", "analytic_estimate_replicas", "batching_factor", "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms",
+    "e2e_p99_ms", "slo_attainment", "dropped", "slo_worst_ratio", "stable", "backlog_growth_fraction", "utilization",
+    "saturation_rps_per_replica", "rtt_ms", "worst_case", "price_per_gpu_hour",
     "price_multiplier", "cost_per_hour", "gpu_hours", "cost_per_quarter", "cost_per_million_tokens",
-    "binding_constraint", "minus_one_check", "simulations", "replicas_tried", "seed")
+    "binding_constraint", "minus_one_check", "replications", "seed_spread", "simulations", "replicas_tried", "seed")
 
 
 def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -208,9 +209,10 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     ok = df["status"] == "ok"
     # An infeasible search has no verified count: its replica figures stay empty.
     df["replicas"] = df["replicas"].where(ok).astype("Int64")
-    # Share of the analytic capacity the design load uses (an engine with continuous batching is
-    # "busy" at almost any load, so the busy fraction says nothing).
-    df["utilization"] = df["design_rps"] / (df["replicas"].astype(float) * df["analytic_max_rps_per_replica"])
+    # Share of the simulated saturation throughput the design load uses (an engine with continuous
+    # batching is "busy" at almost any load, so the busy fraction says nothing); the search never
+    # accepts a count at 100% or more.
+    df["utilization"] = df["design_rps"] / (df["replicas"].astype(float) * df["saturation_rps_per_replica"])
     df["gpus"] = (df["replicas"] * df["tensor_parallel_size"]).astype("Int64")
     df["cost_per_hour"] = (df["gpus"].astype(float) * df["price_per_gpu_hour"] * df["price_multiplier"])
     df["gpu_hours"] = df["gpus"].astype(float) * HOURS_PER_QUARTER

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -272,35 +272,60 @@ def with_arrival_rate(scenario: Scenario, rate_per_s: float, cv: float | None = 
 SweepProgress = Callable[[int, int, int, int], None]
 
 
-def load_sweep(scenario: Scenario, rates_per_s: Sequence[float], *,
-               on_progress: SweepProgress | None = None) -> pd.DataFrame:
-    """Simulate the scenario at each arrival rate (same seed, same lengths) and tabulate latency.
+#: Summary keys a sweep row keeps: (metric, statistic).
+SWEEP_METRICS = (("e2e_s", "mean"), ("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p99"),
+                 ("e2e_s", "p50"), ("e2e_s", "p99"), ("queue_delay_s", "p99"))
 
-    ``on_progress(point, num_points, done, total)`` is called as each run progresses; raising
-    :class:`RunCancelled` from it stops the sweep.
 
-    Returns one row per rate: ``rate_per_s``, ``rate_per_gpu``, ``{ttft,tpot,e2e}_{p50,p99}_s``,
-    ``throughput_rps``, ``slo_attainment``, ``slo_met`` (every p99 within its threshold; ``None``
-    without an SLO), ``completed``.
+def summary_row(result: SimulationResult) -> dict[str, Any]:
+    """The flat numbers one run contributes to a study or sweep table (seconds; ``*_p99_s`` etc.).
+
+    Latency columns describe the completed requests; ``slo_met``, ``slo_attainment`` and
+    ``goodput_rps`` are the one judge's (:mod:`simulator.slo`: every arrival counts, dropped ones as
+    misses; ``None`` without an SLO); ``stable`` is the stability test's verdict.
+    """
+    s = result.summary
+    row: dict[str, Any] = {f"{m.removesuffix('_s')}_{q}_s": s[m][q] for m, q in SWEEP_METRICS}
+    slo = s.get("slo") or {}
+    row.update(throughput_rps=s["throughput"]["requests_per_s"],
+               output_tokens_per_s=s["throughput"]["output_tokens_per_s"],
+               goodput_rps=s.get("goodput_requests_per_s"), slo_attainment=s.get("slo_attainment"),
+               slo_met=slo.get("passed"), stable=(s.get("stability") or {}).get("stable"),
+               completed=s["requests"]["completed"], rejected=s["requests"]["rejected"],
+               dropped=slo.get("dropped"), preemptions=s["requests"]["preemptions"],
+               mean_batch=s["batch"]["mean_num_seqs"], wall_s=result.wall_s)
+    return row
+
+
+def load_sweep(scenario: Scenario, rates_per_s: Sequence[float],
+               policies: Mapping[str, Mapping[str, Any]] | None = None, *,
+               on_progress: SweepProgress | None = None,
+               on_run: Callable[[str, float], None] | None = None) -> pd.DataFrame:
+    """Simulate the scenario at each arrival rate (same seed, same lengths) under each batching
+    policy and tabulate latency: the one load sweep of the dashboard, the notebooks and the studies.
+
+    ``policies`` maps a label to the overrides that make it (``{"chunked": {"scheduler.policy":
+    "chunked_prefill", "scheduler.max_num_batched_tokens": 2048}}``); default: the scenario as is.
+    ``on_progress(point, num_points, done, total)`` is called as each run progresses (raising
+    :class:`RunCancelled` from it stops the sweep); ``on_run(policy, rate)`` before each run.
+
+    Returns one row per (policy, rate), rates ascending: ``policy``, ``rate_per_s``,
+    ``rate_per_gpu`` and :func:`summary_row`'s columns.
     """
     rates = sorted(float(r) for r in rates_per_s)
     if not rates or rates[0] <= 0:
         raise ScenarioError("rates_per_s", list(rates_per_s), "give one or more positive arrival rates")
+    policies = policies or {scenario.scheduler.policy: {}}
     gpus = num_gpus(scenario)
+    points = [(label, overrides, rate) for label, overrides in policies.items() for rate in rates]
     rows = []
-    for i, rate in enumerate(rates):
-        sc = with_arrival_rate(scenario, rate)
-        cb = None if on_progress is None else (lambda done, total, i=i: on_progress(i, len(rates), done, total))
-        s = simulate(sc, on_progress=cb).summary
-        row: dict[str, Any] = {"rate_per_s": rate, "rate_per_gpu": rate / gpus}
-        for metric in LATENCY_METRICS:
-            for p in ("p50", "p99"):
-                row[f"{metric.removesuffix('_s')}_{p}_s"] = s[metric][p]
-        row["throughput_rps"] = s["throughput"]["requests_per_s"]
-        row["slo_attainment"] = s["slo_attainment"]
-        row["slo_met"] = s["slo"].get("all_met") if s.get("slo_attainment") is not None else None
-        row["completed"] = s["requests"]["completed"]
-        rows.append(row)
+    for i, (label, overrides, rate) in enumerate(points):
+        if on_run:
+            on_run(label, rate)
+        sc = with_arrival_rate(scenario.with_overrides(dict(overrides)) if overrides else scenario, rate)
+        cb = None if on_progress is None else (lambda done, total, i=i: on_progress(i, len(points), done, total))
+        rows.append({"policy": label, "rate_per_s": rate, "rate_per_gpu": rate / gpus,
+                     **summary_row(simulate(sc, on_progress=cb))})
     return pd.DataFrame(rows)
 
 
@@ -429,5 +454,5 @@ def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
                      "tpot_p50_ms": q("tpot_s", "p50", 1e3), "tpot_p99_ms": q("tpot_s", "p99", 1e3),
                      "e2e_p99_s": q("e2e_s", "p99", 1.0),
                      "slo_attainment_pct": None if att is None else 100.0 * att,
-                     "slo_p99_met": (t.get("slo") or {}).get("all_met")})
+                     "slo_met": (t.get("slo") or {}).get("passed")})
     return pd.DataFrame(rows)

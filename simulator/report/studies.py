@@ -34,15 +34,13 @@ from simulator.scenario.config import Scenario, scenario_from_dict
 from simulator.errors import ScenarioError
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
+from simulator.planner.capacity import saturation_rps
+from simulator.report.analysis import SWEEP_METRICS, load_sweep, summary_row  # noqa: F401  (studies.load_sweep)
+from simulator.planner.search import minimal_count
 
 #: Environment variable the notebooks read for their size; ``full`` (the default) or ``small`` (CI).
 SCALE_ENV = "LLMPLAN_NOTEBOOK_SCALE"
 SCALES = ("full", "small")
-
-#: Summary keys a sweep row keeps: (metric, statistic).
-SWEEP_METRICS = (("e2e_s", "mean"), ("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p99"),
-                 ("e2e_s", "p99"), ("queue_delay_s", "p99"))
-
 
 # -- notebook plumbing --------------------------------------------------------------------------------
 def notebook_scale(environ: Mapping[str, str] | None = None) -> str:
@@ -97,45 +95,10 @@ def trace_files(root: str | Path) -> pd.DataFrame:
 
 # -- load sweeps and knees ----------------------------------------------------------------------------
 def saturation_capacity(scenario: Scenario, num_requests: int = 2000) -> float:
-    """Requests per second the deployment completes when every request arrives at t=0 (completed
-    requests / makespan): the load axis's 100%."""
-    sat = scenario.with_overrides({"num_requests": num_requests, "warmup_s": 0, "cooldown_s": 0,
-                                   "workload.arrival": {"process": "poisson", "rate_per_s": 1e7}})
-    result = simulate(sat)
-    return result.summary["requests"]["completed"] / result.sim_time_s
-
-
-def summary_row(result: SimulationResult) -> dict[str, Any]:
-    """The flat numbers one run contributes to a study table (seconds; ``*_p99`` etc.)."""
-    s = result.summary
-    row: dict[str, Any] = {f"{m.removesuffix('_s')}_{q}_s": s[m][q] for m, q in SWEEP_METRICS}
-    row.update(throughput_rps=s["throughput"]["requests_per_s"],
-               output_tokens_per_s=s["throughput"]["output_tokens_per_s"],
-               goodput_rps=s.get("goodput_requests_per_s"), slo_attainment=s.get("slo_attainment"),
-               slo_met=(s.get("slo") or {}).get("all_met"), rejected=s["requests"]["rejected"],
-               preemptions=s["requests"]["preemptions"], mean_batch=s["batch"]["mean_num_seqs"],
-               wall_s=result.wall_s)
-    return row
-
-
-def load_sweep(scenario: Scenario, rates_per_s: Sequence[float],
-               policies: Mapping[str, Mapping[str, Any]] | None = None,
-               on_run: Callable[[str, float], None] | None = None) -> pd.DataFrame:
-    """Simulate ``scenario`` at each Poisson rate under each batching policy.
-
-    ``policies`` maps a label to the overrides that make it (``{"chunked": {"scheduler.policy":
-    "chunked_prefill", "scheduler.max_num_batched_tokens": 2048}}``); default: the scenario as is.
-    One row per (policy, rate): ``policy, rate_per_s`` and :func:`summary_row`'s columns.
-    """
-    policies = policies or {scenario.scheduler.policy: {}}
-    rows = []
-    for label, overrides in policies.items():
-        for rate in rates_per_s:
-            if on_run:
-                on_run(label, float(rate))
-            sc = scenario.with_overrides({**overrides, "workload.arrival.rate_per_s": float(rate)})
-            rows.append({"policy": label, "rate_per_s": float(rate), **summary_row(simulate(sc))})
-    return pd.DataFrame(rows)
+    """Requests per second the deployment completes with a full queue (every request at t=0, read
+    in the steady middle of the run; :func:`simulator.planner.capacity.saturation_rps`): the load
+    axis's 100%."""
+    return saturation_rps(scenario, num_requests)
 
 
 def _crossing(x: np.ndarray, y: np.ndarray, level: float) -> float:
@@ -304,20 +267,20 @@ def replay_scenario(base: Scenario | Mapping[str, Any], trace: pd.DataFrame, fol
 
 # -- replica search -----------------------------------------------------------------------------------
 def meets_slo(result: SimulationResult) -> bool:
-    """Every p99 SLO threshold holds and no request was rejected or left in flight."""
-    s = result.summary
-    slo = s.get("slo") or {}
-    if "all_met" not in slo:
+    """The one SLO judge's verdict on the run (:mod:`simulator.slo`): every threshold over every
+    request that arrived in the window (dropped ones as misses), the drop budget, and stability."""
+    slo = result.summary.get("slo") or {}
+    if "passed" not in slo:
         raise ScenarioError("slo", None, "the scenario has no SLO thresholds to search replicas against")
-    return bool(slo["all_met"]) and s["requests"]["rejected"] == 0 and s["requests"]["in_flight"] == 0
+    return bool(slo["passed"])
 
 
 def min_replicas(scenario: Scenario, max_replicas: int = 64,
                  on_run: Callable[[int, bool], None] | None = None) -> tuple[int | None, pd.DataFrame]:
-    """The fewest replicas (``deployment.replicas``) for which the simulated run meets every p99
-    SLO: doubling from the scenario's count, then bisection (latency is taken to fall as replicas
-    are added). Returns the count (None if ``max_replicas`` does not suffice) and one row per
-    simulated count (``replicas, meets_slo`` and :func:`summary_row`'s columns), sorted."""
+    """The fewest replicas (``deployment.replicas``) whose simulated run :func:`meets_slo`, found by
+    the planner's search (:func:`simulator.planner.search.minimal_count`) from the scenario's own
+    count. Returns the count (None if ``max_replicas`` does not suffice) and one row per simulated
+    count (``replicas, meets_slo`` and :func:`summary_row`'s columns), sorted."""
     tried: dict[int, tuple[bool, dict[str, Any]]] = {}
 
     def ok(n: int) -> bool:
@@ -328,18 +291,8 @@ def min_replicas(scenario: Scenario, max_replicas: int = 64,
                 on_run(n, tried[n][0])
         return tried[n][0]
 
-    lo, hi = 0, scenario.deployment.replicas        # invariant: lo fails (or is 0), hi is the candidate
-    while not ok(hi):
-        if hi >= max_replicas:
-            return None, _tried_frame(tried)
-        lo, hi = hi, min(2 * hi, max_replicas)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi, _tried_frame(tried)
+    n = minimal_count(ok, scenario.deployment.replicas, max_replicas)
+    return n, _tried_frame(tried)
 
 
 def _tried_frame(tried: Mapping[int, tuple[bool, dict[str, Any]]]) -> pd.DataFrame:

@@ -441,12 +441,41 @@ class SpeculativeConfig(Frozen):
 
 
 class SLOConfig(Frozen):
-    """Latency objectives. A request meets the SLO when each of its latencies is within the
-    threshold; the percentile names say which tail the planner holds to the threshold."""
+    """Latency objectives, judged over every request that arrived in the measurement window:
+    a dropped request (shed, rejected, timed out, unfinished) misses every threshold. Each
+    ``<metric>_p<N>_ms`` holds that percentile of the metric within the threshold; see
+    ``simulator.slo`` for the judge."""
 
-    ttft_p99_ms: float | None = Field(default=None, gt=0)
-    tpot_p99_ms: float | None = Field(default=None, gt=0)
-    e2e_p99_ms: float | None = Field(default=None, gt=0)
+    ttft_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Time to first token (client-perceived when the scenario has a network), p50 threshold;
+    ``_p90``, ``_p95``, ``_p99`` likewise."""
+    ttft_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttft_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttft_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tpot_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Time per output token after the first, p50 threshold;
+    ``_p90``, ``_p95``, ``_p99`` likewise."""
+    tpot_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tpot_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tpot_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    e2e_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """End-to-end latency (client-perceived with a network), p50 threshold;
+    ``_p90``, ``_p95``, ``_p99`` likewise."""
+    e2e_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    e2e_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    e2e_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    queue_delay_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Wait before the first admission to a batch, p50 threshold;
+    ``_p90``, ``_p95``, ``_p99`` likewise."""
+    queue_delay_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    queue_delay_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    queue_delay_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    attainment: float = Field(default=0.0, ge=0, le=1)
+    """Least share of the judged requests that complete within every metric's per-request limit
+    (the threshold of the highest percentile set for it); 0 = only the percentiles are held."""
+    max_drop_fraction: float = Field(default=0.0, ge=0, le=1)
+    """Error/timeout budget: the largest share of the judged requests that may be dropped (shed,
+    rejected, timed out or unfinished). The default 0 allows none."""
 
 
 class ClientConfig(Frozen):

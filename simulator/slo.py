@@ -1,0 +1,315 @@
+"""The one SLO judge and the one stability test, shared by ``simulate``'s summary, the planner,
+the studies behind the notebooks and the dashboard.
+
+**Who is judged.** Every request that *arrived* in the measurement window
+(:func:`simulator.metrics.measurement_window`), whatever became of it. A request that did not
+complete (shed or rejected by admission, timed out by its client, or still unfinished when the run
+ended) is *dropped*: it misses every threshold, counts against ``max_drop_fraction``, and enters the
+percentiles as an infinitely late answer. So a system cannot pass by refusing work.
+
+**What is checked** (every check must hold):
+
+* each percentile threshold that is set (``{ttft,tpot,e2e,queue_delay}_p{50,90,95,99}_ms``): the
+  percentile over the judged requests, dropped ones as +inf, is within the threshold. TPOT has no
+  value for a completed one-token answer; such requests are left out of the TPOT percentiles only;
+* ``attainment``: the share of judged requests that completed within every metric's *per-request
+  limit* (the threshold of the highest percentile set for that metric) is at least this floor;
+* ``max_drop_fraction``: dropped / judged is at most this (default 0: no request may be dropped);
+* stability (when a stability test is given): a run whose backlog grows is never a pass, whatever
+  its short-run percentiles.
+
+TTFT and E2E are the client-perceived ones (``client_ttft_s``/``client_e2e_s``) when the frame has
+them (a network or the planner's regions), the server's otherwise.
+
+**Goodput** is the rate of requests that completed inside the window *and* met every per-request
+limit; it counts a subset of the requests behind the throughput (completions inside the window),
+so goodput <= throughput by construction.
+
+**Stability** (:func:`stability`): an unstable queue's backlog grows linearly, a stable one's
+fluctuates around a mean. The waiting backlog (arrived, not yet admitted to a batch and not
+dropped) is sampled over the window, averaged in 10 consecutive batches, and a line is fitted to
+the batch means. The run is unstable when the backlog grows by more than 1% of the arrival rate
+(``backlog_growth_fraction``) and the slope is significant (one-sided t-test on the batch means,
+99%). Both figures converge as the run gets longer (to 0 for a stable system and to
+``1 - served/offered`` for an overloaded one), so the verdict does not depend on run length the way
+percentile confidence intervals do. A run too short to show a steady state near saturation can be
+called unstable; the planner then adds capacity, which errs on the safe side.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _stats
+
+SLO_METRICS = ("ttft", "tpot", "e2e", "queue_delay")
+SLO_PERCENTILES = (50, 90, 95, 99)
+COMPLETED = "finished_length_capped"
+
+STABILITY_BATCHES = 10
+STABILITY_GROWTH_FRACTION = 0.01
+STABILITY_CONFIDENCE = 0.99
+
+
+def thresholds_s(slo: Any) -> dict[tuple[str, int], float]:
+    """``{("ttft", 99): 0.5, ...}``: every percentile threshold the SLO sets, in seconds."""
+    if slo is None:
+        return {}
+    out = {}
+    for metric in SLO_METRICS:
+        for p in SLO_PERCENTILES:
+            value = getattr(slo, f"{metric}_p{p}_ms", None)
+            if value is not None:
+                out[(metric, p)] = value / 1000.0
+    return out
+
+
+def per_request_limits_s(slo: Any) -> dict[str, float]:
+    """Each metric's per-request limit: the threshold at the highest percentile set for it."""
+    limits: dict[str, float] = {}
+    for (metric, _p), limit in sorted(thresholds_s(slo).items(), key=lambda kv: kv[0][1]):
+        limits[metric] = limit
+    return limits
+
+
+def has_objectives(slo: Any) -> bool:
+    """Whether the SLO asks anything: a threshold or an attainment floor (a drop budget alone is
+    not judged: without objectives there is nothing to hold)."""
+    if slo is None:
+        return False
+    return bool(thresholds_s(slo)) or slo.attainment > 0
+
+
+def judged_latencies(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The latency each metric is judged on (client-perceived TTFT/E2E when the frame has them)."""
+    ttft = "client_ttft_s" if "client_ttft_s" in frame else "ttft_s"
+    e2e = "client_e2e_s" if "client_e2e_s" in frame else "e2e_s"
+    return {"ttft": frame[ttft].to_numpy(dtype=float), "tpot": frame["tpot_s"].to_numpy(dtype=float),
+            "e2e": frame[e2e].to_numpy(dtype=float), "queue_delay": frame["queue_delay_s"].to_numpy(dtype=float)}
+
+
+def quantile_with_drops(values: np.ndarray, q: float) -> float:
+    """numpy's default (linear) quantile of ``values`` where +inf marks a dropped request and NaN
+    is left out; a quantile that reaches into the dropped ones is +inf."""
+    x = np.sort(values[~np.isnan(values)])
+    n = len(x)
+    if n == 0:
+        return math.nan
+    h = (n - 1) * q
+    lo, hi = math.floor(h), math.ceil(h)
+    if math.isinf(x[hi]):
+        return math.inf if (hi != lo or math.isinf(x[lo])) else float(x[lo])
+    return float(np.quantile(x, q))
+
+
+@dataclass(frozen=True)
+class Check:
+    metric: str
+    percentile: int
+    limit_s: float
+    value_s: float
+    """The percentile over the judged requests (+inf when it reaches into dropped ones; NaN: no sample)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}_p{self.percentile}"
+
+    @property
+    def met(self) -> bool:
+        return not math.isnan(self.value_s) and self.value_s <= self.limit_s
+
+    @property
+    def ratio(self) -> float:
+        """value / limit (> 1 fails); a check without a sample counts as failed."""
+        return math.inf if math.isnan(self.value_s) else self.value_s / self.limit_s
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the judge found; ``passed`` is the one answer every caller uses."""
+
+    arrived: int
+    completed: int
+    dropped: int
+    checks: tuple[Check, ...]
+    attainment: float | None
+    attainment_floor: float
+    max_drop_fraction: float
+    goodput_requests_per_s: float | None
+    stable: bool | None
+    ratios: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def drop_fraction(self) -> float:
+        return self.dropped / self.arrived if self.arrived else 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.arrived > 0 and all(r <= 1.0 for r in self.ratios.values())
+
+    @property
+    def score(self) -> float:
+        """The worst ratio (1 = exactly at a limit); ranks failing candidates by how close they came."""
+        return max(self.ratios.values(), default=0.0)
+
+    @property
+    def binding(self) -> str:
+        """The check with the worst ratio."""
+        return max(self.ratios, key=lambda k: self.ratios[k]) if self.ratios else ""
+
+    def failures(self) -> list[str]:
+        """One phrase per failed check, worst first."""
+        parts = []
+        by_name = {c.name: c for c in self.checks}
+        for name, ratio in sorted(self.ratios.items(), key=lambda kv: -kv[1]):
+            if ratio <= 1.0:
+                continue
+            if name == "attainment":
+                parts.append(f"attainment {100 * (self.attainment or 0.0):.2f}% < {100 * self.attainment_floor:.2f}%")
+            elif name == "dropped":
+                parts.append(f"{self.dropped} of {self.arrived} requests dropped ({100 * self.drop_fraction:.2f}% > "
+                             f"{100 * self.max_drop_fraction:.2f}% allowed)")
+            elif name == "stability":
+                parts.append("unstable (the waiting backlog grows)")
+            else:
+                c = by_name[name]
+                value = "no sample" if math.isnan(c.value_s) else (
+                    "dropped requests" if math.isinf(c.value_s) else f"{1000 * c.value_s:.1f} ms")
+                parts.append(f"{name} {value} > {1000 * c.limit_s:g} ms")
+        if self.arrived == 0:
+            parts.append("no request arrived in the measurement window")
+        return parts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed, "all_met": self.passed,
+            "met": {c.name: c.met for c in self.checks},
+            "checks": [{"name": c.name, "limit_s": c.limit_s, "value_s": c.value_s, "met": c.met}
+                       for c in self.checks],
+            "attainment": self.attainment, "attainment_floor": self.attainment_floor,
+            "judged": self.arrived, "completed": self.completed, "dropped": self.dropped,
+            "drop_fraction": self.drop_fraction, "max_drop_fraction": self.max_drop_fraction,
+            "stable": self.stable, "binding": self.binding, "worst_ratio": self.score,
+            "failures": self.failures(),
+        }
+
+
+def judge(requests: pd.DataFrame, slo: Any, window: tuple[float, float], *,
+          stable: bool | None = None) -> Verdict:
+    """Judge the requests that arrived in ``window`` against ``slo`` (see the module docstring).
+
+    ``requests`` is a run's whole request frame (goodput needs completions whose arrival was
+    before the window); ``stable`` is :func:`stability`'s verdict, ``None`` when not tested.
+    """
+    start, end = window
+    arrival = requests["arrival_time"].to_numpy(dtype=float)
+    in_window = (arrival >= start) & (arrival <= end)
+    completed = (requests["status"].astype(str) == COMPLETED).to_numpy()
+    lat = judged_latencies(requests)
+    limits = per_request_limits_s(slo)
+    ok = completed.copy()
+    for metric, limit in limits.items():
+        x = lat[metric]
+        ok &= np.isnan(x) | (x <= limit)       # a one-token answer has no TPOT to miss
+    judged = in_window
+    n = int(judged.sum())
+    dropped = int((judged & ~completed).sum())
+    checks = []
+    for (metric, p), limit in thresholds_s(slo).items():
+        x = lat[metric][judged].copy()
+        x[~completed[judged]] = math.inf
+        checks.append(Check(metric, p, limit, quantile_with_drops(x, p / 100.0)))
+    attainment = float(ok[judged].mean()) if n else None
+    floor = float(getattr(slo, "attainment", 0.0) or 0.0)
+    max_drop = float(getattr(slo, "max_drop_fraction", 0.0) or 0.0)
+    span = end - start
+    finish = requests["finish_time"].to_numpy(dtype=float)
+    done_in_window = completed & (finish >= start) & (finish <= end)
+    goodput = float((ok & done_in_window).sum() / span) if span > 0 else None
+    ratios = {c.name: c.ratio for c in checks}
+    if floor > 0:
+        miss = 1.0 - (attainment or 0.0)
+        ratios["attainment"] = miss / (1.0 - floor) if floor < 1 else (math.inf if miss > 0 else 0.0)
+    frac = dropped / n if n else 0.0
+    ratios["dropped"] = frac / max_drop if max_drop > 0 else (math.inf if dropped else 0.0)
+    if stable is False:
+        ratios["stability"] = math.inf
+    return Verdict(arrived=n, completed=int((judged & completed).sum()), dropped=dropped, checks=tuple(checks),
+                   attainment=attainment, attainment_floor=floor, max_drop_fraction=max_drop,
+                   goodput_requests_per_s=goodput, stable=stable, ratios=ratios)
+
+
+# -- stability --------------------------------------------------------------------------------------
+def stability(requests: pd.DataFrame, window: tuple[float, float], *,
+              batches: int = STABILITY_BATCHES) -> dict[str, Any]:
+    """Whether the run's waiting backlog grows (see the module docstring).
+
+    Returns ``stable`` (``None`` when the window is too short to tell: fewer than 50 arrivals in
+    it, or all at one instant), ``offered_load_ratio`` (arrivals / departures of any kind in the
+    window), ``backlog_growth_per_s`` (slope of the waiting backlog), ``backlog_growth_fraction``
+    (that slope over the arrival rate), ``backlog_t`` (its t statistic), ``delay_trend_s_per_s``
+    (slope of the queue delay against arrival time) and the backlog's mean in the first and last
+    batch.
+    """
+    start, end = window
+    arrival = requests["arrival_time"].to_numpy(dtype=float)
+    finish = requests["finish_time"].to_numpy(dtype=float)
+    admitted = requests["first_scheduled_time"].to_numpy(dtype=float)
+    in_window = (arrival >= start) & (arrival <= end)
+    n = int(in_window.sum())
+    span = end - start
+    departed = int(((finish >= start) & (finish <= end)).sum())
+    out: dict[str, Any] = {
+        "stable": None, "offered_load_ratio": n / departed if departed else None,
+        "backlog_growth_per_s": None, "backlog_growth_fraction": None, "backlog_t": None,
+        "delay_trend_s_per_s": None, "backlog_first": None, "backlog_last": None,
+        "test": f"waiting-backlog trend over {batches} batch means: unstable when growth > "
+                f"{100 * STABILITY_GROWTH_FRACTION:g}% of the arrival rate at {100 * STABILITY_CONFIDENCE:g}% confidence",
+    }
+    if n < 50 or span <= 0:
+        return out
+    # leaves the waiting queue: first admission to a batch, or finish (shed, rejected, timed out)
+    leave = np.fmin(admitted, finish)
+    leave = np.where(np.isnan(leave), math.inf, leave)
+    arr_sorted, leave_sorted = np.sort(arrival), np.sort(leave)
+    grid = np.linspace(start, end, batches * 50)
+    backlog = (np.searchsorted(arr_sorted, grid, side="right")
+               - np.searchsorted(leave_sorted, grid, side="right")).astype(float)
+    means = backlog.reshape(batches, -1).mean(axis=1)
+    centers = grid.reshape(batches, -1).mean(axis=1)
+    slope, t = _trend(centers, means)
+    rate = n / span
+    out.update(backlog_growth_per_s=slope, backlog_growth_fraction=slope / rate, backlog_t=t,
+               backlog_first=float(means[0]), backlog_last=float(means[-1]))
+    # queue delay against arrival time (a request never admitted waits until it left or the run ended)
+    sim_end = float(np.nanmax(finish)) if np.isfinite(finish).any() else end
+    wait = np.where(np.isfinite(leave), leave, sim_end) - arrival
+    order = np.argsort(arrival[in_window], kind="stable")
+    w, a = wait[in_window][order], arrival[in_window][order]
+    if len(w) >= batches * 2:
+        edges = np.linspace(0, len(w), batches + 1).astype(int)
+        wm = np.array([w[i:j].mean() for i, j in zip(edges[:-1], edges[1:])])
+        am = np.array([a[i:j].mean() for i, j in zip(edges[:-1], edges[1:])])
+        out["delay_trend_s_per_s"] = _trend(am, wm)[0]
+    critical = float(_stats.t.ppf(STABILITY_CONFIDENCE, batches - 2))
+    grows = slope / rate > STABILITY_GROWTH_FRACTION and t > critical
+    out["stable"] = not grows
+    return out
+
+
+def _trend(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """OLS slope of y on x and its t statistic (inf for a perfect rising line)."""
+    xc = x - x.mean()
+    sxx = float((xc ** 2).sum())
+    if sxx <= 0:
+        return 0.0, 0.0
+    slope = float((xc * (y - y.mean())).sum() / sxx)
+    resid = y - y.mean() - slope * xc
+    dof = len(x) - 2
+    se = math.sqrt(float((resid ** 2).sum()) / dof / sxx) if dof > 0 else math.inf
+    if se == 0:
+        return slope, (math.inf if slope > 0 else (-math.inf if slope < 0 else 0.0))
+    return slope, slope / se
