@@ -106,16 +106,17 @@ c2.metric(f"Per GPU (req/s, {gpus} GPU{'s' if gpus > 1 else ''})", fmt(limit["ma
 c3.metric("First swept rate missing it (req/s)", fmt(limit["first_failing_rate_per_s"], 2), border=True)
 reason = limit["reason"]
 st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; narrow the range around it for "
-           "a sharper answer. Above capacity the queue grows for the whole run, so the tails there depend on the "
-           "number of requests.")
+           "a sharper answer. Above capacity the queue grows for the whole run (the `stable` column is false): "
+           "the tails there depend on the number of requests, and the SLO judge fails such a rate.")
 st.plotly_chart(load_curve_figure(sweep, slo_s, limit, per_gpu), key=f"{P}_chart")
-table = sweep.rename(columns={"rate_per_s": "rate (req/s)", "rate_per_gpu": "rate per GPU (req/s)",
-                              "throughput_rps": "throughput (req/s)", "slo_attainment": "SLO attainment",
-                              "slo_met": "p99s meet SLO", "completed": "completed"})
-for col in [c for c in table.columns if c.endswith(("_p50_s", "_p99_s"))]:
-    metric, p, _ = col.split("_")
-    table[f"{metric.upper()} {p} (ms)"] = table.pop(col) * 1e3
+table = sweep.drop(columns=["policy", "wall_s"]).rename(columns={
+    "rate_per_s": "rate (req/s)", "rate_per_gpu": "rate per GPU (req/s)", "throughput_rps": "throughput (req/s)",
+    "slo_attainment": "SLO attainment", "slo_met": "SLO met", "stable": "stable", "completed": "completed"})
+for col in [c for c in table.columns if c.endswith(("_p50_s", "_p99_s", "_mean_s"))]:
+    metric, p, _ = col.rsplit("_", 2)
+    table[f"{metric.replace('_', ' ').upper()} {p} (ms)"] = table.pop(col) * 1e3
+flags = ("SLO met", "stable", "completed", "rejected", "dropped", "preemptions")
 st.dataframe(table, hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g")
-                                                   for c in table.columns if c not in ("p99s meet SLO", "completed")})
+                                                   for c in table.columns if c not in flags})
 st.download_button("Download sweep CSV", sweep.to_csv(index=False), file_name="load_curve.csv", mime="text/csv",
                    key=f"{P}_download", icon=":material/download:")

@@ -173,7 +173,7 @@ def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | N
         "gpu_error": None if pred_gpus is None else (pred_gpus - entry["gpus"]) / entry["gpus"],
         "predicted_ttft_p99_ms": float(ws["ttft_p99_ms"]), "predicted_tpot_p99_ms": float(ws["tpot_p99_ms"]),
         "batching_factor": float(ws["batching_factor"]), "minus_one_check": str(ws["minus_one_check"]),
-        "analytic_min_replicas": int(ws["analytic_min_replicas"]),
+        "analytic_estimate_replicas": int(ws["analytic_estimate_replicas"]),
         "plan_simulations": int(ws["simulations"]),
         "max_rps_on_published_gpus": max_rps,
         "max_tokens_per_s_on_published_gpus": None if max_rps is None else max_rps * tokens_per_sample,
