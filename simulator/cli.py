@@ -446,6 +446,12 @@ def calibrate(
 
     p = load_profile(str(path))
     out_console.print(f"wrote {path} ({p.device}); use it with `hardware: {path.parent}`")
+    measured_dtype = p.provenance.get("dtype")
+    if measured_dtype:
+        example = (f", e.g. llmplan simulate examples/cpu-tiny-llama.yaml --set hardware={path.parent}"
+                   if (model, measured_dtype) == ("tiny-llama", "fp32") else "")
+        out_console.print(f"  kernels timed in {measured_dtype}: serve the scenario's model in "
+                          f"{measured_dtype}{example}", highlight=False)
     for r in family_report(p).to_dict("records"):
         out_console.print(f"  {r['family']:<13} held-out error: median {_pct(r['median_abs_error'])}, "
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)

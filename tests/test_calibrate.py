@@ -3,6 +3,7 @@ and simulated; interrupted and resumed runs; memory refusal; bad settings; the m
 message. GPU runs are marked ``gpu`` and skip without CUDA."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,6 +47,7 @@ def quick_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "held-out error" in proc.stdout and "wrote" in proc.stdout
+    assert f"llmplan simulate examples/cpu-tiny-llama.yaml --set hardware={out}" in proc.stdout
     return out
 
 
@@ -87,6 +89,17 @@ def test_measured_profile_loads_simulates_and_reports(quick_profile: Path) -> No
     listing = run_cli("profiles", LLMPLAN_PROFILES=str(quick_profile.parent), COLUMNS="250")
     row = next(line for line in listing.stdout.splitlines() if "cpu-quick" in line)
     assert "measured" in row and "median <=" in row and "worst:" in row
+
+
+def test_the_documented_scenario_runs_on_a_quick_calibration(quick_profile: Path) -> None:
+    """docs/quickstart.md and docs/calibration.md: calibrate --quick, then simulate the CPU example on it."""
+    for page in ("docs/quickstart.md", "docs/calibration.md"):
+        assert "simulate examples/cpu-tiny-llama.yaml --set hardware=/tmp/cpu" in (REPO / page).read_text()
+    proc = run_cli("simulate", "examples/cpu-tiny-llama.yaml", "--set", f"hardware={quick_profile}",
+                   "--set", "num_requests=300", "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["requests"]["completed"] == 300 and summary["ttft_s"]["p50"] > 0
 
 
 def test_interrupted_run_keeps_partial_results_and_resumes(tmp_path: Path) -> None:

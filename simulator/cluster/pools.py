@@ -7,8 +7,8 @@ request's pool from its prompt length (``by: prompt_tokens``: the first threshol
 else ``default``); within the pool, ``deployment.router`` picks the replica. Each replica keeps its
 own engine loop (one SimPy process), cost model and KV plan.
 
-Not combined (refused with an error): disaggregated pools, the autoscaler and multi-region
-``fleet``. The workload is drawn once against the smallest ``max_model_len`` of the pools (a
+Not combined (refused by :mod:`simulator.capabilities`): disaggregated pools, the autoscaler and
+multi-region ``fleet``. The workload is drawn once against the smallest ``max_model_len`` of the pools (a
 request longer than that is handled by ``workload.over_length`` even if it would fit its pool).
 """
 from __future__ import annotations
@@ -31,7 +31,8 @@ def pool_tp(scenario: Scenario, pool: PoolConfig) -> int:
 
 
 def check_pools(scenario: Scenario) -> None:
-    """Everything about ``deployment.pools`` / ``pool_routing`` that needs no model or profile."""
+    """Everything about ``deployment.pools`` / ``pool_routing`` that needs no model or profile
+    (which other features combine with pools is :mod:`simulator.capabilities`' table)."""
     dep, wl = scenario.deployment, scenario.workload
     pools, routing = dep.pools, dep.pool_routing
     if pools is None:
@@ -43,12 +44,6 @@ def check_pools(scenario: Scenario) -> None:
     if routing is None:
         raise ScenarioError("deployment.pool_routing", None, "required with deployment.pools: "
                             "{by: prompt_tokens, thresholds: [{max_prompt_tokens, pool}], default} or {by: tier, map, default}")
-    for name, value in (("scheduler.policy", scenario.scheduler.policy if scenario.scheduler.policy == "disaggregated" else None),
-                        ("deployment.autoscaler", "set" if dep.autoscaler is not None else None),
-                        ("fleet", "set" if scenario.fleet is not None else None)):
-        if value is not None:
-            raise ScenarioError(name, value, "is not modelled together with deployment.pools (model routing); "
-                                "use one or the other")
     if dep.replicas != 1:
         raise ScenarioError("deployment.replicas", dep.replicas, "with deployment.pools the replicas are per pool "
                             "(deployment.pools[].replicas); leave deployment.replicas out")

@@ -15,18 +15,10 @@ from simulator.cost.base import COST_MODELS, CostModel
 def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int,
                     precision: Precision | None = None) -> CostModel:
     """The profile's cost model for ``model`` on one tensor-parallel group; ``precision`` (weight
-    quantization, KV-cache dtype) is passed on only when given."""
-    from simulator.errors import ScenarioError
-
+    quantization, KV-cache dtype) is passed on only when given: only to cost models that
+    :data:`simulator.capabilities.COST_MODEL_SUPPORT` says model it (checked when the scenario resolves)."""
     factory = COST_MODELS.lookup(profile.cost_model)
     if precision is not None:
-        import inspect
-
-        if "precision" not in inspect.signature(factory).parameters:
-            raise ScenarioError("deployment.quantization", precision.quantization,
-                                f"cost model {profile.cost_model!r} of profile {profile.name!r} times the model in "
-                                f"its own dtype only (kv_cache_dtype {precision.kv_cache_dtype!r}); quantization "
-                                "and kv_cache_dtype need a roofline profile")
         return factory(profile, model, tensor_parallel_size, precision=precision)
     return factory(profile, model, tensor_parallel_size)
 

@@ -629,7 +629,3 @@ _NO_LIMIT = 1 << 62
 #: Batching policies by the name the YAML and the UI use (:mod:`simulator.engine.policies` adds the others).
 POLICIES: Registry[type[Scheduler]] = Registry("policy", "scheduler.policy")
 POLICIES.add("continuous", Scheduler)
-
-#: Policies whose admission goes through ``PrefixCachingKVManager.admit``/``release`` (a policy with
-#: its own admission or chunking must integrate those before it is listed here).
-PREFIX_CACHING_POLICIES = {"continuous"}

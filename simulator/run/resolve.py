@@ -7,16 +7,15 @@ from typing import Any
 
 import numpy as np
 
+from simulator.capabilities import check_capabilities
 from simulator.scenario.config import Scenario
 from simulator.errors import ScenarioError
 from simulator.engine.kv_cache import KVCachePlan, plan_kv_cache
-from simulator.workload.levers import check_levers
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.profiles import HardwareProfile, load_profile
 from simulator.scenario.quantization import Precision, check_kv_head_split, resolve_precision
 from simulator.cluster.routing import ROUTERS
 from simulator.engine.policies import POLICIES  # the registry, with every policy registered
-from simulator.engine.scheduler import PREFIX_CACHING_POLICIES
 
 
 STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network")
@@ -51,29 +50,26 @@ def resolve_model(ref: str | ModelSpec) -> ModelSpec:
 
 
 def resolve(scenario: Scenario) -> ResolvedSystem:
-    """Resolve presets and profiles and size the KV cache; raises :class:`ScenarioError`."""
+    """Resolve presets and profiles and size the KV cache; raises :class:`ScenarioError`.
+
+    The scenario's combination of features is checked first, once, against the capability table
+    (:func:`simulator.capabilities.check_capabilities`)."""
+    POLICIES.lookup(scenario.scheduler.policy)
+    check_capabilities(scenario)
     if scenario.deployment.pools is not None or scenario.deployment.pool_routing is not None:
         from simulator.cluster.pools import resolve_pools   # model routing: one resolved system per pool
-        pools = resolve_pools(scenario, resolve)
+        pools = resolve_pools(scenario, _resolve_system)
         first = pools[0][1]
         return dataclasses.replace(first, max_model_len=min(s.max_model_len for _, s in pools), pools=tuple(pools))
+    return _resolve_system(scenario)
+
+
+def _resolve_system(scenario: Scenario) -> ResolvedSystem:
+    """One served system (the scenario's, or one pool's): model, profile, precision, KV plan."""
     model = resolve_model(scenario.model)
     profile = load_profile(scenario.hardware, base_dir=scenario.base_dir)
     sch, dep = scenario.scheduler, scenario.deployment
-    POLICIES.lookup(sch.policy)
     ROUTERS.lookup(dep.router)
-    if sch.enable_prefix_caching and sch.policy not in PREFIX_CACHING_POLICIES:
-        raise ScenarioError("scheduler.enable_prefix_caching", True,
-                            f"not modelled with policy {sch.policy!r}; policies with prefix caching: "
-                            f"{', '.join(sorted(PREFIX_CACHING_POLICIES))}")
-    if sch.enable_prefix_caching and scenario.speculative_config is not None:
-        raise ScenarioError("scheduler.enable_prefix_caching", True,
-                            "not modelled together with speculative_config (lookahead KV slots are not "
-                            "tracked per block); turn one of them off")
-    if sch.enable_prefix_caching and sch.preemption_mode == "swap":
-        raise ScenarioError("scheduler.enable_prefix_caching", True,
-                            "not modelled together with preemption_mode: swap (swapped blocks would lose their "
-                            "identities); use preemption_mode: recompute, where re-admission hits the cache")
     max_model_len = sch.max_model_len or model.max_model_len
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,
@@ -82,25 +78,10 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     spec = scenario.speculative_config
     if sch.policy == "disaggregated":
         _check_disaggregated(dep, profile)
-        if dep.autoscaler is not None or scenario.fleet is not None:
-            raise ScenarioError("deployment.autoscaler" if dep.autoscaler is not None else "fleet", "set",
-                                "is not modelled with disaggregated pools yet; size the pools by hand")
-    elif dep.prefill_replicas is not None or dep.decode_replicas is not None:
-        raise ScenarioError("deployment.prefill_replicas" if dep.prefill_replicas is not None else
-                            "deployment.decode_replicas", dep.prefill_replicas or dep.decode_replicas,
-                            f"pool sizes apply to scheduler.policy: disaggregated, not {sch.policy!r}")
-    if sch.preemption_mode == "swap":
-        if sch.policy == "chunked_prefill":
-            raise ScenarioError("scheduler.preemption_mode", "swap",
-                                "is modelled for continuous, dynamic and static batching (vLLM v1's chunked "
-                                "prefill only recomputes); use recompute")
-        if profile.host_link_bandwidth_bytes_per_s is None:
-            raise ScenarioError("hardware.host_link_bandwidth_bytes_per_s", None,
-                                f"profile {profile.name!r} has no device-host bandwidth, which "
-                                "preemption_mode: swap needs (PCIe Gen5 x16: about 5.5e10)")
-    if spec is not None and sch.policy != "continuous":
-        raise ScenarioError("speculative_config", spec.method,
-                            f"speculative decoding is modelled with policy 'continuous' only, not {sch.policy!r}")
+    if sch.preemption_mode == "swap" and profile.host_link_bandwidth_bytes_per_s is None:
+        raise ScenarioError("hardware.host_link_bandwidth_bytes_per_s", None,
+                            f"profile {profile.name!r} has no device-host bandwidth, which "
+                            "preemption_mode: swap needs (PCIe Gen5 x16: about 5.5e10)")
     if sch.max_num_batched_tokens < max_model_len and policy.uses_token_budget and not policy.splits_prompts:
         raise ScenarioError(
             "scheduler.max_num_batched_tokens", sch.max_num_batched_tokens,
@@ -110,7 +91,6 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
         raise ScenarioError("deployment.tensor_parallel_size", dep.tensor_parallel_size,
                             f"must divide num_attention_heads={model.num_attention_heads}")
     check_kv_head_split(model, dep.tensor_parallel_size)
-    check_levers(scenario)
     precision = resolve_precision(model, profile, dep.quantization, dep.kv_cache_dtype)
     plan = plan_kv_cache(model, profile, tensor_parallel_size=dep.tensor_parallel_size,
                          block_size=sch.block_size, gpu_memory_utilization=sch.gpu_memory_utilization,

@@ -590,10 +590,6 @@ class Scenario(Frozen):
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise ValueError("give num_requests or duration_s")
-        if self.fleet is not None and self.network is not None:
-            raise ValueError("network=set together with fleet: give the client RTTs in fleet.clients instead")
-        if self.fleet is not None and self.deployment.autoscaler is not None:
-            raise ValueError("fleet=set together with deployment.autoscaler: not supported yet (one or the other)")
         return self
 
     def resolve_path(self, path: str) -> Path:

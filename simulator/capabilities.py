@@ -1,0 +1,287 @@
+"""What combines with what: one table of the features each batching policy and each cost model
+models, and of the features that exclude each other, checked once per scenario.
+
+* :data:`POLICY_SUPPORT`: for every ``scheduler.policy`` (the keys of
+  ``simulator.engine.scheduler.POLICIES``), each feature in :data:`POLICY_FEATURES`: supported
+  (``YES``) or refused (a :class:`No` saying why and what to do instead).
+* :data:`COST_MODEL_SUPPORT`: the same for every ``cost_model`` of a hardware profile (the keys of
+  ``simulator.cost.base.COST_MODELS``) over :data:`COST_MODEL_FEATURES`.
+* :data:`EXCLUSIONS`: pairs of features not modelled together, whatever the policy.
+
+:func:`check_capabilities` applies the table; :func:`simulator.run.resolve.resolve` calls it
+first, so ``simulate``, the planner and the dashboard all refuse the same combinations with the
+same :class:`~simulator.errors.ScenarioError`, which names both features. Checks of one field's
+value (ranges, a profile lacking a link bandwidth, a model that does not fit) stay with the code
+that uses the value. :func:`markdown` renders the table for ``docs/scenario-reference.md``
+(``docs/gen_scenario_reference.py``), so the documentation is the table.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from simulator.errors import ScenarioError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.scenario.config import Scenario
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A scenario feature: its name in messages and docs, the YAML that turns it on, and a detector."""
+
+    title: str
+    """Plural-friendly name used in messages: ``policies with <title>: ...``."""
+    yaml: str
+    """How a scenario turns it on, as YAML (docs and messages: ``... together with <yaml>``)."""
+    on: Callable[[Scenario], Any]
+    """``(field, value)`` of the setting that turns it on in this scenario, or None when off."""
+
+
+@dataclass(frozen=True)
+class No:
+    """A refused combination: why it is not modelled, and what to do instead (both optional)."""
+
+    why: str = ""
+    hint: str = ""
+
+
+YES = True
+"""A supported combination."""
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """``feature`` is not modelled together with ``other``; the error names ``feature``'s field."""
+
+    feature: str
+    other: str
+    why: str = ""
+    hint: str = ""
+
+
+def _on(field: str, value: Any) -> tuple[str, Any] | None:
+    return (field, value) if value is not None and value is not False else None
+
+
+def _set(obj: Any) -> str | None:
+    return "set" if obj is not None else None
+
+
+def _pool_sizes(sc: Scenario) -> tuple[str, Any] | None:
+    dep = sc.deployment
+    if dep.prefill_replicas is not None:
+        return "deployment.prefill_replicas", dep.prefill_replicas
+    return _on("deployment.decode_replicas", dep.decode_replicas)
+
+
+def _quantization(sc: Scenario) -> tuple[str, Any] | None:
+    q = sc.deployment.quantization
+    return _on("deployment.quantization", q if q != "none" else None)
+
+
+def _kv_cache_dtype(sc: Scenario) -> tuple[str, Any] | None:
+    kv = sc.deployment.kv_cache_dtype
+    return _on("deployment.kv_cache_dtype", kv if kv != "auto" else None)
+
+
+FEATURES: dict[str, Feature] = {
+    "prefix_caching": Feature("prefix caching", "scheduler.enable_prefix_caching: true", lambda sc: _on(
+        "scheduler.enable_prefix_caching", sc.scheduler.enable_prefix_caching)),
+    "speculative_decoding": Feature("speculative decoding", "speculative_config", lambda sc: _on(
+        "speculative_config", sc.speculative_config.method if sc.speculative_config else None)),
+    "swap_preemption": Feature("swap preemption", "scheduler.preemption_mode: swap", lambda sc: _on(
+        "scheduler.preemption_mode", "swap" if sc.scheduler.preemption_mode == "swap" else None)),
+    "pool_sizes": Feature("prefill/decode pool sizes", "deployment.prefill_replicas / decode_replicas",
+                          _pool_sizes),
+    "client_timeout": Feature("client timeouts", "client.timeout_s",
+                              lambda sc: _on("client.timeout_s", sc.client.timeout_s)),
+    "queue_delay_shedding": Feature("queue-delay shedding", "admission.max_queue_delay_s", lambda sc: _on(
+        "admission.max_queue_delay_s", sc.admission.max_queue_delay_s)),
+    "autoscaler": Feature("the autoscaler", "deployment.autoscaler",
+                          lambda sc: _on("deployment.autoscaler", _set(sc.deployment.autoscaler))),
+    "fleet": Feature("fleets of regions", "fleet", lambda sc: _on("fleet", _set(sc.fleet))),
+    "model_pools": Feature("model pools", "deployment.pools", lambda sc: _on(
+        "deployment.pools", [p.name for p in sc.deployment.pools] if sc.deployment.pools else None)),
+    "network": Feature("client networks", "network", lambda sc: _on("network", _set(sc.network))),
+    "output_cap": Feature("output caps", "client.max_tokens",
+                          lambda sc: _on("client.max_tokens", sc.client.max_tokens)),
+    "prompt_trimming": Feature("prompt trimming", "client.max_prompt_tokens",
+                               lambda sc: _on("client.max_prompt_tokens", sc.client.max_prompt_tokens)),
+    "sessions": Feature("multi-turn sessions", "workload.sessions",
+                        lambda sc: _on("workload.sessions", _set(sc.workload.sessions))),
+    "shared_prefixes": Feature("shared prefixes", "workload.prefix",
+                               lambda sc: _on("workload.prefix", _set(sc.workload.prefix))),
+    "quantization": Feature("weight quantization", "deployment.quantization", _quantization),
+    "kv_cache_dtype": Feature("KV-cache dtypes", "deployment.kv_cache_dtype", _kv_cache_dtype),
+}
+"""Every feature the table speaks of, in the order they are checked."""
+
+POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", "pool_sizes",
+                   "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools")
+"""The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
+
+
+def _all_but(features: tuple[str, ...], **refused: No) -> dict[str, bool | No]:
+    """A full row: ``YES`` for every feature but the ``refused`` ones."""
+    assert set(refused) <= set(features), set(refused) - set(features)
+    return {key: refused.get(key, YES) for key in features}
+
+
+_EITHER = "use one or the other"
+_OWN_ADMISSION = No("its admission does not go through the prefix cache's admit/release")
+_MOVES = No("a request moves from a prefill to a decode replica", "use admission.max_queue_len")
+_BY_HAND = No("size the pools by hand")
+
+POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
+    "continuous": _all_but(POLICY_FEATURES, pool_sizes=No()),
+    "chunked_prefill": _all_but(
+        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
+        swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute")),
+    "dynamic": _all_but(
+        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No()),
+    "static": _all_but(
+        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No()),
+    "disaggregated": _all_but(
+        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), client_timeout=_MOVES,
+        queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER)),
+}
+"""``scheduler.policy`` -> feature -> ``YES`` or :class:`No`. A policy missing here (a plug-in
+registered without a row) supports none of :data:`POLICY_FEATURES`."""
+
+COST_MODEL_FEATURES = ("quantization", "kv_cache_dtype")
+"""The features whose support depends on the profile's ``cost_model``."""
+
+_OWN_DTYPE = No("it times the model in the dtype it was measured in",
+                "serve the model as calibrated, or use a roofline profile")
+
+COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
+    "constant": _all_but(COST_MODEL_FEATURES),   # fixed step times; the KV plan follows the bytes
+    "roofline": _all_but(COST_MODEL_FEATURES),
+    "table": _all_but(COST_MODEL_FEATURES, quantization=_OWN_DTYPE, kv_cache_dtype=_OWN_DTYPE),
+}
+"""A profile's ``cost_model`` -> feature -> ``YES`` or :class:`No` (missing: none supported)."""
+
+_CUTS_PREFIX = "trimming keeps a prompt's last tokens and would cut the shared prefix"
+
+EXCLUSIONS: tuple[Exclusion, ...] = (
+    Exclusion("prefix_caching", "speculative_decoding", "lookahead KV slots are not tracked per block",
+              "turn one of them off"),
+    Exclusion("prefix_caching", "swap_preemption", "swapped blocks would lose their identities",
+              "use preemption_mode: recompute, where re-admission hits the cache"),
+    Exclusion("autoscaler", "model_pools", hint=_EITHER),
+    Exclusion("fleet", "model_pools", hint=_EITHER),
+    Exclusion("fleet", "autoscaler", hint=_EITHER),
+    Exclusion("network", "fleet", hint="give the client RTTs in fleet.clients instead"),
+    Exclusion("output_cap", "sessions",
+              "a turn's prompt is built from the previous turn's drawn answer length",
+              "cap workload.output_tokens.max instead"),
+    Exclusion("prompt_trimming", "shared_prefixes", _CUTS_PREFIX),
+    Exclusion("prompt_trimming", "sessions", _CUTS_PREFIX),
+)
+"""Features not modelled together, whatever the policy and cost model."""
+
+
+# -- the check --------------------------------------------------------------------------------------
+def check_capabilities(scenario: Scenario) -> None:
+    """Refuse a scenario that combines features the table does not support together.
+
+    Loads the hardware profile(s) only when a feature whose support depends on the cost model is
+    on (with ``deployment.pools``, each pool's profile, quantization and KV-cache dtype).
+
+    Raises:
+        ScenarioError: on the first refused combination, naming the field that turns one feature
+            on, its value, the other feature (or the policy / cost model), why, and what is allowed.
+    """
+    policy = scenario.scheduler.policy
+    row = POLICY_SUPPORT.get(policy, {})
+    for key in POLICY_FEATURES:
+        use = FEATURES[key].on(scenario)
+        support = row.get(key, No())
+        if use is not None and support is not YES:
+            raise ScenarioError(*use, _refusal(f"scheduler.policy {policy!r}", support, key, "policies",
+                                               POLICY_SUPPORT))
+    for prefix, hardware, system in _systems(scenario):
+        uses = [(key, FEATURES[key].on(system)) for key in COST_MODEL_FEATURES]
+        uses = [(key, use) for key, use in uses if use is not None]
+        if not uses:
+            continue
+        from simulator.scenario.profiles import load_profile
+        profile = load_profile(hardware, field=f"{prefix}hardware" if prefix else "hardware",
+                               base_dir=scenario.base_dir)
+        row = COST_MODEL_SUPPORT.get(profile.cost_model, {})
+        for key, (field, value) in uses:
+            support = row.get(key, No())
+            if support is not YES:
+                field = prefix + field.removeprefix("deployment.") if prefix else field
+                raise ScenarioError(field, value, _refusal(
+                    f"cost model {profile.cost_model!r} of profile {profile.name!r}", support, key,
+                    "cost models", COST_MODEL_SUPPORT))
+    for ex in EXCLUSIONS:
+        use, other = FEATURES[ex.feature].on(scenario), FEATURES[ex.other].on(scenario)
+        if use is not None and other is not None:
+            raise ScenarioError(*use, f"is not modelled together with {FEATURES[ex.other].yaml}"
+                                + (f" ({ex.why})" if ex.why else "") + (f"; {ex.hint}" if ex.hint else ""))
+
+
+def _refusal(what: str, support: Any, key: str, kind: str, table: dict[str, dict[str, Any]]) -> str:
+    no = support if isinstance(support, No) else No()
+    allowed = [name for name, row in table.items() if row.get(key) is YES]
+    return (f"not modelled with {what}" + (f" ({no.why})" if no.why else "")
+            + f"; {kind} with {FEATURES[key].title}: {', '.join(allowed) or 'none'}"
+            + (f"; {no.hint}" if no.hint else ""))
+
+
+def _systems(scenario: Scenario) -> list[tuple[str, Any, Scenario]]:
+    """``(field prefix, hardware, scenario)`` of each served system: the scenario itself, or with
+    ``deployment.pools`` each pool's view (its hardware, quantization and KV-cache dtype)."""
+    dep = scenario.deployment
+    if not dep.pools:
+        return [("", scenario.hardware, scenario)]
+    out = []
+    for pool in dep.pools:
+        pool_dep = dep.model_copy(update={
+            "quantization": pool.quantization if pool.quantization is not None else dep.quantization,
+            "kv_cache_dtype": pool.kv_cache_dtype if pool.kv_cache_dtype is not None else dep.kv_cache_dtype})
+        hardware = pool.hardware if pool.hardware is not None else scenario.hardware
+        view = scenario.model_copy(update={"deployment": pool_dep})
+        out.append((f"deployment.pools.{pool.name}.", hardware, view))
+    return out
+
+
+# -- the docs ---------------------------------------------------------------------------------------
+def markdown() -> str:
+    """The table as Markdown (a section of ``docs/scenario-reference.md``)."""
+    def cell(support: Any) -> str:
+        if support is YES:
+            return "yes"
+        no = support if isinstance(support, No) else No()
+        return "no" + (f" ({no.why})" if no.why else "") + (f"; {no.hint}" if no.hint else "")
+
+    def named(key: str) -> str:
+        return f"{FEATURES[key].title} (`{FEATURES[key].yaml}`)"
+
+    def grid(axis: str, table: dict[str, dict[str, Any]], keys: tuple[str, ...]) -> list[str]:
+        lines = [f"| {axis} | " + " | ".join(named(k) for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for name, row in table.items():
+            lines.append(f"| `{name}` | " + " | ".join(cell(row.get(k, No())) for k in keys) + " |")
+        return lines
+
+    everywhere = [k for k in FEATURES if k not in POLICY_FEATURES and k not in COST_MODEL_FEATURES]
+    lines = ["## What combines with what", "",
+             "Generated from `simulator/capabilities.py`, the table every scenario is checked against when "
+             "it is resolved (`llmplan simulate`, the planner and the dashboard alike). A refused "
+             "combination is an error naming the field that turns one feature on, its value, the other "
+             "feature (or the policy or cost model), why, and what to do instead.", "",
+             "### By batching policy (`scheduler.policy`)", "",
+             *grid("policy", POLICY_SUPPORT, POLICY_FEATURES), "",
+             "Every policy models " + ", ".join(named(k) for k in everywhere)
+             + ", subject to the pairs below.", "",
+             "### By cost model (the hardware profile's `cost_model`)", "",
+             *grid("cost model", COST_MODEL_SUPPORT, COST_MODEL_FEATURES), "",
+             "### Features not modelled together", "",
+             "| feature | not together with | why | instead |", "|---|---|---|---|"]
+    for ex in EXCLUSIONS:
+        lines.append(f"| {named(ex.feature)} | {named(ex.other)} | {ex.why} | {ex.hint} |")
+    return "\n".join(lines) + "\n"
