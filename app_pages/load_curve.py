@@ -5,12 +5,21 @@ import numpy as np
 import streamlit as st
 
 from app_pages.charts import load_curve_figure
-from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_sweep, fmt, interrupted_run,
-                              restore_widgets, save_widgets, scenario_source, show_error)
+from app_pages.common import (
+    DEFAULT_EXAMPLE,
+    DEFAULT_TIME_LIMIT_S,
+    cached_sweep,
+    fmt,
+    interrupted_run,
+    restore_widgets,
+    save_widgets,
+    scenario_source,
+    show_error,
+)
 from simulator import ScenarioError, resolve
+from simulator.metrics import slo_thresholds_s
 from simulator.report.analysis import RunCancelled, max_load_meeting_slo, num_gpus, with_arrival_rate
 from simulator.scenario.config import GammaArrival, PoissonArrival
-from simulator.metrics import slo_thresholds_s
 from simulator.scenario.io import scenario_key
 
 P = "lc"
@@ -88,7 +97,7 @@ if run and scenario is not None:
         st.session_state[f"{P}_result"] = (scenario, sweep)
     except RunCancelled as exc:
         st.warning(f"Sweep cancelled: {exc}", icon=":material/timer_off:")
-    except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
+    except Exception as exc:  # a failed run must not take the page down
         show_error(exc)
     st.session_state[f"{P}_running"] = False
 

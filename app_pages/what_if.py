@@ -7,15 +7,24 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.charts import cdf_figure, series_figure, stages_figure
-from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_report, fmt, interrupted_run,
-                              restore_widgets, save_widgets, scenario_source, show_error)
+from app_pages.common import (
+    DEFAULT_EXAMPLE,
+    DEFAULT_TIME_LIMIT_S,
+    cached_report,
+    fmt,
+    interrupted_run,
+    restore_widgets,
+    save_widgets,
+    scenario_source,
+    show_error,
+)
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
+from simulator.cluster.router import ROUTERS
+from simulator.engine.policies import POLICIES
 from simulator.report.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
 from simulator.scenario.config import GammaArrival, PoissonArrival
-from simulator.scenario.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
-from simulator.engine.policies import POLICIES
-from simulator.cluster.router import ROUTERS
 from simulator.scenario.io import scenario_diff, scenario_key, scenario_to_yaml
+from simulator.scenario.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
 
 P = "wi"
 FROM_FILE = "(as in the file)"
@@ -338,7 +347,7 @@ if run and scenario is not None:
         st.session_state[f"{P}_report"] = report
     except RunCancelled as exc:
         st.warning(f"Run cancelled: {exc}", icon=":material/timer_off:")
-    except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
+    except Exception as exc:  # a failed run must not take the page down
         show_error(exc)
     st.session_state[f"{P}_running"] = False
 

@@ -32,19 +32,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from simulator.scenario.config import Scenario
 from simulator.engine.kv_cache import KVCacheManager
-from simulator.scenario.models import ModelSpec
 from simulator.engine.policies import POLICIES
 from simulator.engine.request import RequestTable
 from simulator.engine.scheduler import SchedulerOutput
+from simulator.scenario.config import Scenario
+from simulator.scenario.models import ModelSpec
 from simulator.workload.traffic import Workload
 
 from .kernels import TORCH_DTYPES
@@ -121,7 +122,7 @@ class LlamaModel:
         x = self.embed[tokens.to(self.device)]
         T = x.shape[0]
         H, Hkv, d, qw, kvw = self.H, self.Hkv, self.d, self.q_w, self.kv_w
-        gqa = H != Hkv
+        gqa = Hkv != H
         from torch.nn.attention.bias import causal_lower_right
         for li, layer in enumerate(self.layers):
             xn = F.rms_norm(x, (self.h,), layer["attn_norm"], self.eps)
@@ -195,12 +196,12 @@ class EngineRun:
     engine_steps_cpu_s: float = 0.0
     scenario: Scenario | None = None
 
-    def requests_frame(self) -> "Any":
+    def requests_frame(self) -> Any:
         """One row per request, built by the simulator's own code (same columns as ``result.requests``)."""
         from simulator.run.records import _requests_frame
         return _requests_frame(self.table, self.scenario)
 
-    def steps_frame(self) -> "Any":
+    def steps_frame(self) -> Any:
         import pandas as pd
         return pd.DataFrame([{
             "start_s": s.start_s, "duration_s": s.duration_s, "wall_s": s.wall_s, "cpu_s": s.cpu_s,

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.errors import ScenarioError
 from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256
+from simulator.errors import ScenarioError
 from simulator.scenario.profiles import load_profile
 
 VIDUR_OPS = {  # Vidur op -> (our op, how to compute n/k or width)

@@ -15,18 +15,19 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 import yaml
 
+from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
 from simulator.errors import ScenarioError
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
-from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
 from simulator.scenario.profiles import PARTIAL_TABLE
 
 from . import kernels

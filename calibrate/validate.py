@@ -26,22 +26,22 @@ import os
 import platform
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 import yaml
 
-from simulator.scenario.config import Scenario
 from simulator.cost.factory import make_cost_model
-from simulator.errors import ScenarioError
-from simulator.scenario.models import ModelSpec
-from simulator.scenario.profiles import load_profile
 from simulator.run.resolve import resolve, resolve_model, spawn_rngs
 from simulator.run.simulate import simulate
+from simulator.scenario.config import Scenario
+from simulator.scenario.models import ModelSpec
+from simulator.scenario.profiles import load_profile
 from simulator.workload.traffic import Workload, generate_workload
 
 from .engine import EngineRun, LlamaModel, ServingEngine

@@ -18,7 +18,8 @@ autocorrelated by the queue, so these intervals are optimistic; independent repl
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -108,7 +109,7 @@ def slo_thresholds_s(slo: Any) -> dict[str, float]:
     return out
 
 
-def summarize(result: "SimulationResult") -> dict[str, Any]:
+def summarize(result: SimulationResult) -> dict[str, Any]:
     """The run's JSON summary (the CLI's ``--json`` output; see the README for every key)."""
     sc, req, steps = result.scenario, result.requests, result.step_log.columns()
     start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
@@ -139,11 +140,11 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         "window_s": [start, end],
     }
     summary["requests"] = {
-        "arrived": int(len(req)),
+        "arrived": len(req),
         "completed": int(finished.sum()),
         "rejected": int(status.isin(("finished_rejected", "finished_shed")).sum()),
         "in_flight": int((~status.str.startswith("finished")).sum()),
-        "measured": int(len(measured)),
+        "measured": len(measured),
         "preemptions": int(req["num_preemptions"].sum()),
     }
     summary["requests"].update(_lever_counts(req, status))
@@ -191,7 +192,7 @@ def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:
             "shed": int((status == "finished_shed").sum())}
 
 
-def _deployment_summary(result: "SimulationResult") -> dict[str, Any]:
+def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
     """GPU count and the model-level levers as served (quantization, KV dtype, TP)."""
     sc, system = result.scenario, result.system
     dep, p, plan = sc.deployment, system.precision, system.kv_plan
@@ -272,7 +273,7 @@ def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: Any) -> dict
     usage = steps["kv_blocks_used"] / num_gpu_blocks
     busy = float(d.sum())
     return {
-        "num_steps": int(len(d)),
+        "num_steps": len(d),
         "mean_num_seqs": float(np.average(seqs, weights=d)) if busy > 0 else None,
         "max_num_seqs": int(seqs.max()),
         "busy_s": busy,

@@ -8,13 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_scenario
 
 from simulator import load_scenario, simulate
-from simulator.scenario.config import AffinityConfig
-from simulator.engine.prefix_cache import prefix_block_hashes
 from simulator.cluster.routing import make_router
-
-from conftest import make_scenario
+from simulator.engine.prefix_cache import prefix_block_hashes
+from simulator.scenario.config import AffinityConfig
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-prefix-h100.yaml"
 

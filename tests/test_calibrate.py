@@ -209,7 +209,7 @@ NO_TORCH = ("import sys, importlib.abc\n"
 
 
 def test_missing_torch_names_the_extra_to_install(tmp_path: Path) -> None:
-    code = (NO_TORCH + 
+    code = (NO_TORCH +
             f"sys.argv = ['llmplan', 'calibrate', '--quick', '--out', {str(tmp_path / 'x')!r}]; "
             "from simulator.cli import main; main()")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

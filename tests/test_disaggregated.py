@@ -3,10 +3,9 @@ in the decode pool, and clear errors."""
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, load_scenario, simulate
-
-from conftest import make_scenario
 
 POOLS = {"scheduler.policy": "disaggregated", "deployment.prefill_replicas": 1, "deployment.decode_replicas": 1}
 

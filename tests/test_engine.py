@@ -20,11 +20,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibrate.engine import LlamaModel, ServingEngine  # noqa: E402
-from calibrate.validate import (BURST_RATE_PER_S, ValidateSettings, build_scenario, format_table,  # noqa: E402
-                                run_validation, workload_of)
+from calibrate.validate import (  # noqa: E402
+    BURST_RATE_PER_S,
+    ValidateSettings,
+    build_scenario,
+    format_table,
+    run_validation,
+    workload_of,
+)
 from simulator import simulate  # noqa: E402
-from simulator.scenario.models import ModelSpec  # noqa: E402
 from simulator.run.resolve import resolve  # noqa: E402
+from simulator.scenario.models import ModelSpec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = "cpu-amd-epyc-tiny-llama"

@@ -6,12 +6,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, simulate
 from simulator.cluster.router import ROUTERS
 from simulator.workload.traffic import ARRIVALS
-
-from conftest import make_scenario
 
 
 def _fleet(router: str, seed: int, **more):

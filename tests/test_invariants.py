@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
+from conftest import make_scenario
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simulator import simulate
-
-from conftest import make_scenario
 
 scenarios = st.fixed_dictionaries({
     "seed": st.integers(0, 10_000),

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_scenario, make_scheduler
 
 from simulator import load_profile, scenario_from_dict, simulate
 from simulator.cost.analytic import RooflineCostModel
-from simulator.scenario.models import MODEL_PRESETS
-from simulator.scenario.quantization import resolve_precision
 from simulator.engine.request import RequestStatus
 from simulator.run.resolve import resolve
-
-from conftest import make_scenario, make_scheduler
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.quantization import resolve_precision
 
 H100 = "h100-sxm"
 
@@ -218,8 +217,9 @@ def test_timeouts_and_shedding_fast_forward_equals_step_by_step():
 
 
 def test_levers_example_runs_and_its_guards_act_without_the_model_levers():
-    from simulator import load_scenario
     from pathlib import Path
+
+    from simulator import load_scenario
 
     path = Path(__file__).resolve().parents[1] / "examples/levers-h100.yaml"
     small = {"num_requests": 1500, "warmup_s": 0, "cooldown_s": 0}

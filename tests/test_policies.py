@@ -3,11 +3,10 @@ direction and rough size of each policy's effect where the literature says what 
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario, make_scheduler
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.engine.request import RequestStatus
-
-from conftest import make_scenario, make_scheduler
 
 
 def step(sched, now):

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-
-from simulator import ScenarioError, load_scenario, simulate
-
 from test_cli import run_cli
+
+from simulator import load_scenario, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "model-routing.yaml"

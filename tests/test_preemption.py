@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario, make_scheduler
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.engine.scheduler import SwapSpace
-
-from conftest import make_scenario, make_scheduler
 
 
 def pressure(**over):

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_scenario
+from test_errors import assert_one_error_line, minimal, run_cli
 
 from simulator import ScenarioError, scenario_from_dict, simulate
 from simulator.cost.factory import make_cost_model
 from simulator.engine.prefix_cache import BlockHashes, PrefixCachingKVManager
 from simulator.run.resolve import resolve
-
-from conftest import make_scenario
-from test_errors import assert_one_error_line, minimal, run_cli
 
 DATA = Path(__file__).parent / "data"
 MOONCAKE = DATA / "mooncake_conversation_excerpt.jsonl"

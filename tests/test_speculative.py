@@ -3,12 +3,10 @@ memory taken by a draft model, determinism and clear errors."""
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.engine.speculative import expected_tokens_per_step
-
-from conftest import make_scenario
-
 
 
 def spec(method="ngram", k=4, alpha=0.8, **extra):

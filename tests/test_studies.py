@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, simulate
 from simulator.report import studies
-
-from conftest import make_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,11 +13,11 @@ import yaml
 
 from simulator import ScenarioError, simulate
 from simulator.cost.factory import make_cost_model
-from simulator.scenario.models import MODEL_PRESETS
 from simulator.cost.op_table import TABLE_COLUMNS, LogCurve, file_sha256, fit_summary, leave_one_out
-from simulator.report.profile_report import family_report, op_report
-from simulator.scenario.profiles import load_profile
 from simulator.cost.table import TableCostModel
+from simulator.report.profile_report import family_report, op_report
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.profiles import load_profile
 from tests.conftest import make_scenario
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,7 +28,8 @@ newest copy). Routers count their decisions, reported in the summary under ``rou
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

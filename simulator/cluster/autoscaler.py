@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,7 @@ class Autoscaler:
             self.ramps[-1][1] = now
         self.timeline.append((now, self.active, self.starting))
 
-    def _loop(self):  # noqa: ANN202 - SimPy process
+    def _loop(self):  # SimPy process
         cfg, env = self.cfg, self.env
         while not self.is_done():
             yield env.timeout(max(0.0, self.next_tick - env.now))
@@ -85,13 +86,13 @@ class Autoscaler:
         self._record()
         self.env.process(self._activate(delay))
 
-    def _activate(self, delay: float):  # noqa: ANN202
+    def _activate(self, delay: float):
         yield self.env.timeout(delay)
         self.starting -= 1
         self.active = min(self.active + 1, self.cfg.max_replicas)
         self._record()
 
-    def _refill(self):  # noqa: ANN202
+    def _refill(self):
         yield self.env.timeout(self.cold_start_s)
         self.warm += 1
 

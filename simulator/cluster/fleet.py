@@ -13,13 +13,14 @@ Client-perceived TTFT and E2E add the RTT to the region actually used (see
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import FleetConfig
 from simulator.cluster.network import client_overhead_s
+from simulator.scenario.config import FleetConfig
 
 
 class GeoRouter:
@@ -91,7 +92,7 @@ def fleet_summary(requests: pd.DataFrame, measured_mask: np.ndarray) -> dict[str
     m = requests[measured_mask]
     for name, g in m.groupby("region", observed=True, sort=False):
         out[str(name)] = {
-            "requests": int(len(g)),
+            "requests": len(g),
             "client_ttft_p99_s": float(np.nanquantile(g["client_ttft_s"], 0.99)) if len(g) else None,
             "client_e2e_p99_s": float(np.nanquantile(g["client_e2e_s"], 0.99)) if len(g) else None,
             "rtt_mean_s": float(g["rtt_s"].mean()) if len(g) else None,

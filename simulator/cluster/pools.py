@@ -13,13 +13,14 @@ request longer than that is handled by ``workload.over_length`` even if it would
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import PoolConfig, Scenario
 from simulator.errors import ScenarioError
+from simulator.scenario.config import PoolConfig, Scenario
 
 POOL_FIELDS = {"model": "model", "hardware": "hardware", "deployment.tensor_parallel_size": "tensor_parallel_size",
                "deployment.quantization": "quantization", "deployment.kv_cache_dtype": "kv_cache_dtype",
@@ -186,7 +187,7 @@ def pools_summary(scenario: Scenario, systems: Sequence[Any], requests: pd.DataF
             "tensor_parallel_size": pool_tp(scenario, pool), "num_gpus": pool.replicas * pool_tp(scenario, pool),
             "num_gpu_blocks": system.kv_plan.num_gpu_blocks, "max_model_len": system.max_model_len,
             "requests": {"arrived": int(in_pool.sum()), "completed": int((in_pool & finished).sum()),
-                         "measured": int(len(m))}}
+                         "measured": len(m)}}
         for metric in ("ttft_s", "tpot_s", "e2e_s"):
             col = m[metric].to_numpy(dtype=float)
             col = col[~np.isnan(col)]

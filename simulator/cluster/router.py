@@ -5,9 +5,11 @@ queues at the arrival instant; randomised routers draw from their own generator 
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
+
 from simulator.registry import Registry
 
 

@@ -18,13 +18,13 @@ Both expose ``decode_run_times`` so the engine can advance many decode steps in 
 """
 from __future__ import annotations
 
-
 import numpy as np
 
+from simulator.cost.base import StepTime, register
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
-from simulator.cost.base import StepTime, register
+
 
 @register("constant")
 class ConstantCostModel:

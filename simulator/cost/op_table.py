@@ -34,9 +34,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -181,7 +181,7 @@ class DecodeCurves:
     times: tuple[np.ndarray, ...]
 
     @classmethod
-    def fit(cls, rows: pd.DataFrame) -> "DecodeCurves":
+    def fit(cls, rows: pd.DataFrame) -> DecodeCurves:
         bs, xs, ts = [], [], []
         for b, g in rows.groupby("batch"):
             pts = g.groupby("context")["median_s"].median().sort_index()

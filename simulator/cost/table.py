@@ -26,15 +26,24 @@ measure the scheduler).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from simulator.cost.base import StepTime, register
+from simulator.cost.op_table import (
+    TABLE_SCHEMA,
+    DecodeCurves,
+    LogCurve,
+    compatible_dtype,
+    gemm_roof,
+    prefill_pairs,
+    prefill_roof,
+    read_table,
+)
 from simulator.errors import ScenarioError
 from simulator.scenario.models import DTYPE_BYTES, ModelSpec
-from simulator.cost.op_table import TABLE_SCHEMA, DecodeCurves, LogCurve, compatible_dtype, gemm_roof, prefill_pairs, prefill_roof, read_table
 from simulator.scenario.profiles import HardwareProfile
 
 #: Elementwise ops per layer (the final RMSNorm adds one more per step).

@@ -19,7 +19,8 @@ step (its next step, and so its next handoffs, cannot come earlier).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -70,7 +71,7 @@ class DecodeScheduler(Scheduler):
 class DisaggregatedFleet:
     """Builds the two pools and moves requests from one to the other (see module docstring)."""
 
-    def __init__(self, env: Any, scenario: Any, system: Any, table: Any, make_replica: Callable[..., "Replica"],
+    def __init__(self, env: Any, scenario: Any, system: Any, table: Any, make_replica: Callable[..., Replica],
                  router_factory: Callable[[], Any], next_arrival: Callable[[], float]) -> None:
         dep = scenario.deployment
         self.env, self.table = env, table
@@ -94,7 +95,7 @@ class DisaggregatedFleet:
         self.transfer_s_total = 0.0
 
     @property
-    def replicas(self) -> list["Replica"]:
+    def replicas(self) -> list[Replica]:
         return self.prefill + self.decode
 
     def transfer_s(self, tokens: int) -> float:

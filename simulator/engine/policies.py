@@ -27,11 +27,11 @@ import math
 
 import numpy as np
 
-from simulator.scenario.config import SchedulerConfig
 from simulator.engine.disaggregated import DecodeScheduler
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
+from simulator.scenario.config import SchedulerConfig
 
 _RUNNING = int(RequestStatus.RUNNING)
 

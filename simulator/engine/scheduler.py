@@ -26,16 +26,17 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
-from simulator.scenario.config import SchedulerConfig
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.prefix_cache import PrefixCachingKVManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.registry import Registry
+from simulator.scenario.config import SchedulerConfig
 
 _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
                                int(RequestStatus.FINISHED_LENGTH_CAPPED))

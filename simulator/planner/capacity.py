@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.scenario.config import Scenario
 from simulator.cost.factory import make_cost_model
 from simulator.run.resolve import resolve
+from simulator.scenario.config import Scenario
 from simulator.workload.lengths import make_length
 
 

@@ -18,8 +18,8 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from simulator.scenario.config import Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.errors import ScenarioError
+from simulator.scenario.config import Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.scenario.frozen import Frozen
 
 
@@ -43,7 +43,7 @@ class PlanSLO(Frozen):
     """Least fraction of requests within every threshold (0 = only the p99s are held)."""
 
     @model_validator(mode="after")
-    def _some(self) -> "PlanSLO":
+    def _some(self) -> PlanSLO:
         if self.ttft_p99_ms is None and self.tpot_p99_ms is None and self.e2e_p99_ms is None:
             raise ValueError("give at least one of ttft_p99_ms, tpot_p99_ms, e2e_p99_ms")
         return self
@@ -105,7 +105,7 @@ class PlanConfig(Frozen):
     base_dir: str = "."
 
     @model_validator(mode="after")
-    def _cross(self) -> "PlanConfig":
+    def _cross(self) -> PlanConfig:
         names = [r.name for r in self.regions]
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:

@@ -29,7 +29,7 @@ class PlanProgressDisplay:
                       for q, r in zip(loaded.forecast["quarter"], loaded.forecast["region"])}
         self.notes: dict[tuple[str, str], list[str]] = {}
 
-    def __enter__(self) -> "PlanProgressDisplay":
+    def __enter__(self) -> PlanProgressDisplay:
         self.progress.__enter__()
         return self
 

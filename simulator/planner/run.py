@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
-from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
-from simulator.errors import ScenarioError
 from simulator.cluster.network import network_from_clients
-from simulator.run.resolve import resolve
-from simulator.workload.lengths import make_length
+from simulator.errors import ScenarioError
 from simulator.planner.backends import open_executor
 from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.search import SearchTask, SLOSpec, search_replicas
+from simulator.run.resolve import resolve
+from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
+from simulator.workload.lengths import make_length
 
 HOURS_PER_QUARTER = 365.25 * 24 / 4
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from simulator.scenario.config import Scenario
-from simulator.metrics import in_measurement_window
 from simulator.cluster.network import ClientNetwork, add_client_latencies
+from simulator.metrics import in_measurement_window
 from simulator.run.simulate import simulate
+from simulator.scenario.config import Scenario
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def evaluate(task: SearchTask, replicas: int) -> dict[str, Any]:
             worst = check
     assert worst is not None
     batch = result.summary["batch"]
-    worst.update(replicas=replicas, batching_factor=batch.get("mean_num_seqs"), measured=int(len(measured)),
+    worst.update(replicas=replicas, batching_factor=batch.get("mean_num_seqs"), measured=len(measured),
                  rejected=int(result.summary["requests"]["rejected"]))
     return worst
 

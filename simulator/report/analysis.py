@@ -16,17 +16,18 @@ window ``[warmup_s, last arrival - cooldown_s]`` and finished), the same set the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario
 from simulator.errors import ScenarioError
 from simulator.metrics import in_measurement_window, slo_thresholds_s
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
+from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario
 
 LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -389,9 +390,9 @@ def measured_vs_fitted(profile: Any) -> pd.DataFrame:
     Raises:
         ScenarioError: the profile has no measurement table.
     """
-    from simulator.scenario.models import DTYPE_BYTES
     from simulator.cost.op_table import leave_one_out
     from simulator.report.profile_report import profile_table as read_ops
+    from simulator.scenario.models import DTYPE_BYTES
 
     if profile.cost_model != "table" or profile.table is None:
         raise ScenarioError("hardware.cost_model", profile.cost_model,

@@ -8,11 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import Scenario
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import DecodeRun, SchedulerOutput
 from simulator.run.resolve import ResolvedSystem
-
+from simulator.scenario.config import Scenario
 
 # -- records ---------------------------------------------------------------------------------------
 STEP_COLUMNS = ("start_time", "duration_s", "replica", "num_seqs", "num_prefill_tokens",
@@ -50,7 +49,7 @@ class StepLog:
             self._tabulated.append(run.durations)
         self._replicas.add(replica)
 
-    def freeze(self) -> "FrozenStepLog":
+    def freeze(self) -> FrozenStepLog:
         """The log as compact per-entry arrays (one row per step or decode run); drops the list."""
         frozen = FrozenStepLog(self._entries, self._residues, self._tabulated, len(self._replicas) > 1,
                                self._block_size)

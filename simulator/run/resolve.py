@@ -7,17 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from simulator.scenario.config import Scenario
-from simulator.errors import ScenarioError
+from simulator.cluster.routing import ROUTERS
 from simulator.engine.kv_cache import KVCachePlan, plan_kv_cache
-from simulator.workload.levers import check_levers
+from simulator.engine.policies import POLICIES  # the registry, with every policy registered
+from simulator.engine.scheduler import PREFIX_CACHING_POLICIES
+from simulator.errors import ScenarioError
+from simulator.scenario.config import Scenario
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.profiles import HardwareProfile, load_profile
 from simulator.scenario.quantization import Precision, check_kv_head_split, resolve_precision
-from simulator.cluster.routing import ROUTERS
-from simulator.engine.policies import POLICIES  # the registry, with every policy registered
-from simulator.engine.scheduler import PREFIX_CACHING_POLICIES
-
+from simulator.workload.levers import check_levers
 
 STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network")
 """Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
@@ -53,7 +52,7 @@ def resolve_model(ref: str | ModelSpec) -> ModelSpec:
 def resolve(scenario: Scenario) -> ResolvedSystem:
     """Resolve presets and profiles and size the KV cache; raises :class:`ScenarioError`."""
     if scenario.deployment.pools is not None or scenario.deployment.pool_routing is not None:
-        from simulator.cluster.pools import resolve_pools   # model routing: one resolved system per pool
+        from simulator.cluster.pools import resolve_pools  # model routing: one resolved system per pool
         pools = resolve_pools(scenario, resolve)
         first = pools[0][1]
         return dataclasses.replace(first, max_model_len=min(s.max_model_len for _, s in pools), pools=tuple(pools))

@@ -10,31 +10,31 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import simpy
 
-from simulator.scenario.config import Scenario
+from simulator.cluster.routing import make_router
 from simulator.cost.base import CostModel
 from simulator.cost.factory import make_cost_model
-from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.deadlines import Deadlines, queue_is_full
-from simulator.workload.levers import apply_client_view
+from simulator.engine.disaggregated import DisaggregatedFleet
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.engine.prefix_cache import PrefixCachingKVManager, prefix_cache_counters
-from simulator.scenario.profiles import GIB
 from simulator.engine.replica import Replica
 from simulator.engine.request import RequestStatus, RequestTable
-from simulator.cluster.routing import make_router
-from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.engine.scheduler import SwapSpace
-from simulator.engine.disaggregated import DisaggregatedFleet
 from simulator.engine.speculative import SpeculativeScheduler
-from simulator.workload.traffic import Workload, generate_workload
+from simulator.metrics import summarize
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
-from simulator.metrics import summarize
-
+from simulator.scenario.config import Scenario
+from simulator.scenario.profiles import GIB
+from simulator.workload.levers import apply_client_view
+from simulator.workload.traffic import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -208,7 +208,7 @@ class _Run:
             return min(float(self.times[self.next_index]), self.stop_time)
         return self.stop_time
 
-    def arrivals(self):  # noqa: ANN201 - SimPy process
+    def arrivals(self):  # SimPy process
         env, table, times, replicas = self.env, self.table, self.times, self.entry
         rejected = table.rejected_at_arrival
         any_rejected = bool(rejected.any())
@@ -242,7 +242,7 @@ class _Run:
 
 def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
                     rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
-                    cls: type | None = None):  # noqa: ANN202
+                    cls: type | None = None):
     cfg = scenario.scheduler
     if cfg.enable_prefix_caching:
         kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from simulator.scenario.config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
 from simulator.errors import ScenarioError
+from simulator.scenario.config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
 from simulator.scenario.profiles import available_profiles
 
 #: Largest scenario file accepted from an upload (a scenario is a few hundred bytes; traces are

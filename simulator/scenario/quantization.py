@@ -84,7 +84,7 @@ KV_CACHE_DTYPES: dict[str, float | None] = {
 }
 
 
-def resolve_precision(model: ModelSpec, profile: "HardwareProfile | None", quantization: str | None = None,
+def resolve_precision(model: ModelSpec, profile: HardwareProfile | None, quantization: str | None = None,
                       kv_cache_dtype: str = "auto") -> Precision:
     """The :class:`Precision` a deployment serves ``model`` at.
 

@@ -22,9 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from simulator.scenario.config import Scenario, TraceArrival
+from simulator.engine.prefix_cache import (
+    BlockHashes,
+    fresh_block_hashes,
+    mooncake_block_hashes,
+    prefix_block_hashes,
+    session_block_hashes,
+)
 from simulator.errors import ScenarioError
-from simulator.engine.prefix_cache import BlockHashes, fresh_block_hashes, mooncake_block_hashes, prefix_block_hashes, session_block_hashes
+from simulator.scenario.config import Scenario, TraceArrival
 from simulator.workload.lengths import make_length
 
 

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import DiurnalArrival, GammaArrival, PoissonArrival, Scenario, TraceArrival
 from simulator.errors import ScenarioError
+from simulator.registry import Registry
+from simulator.scenario.config import DiurnalArrival, GammaArrival, PoissonArrival, Scenario, TraceArrival
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
-from simulator.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,7 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     block_hashes = session = None
     if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching \
             or scenario.deployment.router == "prefix_affinity":
-        from simulator.workload.prefix import shape_prefixes   # prefixes, sessions, block identities
+        from simulator.workload.prefix import shape_prefixes  # prefixes, sessions, block identities
         times, prompt, output, block_hashes, session = shape_prefixes(scenario, arrivals, times, prompt, output, rngs)
         n = len(times)
     rejected = np.zeros(n, dtype=bool)
