@@ -55,7 +55,8 @@ st.session_state.setdefault(f"{P}_time_limit_s", 2 * DEFAULT_TIME_LIMIT_S)
 with st.sidebar.expander("Sweep", expanded=True):
     lo = st.number_input("Lowest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_min_rate")
     hi = st.number_input("Highest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_max_rate")
-    points = st.slider("Rates", min_value=2, max_value=20, key=f"{P}_points", help="Evenly spaced from lowest to highest")
+    points = st.slider("Rates", min_value=2, max_value=20, key=f"{P}_points",
+                       help="Evenly spaced from lowest to highest")
     n_req = st.number_input("Requests per rate", min_value=100, max_value=100_000, step=500, key=f"{P}_num_requests",
                             help="More requests: steadier tails, longer sweep")
 with st.sidebar.expander("SLO (p99 thresholds; 0 = none)", expanded=True):
@@ -114,7 +115,8 @@ c1.metric("Max load meeting the SLO (req/s)", fmt(limit["max_rate_per_s"], 2), b
 c2.metric(f"Per GPU (req/s, {gpus} GPU{'s' if gpus > 1 else ''})", fmt(limit["max_rate_per_gpu"], 2), border=True)
 c3.metric("First swept rate missing it (req/s)", fmt(limit["first_failing_rate_per_s"], 2), border=True)
 reason = limit["reason"]
-st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; narrow the range around it for "
+st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; "
+           "narrow the range around it for "
            "a sharper answer. Above capacity the queue grows for the whole run, so the tails there depend on the "
            "number of requests.")
 st.plotly_chart(load_curve_figure(sweep, slo_s, limit, per_gpu), key=f"{P}_chart")

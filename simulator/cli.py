@@ -89,7 +89,7 @@ class PlainProgress:
             return
         now = self.clock()
         tenth = 10 * done // total if total else self.tenth
-        final = bool(total) and done >= total
+        final = total is not None and total != 0 and done >= total
         if not (final or (tenth > self.tenth and now - self.last >= self.min_gap_s)
                 or now - self.last >= self.heartbeat_s):
             return
@@ -146,7 +146,8 @@ def simulate(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout."),
     set_: list[str] | None = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
     seed: int | None = typer.Option(None, "--seed", help="Override the scenario's seed."),
-    out: Path | None = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, scenario.yaml here."),
+    out: Path | None = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, "
+                                    "scenario.yaml here."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
 ) -> None:
@@ -215,7 +216,8 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     dep = summary.get("deployment")
     if dep:
         out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']})  "
-                          f"weights {dep['quantization']} (GEMMs in {dep['compute_dtype']}), KV {dep['kv_cache_dtype']}, "
+                          f"weights {dep['quantization']} (GEMMs in {dep['compute_dtype']}), "
+                          f"KV {dep['kv_cache_dtype']}, "
                           f"max concurrency {dep['max_concurrency']:.1f}x at max_model_len"
                           f"{'' if dep['stream'] else ', non-streaming (TTFT = E2E)'}")
     table = Table(title="latency (ms)", title_justify="left")
@@ -247,13 +249,15 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
         out_console.print(f"SLO: {100 * summary['slo_attainment']:.2f}% of requests within every threshold; {verdict}; "
                           f"goodput {summary['goodput_requests_per_s']:.2f} req/s")
     for region, f in (summary.get("fleet") or {}).items():
-        out_console.print(f"region {escape(region)}: {f['requests']} requests, client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
+        out_console.print(f"region {escape(region)}: {f['requests']} requests, "
+                          f"client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
                           f"E2E p99 {_ms(f['client_e2e_p99_s'])} ms, mean RTT {_ms(f['rtt_mean_s'])} ms")
     for name, pl in (summary.get("pools") or {}).items():
         out_console.print(f"pool {escape(name)}: {escape(pl['model'])} on {pl['num_gpus']} x {escape(pl['hardware'])} "
                           f"(KV blocks {pl['num_gpu_blocks']:,}), "
                           f"{pl['requests']['arrived']} requests; p50/p99 TTFT {_ms(pl['ttft_s']['p50'])}/"
-                          f"{_ms(pl['ttft_s']['p99'])} ms, TPOT {_ms(pl['tpot_s']['p50'])}/{_ms(pl['tpot_s']['p99'])} ms, "
+                          f"{_ms(pl['ttft_s']['p99'])} ms, "
+                          f"TPOT {_ms(pl['tpot_s']['p50'])}/{_ms(pl['tpot_s']['p99'])} ms, "
                           f"E2E {_ms(pl['e2e_s']['p50'])}/{_ms(pl['e2e_s']['p99'])} ms")
     auto = summary.get("autoscaler")
     if auto:
@@ -381,7 +385,8 @@ def calibrate(
     model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (shards the shapes; >1 times all-reduces)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16, fp16, or fp8 (the layer GEMMs alone, W8A8 via torch._scaled_mm; default: bf16 on GPU, fp32 on CPU)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16, fp16, or fp8 (the layer GEMMs alone, W8A8 "
+                                     "via torch._scaled_mm; default: bf16 on GPU, fp32 on CPU)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid and few repeats: a minute-scale run."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Largest token count timed."),
     max_seqs: int | None = typer.Option(None, "--max-seqs", help="Largest decode batch / sampled rows timed."),
@@ -447,7 +452,8 @@ def import_profile(
     gpu: str = typer.Option("h100", "--gpu", help="vidur: h100 or a100."),
     data: Path | None = typer.Option(None, "--data", help="vidur: folder of its CSVs "
                                         "(default: shared/data/llm_traces/vidur_profiling beside the repo)."),
-    system: str = typer.Option("h100_sxm", "--system", help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
+    system: str = typer.Option("h100_sxm", "--system",
+                               help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
     framework: str = typer.Option("vllm", "--framework", help="aiconfigurator: vllm, sglang or trtllm tables."),
     name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
 ) -> None:

@@ -129,7 +129,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
     if len(values):
         itl.update({f"p{p}": q for p, q in zip(PERCENTILES, weighted_quantiles(values, weights,
-                                                                               [p / 100 for p in PERCENTILES]))})
+                                                                               [p / 100 for p in PERCENTILES]),
+                                               strict=True)})
     summary["itl_s"] = itl
     span = end - start
     done_in_window = finished & (req["finish_time"] >= start) & (req["finish_time"] <= end)
@@ -154,7 +155,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             t.name: {"share": t.share, "priority": t.priority,
                      "requests": {"arrived": int((req["tier"] == t.name).sum()),
                                   "completed": int((finished & (req["tier"] == t.name)).sum())},
-                     **{m: describe(g[m].to_numpy()) for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
+                     **{m: describe(g[m].to_numpy())
+                        for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
                      **_slo_summary(t.slo or sc.slo, judged[judged["tier"] == t.name], span)}
             for t in sc.workload.tiers}
     if "region" in req:   # scenario.fleet: per-region breakdown
@@ -162,11 +164,13 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
     if "pool" in req:   # deployment.pools: per-pool breakdown
         from simulator.cluster.pools import pools_summary
-        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req, (in_window & finished).to_numpy())
+        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req,
+                                         (in_window & finished).to_numpy())
     blocks: Any = result.system.kv_plan.num_gpu_blocks
     if result.system.pools:   # each replica's usage against its own pool's KV cache
         blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in result.system.pools],
-                           [sub.deployment.replicas for sub, _ in result.system.pools])[steps["replica"].astype(np.int64)]
+                           [sub.deployment.replicas for sub, _ in result.system.pools]
+                           )[steps["replica"].astype(np.int64)]
     summary["batch"] = _batch_summary(steps, blocks)
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
@@ -232,7 +236,7 @@ def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | N
     return {"hit_rate": counters["hit_tokens"] / q if q else None, **counters}
 
 
-def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:
+def _speculative_summary(spec: Any, stats: dict[str, float]) -> dict[str, Any]:
     from simulator.engine.speculative import expected_tokens_per_step
 
     proposed, steps = stats.get("num_draft_tokens", 0), stats.get("num_verify_steps", 0)

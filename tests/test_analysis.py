@@ -221,7 +221,8 @@ def test_measured_vs_fitted_matches_the_table_and_its_fit_report():
         if len(e):
             assert e.median() == pytest.approx(fam.loc[family, "median_abs_error"])
     ok = mf["rel_error"].notna()
-    assert (mf.loc[ok, "fitted_ms"] / mf.loc[ok, "measured_ms"] - 1).to_numpy() == pytest.approx(mf.loc[ok, "rel_error"])
+    assert ((mf.loc[ok, "fitted_ms"] / mf.loc[ok, "measured_ms"] - 1).to_numpy()
+            == pytest.approx(mf.loc[ok, "rel_error"]))
     assert set(mf.loc[mf["family"] == "attn_decode", "size_unit"]) == {"context tokens"}
     with pytest.raises(ScenarioError):
         measured_vs_fitted(load_profile("h100-sxm"))

@@ -157,5 +157,5 @@ def test_chunked_prefill_accepts_a_budget_below_the_context_length():
 
 
 def test_unknown_policy_is_a_clear_error():
-    with pytest.raises(ScenarioError, match="unknown policy.*chunked_prefill.*static"):
+    with pytest.raises(ScenarioError, match=r"unknown policy.*chunked_prefill.*static"):
         simulate(make_scenario(**{"scheduler.policy": "orca"}))

@@ -113,6 +113,7 @@ class PrefixAffinity(_Affinity):
         if owner is None or num_blocks == 0:
             self.counters["unmatched"] += 1
             return _least_outstanding(replicas)[0]
+        assert bh is not None   # num_blocks > 0
         ids = bh.ids(rid, num_blocks)
         seen = owner[ids]
         present = seen >= 0              # prefix-closed: a block id stands for its whole prefix

@@ -44,7 +44,7 @@ class Autoscaler:
         self._wanted: deque[tuple[float, int]] = deque()
         self.timeline: list[tuple[float, int, int]] = [(0.0, self.active, 0)]
         """(instant, active, starting) after every change."""
-        self.ramps: list[list[float]] = []
+        self.ramps: list[list[Any]] = []
         env.process(self._loop())
 
     def _record(self) -> None:
@@ -61,7 +61,8 @@ class Autoscaler:
             yield env.timeout(max(0.0, self.next_tick - env.now))
             now = float(env.now)
             outstanding = sum(r.num_outstanding for r in self.replicas[: self.active])
-            want = min(cfg.max_replicas, max(cfg.min_replicas, math.ceil(outstanding / cfg.target_outstanding_per_replica)))
+            want = min(cfg.max_replicas,
+                       max(cfg.min_replicas, math.ceil(outstanding / cfg.target_outstanding_per_replica)))
             self._wanted.append((now, want))
             while self._wanted and self._wanted[0][0] < now - cfg.scale_down_delay_s:
                 self._wanted.popleft()

@@ -41,7 +41,8 @@ class GeoRouter:
         self.new_connection = network_rng.random(num_requests) >= fleet.keepalive_reuse
         self.rtt = np.array([[c.rtt_ms[n] / 1000.0 for n in self.names] for c in fleet.clients])
         # Regions by distance for each population (ties: the order regions are listed in).
-        self.order = [sorted(range(len(self.names)), key=lambda j: (self.rtt[i, j], j)) for i in range(len(fleet.clients))]
+        self.order = [sorted(range(len(self.names)), key=lambda j: (self.rtt[i, j], j))
+                      for i in range(len(fleet.clients))]
         self.outages = [(self.names.index(o.region), o.start_s, o.start_s + o.duration_s) for o in fleet.outages]
         self.region = np.full(num_requests, -1, dtype=np.int16)
 
@@ -73,7 +74,7 @@ class GeoRouter:
 
     def add_columns(self, requests: pd.DataFrame) -> None:
         """``client``, ``region``, ``rtt_s``, ``new_connection``, ``client_ttft_s``, ``client_e2e_s``."""
-        names = np.array(self.names + ["(rejected)"], dtype=object)
+        names = np.array([*self.names, "(rejected)"], dtype=object)
         clients = np.array([c.name for c in self.fleet.clients], dtype=object)
         region = self.region.astype(np.int64)
         rtt = np.where(region >= 0, self.rtt[self.client, np.maximum(region, 0)], np.nan)

@@ -43,8 +43,10 @@ def check_pools(scenario: Scenario) -> None:
         raise ScenarioError("deployment.pools", [], "give at least one pool {name, model, replicas, ...}")
     if routing is None:
         raise ScenarioError("deployment.pool_routing", None, "required with deployment.pools: "
-                            "{by: prompt_tokens, thresholds: [{max_prompt_tokens, pool}], default} or {by: tier, map, default}")
-    for name, value in (("scheduler.policy", scenario.scheduler.policy if scenario.scheduler.policy == "disaggregated" else None),
+                            "{by: prompt_tokens, thresholds: [{max_prompt_tokens, pool}], default} "
+                            "or {by: tier, map, default}")
+    for name, value in (("scheduler.policy",
+                         scenario.scheduler.policy if scenario.scheduler.policy == "disaggregated" else None),
                         ("deployment.autoscaler", "set" if dep.autoscaler is not None else None),
                         ("fleet", "set" if scenario.fleet is not None else None)):
         if value is not None:
@@ -67,7 +69,8 @@ def check_pools(scenario: Scenario) -> None:
         pool_ref("deployment.pool_routing.default", routing.default)
     if routing.by == "prompt_tokens":
         if routing.map:
-            raise ScenarioError("deployment.pool_routing.map", dict(routing.map), "applies to by: tier, not by: prompt_tokens")
+            raise ScenarioError("deployment.pool_routing.map", dict(routing.map),
+                                "applies to by: tier, not by: prompt_tokens")
         if not routing.thresholds:
             raise ScenarioError("deployment.pool_routing.thresholds", [], "by: prompt_tokens needs at least one "
                                 "{max_prompt_tokens, pool}")
@@ -84,13 +87,15 @@ def check_pools(scenario: Scenario) -> None:
                                 f"required: the pool for prompts longer than {prev} tokens; {known}")
     else:
         if routing.thresholds:
-            raise ScenarioError("deployment.pool_routing.thresholds", "set", "applies to by: prompt_tokens, not by: tier")
+            raise ScenarioError("deployment.pool_routing.thresholds", "set",
+                                "applies to by: prompt_tokens, not by: tier")
         tiers = [t.name for t in wl.tiers] if wl.tiers is not None else []
         if not tiers:
             raise ScenarioError("deployment.pool_routing.by", "tier", "needs workload.tiers (each request's tier)")
         for tier, pool in routing.map.items():
             if tier not in tiers:
-                raise ScenarioError(f"deployment.pool_routing.map.{tier}", pool, f"unknown tier; tiers: {', '.join(tiers)}")
+                raise ScenarioError(f"deployment.pool_routing.map.{tier}", pool,
+                                    f"unknown tier; tiers: {', '.join(tiers)}")
             pool_ref(f"deployment.pool_routing.map.{tier}", pool)
         unmapped = [t for t in tiers if t not in routing.map]
         if unmapped and routing.default is None:
@@ -121,6 +126,7 @@ def pool_scenario(scenario: Scenario, pool: PoolConfig) -> Scenario:
 def resolve_pools(scenario: Scenario, resolve: Callable[[Scenario], Any]) -> list[tuple[Scenario, Any]]:
     """Each pool's scenario and resolved system; errors name the pool's field."""
     check_pools(scenario)
+    assert scenario.deployment.pools is not None
     out = []
     for pool in scenario.deployment.pools:
         sub = pool_scenario(scenario, pool)
@@ -141,6 +147,7 @@ def resolve_pools(scenario: Scenario, resolve: Callable[[Scenario], Any]) -> lis
 def assign_pools(scenario: Scenario, num_prompt_tokens: np.ndarray, tier: np.ndarray) -> np.ndarray:
     """Index of each request's pool (in ``deployment.pools`` order), by the routing rules."""
     dep = scenario.deployment
+    assert dep.pools is not None and dep.pool_routing is not None
     names = [p.name for p in dep.pools]
     routing = dep.pool_routing
     default = names.index(routing.default) if routing.default is not None else -1
@@ -148,6 +155,7 @@ def assign_pools(scenario: Scenario, num_prompt_tokens: np.ndarray, tier: np.nda
         bounds = np.array([t.max_prompt_tokens for t in routing.thresholds], dtype=np.int64)
         targets = np.array([names.index(t.pool) for t in routing.thresholds] + [default], dtype=np.int64)
         return targets[np.searchsorted(bounds, num_prompt_tokens, side="left")]
+    assert scenario.workload.tiers is not None
     tiers = [t.name for t in scenario.workload.tiers]
     targets = np.array([names.index(routing.map[t]) if t in routing.map else default for t in tiers], dtype=np.int64)
     return targets[tier.astype(np.int64)]
@@ -159,6 +167,7 @@ class PoolRouter:
 
     def __init__(self, scenario: Scenario, pool_of: np.ndarray, make_router: Callable[[np.random.Generator], Any],
                  routing_rng: np.random.Generator) -> None:
+        assert scenario.deployment.pools is not None
         self.names = [p.name for p in scenario.deployment.pools]
         sizes = [p.replicas for p in scenario.deployment.pools]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
@@ -179,7 +188,8 @@ def pools_summary(scenario: Scenario, systems: Sequence[Any], requests: pd.DataF
     """Per pool: model, hardware, replicas, GPUs, requests, p50/p99 TTFT, TPOT and E2E."""
     out: dict[str, Any] = {}
     finished = (requests["status"].astype(str) == "finished_length_capped").to_numpy()
-    for i, (pool, system) in enumerate(zip(scenario.deployment.pools, systems)):
+    assert scenario.deployment.pools is not None
+    for pool, system in zip(scenario.deployment.pools, systems, strict=True):
         in_pool = (requests["pool"] == pool.name).to_numpy()
         m = requests[in_pool & measured_mask]
         entry: dict[str, Any] = {

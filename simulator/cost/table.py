@@ -218,7 +218,7 @@ class TableCostModel:
         for c in contexts:
             pts = sel[sel["context"] == c].groupby("tokens")["median_s"].median()
             cols.append(LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(),
-                                 lambda q, c=c: roof(q, c)))
+                                 lambda q, c=c: roof(q, c)))  # type: ignore[misc]
         lc = np.log1p(contexts)
 
         def fn(q: int, c: int) -> float:
@@ -234,7 +234,7 @@ class TableCostModel:
             return t * ratio
         return fn
 
-    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, np.ndarray], np.ndarray]:
+    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, float | np.ndarray], np.ndarray]:
         """One layer's decode attention over ``n`` sequences at context sums ``s`` (an array)."""
         hd = self.model.head_dim
         if rows.empty:
@@ -304,7 +304,7 @@ class TableCostModel:
             head, sample = self._per_sampled(num_sampled)
             lin, elem = lin + head, elem + sample
         attn = 0.0
-        for q, c in zip(prefill_tokens, prefill_context):
+        for q, c in zip(prefill_tokens, prefill_context, strict=True):
             if q:
                 attn += self._prefill_s(q, c)
         if num_decode:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -78,6 +78,7 @@ class DisaggregatedFleet:
         self.next_arrival = next_arrival
         ic = system.profile.interconnect
         bandwidth = dep.kv_transfer_bandwidth_bytes_per_s or (ic.bandwidth_bytes_per_s if ic else None)
+        assert bandwidth is not None
         self.bandwidth = float(bandwidth)
         self.latency_s = dep.kv_transfer_latency_s if dep.kv_transfer_latency_s is not None else (
             ic.latency_s if ic else 0.0)
@@ -104,7 +105,7 @@ class DisaggregatedFleet:
     def _prefill_planned(self, out: SchedulerOutput, end: float) -> None:
         """Register the handoffs of a prefill step when it is planned (its end is known)."""
         table, env = self.table, self.env
-        for rid, tokens in zip(out.admitted, out.admitted_tokens):
+        for rid, tokens in zip(out.admitted, out.admitted_tokens, strict=True):
             if table.max_tokens[rid] <= 1:
                 continue                                  # finished by its first token
             at = end + self.transfer_s(tokens)
@@ -116,7 +117,7 @@ class DisaggregatedFleet:
         heapq.heappop(self._pending)                      # deliveries come in time order
         i = self.decode_router.route(rid, self.decode) if len(self.decode) > 1 else 0
         self.table.replica[rid] = self.decode[i].index
-        self.decode[i].scheduler.expect_kv(rid, tokens)
+        cast(DecodeScheduler, self.decode[i].scheduler).expect_kv(rid, tokens)
         self.decode[i].add_request(rid)
 
     def decode_horizon(self) -> float:

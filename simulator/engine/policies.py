@@ -154,6 +154,7 @@ class ChunkedPrefillScheduler(Scheduler):
             out.prefill_context = []
         out.admitted.extend(admitted)
         out.admitted_tokens.extend(chunks)
+        assert out.prefill_context is not None
         out.prefill_context.extend([0] * len(admitted))
         out.row_tokens = np.concatenate((out.row_tokens, np.asarray(chunks, dtype=np.int64)))
 

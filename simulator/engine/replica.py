@@ -100,7 +100,7 @@ class Replica:
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
-                out, end, apply = self._plan_step(t, horizon)
+                _out, end, apply = self._plan_step(t, horizon)
                 if end < horizon and self.fast_forward:
                     self._apply(apply, end)
                     t = end
@@ -135,9 +135,6 @@ class Replica:
 
     def _apply(self, plan: Any, end: float) -> None:
         sched = self.scheduler
-        if isinstance(plan, DecodeRun):
-            done = sched.advance_decode(plan, end)
-        else:
-            done = sched.update_from_output(plan, end)
+        done = sched.advance_decode(plan, end) if isinstance(plan, DecodeRun) else sched.update_from_output(plan, end)
         if len(done):
             self.on_finish(len(done))

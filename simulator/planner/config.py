@@ -232,7 +232,8 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
     if unknown:
         hint = difflib.get_close_matches(str(unknown[0]), FORECAST_COLUMNS, n=1)
         raise ScenarioError(f"{path.name} column", unknown[0], "unknown column" +
-                            (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; allowed: {', '.join(FORECAST_COLUMNS)}")
+                            (f" (did you mean {hint[0]!r}?)" if hint else "")
+                            + f"; allowed: {', '.join(FORECAST_COLUMNS)}")
     missing = [c for c in ("quarter", "region", "peak_rps") if c not in raw.columns]
     if missing:
         raise ScenarioError(f"{path.name}", ",".join(map(str, raw.columns)),
@@ -271,7 +272,8 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
                                 f"needs the RTT from {r.name}'s clients to {r.name} itself")
         bad = [k for k in r.rtt_ms if k not in known]
         if bad:
-            raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{bad[0]}", bad[0], f"unknown region; regions: {', '.join(known)}")
+            raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{bad[0]}", bad[0],
+                                f"unknown region; regions: {', '.join(known)}")
         neg = [k for k, v in r.rtt_ms.items() if not v >= 0]
         if neg:
             raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{neg[0]}", r.rtt_ms[neg[0]], "must be >= 0")

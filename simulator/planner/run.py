@@ -98,12 +98,13 @@ def _as_loaded(p: Any) -> LoadedPlan:
 def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
     """One search per forecast cell and candidate, in forecast x candidate order."""
     cfg = loaded.config
-    slo = SLOSpec(*(None if v is None else v / 1000.0 for v in (cfg.slo.ttft_p99_ms, cfg.slo.tpot_p99_ms,
-                                                                  cfg.slo.e2e_p99_ms)), cfg.slo.attainment)
+    ttft, tpot, e2e = (None if v is None else v / 1000.0 for v in (cfg.slo.ttft_p99_ms, cfg.slo.tpot_p99_ms,
+                                                                   cfg.slo.e2e_p99_ms))
+    slo = SLOSpec(ttft, tpot, e2e, cfg.slo.attainment)
     net = cfg.network
     tasks = []
     for q, quarter in loaded.forecast.groupby("quarter", sort=False):
-        peaks = dict(zip(quarter["region"], quarter["peak_rps"]))
+        peaks = dict(zip(quarter["region"], quarter["peak_rps"], strict=True))
         total = sum(peaks.values())
         for row in quarter.to_dict("records"):
             r = row["region"]
@@ -176,6 +177,7 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
           mu: float) -> dict[str, Any]:
     system = resolve(sc)
     price = cand.price_per_gpu_hour if cand.price_per_gpu_hour is not None else system.profile.price_per_gpu_hour
+    assert price is not None   # load_plan checks every candidate has a price
     region = loaded.regions[row["region"]]
     prompt = make_length(sc.workload.prompt_tokens, sc, "workload.prompt_tokens").mean
     output = make_length(sc.workload.output_tokens, sc, "workload.output_tokens").mean
@@ -201,7 +203,8 @@ WORKSHEET_COLUMNS = (
 
 
 def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    order = {(str(q), r): i for i, (q, r) in enumerate(zip(loaded.forecast["quarter"], loaded.forecast["region"]))}
+    order = {(str(q), r): i
+             for i, (q, r) in enumerate(zip(loaded.forecast["quarter"], loaded.forecast["region"], strict=True))}
     cand_order = {c.name: i for i, c in enumerate(loaded.config.candidates)}
     df = pd.DataFrame(rows)
     df = df.iloc[sorted(range(len(df)), key=lambda i: (order[(df["quarter"].iat[i], df["region"].iat[i])],
@@ -239,7 +242,8 @@ def _totals(ws: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({
         "regions": g.size(), "peak_rps": g["peak_rps"].sum(), "gpus": g["gpus"].sum(min_count=1),
         "replicas": g["replicas"].sum(min_count=1), "gpu_hours": g["gpu_hours"].sum(min_count=1),
-        "cost_per_hour": g["cost_per_hour"].sum(min_count=1), "cost_per_quarter": g["cost_per_quarter"].sum(min_count=1),
+        "cost_per_hour": g["cost_per_hour"].sum(min_count=1),
+        "cost_per_quarter": g["cost_per_quarter"].sum(min_count=1),
         "infeasible_cells": g["status"].apply(lambda s: int((s != "ok").sum())),
     }).reset_index()
     return out

@@ -99,7 +99,7 @@ def _check(measured: Any, slo: SLOSpec) -> dict[str, Any]:
             (math.inf if attainment < 1 else 0.0)
     failing = {k: v for k, v in ratios.items() if v > 1.0}
     out.update(attainment=attainment, ratios=ratios, passed=not failing and len(measured) > 0,
-               binding=max(ratios, key=ratios.get) if ratios else "",
+               binding=max(ratios, key=ratios.__getitem__) if ratios else "",
                score=max(ratios.values()) if ratios else 0.0)
     return out
 
@@ -132,6 +132,7 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
                 hi = n
             else:
                 lo = n
+    assert hi is not None
     while hi - lo > 1:                   # invariant: lo fails (or is 0), hi passes
         mid = (lo + hi) // 2
         if ok(mid):

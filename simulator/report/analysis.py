@@ -326,6 +326,7 @@ def max_load_meeting_slo(sweep: pd.DataFrame) -> dict[str, Any]:
             failing = row
             break
     if best is None:
+        assert failing is not None   # the first (lowest) rate failed
         return {"max_rate_per_s": None, "max_rate_per_gpu": None,
                 "first_failing_rate_per_s": float(failing["rate_per_s"]),
                 "reason": f"even the lowest rate ({failing['rate_per_s']:g} req/s) misses the SLO"}
@@ -420,7 +421,7 @@ def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for name, t in (summary.get("tiers") or {}).items():
         def q(metric: str, p: str, scale: float) -> float | None:
-            v = (t.get(metric) or {}).get(p)
+            v = (t.get(metric) or {}).get(p)  # noqa: B023 - q is called within this iteration only
             return None if v is None else v * scale
 
         att = t.get("slo_attainment")

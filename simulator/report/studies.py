@@ -69,7 +69,8 @@ def find_repo_root(start: str | Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / "examples" / "sharegpt-h100.yaml").is_file() and (folder / "hwprofiles").is_dir():
             return folder
-    raise ScenarioError("notebook folder", str(here), "not inside an llmplan checkout (no examples/sharegpt-h100.yaml above it)")
+    raise ScenarioError("notebook folder", str(here),
+                        "not inside an llmplan checkout (no examples/sharegpt-h100.yaml above it)")
 
 
 #: The three public traces notebook 2 studies: name -> (full file in shared/data/llm_traces,
@@ -267,7 +268,7 @@ def write_trace(trace: pd.DataFrame, path: str | Path) -> Path:
     path = Path(path)
     with path.open("w") as fh:
         for t, p, o in zip(trace["arrival_time"].to_numpy(float), trace["num_prompt_tokens"].to_numpy(np.int64),
-                           trace["max_tokens"].to_numpy(np.int64)):
+                           trace["max_tokens"].to_numpy(np.int64), strict=True):
             fh.write(json.dumps({"timestamp": round(float(t) * 1000.0, 6), "input_length": int(p),
                                  "output_length": int(o)}) + "\n")
     return path

@@ -41,8 +41,8 @@ class StepLog:
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)
-        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded, num_waiting,
-                              run.kv_used_first, 0, run.context_sum, a, b))
+        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded,
+                              num_waiting, run.kv_used_first, 0, run.context_sum, a, b))
         if run.num_steps > 1:
             self._residues.append(run.residues)
         if run.durations is not None:
@@ -107,7 +107,7 @@ class FrozenStepLog:
         multi = np.flatnonzero(k > 1)
         new_blocks = np.zeros(total, dtype=np.int64)
         if len(multi):
-            rows = np.concatenate([np.arange(f + 1, f + n) for f, n in zip(first_row[multi], k[multi])]) \
+            rows = np.concatenate([np.arange(f + 1, f + n) for f, n in zip(first_row[multi], k[multi], strict=True)]) \
                 if len(multi) < 64 else np.flatnonzero(j)
             position = np.zeros(len(k), dtype=np.int64)    # entry -> its row in ``residues``
             position[multi] = np.arange(len(multi))
@@ -148,7 +148,7 @@ class SimulationResult:
     sim_time_s: float
     wall_s: float
     summary: dict[str, Any] = field(default_factory=dict)
-    engine_stats: dict[str, int] = field(default_factory=dict)
+    engine_stats: dict[str, float] = field(default_factory=dict)
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
     prefix_cache: dict[str, int] | None = None
     """Prefix-cache counters summed over replicas (None when prefix caching is off)."""

@@ -118,6 +118,7 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
                          precision=precision)
     draft = None
     if spec is not None and spec.method == "draft":
+        assert spec.draft_model is not None   # the config requires it for method draft
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
         plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
     return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
@@ -166,6 +167,6 @@ def _plan_with_draft(plan: KVCachePlan, model: ModelSpec, draft: ModelSpec, tp: 
 def spawn_rngs(seed: int) -> dict[str, np.random.Generator]:
     """Independent generators for each random stream, from one root seed."""
     children = np.random.SeedSequence(seed).spawn(len(STREAMS))
-    return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children)}
+    return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children, strict=True)}
 
 

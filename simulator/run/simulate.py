@@ -170,12 +170,14 @@ class _Run:
                 self.router = self.pool_router
                 self.replicas = []
                 for sub, sub_system in system.pools:
-                    sub_cost = make_cost_model(sub_system.profile, sub_system.model, sub.deployment.tensor_parallel_size,
+                    sub_cost = make_cost_model(sub_system.profile, sub_system.model,
+                                               sub.deployment.tensor_parallel_size,
                                                sub_system.precision if _levers_on(sub.deployment) else None)
                     sub_proposal = _proposal_time(sub, sub_system, sub_cost)
                     self.replicas += [
-                        Replica(env, len(self.replicas) + i, _make_scheduler(sub, sub_system, table, rngs, sub_proposal),
-                                sub_cost, steps, self.next_event_time, self._finished, fast_forward)
+                        Replica(env, len(self.replicas) + i,
+                                _make_scheduler(sub, sub_system, table, rngs, sub_proposal), sub_cost, steps,
+                                self.next_event_time, self._finished, fast_forward)
                         for i in range(sub.deployment.replicas)]
             else:
                 self.replicas = [
@@ -244,17 +246,20 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
                     rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
                     cls: type | None = None):
     cfg = scenario.scheduler
+    kv: KVCacheManager
     if cfg.enable_prefix_caching:
         kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
     else:
         kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
+        assert proposal_time_s is not None   # _proposal_time gives one whenever speculation is on
         sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
                                      proposal_time_s=proposal_time_s)
     else:
         sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
     if cfg.preemption_mode == "swap":
         per_block = system.kv_plan.kv_bytes_per_block
+        assert system.profile.host_link_bandwidth_bytes_per_s is not None   # resolve() checks it for swap
         sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,
                                float(system.profile.host_link_bandwidth_bytes_per_s))
     return sched
@@ -275,6 +280,7 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
             bd = cost.breakdown([], [], n, ctx, n)
             return k * (bd.total_s - bd.overhead_s) / layers
         return mtp
+    assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead

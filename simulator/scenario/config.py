@@ -213,7 +213,8 @@ class WorkloadConfig(Frozen):
                 raise ValueError(f"tier names must be unique, got {names}")
             total = sum(t.share for t in self.tiers)
             if abs(total - 1.0) > 1e-6:
-                raise ValueError(f"tier shares must sum to 1, got {total:g} ({', '.join(f'{t.name}: {t.share:g}' for t in self.tiers)})")
+                shares = ", ".join(f"{t.name}: {t.share:g}" for t in self.tiers)
+                raise ValueError(f"tier shares must sum to 1, got {total:g} ({shares})")
         return self
 
     @model_validator(mode="after")

@@ -114,6 +114,7 @@ class DiurnalArrivals:
             profile_max = float(self._hourly.max())
         else:
             self._hourly = None
+            assert cfg.peak_to_mean is not None   # the config gives exactly one of the two
             profile_max = float(cfg.peak_to_mean)
         burst_max = max([b.multiplier for b in cfg.bursts if b.multiplier > 1] + [1.0])
         self.max_rate = cfg.mean_rate_per_s * profile_max * burst_max
@@ -124,6 +125,7 @@ class DiurnalArrivals:
         if self._hourly is not None:
             hour = (np.mod(t, cfg.period_s) / cfg.period_s * 24).astype(np.int64).clip(0, 23)
             return self._hourly[hour]
+        assert cfg.peak_to_mean is not None
         return 1.0 + (cfg.peak_to_mean - 1.0) * np.cos(2 * np.pi * (t - cfg.peak_time_s) / cfg.period_s)
 
     def rate_at(self, t: np.ndarray) -> np.ndarray:
@@ -260,7 +262,8 @@ def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> Non
         i = int(bad[0])
         value = raw.iloc[i]
         shown = "(empty)" if pd.isna(value) else value
-        raise ScenarioError(f"{path} row {i + 2} column {column}", shown, "not a valid value (integer token count or timestamp)")
+        raise ScenarioError(f"{path} row {i + 2} column {column}", shown,
+                            "not a valid value (integer token count or timestamp)")
 
 
 # -- length distributions -----------------------------------------------------------------------------
