@@ -1,8 +1,8 @@
 # One-command set-up: every target installs what it needs into .venv first.
 #   make run        the dashboard: the package + the `app` extra only (streamlit, plotly)
-#   make test       what the tests need (dev, calibrate, cluster, app, notebooks extras), then the whole suite
+#   make test       what the tests need (dev, calibrate, cluster, app, notebooks extras), then lint, then the whole suite
 #   make test-fast  the same set-up, then the suite without the slow, notebook, browser and app tests
-#   make lint       ruff over the code (installed by the dev extra)
+#   make lint       ruff over the code and mypy over simulator/ (both installed by the dev extra)
 # Each set-up has its own stamp, so `make run` after `make test` (or the reverse) installs only what is missing,
 # and editing pyproject.toml re-runs both.
 PY ?= python3
@@ -55,6 +55,8 @@ simulate: $(APP_STAMP)
 	$(BIN)/llmplan simulate examples/chat-h100.yaml
 
 test: $(TEST_STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy simulator
 	$(BIN)/python -m pytest -q
 
 test-fast: $(TEST_STAMP)
@@ -62,6 +64,7 @@ test-fast: $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy simulator
 
 bench: $(APP_STAMP)
 	$(BIN)/python benchmarks/bench_simulate.py

@@ -10,9 +10,9 @@ import streamlit as st
 from app_pages.charts import plan_figure
 from app_pages.common import EXAMPLES, fmt, interrupted_run, restore_widgets, save_widgets, show_error
 from simulator import ScenarioError
-from simulator.report.analysis import RunCancelled
 from simulator.planner.config import load_plan
 from simulator.planner.run import plan
+from simulator.report.analysis import RunCancelled
 from simulator.scenario.io import MAX_FORECAST_BYTES, forecast_rows_from_csv_bytes
 
 P = "cp"
@@ -127,7 +127,7 @@ if run and plan_data is not None:
         st.session_state[f"{P}_result"] = cached_plan(json.dumps(plan_data, sort_keys=True, default=str))
     except RunCancelled as exc:
         st.warning(f"Planning cancelled: {exc}", icon=":material/timer_off:")
-    except Exception as exc:  # noqa: BLE001 - a failed plan must not take the page down
+    except Exception as exc:  # a failed plan must not take the page down
         show_error(exc)
     st.session_state[f"{P}_running"] = False
 

@@ -106,7 +106,8 @@ def load_curve_figure(sweep: pd.DataFrame, slo_s: dict[str, float], limit: dict[
                           annotation_text="max load meeting the SLO", annotation_position="top left")
         fig.update_xaxes(title_text=x_title, row=1, col=i)
         fig.update_yaxes(type="log", row=1, col=i)
-    fig.update_layout(title="p50 (dotted) and p99 (solid) latency against load, log scale", **{**_LAYOUT, "height": 460})
+    fig.update_layout(title="p50 (dotted) and p99 (solid) latency against load, log scale",
+                      **{**_LAYOUT, "height": 460})
     return fig
 
 
@@ -150,7 +151,8 @@ def fit_figure(points: pd.DataFrame, profile_name: str, max_points_per_family: i
     if len(ok):
         lo = float(min(ok["measured_ms"].min(), ok["fitted_ms"].min()))
         hi = float(max(ok["measured_ms"].max(), ok["fitted_ms"].max()))
-        for factor, name, dash in ((1.0, "fitted = measured", "solid"), (1.15, "±15%", "dot"), (1 / 1.15, "±15%", "dot")):
+        for factor, name, dash in ((1.0, "fitted = measured", "solid"), (1.15, "±15%", "dot"),
+                                   (1 / 1.15, "±15%", "dot")):
             fig.add_trace(_line([lo, hi], [lo * factor, hi * factor], name, dict(color="grey", dash=dash, width=1),
                                 show=factor >= 1.0))
     fig.update_xaxes(type="log", title_text="measured (ms)")
@@ -188,7 +190,7 @@ def validation_figure(points: pd.DataFrame, bands: tuple[float, ...] = (0.10, 0.
     lo = float(min(points["measured_ms"].min(), points["predicted_ms"].min())) / 1.3
     hi = float(max(points["measured_ms"].max(), points["predicted_ms"].max())) * 1.3
     xs = [lo, hi]
-    for band, alpha in zip(sorted(bands, reverse=True), (0.10, 0.18, 0.26)):
+    for band, alpha in zip(sorted(bands, reverse=True), (0.10, 0.18, 0.26), strict=False):
         fig.add_trace(go.Scatter(x=xs + xs[::-1], y=[x * (1 + band) for x in xs] + [x * (1 - band) for x in xs[::-1]],
                                  fill="toself", fillcolor=f"rgba(44,160,44,{alpha})", line=dict(width=0),
                                  name=f"±{band:.0%}", hoverinfo="skip"))

@@ -7,8 +7,9 @@ scenario is simulated once per server and a second view of it is instant.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -34,7 +35,7 @@ def _example_key(name: str, mtime: float) -> str:
     return scenario_key(load_scenario(EXAMPLES / name))
 
 
-def load_example(name: str):  # noqa: ANN201 - returns a Scenario
+def load_example(name: str):  # returns a Scenario
     """The example scenario ``examples/<name>`` (parsed once per file version)."""
     path = EXAMPLES / name
     if path.parent != EXAMPLES or not path.is_file():
@@ -63,7 +64,7 @@ def show_error(exc: BaseException) -> None:
 WHAT_IF = "What-if's"
 
 
-def scenario_source(prefix: str, *, default_example: str | None = None, offer_what_if: bool = False):  # noqa: ANN201
+def scenario_source(prefix: str, *, default_example: str | None = None, offer_what_if: bool = False):
     """Sidebar choice of an example or an uploaded YAML (or the What-if page's current scenario);
     returns ``(scenario or None, label)``.
 

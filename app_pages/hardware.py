@@ -90,7 +90,8 @@ else:
                      hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.1f") for c in
                                                      ("median |error| (%)", "p90 |error| (%)", "max |error| (%)")})
         st.caption(f"Each measured op time against the cost model's prediction with that point held out (leave one "
-                   f"out). Target per op family: median |error| ≤ {100 * TARGET_MEDIAN:g}%, p90 ≤ {100 * TARGET_P90:g}%. "
+                   f"out). Target per op family: median |error| ≤ {100 * TARGET_MEDIAN:g}%, "
+                   f"p90 ≤ {100 * TARGET_P90:g}%. "
                    "Ops without measurements in a profile (e.g. attention in Vidur's tables) come from its datasheet "
                    "numbers and are not shown.")
 
@@ -105,7 +106,8 @@ with left:
 with right:
     assumed = [("efficiency." + k, v) for k, v in prof.efficiency.model_dump().items()]
     assumed += [("overhead." + k, v) for k, v in prof.overhead.model_dump().items()]
-    assumed += [("non_torch_memory_bytes", prof.non_torch_memory_bytes), ("price_per_gpu_hour", prof.price_per_gpu_hour)]
+    assumed += [("non_torch_memory_bytes", prof.non_torch_memory_bytes),
+                ("price_per_gpu_hour", prof.price_per_gpu_hour)]
     st.dataframe(pd.DataFrame([(k, str(v)) for k, v in assumed], columns=["parameter", "value"]), hide_index=True,
                  width="stretch")
 with st.expander("Whole profile (YAML fields)"):

@@ -5,12 +5,21 @@ import numpy as np
 import streamlit as st
 
 from app_pages.charts import load_curve_figure
-from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_sweep, fmt, interrupted_run,
-                              restore_widgets, save_widgets, scenario_source, show_error)
+from app_pages.common import (
+    DEFAULT_EXAMPLE,
+    DEFAULT_TIME_LIMIT_S,
+    cached_sweep,
+    fmt,
+    interrupted_run,
+    restore_widgets,
+    save_widgets,
+    scenario_source,
+    show_error,
+)
 from simulator import ScenarioError, resolve
+from simulator.metrics import slo_thresholds_s
 from simulator.report.analysis import RunCancelled, max_load_meeting_slo, num_gpus, with_arrival_rate
 from simulator.scenario.config import GammaArrival, PoissonArrival
-from simulator.metrics import slo_thresholds_s
 from simulator.scenario.io import scenario_key
 
 P = "lc"
@@ -46,7 +55,8 @@ st.session_state.setdefault(f"{P}_time_limit_s", 2 * DEFAULT_TIME_LIMIT_S)
 with st.sidebar.expander("Sweep", expanded=True):
     lo = st.number_input("Lowest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_min_rate")
     hi = st.number_input("Highest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_max_rate")
-    points = st.slider("Rates", min_value=2, max_value=20, key=f"{P}_points", help="Evenly spaced from lowest to highest")
+    points = st.slider("Rates", min_value=2, max_value=20, key=f"{P}_points",
+                       help="Evenly spaced from lowest to highest")
     n_req = st.number_input("Requests per rate", min_value=100, max_value=100_000, step=500, key=f"{P}_num_requests",
                             help="More requests: steadier tails, longer sweep")
 with st.sidebar.expander("SLO (p99 thresholds; 0 = none)", expanded=True):
@@ -88,7 +98,7 @@ if run and scenario is not None:
         st.session_state[f"{P}_result"] = (scenario, sweep)
     except RunCancelled as exc:
         st.warning(f"Sweep cancelled: {exc}", icon=":material/timer_off:")
-    except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
+    except Exception as exc:
         show_error(exc)
     st.session_state[f"{P}_running"] = False
 
@@ -105,7 +115,8 @@ c1.metric("Max load meeting the SLO (req/s)", fmt(limit["max_rate_per_s"], 2), b
 c2.metric(f"Per GPU (req/s, {gpus} GPU{'s' if gpus > 1 else ''})", fmt(limit["max_rate_per_gpu"], 2), border=True)
 c3.metric("First swept rate missing it (req/s)", fmt(limit["first_failing_rate_per_s"], 2), border=True)
 reason = limit["reason"]
-st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; narrow the range around it for "
+st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; narrow the range "
+           "around it for "
            "a sharper answer. Above capacity the queue grows for the whole run (the `stable` column is false): "
            "the tails there depend on the number of requests, and the SLO judge fails such a rate.")
 st.plotly_chart(load_curve_figure(sweep, slo_s, limit, per_gpu), key=f"{P}_chart")

@@ -9,7 +9,17 @@ import streamlit as st
 from app_pages.charts import validation_figure
 from app_pages.common import ROOT, show_error
 from simulator import ScenarioError
-from simulator.report.validation_report import MAX_VALIDATION_BYTES, error_matrix, load_validation, provenance, scatter_points, targets_summary, validation_folders, validation_from_json_bytes, validation_table
+from simulator.report.validation_report import (
+    MAX_VALIDATION_BYTES,
+    error_matrix,
+    load_validation,
+    provenance,
+    scatter_points,
+    targets_summary,
+    validation_folders,
+    validation_from_json_bytes,
+    validation_table,
+)
 
 P = "val"
 RESULTS = Path(os.environ.get("LLMPLAN_FIDELITY_RESULTS", ROOT / "benchmarks" / "results"))  # fidelity-*/ under it

@@ -7,15 +7,24 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.charts import cdf_figure, series_figure, stages_figure
-from app_pages.common import (DEFAULT_EXAMPLE, DEFAULT_TIME_LIMIT_S, cached_report, fmt, interrupted_run,
-                              restore_widgets, save_widgets, scenario_source, show_error)
+from app_pages.common import (
+    DEFAULT_EXAMPLE,
+    DEFAULT_TIME_LIMIT_S,
+    cached_report,
+    fmt,
+    interrupted_run,
+    restore_widgets,
+    save_widgets,
+    scenario_source,
+    show_error,
+)
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
+from simulator.cluster.router import ROUTERS
+from simulator.engine.policies import POLICIES
 from simulator.report.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
 from simulator.scenario.config import GammaArrival, PoissonArrival
-from simulator.scenario.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
-from simulator.engine.policies import POLICIES
-from simulator.cluster.router import ROUTERS
 from simulator.scenario.io import scenario_diff, scenario_key, scenario_to_yaml
+from simulator.scenario.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
 
 P = "wi"
 FROM_FILE = "(as in the file)"
@@ -71,7 +80,8 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "policy": sch.policy, "scheduling": sch.scheduling_policy, "preemption": sch.preemption_mode,
         "swap_gib": float(sch.swap_space_gib), "prefix_caching": bool(sch.enable_prefix_caching),
         "timeout_s": float(sc.client.timeout_s or 0.0), "max_queue_len": int(sc.admission.max_queue_len or 0),
-        "max_queue_delay_s": float(sc.admission.max_queue_delay_s or 0.0), "long_prefill": sch.long_prefill_token_threshold or 0,
+        "max_queue_delay_s": float(sc.admission.max_queue_delay_s or 0.0),
+        "long_prefill": sch.long_prefill_token_threshold or 0,
         "max_wait_ms": float(sch.max_wait_ms), "adaptive": bool(sch.adaptive_batching),
         "spec_method": spec.method if spec is not None else "off",
         "spec_k": spec.num_speculative_tokens if spec is not None else 4,
@@ -153,7 +163,8 @@ def knob_widgets(base: Any) -> dict[str, Any]:
             k["rate"], k["cv"] = None, 1.0
             k["speedup"] = st.number_input("Trace speedup", min_value=0.01, max_value=1000.0, step=0.5,
                                            key=f"{P}_speedup",
-                                           help="Arrivals replay a trace; every gap is divided by this (2 = twice the rate)")
+                                           help="Arrivals replay a trace; every gap is divided by this "
+                                                "(2 = twice the rate)")
         if base.num_requests is not None:
             k["num_requests"] = st.number_input("Requests", min_value=10, max_value=200_000, step=1000,
                                                 key=f"{P}_num_requests")
@@ -260,7 +271,7 @@ def kpi_cards(report: Any, baseline: Any | None) -> None:
     base = {k.key: k for k in baseline.kpis} if baseline is not None else {}
     for row in (report.kpis[:5], report.kpis[5:]):
         cols = st.columns(len(row))
-        for col, k in zip(cols, row):
+        for col, k in zip(cols, row, strict=True):
             digits = 2 if k.unit in ("s", "$/1M output tok") else (0 if k.unit == "tok/s" else 1)
             b = base.get(k.key)
             delta = None
@@ -274,7 +285,7 @@ def system_line(sc: Any) -> str:
     sysm = resolve(sc)
     if sysm.pools:   # model routing: one part per pool (the knobs set what a pool leaves unset)
         parts = []
-        for pool, (sub, sub_sys) in zip(sc.deployment.pools, sysm.pools):
+        for pool, (sub, sub_sys) in zip(sc.deployment.pools, sysm.pools, strict=True):
             dep = sub.deployment
             parts.append(f"**{pool.name}**: {sub_sys.model.name} on {dep.replicas * dep.tensor_parallel_size} × "
                          f"{sub_sys.profile.name} ({dep.replicas} replica(s) × TP {dep.tensor_parallel_size})")
@@ -338,7 +349,7 @@ if run and scenario is not None:
         st.session_state[f"{P}_report"] = report
     except RunCancelled as exc:
         st.warning(f"Run cancelled: {exc}", icon=":material/timer_off:")
-    except Exception as exc:  # noqa: BLE001 - a failed run must not take the page down
+    except Exception as exc:
         show_error(exc)
     st.session_state[f"{P}_running"] = False
 
@@ -357,7 +368,8 @@ if scenario is not None and scenario_key(report.scenario) != scenario_key(scenar
 
 s = report.summary
 rq = s["requests"]
-st.subheader(f"Results: {report.scenario.name}" + (" (deltas against the pinned baseline)" if baseline is not None else ""))
+st.subheader(f"Results: {report.scenario.name}"
+             + (" (deltas against the pinned baseline)" if baseline is not None else ""))
 kpi_cards(report, baseline)
 slo_txt = "no SLO set"
 slo = s.get("slo") or {}
@@ -375,7 +387,8 @@ spec_txt = ""
 if s.get("speculative"):
     sp = s["speculative"]
     spec_txt = (f" · speculative ({sp['method']}, k={sp['num_speculative_tokens']}): "
-                f"{sp.get('mean_tokens_per_step') or 0:.2f} tokens per step (expected {sp['expected_tokens_per_step']:.2f})")
+                f"{sp.get('mean_tokens_per_step') or 0:.2f} tokens per step "
+                f"(expected {sp['expected_tokens_per_step']:.2f})")
 st.caption(f"{rq['measured']:,} measured of {rq['arrived']:,} requests ({rq['completed']:,} completed, "
            f"{rq['rejected']:,} rejected (shed: {rq.get('shed', 0):,}), {rq.get('timed_out', 0):,} timed out, "
            f"{rq['in_flight']:,} in flight, {rq['preemptions']:,} preemptions) · "
@@ -396,7 +409,8 @@ with tabs[1]:
     st.dataframe(table.rename(columns={"mean_s": "mean (ms)", "p50_s": "p50 (ms)", "p99_s": "p99 (ms)",
                                        "share": "share of mean E2E (%)"}),
                  hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.1f")
-                                                 for c in ("mean (ms)", "p50 (ms)", "p99 (ms)", "share of mean E2E (%)")})
+                                                 for c in ("mean (ms)", "p50 (ms)", "p99 (ms)",
+                                                           "share of mean E2E (%)")})
     st.caption("network = client-perceived − server E2E (only with a `network` in the scenario); queue = "
                "admission − arrival; prefill = first token − admission; decode = finish − first token (includes "
                "preemption and recompute).")

@@ -27,7 +27,7 @@ import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 
-def timed(fn) -> float:  # noqa: ANN001
+def timed(fn) -> float:
     t0 = time.perf_counter()
     at = fn()
     elapsed = time.perf_counter() - t0

@@ -174,9 +174,9 @@ def main() -> None:
             print("| " + " | ".join(row) + " |")
     else:
         widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(COLUMNS)]
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(COLUMNS, widths))))
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(COLUMNS, widths, strict=True))))
         for row in table:
-            print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))))
+            print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths, strict=True))))
     payload = {"benchmark": "bench_levers", "scenario": REFERENCE, "rate_per_s": REFERENCE_RATE,
                "overload_rate_per_s": OVERLOAD_RATE, "num_requests": args.num_requests, "repeats": args.repeats,
                "python": platform.python_version(), "machine": platform.machine(),

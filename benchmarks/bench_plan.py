@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 from simulator.planner import load_plan, plan  # noqa: E402
 
 REGIONS = {  # name: (price multiplier, Q1 peak rps)
-    "us-east": (1.00, 60), "us-west": (1.05, 35), "eu-west": (1.15, 25), "eu-central": (1.20, 20), "ap-south": (0.95, 15)}
+    "us-east": (1.00, 60), "us-west": (1.05, 35), "eu-west": (1.15, 25), "eu-central": (1.20, 20),
+    "ap-south": (0.95, 15)}
 RTT_MS = {"us": 70, "eu": 25, "ap": 130}
 
 

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_simulate import measure_capacity  # noqa: E402
+
 from simulator import load_scenario, scenario_from_dict, simulate  # noqa: E402
 
 VARIANTS = {

@@ -45,7 +45,8 @@ def main() -> None:
     capacity = measure_capacity(base)
     rows = []
     print(f"capacity (saturated simulation): {capacity:.3f} req/s")
-    header = f"{'load':>5} {'requests':>9} {'wall_s (median)':>16} {'sim req/s':>10} {'steps':>9} {'peak MiB':>9} {'B/request':>10}"
+    header = (f"{'load':>5} {'requests':>9} {'wall_s (median)':>16} {'sim req/s':>10} {'steps':>9} {'peak MiB':>9} "
+              f"{'B/request':>10}")
     print(header)
     print("-" * len(header))
     for size in (int(s) for s in args.sizes.split(",")):
@@ -64,7 +65,8 @@ def main() -> None:
             row = {"load": load, "num_requests": size, "rate_per_s": load * capacity, "wall_s": walls,
                    "wall_s_median": wall, "requests_per_wall_s": size / wall, "num_steps": len(result.steps),
                    "peak_traced_bytes": peak, "bytes_per_request": peak / size,
-                   "ttft_p99_s": result.summary["ttft_s"]["p99"], "mean_num_seqs": result.summary["batch"]["mean_num_seqs"]}
+                   "ttft_p99_s": result.summary["ttft_s"]["p99"],
+                   "mean_num_seqs": result.summary["batch"]["mean_num_seqs"]}
             rows.append(row)
             print(f"{load:>5.0%} {size:>9,} {wall:>16.2f} {size / wall:>10,.0f} {len(result.steps):>9,} "
                   f"{peak / 2**20:>9.1f} {peak / size:>10,.0f}")

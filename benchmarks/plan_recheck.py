@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator.planner import build_tasks, load_plan, plan  # noqa: E402
-from simulator.planner.search import evaluate  # noqa: E402
+from simulator.planner import build_tasks, load_plan, plan
+from simulator.planner.search import evaluate
 
 
 def recheck(plan_path: str, num_requests: int, workers: int | None) -> list[dict]:

@@ -162,12 +162,15 @@ def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | N
         "deployment": entry["deployment"], "plan": entry["plan"], "hardware": entry["hardware"],
         "software": entry["software"], "result_url": entry["result_url"], "config_url": entry["config_url"],
         "tensor_parallel_size": int(entry["tensor_parallel_size"]), "published_gpus": int(entry["gpus"]),
-        "published_samples_per_s": float(entry["samples_per_s"]), "published_tokens_per_s": float(entry["tokens_per_s"]),
-        "published_ttft_p99_ms": entry.get("measured_ttft_p99_ms"), "published_tpot_p99_ms": entry.get("measured_tpot_p99_ms"),
+        "published_samples_per_s": float(entry["samples_per_s"]),
+        "published_tokens_per_s": float(entry["tokens_per_s"]),
+        "published_ttft_p99_ms": entry.get("measured_ttft_p99_ms"),
+        "published_tpot_p99_ms": entry.get("measured_tpot_p99_ms"),
         "tokens_per_sample": tokens_per_sample,
         "avg_prompt_tokens": float(ws["avg_prompt_tokens"]), "avg_output_tokens": float(ws["avg_output_tokens"]),
         "effective_prompt_tokens": eff_prompt, "effective_output_tokens": eff_output,
-        "prompt_setting": prompt_tokens or "plan", "seed": int(loaded.config.simulation.seed), "num_requests": int(loaded.config.simulation.num_requests),
+        "prompt_setting": prompt_tokens or "plan", "seed": int(loaded.config.simulation.seed),
+        "num_requests": int(loaded.config.simulation.num_requests),
         "status": str(ws["status"]), "predicted_gpus": pred_gpus,
         "predicted_replicas": None if pred_gpus is None else int(ws["replicas"]),
         "gpu_error": None if pred_gpus is None else (pred_gpus - entry["gpus"]) / entry["gpus"],
@@ -203,7 +206,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         mx = "–" if r["max_rps_on_published_gpus"] is None else \
             f"{r['max_rps_on_published_gpus']:.1f} req/s = {r['max_tokens_per_s_on_published_gpus']:,.0f} tok/s"
         lines.append(f"| {r['deployment']} | {r['hardware']} (TP {r['tensor_parallel_size']}) | {r['published_gpus']} "
-                     f"| {pub} | {r['avg_prompt_tokens']:.0f} ({r['effective_prompt_tokens']:.0f}) | {r['seed']} | {pred} | {_pct(r['gpu_error'])} | {mx} "
+                     f"| {pub} | {r['avg_prompt_tokens']:.0f} ({r['effective_prompt_tokens']:.0f}) | {r['seed']} "
+                     f"| {pred} | {_pct(r['gpu_error'])} | {mx} "
                      f"| {_pct(r['throughput_error'])} |")
     return "\n".join(lines)
 
@@ -255,7 +259,8 @@ def main() -> None:
         print("\nOther seeds (sampling noise):\n")
         print(table(noise))
     wall = time.perf_counter() - t0
-    print(f"\n{len(rows) + len(sens) + len(noise)} checks in {wall:.1f} s wall ({time.process_time() - cpu0:.1f} CPU s in this process); "
+    print(f"\n{len(rows) + len(sens) + len(noise)} checks in {wall:.1f} s wall "
+          f"({time.process_time() - cpu0:.1f} CPU s in this process); "
           f"load average {os.getloadavg()[0]:.1f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({

@@ -32,19 +32,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from simulator.scenario.config import Scenario
 from simulator.engine.kv_cache import KVCacheManager
-from simulator.scenario.models import ModelSpec
 from simulator.engine.policies import POLICIES
 from simulator.engine.request import RequestTable
 from simulator.engine.scheduler import SchedulerOutput
+from simulator.scenario.config import Scenario
+from simulator.scenario.models import ModelSpec
 from simulator.workload.traffic import Workload
 
 from .kernels import TORCH_DTYPES
@@ -121,7 +122,7 @@ class LlamaModel:
         x = self.embed[tokens.to(self.device)]
         T = x.shape[0]
         H, Hkv, d, qw, kvw = self.H, self.Hkv, self.d, self.q_w, self.kv_w
-        gqa = H != Hkv
+        gqa = Hkv != H
         from torch.nn.attention.bias import causal_lower_right
         for li, layer in enumerate(self.layers):
             xn = F.rms_norm(x, (self.h,), layer["attn_norm"], self.eps)
@@ -195,12 +196,13 @@ class EngineRun:
     engine_steps_cpu_s: float = 0.0
     scenario: Scenario | None = None
 
-    def requests_frame(self) -> "Any":
+    def requests_frame(self) -> Any:
         """One row per request, built by the simulator's own code (same columns as ``result.requests``)."""
         from simulator.run.records import _requests_frame
+        assert self.scenario is not None
         return _requests_frame(self.table, self.scenario)
 
-    def steps_frame(self) -> "Any":
+    def steps_frame(self) -> Any:
         import pandas as pd
         return pd.DataFrame([{
             "start_s": s.start_s, "duration_s": s.duration_s, "wall_s": s.wall_s, "cpu_s": s.cpu_s,
@@ -276,7 +278,7 @@ class ServingEngine:
         rng = np.random.default_rng(self.seed)
         vocab = self.model.spec.vocab_size
         seqs = [_Seq(rng.integers(0, vocab, int(p)).tolist(), int(p) + int(o))
-                for p, o in zip(workload.num_prompt_tokens, workload.max_tokens)]
+                for p, o in zip(workload.num_prompt_tokens, workload.max_tokens, strict=True)]
         token_times: list[list[float]] = [[] for _ in seqs]
         arrivals = workload.arrival_time
         rejected = workload.rejected
@@ -284,7 +286,7 @@ class ServingEngine:
         steps: list[StepRecord] = []
         next_arrival = 0
         done = int(rejected.sum())
-        for rid in np.flatnonzero(rejected):
+        for rid in np.flatnonzero(rejected).tolist():
             table.status[rid] = 5   # FINISHED_REJECTED
         thread_clock = self.clock == "thread"
         wall0 = time.perf_counter()
@@ -347,10 +349,11 @@ class ServingEngine:
         emit: list[int] = []
         row = 0
         dec_ctx = 0
-        decode_ids = out.decode_ids if out.decode_ids is not None else []
+        decode_ids: Any = out.decode_ids if out.decode_ids is not None else []
         for rid in decode_ids:
             rid = int(rid)
             s = seqs[rid]
+            assert s.cache is not None   # a running request has its cache
             segments.append((s.cache, s.computed, 1))
             toks.append(s.tokens[s.computed])
             dec_ctx += s.computed + 1
@@ -358,7 +361,7 @@ class ServingEngine:
             emit.append(rid)
             row += 1
         context = out.prefill_context if out.prefill_context is not None else [0] * len(out.admitted)
-        for rid, n, ctx in zip(out.admitted, out.admitted_tokens, context):
+        for rid, n, ctx in zip(out.admitted, out.admitted_tokens, context, strict=True):
             s = seqs[rid]
             if s.cache is None:
                 s.cache = self.model.new_cache(s.total)
@@ -374,9 +377,9 @@ class ServingEngine:
         new = self.model.forward(torch.as_tensor(toks, dtype=torch.long), segments, sample_rows).tolist()
         for rid in decode_ids:
             seqs[int(rid)].computed += 1
-        for rid, n in zip(out.admitted, out.admitted_tokens):
+        for rid, n in zip(out.admitted, out.admitted_tokens, strict=True):
             seqs[rid].computed += n
-        for rid, t in zip(emit, new):
+        for rid, t in zip(emit, new, strict=True):
             s = seqs[rid]
             s.tokens.append(int(t))
             s.out.append(int(t))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from simulator.scenario.models import DTYPE_BYTES, ModelSpec
 from simulator.cost.op_table import OP_FAMILY, SHAPE_COLUMNS
+from simulator.scenario.models import DTYPE_BYTES, ModelSpec
 
 #: Token counts 1..16k: powers of two and the 1.5x points between them (log-spaced, ~1.4x apart).
 FULL_TOKENS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,

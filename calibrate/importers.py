@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.errors import ScenarioError
 from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256
+from simulator.errors import ScenarioError
 from simulator.scenario.profiles import load_profile
 
 VIDUR_OPS = {  # Vidur op -> (our op, how to compute n/k or width)
@@ -126,7 +126,7 @@ def aiconfigurator_dir(system: str, framework: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ScenarioError("aiconfigurator", "aiconfigurator-core", "not installed: "
                             "pip install aiconfigurator-core (an optional extra: pip install -e .[aiconfigurator])")
-    base = Path(list(spec.submodule_search_locations)[0]) / "systems" / "data" / system
+    base = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data" / system
     if not base.is_dir():
         known = sorted(p.name for p in base.parent.iterdir() if p.is_dir())
         raise ScenarioError("--system", system, f"not in aiconfigurator-core; known: {', '.join(known)}")
@@ -147,7 +147,8 @@ def _newest(folder: Path) -> Path:
     return versions[-1]
 
 
-def aiconfigurator_rows(system: str, framework: str = "vllm", dtype: str = "bfloat16") -> tuple[list[dict[str, Any]], list[str]]:
+def aiconfigurator_rows(system: str, framework: str = "vllm",
+                        dtype: str = "bfloat16") -> tuple[list[dict[str, Any]], list[str]]:
     """GEMM (``torch.nn.functional.linear`` kernels), context/generation attention (no sliding
     window, 16-bit KV) and NCCL all-reduce rows from the package's parquet tables (latency in ms)."""
     base = aiconfigurator_dir(system, framework)

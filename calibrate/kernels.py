@@ -5,7 +5,7 @@ per set, so the timer can rotate through them and no call finds its operands alr
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -15,18 +15,19 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 import torch
 import yaml
 
+from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
 from simulator.errors import ScenarioError
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
-from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
 from simulator.scenario.profiles import PARTIAL_TABLE
 
 from . import kernels
@@ -185,7 +186,7 @@ class _GpuSpin:
     that the CUDA events measure the kernels back to back, as a CUDA-graph replay runs them, and
     not the host's launch latency. Its cycles-per-second rate is measured once per device."""
 
-    rate: dict[int, float] = {}
+    rate: ClassVar[dict[int, float]] = {}
 
     @classmethod
     def seconds(cls, device: torch.device, s: float) -> None:
@@ -300,7 +301,8 @@ class Settings:
     clock: str = "wall"
 
 
-def _check_fits(specs: list[BenchSpec], device: torch.device, cache: int, limit_bytes: float | None) -> dict[str, float]:
+def _check_fits(specs: list[BenchSpec], device: torch.device, cache: int,
+                limit_bytes: float | None) -> dict[str, float]:
     need, worst = grid_memory_bytes(specs, cache)
     need = int(need * 1.25)      # outputs and kernel workspaces
     total, avail = device_memory(device)
@@ -396,7 +398,8 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
             f.flush()
             os.fsync(f.fileno())
             if on_progress:
-                on_progress(total - remaining + i + 1, total, s.label + (f" (pass {p + 1}/{passes})" if passes > 1 else ""))
+                on_progress(total - remaining + i + 1, total,
+                            s.label + (f" (pass {p + 1}/{passes})" if passes > 1 else ""))
 
         for i, (p, s) in enumerate(todo):
             keep(s, measure(s, dev, dtype, timing, cache, clock), p, i)
@@ -404,7 +407,7 @@ def run_calibration(out: Path, model: str | ModelSpec = "llama-3-8b", *, device:
             from .comm import time_all_reduce
 
             times = time_all_reduce([s.shape["message_bytes"] for s in comm], tp, dev, dtype, timing)
-            for j, (s, t) in enumerate(zip(comm, times)):
+            for j, (s, t) in enumerate(zip(comm, times, strict=True)):
                 keep(s, row_of(s, dtype, t), 0, len(todo) + j)
     drift_end = measure(ref, dev, dtype, timing, cache, clock)["median_s"]
     noise = {"reference_kernel": ref.label, "reference_start_s": drift_start, "reference_end_s": drift_end,
@@ -548,7 +551,8 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
             "timing": {**asdict(timing), "clock": {"cuda-events": "CUDA events around groups of back-to-back calls "
                        "queued behind a spin kernel (GPU time per call, without host launch gaps)",
                        "thread": "time.thread_time (the "
-                       "calling thread's CPU time; torch single-threaded)", "wall": "time.perf_counter"}[settings.clock],
+                       "calling thread's CPU time; torch single-threaded)",
+                       "wall": "time.perf_counter"}[settings.clock],
                        "rotation_cache_bytes": cache_bytes(dev), "statistic": "median of repeats; p10/p90/std kept"},
             "memory_check": memory,
             "noise": {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in noise.items()},

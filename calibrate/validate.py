@@ -26,22 +26,22 @@ import os
 import platform
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 import yaml
 
-from simulator.scenario.config import Scenario
 from simulator.cost.factory import make_cost_model
-from simulator.errors import ScenarioError
-from simulator.scenario.models import ModelSpec
-from simulator.scenario.profiles import load_profile
 from simulator.run.resolve import resolve, resolve_model, spawn_rngs
 from simulator.run.simulate import simulate
+from simulator.scenario.config import Scenario
+from simulator.scenario.models import ModelSpec
+from simulator.scenario.profiles import load_profile
 from simulator.workload.traffic import Workload, generate_workload
 
 from .engine import EngineRun, LlamaModel, ServingEngine
@@ -126,7 +126,7 @@ def stats(requests: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def fit_overhead(runs: list[EngineRun], cost: Any) -> dict[str, float]:
+def fit_overhead(runs: list[EngineRun], cost: Any) -> dict[str, Any]:
     """Engine CPU overhead per step: measured step time minus the predicted kernel time, fitted as
     ``step_s + per_seq_s x seqs + per_token_s x tokens`` by non-negative least squares on relative
     residuals, so that the many small decode steps count as much as the few long prefills. Each
@@ -269,7 +269,7 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
     sc_cap = build_scenario(s, hw, BURST_RATE_PER_S, s.capacity_requests, s.seed)
     wl_cap = workload_of(sc_cap)
     cap_first = stats(simulate(sc_cap).requests)["throughput_rps"]
-    cases = []
+    cases: list[tuple[Any, ...]] = []
     for load in s.loads:
         rate = load * cap_first
         sc = build_scenario(s, hw, rate, s.num_requests, s.seed)
@@ -302,7 +302,7 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
     cap_pred = stats(simulate(sc_cap).requests)["throughput_rps"]
     preds: dict[float, dict[str, float]] = {}
     step_summary: dict[str, dict[str, float]] = {}
-    for load, rate, sc, wl in cases:
+    for load, _rate, sc, wl in cases:
         pred_res = simulate(sc)
         if not np.array_equal(pred_res.requests["arrival_time"].to_numpy(), wl.arrival_time):
             raise RuntimeError("the simulator served other requests than the engine")
@@ -322,7 +322,7 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
     log(f"capacity: measured {cap_m:.2f} req/s (noise ±{capacity['noise']:.1%}), predicted {cap_pred:.2f} "
         f"req/s, error {capacity['error']:+.1%}")
     rows: list[dict[str, Any]] = []
-    for load, rate, sc, wl, pred in cases:
+    for load, rate, _sc, _wl, pred in cases:
         for metric in [m[0] for m in METRICS] + ["throughput_rps", "throughput_tok_s"]:
             vals = [m[metric] for m in meas[load]]
             med = float(np.median(vals))
@@ -370,16 +370,19 @@ def format_table(doc: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         m = r["metric"]
-        scale, unit = (1e3, " ms") if not m.startswith("throughput") else (1.0, " req/s" if m.endswith("rps") else " tok/s")
+        scale, unit = ((1e3, " ms") if not m.startswith("throughput")
+                       else (1.0, " req/s" if m.endswith("rps") else " tok/s"))
         ok = "met" if r["within_target"] else ("within noise" if r["within_target_plus_noise"] else "missed")
-        lines.append(f"| {r['load']:.0%} | {m} | {r['measured'] * scale:.2f}{unit} | {r['predicted'] * scale:.2f}{unit} | "
+        lines.append(f"| {r['load']:.0%} | {m} | {r['measured'] * scale:.2f}{unit} "
+                     f"| {r['predicted'] * scale:.2f}{unit} | "
                      f"{r['error']:+.1%} | {r['noise']:.1%} | {ok} |")
     c = doc["capacity"]
     lines.append(f"| saturated | capacity | {c['measured_rps']:.2f} req/s | {c['predicted_rps']:.2f} req/s | "
                  f"{c['error']:+.1%} | {c['noise']:.1%} | {'met' if abs(c['error']) <= 0.10 else 'missed'} |")
     for load, e in doc.get("step_error", {}).items():
         lines.append(f"step model at load {float(load):.0%}: predicted/measured busy time {e['busy_ratio']:.3f}, "
-                     f"median step ratio decode {e['decode_median_ratio']:.3f}, prefill {e['prefill_median_ratio']:.3f}")
+                     f"median step ratio decode {e['decode_median_ratio']:.3f}, "
+                     f"prefill {e['prefill_median_ratio']:.3f}")
     return "\n".join(lines)
 
 

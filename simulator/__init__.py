@@ -13,15 +13,15 @@ streamlit or plotly. The sub-packages read in the order a run flows through them
 * ``metrics``: latency, throughput and SLO statistics of a run; ``report/``: what the dashboard
   and notebooks show; ``planner/``: GPUs per region and quarter; ``cli``: the command line.
 """
-from simulator.scenario.config import Scenario, load_scenario, scenario_from_dict
 from simulator.errors import ScenarioError
-from simulator.scenario.models import MODEL_PRESETS, ModelSpec
-from simulator.scenario.profiles import HardwareProfile, available_profiles, load_profile
 from simulator.run.records import SimulationResult
 from simulator.run.resolve import resolve
 from simulator.run.simulate import simulate
+from simulator.scenario.config import Scenario, load_scenario, scenario_from_dict
+from simulator.scenario.models import MODEL_PRESETS, ModelSpec
+from simulator.scenario.profiles import HardwareProfile, available_profiles, load_profile
 
 __all__ = [
-    "HardwareProfile", "MODEL_PRESETS", "ModelSpec", "Scenario", "ScenarioError", "SimulationResult",
+    "MODEL_PRESETS", "HardwareProfile", "ModelSpec", "Scenario", "ScenarioError", "SimulationResult",
     "available_profiles", "load_profile", "load_scenario", "resolve", "scenario_from_dict", "simulate",
 ]

@@ -200,8 +200,9 @@ def check_capabilities(scenario: Scenario) -> None:
         use = FEATURES[key].on(scenario)
         support = row.get(key, No())
         if use is not None and support is not YES:
-            raise ScenarioError(*use, _refusal(f"scheduler.policy {policy!r}", support, key, "policies",
-                                               POLICY_SUPPORT))
+            field, value = use
+            raise ScenarioError(field, value, _refusal(f"scheduler.policy {policy!r}", support, key, "policies",
+                                                       POLICY_SUPPORT))
     for prefix, hardware, system in _systems(scenario):
         uses = [(key, FEATURES[key].on(system)) for key in COST_MODEL_FEATURES]
         uses = [(key, use) for key, use in uses if use is not None]
@@ -221,7 +222,8 @@ def check_capabilities(scenario: Scenario) -> None:
     for ex in EXCLUSIONS:
         use, other = FEATURES[ex.feature].on(scenario), FEATURES[ex.other].on(scenario)
         if use is not None and other is not None:
-            raise ScenarioError(*use, f"is not modelled together with {FEATURES[ex.other].yaml}"
+            field, value = use
+            raise ScenarioError(field, value, f"is not modelled together with {FEATURES[ex.other].yaml}"
                                 + (f" ({ex.why})" if ex.why else "") + (f"; {ex.hint}" if ex.hint else ""))
 
 

@@ -12,8 +12,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any
 
 import typer
 import yaml
@@ -23,8 +24,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simulator.scenario.config import load_scenario, parse_overrides
 from simulator.errors import ScenarioError
+from simulator.scenario.config import load_scenario, parse_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -88,7 +89,7 @@ class PlainProgress:
             return
         now = self.clock()
         tenth = 10 * done // total if total else self.tenth
-        final = bool(total) and done >= total
+        final = total is not None and total != 0 and done >= total
         if not (final or (tenth > self.tenth and now - self.last >= self.min_gap_s)
                 or now - self.last >= self.heartbeat_s):
             return
@@ -118,7 +119,7 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             _fail(str(exc))
         except KeyboardInterrupt:
             _fail("interrupted", code=130)
-        except Exception as exc:  # noqa: BLE001 - the CLI must never print a bare traceback
+        except Exception as exc:  # the CLI must never print a bare traceback
             if os.environ.get("LLMPLAN_DEBUG"):
                 raise
             _fail(f"internal error: {type(exc).__name__}: {exc} (set LLMPLAN_DEBUG=1 for the traceback)", code=1)
@@ -143,9 +144,10 @@ def jsonable(obj: Any) -> Any:
 def simulate(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Override the scenario's seed."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, scenario.yaml here."),
+    set_: list[str] | None = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the scenario's seed."),
+    out: Path | None = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, "
+                                    "scenario.yaml here."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
 ) -> None:
@@ -216,7 +218,8 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     dep = summary.get("deployment")
     if dep:
         out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']})  "
-                          f"weights {dep['quantization']} (GEMMs in {dep['compute_dtype']}), KV {dep['kv_cache_dtype']}, "
+                          f"weights {dep['quantization']} (GEMMs in {dep['compute_dtype']}), "
+                          f"KV {dep['kv_cache_dtype']}, "
                           f"max concurrency {dep['max_concurrency']:.1f}x at max_model_len"
                           f"{'' if dep['stream'] else ', non-streaming (TTFT = E2E)'}")
     table = Table(title="latency (ms)", title_justify="left")
@@ -249,23 +252,27 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
         out_console.print(f"SLO {'[green]met[/]' if slo['passed'] else '[red]NOT MET[/]'}: "
                           f"{100 * (att or 0):.2f}% of {slo['judged']} requests within every threshold"
                           f"{'; ' + checks if checks else ''}; {slo['dropped']} dropped "
-                          f"(budget {100 * slo['max_drop_fraction']:g}%); goodput {summary['goodput_requests_per_s'] or 0:.2f} req/s")
+                          f"(budget {100 * slo['max_drop_fraction']:g}%); "
+                          f"goodput {summary['goodput_requests_per_s'] or 0:.2f} req/s")
         for failure in slo["failures"]:
             out_console.print(f"  [red]-[/] {escape(failure)}")
     st = summary.get("stability") or {}
     if st.get("stable") is False:
         out_console.print(f"[bold red]warning: the run is unstable[/]: the waiting backlog grows "
                           f"{st['backlog_growth_per_s']:.2f} requests/s ({100 * st['backlog_growth_fraction']:.1f}% of "
-                          f"arrivals; offered/served {st['offered_load_ratio']:.2f}); its percentiles grow with the run "
+                          f"arrivals; offered/served {st['offered_load_ratio']:.2f}); "
+                          "its percentiles grow with the run "
                           "length. Add capacity or lower the load.")
     for region, f in (summary.get("fleet") or {}).items():
-        out_console.print(f"region {escape(region)}: {f['requests']} requests, client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
+        out_console.print(f"region {escape(region)}: {f['requests']} requests, "
+                          f"client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "
                           f"E2E p99 {_ms(f['client_e2e_p99_s'])} ms, mean RTT {_ms(f['rtt_mean_s'])} ms")
     for name, pl in (summary.get("pools") or {}).items():
         out_console.print(f"pool {escape(name)}: {escape(pl['model'])} on {pl['num_gpus']} x {escape(pl['hardware'])} "
                           f"(KV blocks {pl['num_gpu_blocks']:,}), "
                           f"{pl['requests']['arrived']} requests; p50/p99 TTFT {_ms(pl['ttft_s']['p50'])}/"
-                          f"{_ms(pl['ttft_s']['p99'])} ms, TPOT {_ms(pl['tpot_s']['p50'])}/{_ms(pl['tpot_s']['p99'])} ms, "
+                          f"{_ms(pl['ttft_s']['p99'])} ms, "
+                          f"TPOT {_ms(pl['tpot_s']['p50'])}/{_ms(pl['tpot_s']['p99'])} ms, "
                           f"E2E {_ms(pl['e2e_s']['p50'])}/{_ms(pl['e2e_s']['p99'])} ms")
     auto = summary.get("autoscaler")
     if auto:
@@ -393,18 +400,19 @@ def calibrate(
     model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (shards the shapes; >1 times all-reduces)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16, fp16, or fp8 (the layer GEMMs alone, W8A8 via torch._scaled_mm; default: bf16 on GPU, fp32 on CPU)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16, fp16, or fp8 (the layer GEMMs alone, W8A8 "
+                                     "via torch._scaled_mm; default: bf16 on GPU, fp32 on CPU)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid and few repeats: a minute-scale run."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Largest token count timed."),
-    max_seqs: Optional[int] = typer.Option(None, "--max-seqs", help="Largest decode batch / sampled rows timed."),
-    max_context: Optional[int] = typer.Option(None, "--max-context", help="Longest context timed."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's)."),
-    memory_limit_gib: Optional[float] = typer.Option(None, "--memory-limit-gib",
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Largest token count timed."),
+    max_seqs: int | None = typer.Option(None, "--max-seqs", help="Largest decode batch / sampled rows timed."),
+    max_context: int | None = typer.Option(None, "--max-context", help="Longest context timed."),
+    threads: int | None = typer.Option(None, "--threads", help="torch CPU threads (default: torch's)."),
+    memory_limit_gib: float | None = typer.Option(None, "--memory-limit-gib",
                                                      help="Refuse a grid needing more (default: 80% of free memory)."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard partial results in --out and start over."),
     clock: str = typer.Option("auto", "--clock", help="CPU timing: wall, thread (CPU time; needs --threads 1) "
                               "or auto (thread when single-threaded)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
+    name: str | None = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
 ) -> None:
@@ -463,11 +471,12 @@ def import_profile(
     source: str = typer.Argument(..., help="vidur or aiconfigurator."),
     out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
     gpu: str = typer.Option("h100", "--gpu", help="vidur: h100 or a100."),
-    data: Optional[Path] = typer.Option(None, "--data", help="vidur: folder of its CSVs "
+    data: Path | None = typer.Option(None, "--data", help="vidur: folder of its CSVs "
                                         "(default: shared/data/llm_traces/vidur_profiling beside the repo)."),
-    system: str = typer.Option("h100_sxm", "--system", help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
+    system: str = typer.Option("h100_sxm", "--system",
+                               help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
     framework: str = typer.Option("vllm", "--framework", help="aiconfigurator: vllm, sglang or trtllm tables."),
-    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
+    name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
 ) -> None:
     """Convert someone else's per-op measurements into a `source: imported` profile."""
     from calibrate.importers import import_aiconfigurator, import_vidur
@@ -489,7 +498,7 @@ def validate(
     model: str = typer.Option("tiny-llama", "--model", help="Model preset the reference engine runs (random weights)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     loads: str = typer.Option("0.2,0.4,0.6,0.8", "--loads", help="Load fractions of the predicted capacity."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Kernel profile to reuse (default: calibrate one)."),
+    profile: str | None = typer.Option(None, "--profile", help="Kernel profile to reuse (default: calibrate one)."),
     repeats: int = typer.Option(3, "--repeats", help="Engine runs per load (their spread is the stated noise)."),
     num_requests: int = typer.Option(200, "--num-requests", help="Requests per load."),
     capacity_requests: int = typer.Option(64, "--capacity-requests", help="Requests in the saturated runs."),
@@ -505,7 +514,7 @@ def validate(
     clock: str = typer.Option("wall", "--clock", help="wall (real time) or thread (CPU time of each step; "
                               "immune to time-slicing on a shared CPU)."),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads for engine and calibration."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)."),
 ) -> None:
     """Run a real torch serving engine and the simulator on the same requests; compare tails."""
     try:
@@ -546,14 +555,15 @@ def plan(
                              "worksheet-candidates.csv (created with its parents); a name ending in .csv is "
                              "the worksheet itself, the other two beside it."),
     backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or dask."),
-    address: Optional[str] = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
+    address: str | None = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
+    workers: int | None = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars (or, when stderr "
                                      "is not a terminal, the progress lines)."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
-    from simulator.planner import load_plan, plan as run_plan, write_worksheets
+    from simulator.planner import load_plan, write_worksheets
+    from simulator.planner import plan as run_plan
     from simulator.planner.report import PlanProgressDisplay, print_plan
     from simulator.planner.worksheet import check_out
 

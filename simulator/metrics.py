@@ -18,7 +18,8 @@ autocorrelated by the queue, so these intervals are optimistic; independent repl
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -105,7 +106,7 @@ def slo_thresholds_s(slo: Any) -> dict[str, float]:
     return {f"{metric}_s": limit for metric, limit in per_request_limits_s(slo).items()}
 
 
-def summarize(result: "SimulationResult") -> dict[str, Any]:
+def summarize(result: SimulationResult) -> dict[str, Any]:
     """The run's JSON summary (the CLI's ``--json`` output; see the README for every key)."""
     sc, req, steps = result.scenario, result.requests, result.step_log.columns()
     start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
@@ -124,7 +125,8 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
     if len(values):
         itl.update({f"p{p}": q for p, q in zip(PERCENTILES, weighted_quantiles(values, weights,
-                                                                               [p / 100 for p in PERCENTILES]))})
+                                                                               [p / 100 for p in PERCENTILES]),
+                                               strict=True)})
     summary["itl_s"] = itl
     span = end - start
     done_in_window = finished & (req["finish_time"] >= start) & (req["finish_time"] <= end)
@@ -135,11 +137,11 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         "window_s": [start, end],
     }
     summary["requests"] = {
-        "arrived": int(len(req)),
+        "arrived": len(req),
         "completed": int(finished.sum()),
         "rejected": int(status.isin(("finished_rejected", "finished_shed")).sum()),
         "in_flight": int((~status.str.startswith("finished")).sum()),
-        "measured": int(len(measured)),
+        "measured": len(measured),
         "preemptions": int(req["num_preemptions"].sum()),
     }
     summary["requests"].update(_lever_counts(req, status))
@@ -151,7 +153,8 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
             t.name: {"share": t.share, "priority": t.priority,
                      "requests": {"arrived": int((req["tier"] == t.name).sum()),
                                   "completed": int((finished & (req["tier"] == t.name)).sum())},
-                     **{m: describe(g[m].to_numpy()) for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
+                     **{m: describe(g[m].to_numpy())
+                        for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
                      **_slo_summary(t.slo or sc.slo, judged_frame[judged_frame["tier"] == t.name], (start, end),
                                     stable)}
             for t in sc.workload.tiers}
@@ -160,11 +163,13 @@ def summarize(result: "SimulationResult") -> dict[str, Any]:
         summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
     if "pool" in req:   # deployment.pools: per-pool breakdown
         from simulator.cluster.pools import pools_summary
-        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req, (in_window & finished).to_numpy())
+        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req,
+                                         (in_window & finished).to_numpy())
     blocks: Any = result.system.kv_plan.num_gpu_blocks
     if result.system.pools:   # each replica's usage against its own pool's KV cache
         blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in result.system.pools],
-                           [sub.deployment.replicas for sub, _ in result.system.pools])[steps["replica"].astype(np.int64)]
+                           [sub.deployment.replicas for sub, _ in result.system.pools]
+                           )[steps["replica"].astype(np.int64)]
     summary["batch"] = _batch_summary(steps, blocks)
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
@@ -190,7 +195,7 @@ def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:
             "shed": int((status == "finished_shed").sum())}
 
 
-def _deployment_summary(result: "SimulationResult") -> dict[str, Any]:
+def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
     """GPU count and the model-level levers as served (quantization, KV dtype, TP)."""
     sc, system = result.scenario, result.system
     dep, p, plan = sc.deployment, system.precision, system.kv_plan
@@ -230,7 +235,7 @@ def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | N
     return {"hit_rate": counters["hit_tokens"] / q if q else None, **counters}
 
 
-def _speculative_summary(spec: Any, stats: dict[str, int]) -> dict[str, Any]:
+def _speculative_summary(spec: Any, stats: dict[str, float]) -> dict[str, Any]:
     from simulator.engine.speculative import expected_tokens_per_step
 
     proposed, steps = stats.get("num_draft_tokens", 0), stats.get("num_verify_steps", 0)
@@ -263,7 +268,7 @@ def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: Any) -> dict
     usage = steps["kv_blocks_used"] / num_gpu_blocks
     busy = float(d.sum())
     return {
-        "num_steps": int(len(d)),
+        "num_steps": len(d),
         "mean_num_seqs": float(np.average(seqs, weights=d)) if busy > 0 else None,
         "max_num_seqs": int(seqs.max()),
         "busy_s": busy,

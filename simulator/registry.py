@@ -8,7 +8,8 @@ work as they read.
 """
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from simulator.errors import ScenarioError
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -267,7 +268,8 @@ def stability(requests: pd.DataFrame, window: tuple[float, float], *,
         "backlog_growth_per_s": None, "backlog_growth_fraction": None, "backlog_t": None,
         "delay_trend_s_per_s": None, "backlog_first": None, "backlog_last": None,
         "test": f"waiting-backlog trend over {batches} batch means: unstable when growth > "
-                f"{100 * STABILITY_GROWTH_FRACTION:g}% of the arrival rate at {100 * STABILITY_CONFIDENCE:g}% confidence",
+                f"{100 * STABILITY_GROWTH_FRACTION:g}% of the arrival rate at "
+                f"{100 * STABILITY_CONFIDENCE:g}% confidence",
     }
     if n < 50 or span <= 0:
         return out
@@ -291,8 +293,8 @@ def stability(requests: pd.DataFrame, window: tuple[float, float], *,
     w, a = wait[in_window][order], arrival[in_window][order]
     if len(w) >= batches * 2:
         edges = np.linspace(0, len(w), batches + 1).astype(int)
-        wm = np.array([w[i:j].mean() for i, j in zip(edges[:-1], edges[1:])])
-        am = np.array([a[i:j].mean() for i, j in zip(edges[:-1], edges[1:])])
+        wm = np.array([w[i:j].mean() for i, j in pairwise(edges)])
+        am = np.array([a[i:j].mean() for i, j in pairwise(edges)])
         out["delay_trend_s_per_s"] = _trend(am, wm)[0]
     critical = float(_stats.t.ppf(STABILITY_CONFIDENCE, batches - 2))
     grows = slope / rate > STABILITY_GROWTH_FRACTION and t > critical

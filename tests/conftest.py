@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from simulator import scenario_from_dict
-from simulator.scenario.config import SchedulerConfig
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestTable
 from simulator.engine.scheduler import Scheduler
+from simulator.scenario.config import SchedulerConfig
 from simulator.workload.traffic import Workload
 
 CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0}

@@ -8,13 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_scenario
 
 from simulator import load_scenario, simulate
-from simulator.scenario.config import AffinityConfig
-from simulator.engine.prefix_cache import prefix_block_hashes
 from simulator.cluster.routing import make_router
-
-from conftest import make_scenario
+from simulator.engine.prefix_cache import prefix_block_hashes
+from simulator.scenario.config import AffinityConfig
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-prefix-h100.yaml"
 
@@ -53,7 +52,8 @@ def test_affinity_beats_round_robin_with_prefix_caching(router):
     for seed in (7, 8):
         rr = simulate(_chat("round_robin", seed)).summary
         aff = simulate(_chat(router, seed)).summary
-        assert aff["prefix_cache"]["hit_rate"] > rr["prefix_cache"]["hit_rate"] + 0.08, (seed, aff["prefix_cache"], rr["prefix_cache"])
+        assert aff["prefix_cache"]["hit_rate"] > rr["prefix_cache"]["hit_rate"] + 0.08, \
+            (seed, aff["prefix_cache"], rr["prefix_cache"])
         assert aff["ttft_s"]["p50"] < 0.85 * rr["ttft_s"]["p50"], (seed, aff["ttft_s"]["p50"], rr["ttft_s"]["p50"])
 
 

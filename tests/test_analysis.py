@@ -2,18 +2,41 @@
 closed forms (constant cost model), conservation and Little's law."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_scenario
 
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile, load_scenario, simulate
-from simulator.report.analysis import KPI, RunCancelled, compare_kpis, cost_per_million_tokens, kpis, latency_cdf, load_sweep, max_load_meeting_slo, measured_requests, measured_vs_fitted, profiles_overview, run_report, tier_table, stage_breakdown, step_time_curves, time_series, with_arrival_rate
-from simulator.scenario.io import MAX_SCENARIO_BYTES, scenario_diff, scenario_from_key, scenario_from_yaml_bytes, scenario_key, scenario_to_yaml
-
-from conftest import make_scenario
+from simulator.report.analysis import (
+    KPI,
+    RunCancelled,
+    compare_kpis,
+    cost_per_million_tokens,
+    kpis,
+    latency_cdf,
+    load_sweep,
+    max_load_meeting_slo,
+    measured_requests,
+    measured_vs_fitted,
+    profiles_overview,
+    run_report,
+    stage_breakdown,
+    step_time_curves,
+    tier_table,
+    time_series,
+    with_arrival_rate,
+)
+from simulator.scenario.io import (
+    MAX_SCENARIO_BYTES,
+    scenario_diff,
+    scenario_from_key,
+    scenario_from_yaml_bytes,
+    scenario_key,
+    scenario_to_yaml,
+)
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +207,8 @@ def test_profile_table_lists_every_profile():
 def test_measured_vs_fitted_matches_the_table_and_its_fit_report():
     """Every measured point of the measured CPU profile appears once, measured times equal the
     table's, and the held-out errors are the ones the profile report summarises."""
-    from simulator.report.profile_report import family_report, profile_table as read_ops
+    from simulator.report.profile_report import family_report
+    from simulator.report.profile_report import profile_table as read_ops
 
     prof = load_profile("cpu-amd-epyc-tiny-llama")
     mf = measured_vs_fitted(prof)
@@ -197,7 +221,8 @@ def test_measured_vs_fitted_matches_the_table_and_its_fit_report():
         if len(e):
             assert e.median() == pytest.approx(fam.loc[family, "median_abs_error"])
     ok = mf["rel_error"].notna()
-    assert (mf.loc[ok, "fitted_ms"] / mf.loc[ok, "measured_ms"] - 1).to_numpy() == pytest.approx(mf.loc[ok, "rel_error"])
+    assert ((mf.loc[ok, "fitted_ms"] / mf.loc[ok, "measured_ms"] - 1).to_numpy()
+            == pytest.approx(mf.loc[ok, "rel_error"]))
     assert set(mf.loc[mf["family"] == "attn_decode", "size_unit"]) == {"context tokens"}
     with pytest.raises(ScenarioError):
         measured_vs_fitted(load_profile("h100-sxm"))

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("streamlit", reason="the app extra (streamlit, plotly) is not installed")
 pytest.importorskip("plotly", reason="the app extra (streamlit, plotly) is not installed")
-import streamlit as st  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+import streamlit as st
+from streamlit.testing.v1 import AppTest
 
-from simulator import available_profiles, load_scenario, simulate  # noqa: E402
-from simulator.report.analysis import load_sweep, max_load_meeting_slo, with_arrival_rate  # noqa: E402
+from simulator import available_profiles, load_scenario, simulate
+from simulator.report.analysis import load_sweep, max_load_meeting_slo, with_arrival_rate
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-h100.yaml"

@@ -117,7 +117,7 @@ def test_interrupted_run_keeps_partial_results_and_resumes(tmp_path: Path) -> No
     assert len(pd.read_csv(out / "ops.partial.csv")) == 5
     with pytest.raises(ScenarioError, match="interrupted calibration"):
         load_profile(str(out))
-    with pytest.raises(ScenarioError, match="other settings.*max_tokens"):
+    with pytest.raises(ScenarioError, match=r"other settings.*max_tokens"):
         run_calibration(out, **{**SMALL, "max_tokens": 32})
     starts: list[tuple[int, int]] = []
     resumed: list[int] = []
@@ -180,7 +180,8 @@ def test_a_row_cut_off_mid_write_is_dropped_on_resume(tmp_path: Path) -> None:
     path = run_calibration(out, **SMALL)
     table = pd.read_csv(path.parent / "ops.csv")
     assert table["median_s"].notna().all() and len(table) == len(set(zip(table["op"], table["tokens"],
-                                                                          table["context"], table["batch"])))
+                                                                          table["context"], table["batch"],
+                                                                          strict=True)))
 
 
 def test_grid_too_big_for_memory_is_refused_before_allocating(tmp_path: Path) -> None:
@@ -222,7 +223,7 @@ NO_TORCH = ("import sys, importlib.abc\n"
 
 
 def test_missing_torch_names_the_extra_to_install(tmp_path: Path) -> None:
-    code = (NO_TORCH + 
+    code = (NO_TORCH +
             f"sys.argv = ['llmplan', 'calibrate', '--quick', '--out', {str(tmp_path / 'x')!r}]; "
             "from simulator.cli import main; main()")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -248,7 +249,8 @@ def test_all_reduce_over_gloo_between_two_cpu_processes() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA kernels (bf16); no CUDA device here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA kernels (bf16); no CUDA device here. "
+                    "CI is CPU-only: run `pytest -m gpu` on a GPU machine")
 def test_quick_gpu_calibration(tmp_path: Path) -> None:
     path = run_calibration(tmp_path / "gpu", "llama-3-8b", device="cuda", quick=True)
     prof = load_profile(str(path))
@@ -257,7 +259,8 @@ def test_quick_gpu_calibration(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="times float8 GEMMs on CUDA; no CUDA device here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times float8 GEMMs on CUDA; no CUDA device here. "
+                    "CI is CPU-only: run `pytest -m gpu` on a GPU machine")
 def test_quick_gpu_fp8_gemm_calibration(tmp_path: Path) -> None:
     from calibrate.runner import _fp8_supported
 
@@ -270,7 +273,8 @@ def test_quick_gpu_fp8_gemm_calibration(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA kernels; no CUDA device here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA kernels; no CUDA device here. "
+                    "CI is CPU-only: run `pytest -m gpu` on a GPU machine")
 def test_gpu_timer_excludes_launch_gaps_and_sees_big_gemms() -> None:
     """A one-token residual add is a ~2-4 us kernel; launched from Python, one call costs the host
     more than that, so a timer that saw launch gaps would report the host's pace. A 4096^3 bf16

@@ -3,10 +3,9 @@ in the decode pool, and clear errors."""
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, load_scenario, simulate
-
-from conftest import make_scenario
 
 POOLS = {"scheduler.policy": "disaggregated", "deployment.prefill_replicas": 1, "deployment.decode_replicas": 1}
 
@@ -47,11 +46,11 @@ def test_decode_pool_has_no_prefill_stalls():
 
 
 def test_bad_pool_configs_are_clear_errors():
-    with pytest.raises(ScenarioError, match="deployment.decode_replicas.*both pool sizes"):
+    with pytest.raises(ScenarioError, match=r"deployment\.decode_replicas.*both pool sizes"):
         simulate(make_scenario(**{"scheduler.policy": "disaggregated", "deployment.prefill_replicas": 1}))
     with pytest.raises(ScenarioError, match="kv_transfer_bandwidth_bytes_per_s"):
         simulate(make_scenario(**POOLS))                    # the inline constant profile has no interconnect
-    with pytest.raises(ScenarioError, match="deployment.replicas.*= 2"):
+    with pytest.raises(ScenarioError, match=r"deployment\.replicas.*= 2"):
         simulate(long_prompts(**POOLS, **{"deployment.replicas": 5}))
-    with pytest.raises(ScenarioError, match="prefill_replicas.*disaggregated"):
+    with pytest.raises(ScenarioError, match=r"prefill_replicas.*disaggregated"):
         simulate(long_prompts(**{"deployment.prefill_replicas": 1}))

@@ -20,11 +20,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibrate.engine import LlamaModel, ServingEngine  # noqa: E402
-from calibrate.validate import (BURST_RATE_PER_S, ValidateSettings, build_scenario, format_table,  # noqa: E402
-                                run_validation, workload_of)
+from calibrate.validate import (  # noqa: E402
+    BURST_RATE_PER_S,
+    ValidateSettings,
+    build_scenario,
+    format_table,
+    run_validation,
+    workload_of,
+)
 from simulator import simulate  # noqa: E402
-from simulator.scenario.models import ModelSpec  # noqa: E402
 from simulator.run.resolve import resolve  # noqa: E402
+from simulator.scenario.models import ModelSpec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = "cpu-amd-epyc-tiny-llama"
@@ -59,12 +65,12 @@ def engine_and_workload(s: ValidateSettings, rate: float, n: int, model: LlamaMo
 
 def test_engine_generates_exactly_the_tokens_asked_greedily() -> None:
     s = settings()
-    sc, eng, wl = engine_and_workload(s, 50.0, 10)
+    _sc, eng, wl = engine_and_workload(s, 50.0, 10)
     run = eng.run(wl)
     assert [len(o) for o in run.outputs] == wl.max_tokens.tolist()
     assert all(0 <= t < MICRO.vocab_size for o in run.outputs for t in o)
     assert [len(t) for t in run.token_times] == wl.max_tokens.tolist()
-    for times, first, fin in zip(run.token_times, run.table.first_token_time, run.table.finish_time):
+    for times, first, fin in zip(run.token_times, run.table.first_token_time, run.table.finish_time, strict=True):
         assert times[0] == first and times[-1] == fin and np.all(np.diff(times) > 0)
     again = engine_and_workload(s, 50.0, 10, model=eng.model)[1].run(wl)
     assert again.outputs == run.outputs          # greedy: the same tokens every time
@@ -74,7 +80,7 @@ def test_batched_cached_decoding_matches_recomputation() -> None:
     """Each generated token is the argmax of a cache-free forward pass over the whole prefix: the KV
     cache, rotary positions, GQA and batching change nothing (up to fp32 rounding)."""
     s = settings()
-    sc, eng, wl = engine_and_workload(s, 200.0, 6)
+    _sc, eng, wl = engine_and_workload(s, 200.0, 6)
     run = eng.run(wl)
     rng = np.random.default_rng(eng.seed)   # the engine's prompt tokens (same seed, same draws)
     prompts = [rng.integers(0, MICRO.vocab_size, int(p)).tolist() for p in wl.num_prompt_tokens]
@@ -90,8 +96,10 @@ def test_batched_cached_decoding_matches_recomputation() -> None:
 
 @pytest.mark.parametrize("policy,extra", [("continuous", {}),
                                           ("chunked_prefill", {"scheduler.long_prefill_token_threshold": 16}),
-                                          ("continuous", {"scheduler.num_gpu_blocks_override": 20, "scheduler.block_size": 4}),
-                                          ("chunked_prefill", {"scheduler.num_gpu_blocks_override": 20, "scheduler.block_size": 4})])
+                                          ("continuous", {"scheduler.num_gpu_blocks_override": 20,
+                                                          "scheduler.block_size": 4}),
+                                          ("chunked_prefill", {"scheduler.num_gpu_blocks_override": 20,
+                                                               "scheduler.block_size": 4})])
 def test_engine_takes_the_simulators_decisions(policy: str, extra: dict) -> None:
     """Hand-built queue: every request arrives at once; the engine's step plans (decodes, prefill
     chunks) equal the simulator's step log, step for step, preemptions included."""
@@ -102,7 +110,7 @@ def test_engine_takes_the_simulators_decisions(policy: str, extra: dict) -> None
     sim = simulate(sc, fast_forward=False)
     steps = sim.steps
     got = [(st.num_decode, sum(st.prefill_tokens)) for st in run.steps]
-    want = list(zip(steps["num_decode_tokens"].astype(int), steps["num_prefill_tokens"].astype(int)))
+    want = list(zip(steps["num_decode_tokens"].astype(int), steps["num_prefill_tokens"].astype(int), strict=True))
     assert got == want
     assert (sim.requests["num_preemptions"].to_numpy() == run.table.num_preemptions).all()
     if "scheduler.num_gpu_blocks_override" in extra:
@@ -115,7 +123,7 @@ def test_refuses_policies_it_does_not_run() -> None:
 
     s = settings()
     sc = build_scenario(s, PROFILE, 1.0, 4, 0).with_overrides({"scheduler.policy": "static"})
-    with pytest.raises(ScenarioError, match="scheduler.policy"):
+    with pytest.raises(ScenarioError, match=r"scheduler\.policy"):
         ServingEngine(sc, LlamaModel(MICRO), 100)
 
 
@@ -155,7 +163,8 @@ def test_validate_cli_rejects_bad_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="runs the reference engine in bf16 on CUDA; no CUDA device here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="runs the reference engine in bf16 on CUDA; no CUDA device "
+                    "here. CI is CPU-only: run `pytest -m gpu` on a GPU machine")
 def test_engine_on_gpu_bf16() -> None:
     s = settings(device="cuda")
     sc = build_scenario(s, PROFILE, 50.0, 6, 0)

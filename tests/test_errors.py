@@ -12,9 +12,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -267,7 +268,7 @@ def cli_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pa
         return folder, run_cli("simulate", str(scenario), "--json")
 
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip((c.id for c in CASES), pool.map(one, CASES)))
+        return dict(zip((c.id for c in CASES), pool.map(one, CASES), strict=True))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -376,7 +377,7 @@ def test_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
 
 def test_set_without_equals_sign() -> None:
     """``--set`` without ``=`` is named with an example of the right syntax."""
-    with pytest.raises(ScenarioError, match="key.path=value"):
+    with pytest.raises(ScenarioError, match=r"key\.path=value"):
         load_scenario(REPO / "examples" / "chat-h100.yaml", ["num_requests"])
     assert_one_error_line(run_cli("simulate", "examples/chat-h100.yaml", "--set", "num_requests"),
                           "--set = 'num_requests'", "expected key.path=value")

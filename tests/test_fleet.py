@@ -1,17 +1,17 @@
 """Fleet features: routers, client network RTT, diurnal arrivals."""
 from __future__ import annotations
 
+import itertools
 import math
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, simulate
 from simulator.cluster.router import ROUTERS
 from simulator.workload.traffic import ARRIVALS
-
-from conftest import make_scenario
 
 
 def _fleet(router: str, seed: int, **more):
@@ -119,7 +119,8 @@ def test_diurnal_mean_rate_and_shape(profile):
     phase = np.mod(t, 600.0)
     counts, edges = np.histogram(phase, bins=10, range=(0, 600))
     grid = np.linspace(0, 600, 10_001)[:-1] + 0.03
-    want = np.array([arr.rate_at(grid[(grid >= a) & (grid < b)]).mean() * (b - a) * 4 for a, b in zip(edges, edges[1:])])
+    want = np.array([arr.rate_at(grid[(grid >= a) & (grid < b)]).mean() * (b - a) * 4
+                     for a, b in itertools.pairwise(edges)])
     assert np.all(np.abs(counts - want) < 5 * np.sqrt(want) + 5), (counts, want)
 
 
@@ -157,8 +158,10 @@ def _fleet_run(**fleet):
 
 def test_geo_routing_sends_clients_to_their_nearest_region():
     q = _fleet_run().requests
-    assert (q.loc[q["client"] == "e", "region"] == "east").all() and (q.loc[q["client"] == "w", "region"] == "west").all()
-    assert set(q.loc[q["region"] == "east", "replica"]) == {0, 1} and set(q.loc[q["region"] == "west", "replica"]) == {2}
+    assert (q.loc[q["client"] == "e", "region"] == "east").all()
+    assert (q.loc[q["client"] == "w", "region"] == "west").all()
+    assert set(q.loc[q["region"] == "east", "replica"]) == {0, 1}
+    assert set(q.loc[q["region"] == "west", "replica"]) == {2}
     assert np.allclose(q["rtt_s"], 0.010)
 
 
@@ -214,13 +217,14 @@ def test_autoscaler_cold_start_and_routing_follow_the_timeline():
     tl = a["timeline"]
     # Every start becomes active exactly one cold start later (no warm pool): starts and
     # activations pair up in order.
-    starts = [t for (t, _, s), (_, _, s0) in zip(tl[1:], tl[:-1]) if s > s0 for _ in range(s - s0)]
-    ups = [t for (t, act, s), (_, act0, s0) in zip(tl[1:], tl[:-1]) if act > act0]
+    starts = [t for (t, _, s), (_, _, s0) in zip(tl[1:], tl[:-1], strict=True) if s > s0 for _ in range(s - s0)]
+    ups = [t for (t, act, s), (_, act0, s0) in zip(tl[1:], tl[:-1], strict=True) if act > act0]
     assert len(starts) >= 2 and np.allclose(ups[:len(starts)], np.array(starts[:len(ups)]) + a["cold_start_s"])
     assert 1 < a["max_active_replicas"] <= 6 and tl[-1][1] < a["max_active_replicas"]    # scaled back down
     # A request only ever goes to a replica that was active when it arrived.
     times = np.array([t for t, _, _ in tl])
-    active_at = np.array([act for _, act, _ in tl])[np.searchsorted(times, r.requests["arrival_time"], side="right") - 1]
+    active_at = np.array([act for _, act, _ in tl])[
+        np.searchsorted(times, r.requests["arrival_time"], side="right") - 1]
     assert (r.requests["replica"].to_numpy() < active_at).all()
 
 

@@ -10,15 +10,15 @@
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
-import pytest
+from conftest import make_scenario
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simulator import simulate
-
-from conftest import make_scenario
 
 scenarios = st.fixed_dictionaries({
     "seed": st.integers(0, 10_000),
@@ -183,7 +183,7 @@ def test_progress_callback_reaches_total():
     calls = []
     simulate(make_scenario(num_requests=1000), on_progress=lambda done, total: calls.append((done, total)))
     assert calls[-1] == (1000, 1000)
-    assert len(calls) >= 100 and all(a <= b for (a, _), (b, _) in zip(calls, calls[1:]))
+    assert len(calls) >= 100 and all(a <= b for (a, _), (b, _) in itertools.pairwise(calls))
 
 
 prefix_scenarios = st.tuples(scenarios, st.fixed_dictionaries({

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_scenario, make_scheduler
 
 from simulator import load_profile, scenario_from_dict, simulate
 from simulator.cost.analytic import RooflineCostModel
-from simulator.scenario.models import MODEL_PRESETS
-from simulator.scenario.quantization import resolve_precision
 from simulator.engine.request import RequestStatus
 from simulator.run.resolve import resolve
-
-from conftest import make_scenario, make_scheduler
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.quantization import resolve_precision
 
 H100 = "h100-sxm"
 
@@ -56,7 +55,8 @@ def test_int4_weights_raise_max_batch_and_lower_decode_step_time():
     assert int4.kv_plan.weights_bytes < 0.36 * bf16.kv_plan.weights_bytes   # 0.52 B/weight + 16-bit head
     assert int4.kv_plan.num_gpu_blocks > 1.15 * bf16.kv_plan.num_gpu_blocks
     # Decode at batch 1 streams the weights once: int4 is at least 1.9x faster than bf16 there.
-    t16, t4 = roofline("llama-3-8b").decode_step_time_s(1, 1000), roofline("llama-3-8b", "int4").decode_step_time_s(1, 1000)
+    t16 = roofline("llama-3-8b").decode_step_time_s(1, 1000)
+    t4 = roofline("llama-3-8b", "int4").decode_step_time_s(1, 1000)
     assert t4 < t16 / 1.9
     # Prefill is compute-bound: W4A16 computes in 16 bits, so it is no faster there.
     big = roofline("llama-3-8b").step_time_s([8192], [0], 0, 0, 1)
@@ -218,8 +218,9 @@ def test_timeouts_and_shedding_fast_forward_equals_step_by_step():
 
 
 def test_levers_example_runs_and_its_guards_act_without_the_model_levers():
-    from simulator import load_scenario
     from pathlib import Path
+
+    from simulator import load_scenario
 
     path = Path(__file__).resolve().parents[1] / "examples/levers-h100.yaml"
     small = {"num_requests": 1500, "warmup_s": 0, "cooldown_s": 0}

@@ -20,7 +20,8 @@ def test_the_notebooks_exist_and_are_current():
                                            "03_speculative_decoding.ipynb", "04_calibration_review.ipynb",
                                            "05_prefix_caching.ipynb", "06_quarterly_worksheet.ipynb",
                                            "07_fidelity.ipynb"]
-    done = subprocess.run([sys.executable, str(REPO / "notebooks" / "build.py"), "--check"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, str(REPO / "notebooks" / "build.py"), "--check"],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
@@ -39,7 +40,8 @@ def test_notebook_runs(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     client.execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [o for c in nb.cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     assert any(o.get("data", {}).get("application/json") or o.get("data", {}).get("application/vnd.plotly.v1+json")
                for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])), "no figure rendered"

@@ -70,7 +70,7 @@ def test_monotone_in_load_and_in_slo():
     assert reps == sorted(reps) and reps[-1] > reps[0]
     loose = plan(base_plan(forecast=rows, regions=[{"name": "east", "rtt_ms": {"east": 5}}],
                            slo={"ttft_p99_ms": 200, "attainment": 0.9}), workers=1)
-    assert all(a <= b for a, b in zip(loose.worksheet["replicas"], reps))
+    assert all(a <= b for a, b in zip(loose.worksheet["replicas"], reps, strict=True))
 
 
 def test_cheapest_candidate_wins_and_costs_add_up():

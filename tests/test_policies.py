@@ -3,11 +3,10 @@ direction and rough size of each policy's effect where the literature says what 
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario, make_scheduler
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.engine.request import RequestStatus
-
-from conftest import make_scenario, make_scheduler
 
 
 def step(sched, now):
@@ -158,5 +157,5 @@ def test_chunked_prefill_accepts_a_budget_below_the_context_length():
 
 
 def test_unknown_policy_is_a_clear_error():
-    with pytest.raises(ScenarioError, match="unknown policy.*chunked_prefill.*static"):
+    with pytest.raises(ScenarioError, match=r"unknown policy.*chunked_prefill.*static"):
         simulate(make_scenario(**{"scheduler.policy": "orca"}))

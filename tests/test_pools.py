@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-
-from simulator import ScenarioError, load_scenario, simulate
-
 from test_cli import run_cli
+
+from simulator import load_scenario, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "model-routing.yaml"
@@ -74,28 +72,35 @@ def test_pools_are_seeded():
 
 
 @pytest.mark.parametrize("sets, expected", [
-    (["deployment.pool_routing.default=huge"], "deployment.pool_routing.default = 'huge': unknown pool; pools: small, big"),
-    (["deployment.pool_routing.thresholds=[{max_prompt_tokens: 512, pool: small}, {max_prompt_tokens: 256, pool: big}]"],
+    (["deployment.pool_routing.default=huge"],
+     "deployment.pool_routing.default = 'huge': unknown pool; pools: small, big"),
+    (["deployment.pool_routing.thresholds=[{max_prompt_tokens: 512, pool: small}, "
+      "{max_prompt_tokens: 256, pool: big}]"],
      "deployment.pool_routing.thresholds.1.max_prompt_tokens = 256: thresholds must be strictly increasing"),
-    (["deployment.pools=[{name: small, model: llama-9}, {name: big}]"], "deployment.pools.small.model = 'llama-9': unknown model preset"),
-    (["deployment.pools=[{name: small, model: llama-3-70b}, {name: big}]"], "deployment.pools.small.model = 'llama-3-70b': does not fit"),
+    (["deployment.pools=[{name: small, model: llama-9}, {name: big}]"],
+     "deployment.pools.small.model = 'llama-9': unknown model preset"),
+    (["deployment.pools=[{name: small, model: llama-3-70b}, {name: big}]"],
+     "deployment.pools.small.model = 'llama-3-70b': does not fit"),
     (["workload.tiers=[{name: free, share: 0.5}, {name: pro, share: 0.5}]",
       "deployment.pool_routing={by: tier, map: {free: small}}"],
      "deployment.pool_routing.default = None: required: tier 'pro' is not in pool_routing.map"),
-    (["deployment.pool_routing={by: tier, map: {free: small}}"], "deployment.pool_routing.by = 'tier': needs workload.tiers"),
+    (["deployment.pool_routing={by: tier, map: {free: small}}"],
+     "deployment.pool_routing.by = 'tier': needs workload.tiers"),
     (["deployment.autoscaler={max_replicas: 4, target_outstanding_per_replica: 4}"],
      "deployment.autoscaler = 'set': is not modelled together with deployment.pools"),
     (["deployment.pools=[{name: a}, {name: a}]"], "deployment.pools.name = 'a': pool names must be unique"),
     (["deployment.replicas=4"], "deployment.replicas = 4: with deployment.pools the replicas are per pool"),
-    (["deployment.pool_routing.thresholds=[]"], "deployment.pool_routing.thresholds = []: by: prompt_tokens needs at least one"),
-    (["deployment.pool_routing.default=null"], "deployment.pool_routing.default = None: required: the pool for prompts longer than 512"),
+    (["deployment.pool_routing.thresholds=[]"],
+     "deployment.pool_routing.thresholds = []: by: prompt_tokens needs at least one"),
+    (["deployment.pool_routing.default=null"],
+     "deployment.pool_routing.default = None: required: the pool for prompts longer than 512"),
     (["deployment.pools=[{name: small, max_num_seqs: 9000}, {name: big}]"],
      "deployment.pools.small.max_num_seqs = 9000: is above scheduler.max_num_batched_tokens=8192"),
 ])
 def test_bad_pool_config_is_a_one_line_cli_error(tmp_path, sets, expected):
     proc = run_cli("simulate", str(EXAMPLE), *[a for s in sets for a in ("--set", s)])
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and expected in lines[0], lines
 
 

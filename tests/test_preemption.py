@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario, make_scheduler
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.engine.scheduler import SwapSpace
-
-from conftest import make_scenario, make_scheduler
 
 
 def pressure(**over):
@@ -61,5 +60,5 @@ def test_no_swap_space_means_recompute_exactly():
 def test_swap_needs_a_host_link_and_a_policy_that_supports_it():
     with pytest.raises(ScenarioError, match="host_link_bandwidth_bytes_per_s"):
         simulate(make_scenario(**{"scheduler.preemption_mode": "swap"}))     # inline constant profile
-    with pytest.raises(ScenarioError, match="preemption_mode.*chunked"):
+    with pytest.raises(ScenarioError, match=r"preemption_mode.*chunked"):
         simulate(pressure(**{"scheduler.preemption_mode": "swap", "scheduler.policy": "chunked_prefill"}))

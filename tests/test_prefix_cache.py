@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_scenario
+from test_errors import assert_one_error_line, minimal, run_cli
 
 from simulator import ScenarioError, scenario_from_dict, simulate
 from simulator.cost.factory import make_cost_model
 from simulator.engine.prefix_cache import BlockHashes, PrefixCachingKVManager
 from simulator.run.resolve import resolve
-
-from conftest import make_scenario
-from test_errors import assert_one_error_line, minimal, run_cli
 
 DATA = Path(__file__).parent / "data"
 MOONCAKE = DATA / "mooncake_conversation_excerpt.jsonl"
@@ -282,7 +281,8 @@ def _prefix_case(**prefix):
                                 "prefix": {"prefix_tokens": 10}}}, "workload.prefix", ("hash_ids",)),
     ({**minimal(), "workload": {**minimal()["workload"], "arrival": {"process": "trace", "path": str(MOONCAKE),
                                                                      "format": "mooncake"},
-                                "sessions": {"turns": 2, "turn_gap_s": 1}}}, "workload.sessions", ("poisson or gamma",)),
+                                "sessions": {"turns": 2, "turn_gap_s": 1}}},
+     "workload.sessions", ("poisson or gamma",)),
     ({**minimal(), "workload": {**minimal()["workload"], "sessions": {"turns": 0, "turn_gap_s": 1}}},
      "workload.sessions.turns.value", ("greater than or equal to 1",)),
     ({**minimal(), "workload": {**minimal()["workload"], "sessions": {"turns": 2, "turn_gap_s": 0}}},

@@ -6,10 +6,9 @@ tests do, and asserts who is scheduled, with how many tokens, and who is preempt
 from __future__ import annotations
 
 import numpy as np
+from conftest import make_scheduler
 
 from simulator.engine.request import RequestStatus
-
-from conftest import make_scheduler
 
 
 def step(sched, now):

@@ -3,12 +3,10 @@ memory taken by a draft model, determinism and clear errors."""
 from __future__ import annotations
 
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.engine.speculative import expected_tokens_per_step
-
-from conftest import make_scenario
-
 
 
 def spec(method="ngram", k=4, alpha=0.8, **extra):
@@ -59,7 +57,8 @@ def test_draft_model_speculation_helps_at_high_acceptance_and_hurts_at_low():
 
 def test_draft_model_takes_memory_from_the_kv_cache():
     plain = simulate(reference(num_requests=20)).summary["kv_cache"]
-    with_draft = simulate(reference(num_requests=20, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b"))).summary["kv_cache"]
+    with_draft = simulate(reference(num_requests=20, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b"))
+                          ).summary["kv_cache"]
     # 1.24B draft parameters in bf16 come off the budget, and each token also holds the draft's KV
     # (16 layers x 8 kv heads x 64 dims, against the target's 32 x 8 x 128: a quarter more).
     assert with_draft["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == pytest.approx(2 * 1.236e9, rel=0.01)
@@ -92,5 +91,5 @@ def test_bad_speculative_configs_are_clear_errors():
         make_scenario(**spec("draft"))
     with pytest.raises(ScenarioError, match="continuous"):
         simulate(make_scenario(**{"scheduler.policy": "static", **spec()}))
-    with pytest.raises(ScenarioError, match="speculative_config.draft_model.*unknown model preset"):
+    with pytest.raises(ScenarioError, match=r"speculative_config\.draft_model.*unknown model preset"):
         simulate(make_scenario(**spec("draft", draft_model="llama-9")))

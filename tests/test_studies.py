@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_scenario
 
 from simulator import ScenarioError, simulate
 from simulator.report import studies
-
-from conftest import make_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_notebook_scale_reads_the_environment_and_names_bad_values():
     assert studies.notebook_scale({}) == "full"
     assert studies.notebook_scale({"LLMPLAN_NOTEBOOK_SCALE": "small"}) == "small"
-    with pytest.raises(ScenarioError, match="LLMPLAN_NOTEBOOK_SCALE.*allowed: full, small"):
+    with pytest.raises(ScenarioError, match=r"LLMPLAN_NOTEBOOK_SCALE.*allowed: full, small"):
         studies.notebook_scale({"LLMPLAN_NOTEBOOK_SCALE": "tiny"})
 
 
@@ -86,7 +85,8 @@ def test_load_sweep_runs_each_policy_at_each_rate():
     sc = make_scenario(num_requests=100)
     sweep = studies.load_sweep(sc, [5.0, 20.0], {"cont": {}, "dyn": {"scheduler.policy": "dynamic",
                                                                       "scheduler.max_wait_ms": 20}})
-    assert list(zip(sweep["policy"], sweep["rate_per_s"])) == [("cont", 5.0), ("cont", 20.0), ("dyn", 5.0), ("dyn", 20.0)]
+    assert list(zip(sweep["policy"], sweep["rate_per_s"], strict=True)) == [("cont", 5.0), ("cont", 20.0),
+                                                                            ("dyn", 5.0), ("dyn", 20.0)]
     assert (sweep["ttft_p99_s"] >= sweep["ttft_p50_s"]).all()
     k = studies.knees(sweep)
     assert list(k["policy"]) == ["cont", "dyn"]
@@ -208,7 +208,8 @@ def test_speedup_sweep_compresses_both_streams_and_burst_cost_grows_with_load():
     trace = pd.DataFrame({"arrival_time": bursts, "num_prompt_tokens": 32, "max_tokens": 10})
     base = make_scenario(**{"slo.ttft_p99_ms": 60.0})
     sw = studies.speedup_sweep(base, trace, [1.0, 1.8], seed=1)
-    assert list(zip(sw["speedup"], sw["stream"])) == [(1.0, "trace"), (1.0, "poisson"), (1.8, "trace"), (1.8, "poisson")]
+    assert list(zip(sw["speedup"], sw["stream"], strict=True)) == [(1.0, "trace"), (1.0, "poisson"),
+                                                                   (1.8, "trace"), (1.8, "poisson")]
     r = sw.set_index(["speedup", "stream"])
     assert r.loc[(1.8, "trace"), "rate_per_s"] == pytest.approx(1.8 * r.loc[(1.0, "trace"), "rate_per_s"])
     for k in (1.0, 1.8):
@@ -276,7 +277,7 @@ def test_prefix_cache_sweep_hit_rate_is_the_shared_fraction_and_shrinks_with_the
                           "scheduler.max_num_batched_tokens": 8192, "scheduler.max_model_len": 1024})
     sw = studies.prefix_cache_sweep(sc, {"big": {"scheduler.num_gpu_blocks_override": 100_000},
                                          "tiny": {"scheduler.num_gpu_blocks_override": 64}})
-    assert list(zip(sw["variant"], sw["enable_prefix_caching"])) == [("big", False), ("big", True),
+    assert list(zip(sw["variant"], sw["enable_prefix_caching"], strict=True)) == [("big", False), ("big", True),
                                                                      ("tiny", False), ("tiny", True)]
     assert list(sw["num_gpu_blocks"]) == [100_000, 100_000, 64, 64]
     off, on = sw[~sw["enable_prefix_caching"]], sw[sw["enable_prefix_caching"]].set_index("variant")

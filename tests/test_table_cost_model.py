@@ -13,11 +13,11 @@ import yaml
 
 from simulator import ScenarioError, simulate
 from simulator.cost.factory import make_cost_model
-from simulator.scenario.models import MODEL_PRESETS
 from simulator.cost.op_table import TABLE_COLUMNS, LogCurve, file_sha256, fit_summary, leave_one_out
-from simulator.report.profile_report import family_report, op_report
-from simulator.scenario.profiles import load_profile
 from simulator.cost.table import TableCostModel
+from simulator.report.profile_report import family_report, op_report
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.profiles import load_profile
 from tests.conftest import make_scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def _cost(path: Path, model: str = "tiny-llama", tp: int = 1) -> TableCostModel:
 def test_truncated_table_is_caught_by_its_checksum(cpu_copy: Path) -> None:
     ops = cpu_copy / "ops.csv"
     ops.write_text("\n".join(ops.read_text().splitlines()[:-5]) + "\n")
-    with pytest.raises(ScenarioError, match="sha256.*re-run `llmplan calibrate`"):
+    with pytest.raises(ScenarioError, match=r"sha256.*re-run `llmplan calibrate`"):
         _cost(cpu_copy)
 
 
@@ -244,7 +244,7 @@ def test_corrupt_yaml_missing_table_and_bad_times(cpu_copy: Path) -> None:
     prof = yaml.safe_load((cpu_copy / "profile.yaml").read_text())
     prof["table_sha256"] = file_sha256(cpu_copy / "ops.csv")
     (cpu_copy / "profile.yaml").write_text(yaml.safe_dump(prof))
-    with pytest.raises(ScenarioError, match="row 5.*median_s must be a positive number"):
+    with pytest.raises(ScenarioError, match=r"row 5.*median_s must be a positive number"):
         _cost(cpu_copy)
     (cpu_copy / "profile.yaml").write_text("name: [unclosed\n")
     with pytest.raises(ScenarioError, match="not valid YAML"):
@@ -255,7 +255,7 @@ def test_corrupt_yaml_missing_table_and_bad_times(cpu_copy: Path) -> None:
 
 
 def test_wrong_dtype_and_tp_without_collectives_are_refused() -> None:
-    with pytest.raises(ScenarioError, match="no rows for the model's dtype 'bf16'.*--dtype bf16"):
+    with pytest.raises(ScenarioError, match=r"no rows for the model's dtype 'bf16'.*--dtype bf16"):
         make_cost_model(load_profile(CPU), MODEL_PRESETS["llama-3-8b"], 1)
     with pytest.raises(ScenarioError, match="tensor_parallel_size=2 needs measured all_reduce rows"):
         make_cost_model(load_profile(CPU), MODEL_PRESETS["tiny-llama"], 2)
@@ -263,14 +263,16 @@ def test_wrong_dtype_and_tp_without_collectives_are_refused() -> None:
 
 def test_a_partial_calibration_folder_is_not_loaded_as_a_profile(tmp_path: Path) -> None:
     (tmp_path / "ops.partial.csv").write_text(",".join(TABLE_COLUMNS) + ",key\n")
-    with pytest.raises(ScenarioError, match="interrupted calibration.*resumes"):
+    with pytest.raises(ScenarioError, match=r"interrupted calibration.*resumes"):
         load_profile(str(tmp_path))
 
 
 VIDUR_DATA = REPO.parent / "shared" / "data" / "llm_traces" / "vidur_profiling"
 
 
-@pytest.mark.skipif(not VIDUR_DATA.is_dir(), reason="needs the raw Vidur tables in ../shared/data/llm_traces/vidur_profiling (outside the repository; present in CI and on the dev machine, absent in a stand-alone clone)")
+@pytest.mark.skipif(not VIDUR_DATA.is_dir(), reason="needs the raw Vidur tables in ../shared/data/llm_traces/"
+                    "vidur_profiling (outside the repository; present in CI and on the dev machine, absent in a "
+                    "stand-alone clone)")
 def test_committed_vidur_profile_is_reproduced_by_the_importer(tmp_path: Path) -> None:
     """`llmplan import-profile vidur --gpu h100` rebuilds the committed table byte for byte."""
     import subprocess

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_scenario, make_scheduler
 
 from simulator import ScenarioError, simulate
 from simulator.metrics import summarize_replications
-
-from conftest import make_scenario, make_scheduler
 
 TIERS = [{"name": "interactive", "share": 0.3, "priority": 0, "slo": {"ttft_p99_ms": 200}},
          {"name": "batch", "share": 0.7, "priority": 1}]

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from simulator import ScenarioError
-from simulator.report.validation_report import error_matrix, load_validation, provenance, scatter_points, targets_summary, validation_folders, validation_from_json_bytes, validation_table
+from simulator.report.validation_report import (
+    error_matrix,
+    load_validation,
+    provenance,
+    scatter_points,
+    targets_summary,
+    validation_folders,
+    validation_from_json_bytes,
+    validation_table,
+)
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 THREAD = RESULTS / "fidelity-thread"

@@ -28,7 +28,8 @@ newest copy). Routers count their decisions, reported in the summary under ``rou
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -112,6 +113,7 @@ class PrefixAffinity(_Affinity):
         if owner is None or num_blocks == 0:
             self.counters["unmatched"] += 1
             return _least_outstanding(replicas)[0]
+        assert bh is not None   # num_blocks > 0
         ids = bh.ids(rid, num_blocks)
         seen = owner[ids]
         present = seen >= 0              # prefix-closed: a block id stands for its whole prefix

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,7 +44,7 @@ class Autoscaler:
         self._wanted: deque[tuple[float, int]] = deque()
         self.timeline: list[tuple[float, int, int]] = [(0.0, self.active, 0)]
         """(instant, active, starting) after every change."""
-        self.ramps: list[list[float]] = []
+        self.ramps: list[list[Any]] = []
         env.process(self._loop())
 
     def _record(self) -> None:
@@ -54,13 +55,14 @@ class Autoscaler:
             self.ramps[-1][1] = now
         self.timeline.append((now, self.active, self.starting))
 
-    def _loop(self):  # noqa: ANN202 - SimPy process
+    def _loop(self):  # SimPy process
         cfg, env = self.cfg, self.env
         while not self.is_done():
             yield env.timeout(max(0.0, self.next_tick - env.now))
             now = float(env.now)
             outstanding = sum(r.num_outstanding for r in self.replicas[: self.active])
-            want = min(cfg.max_replicas, max(cfg.min_replicas, math.ceil(outstanding / cfg.target_outstanding_per_replica)))
+            want = min(cfg.max_replicas,
+                       max(cfg.min_replicas, math.ceil(outstanding / cfg.target_outstanding_per_replica)))
             self._wanted.append((now, want))
             while self._wanted and self._wanted[0][0] < now - cfg.scale_down_delay_s:
                 self._wanted.popleft()
@@ -85,13 +87,13 @@ class Autoscaler:
         self._record()
         self.env.process(self._activate(delay))
 
-    def _activate(self, delay: float):  # noqa: ANN202
+    def _activate(self, delay: float):
         yield self.env.timeout(delay)
         self.starting -= 1
         self.active = min(self.active + 1, self.cfg.max_replicas)
         self._record()
 
-    def _refill(self):  # noqa: ANN202
+    def _refill(self):
         yield self.env.timeout(self.cold_start_s)
         self.warm += 1
 

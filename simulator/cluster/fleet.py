@@ -13,13 +13,14 @@ Client-perceived TTFT and E2E add the RTT to the region actually used (see
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import FleetConfig
 from simulator.cluster.network import client_overhead_s
+from simulator.scenario.config import FleetConfig
 
 
 class GeoRouter:
@@ -40,7 +41,8 @@ class GeoRouter:
         self.new_connection = network_rng.random(num_requests) >= fleet.keepalive_reuse
         self.rtt = np.array([[c.rtt_ms[n] / 1000.0 for n in self.names] for c in fleet.clients])
         # Regions by distance for each population (ties: the order regions are listed in).
-        self.order = [sorted(range(len(self.names)), key=lambda j: (self.rtt[i, j], j)) for i in range(len(fleet.clients))]
+        self.order = [sorted(range(len(self.names)), key=lambda j: (self.rtt[i, j], j))
+                      for i in range(len(fleet.clients))]
         self.outages = [(self.names.index(o.region), o.start_s, o.start_s + o.duration_s) for o in fleet.outages]
         self.region = np.full(num_requests, -1, dtype=np.int16)
 
@@ -72,7 +74,7 @@ class GeoRouter:
 
     def add_columns(self, requests: pd.DataFrame) -> None:
         """``client``, ``region``, ``rtt_s``, ``new_connection``, ``client_ttft_s``, ``client_e2e_s``."""
-        names = np.array(self.names + ["(rejected)"], dtype=object)
+        names = np.array([*self.names, "(rejected)"], dtype=object)
         clients = np.array([c.name for c in self.fleet.clients], dtype=object)
         region = self.region.astype(np.int64)
         rtt = np.where(region >= 0, self.rtt[self.client, np.maximum(region, 0)], np.nan)
@@ -91,7 +93,7 @@ def fleet_summary(requests: pd.DataFrame, measured_mask: np.ndarray) -> dict[str
     m = requests[measured_mask]
     for name, g in m.groupby("region", observed=True, sort=False):
         out[str(name)] = {
-            "requests": int(len(g)),
+            "requests": len(g),
             "client_ttft_p99_s": float(np.nanquantile(g["client_ttft_s"], 0.99)) if len(g) else None,
             "client_e2e_p99_s": float(np.nanquantile(g["client_e2e_s"], 0.99)) if len(g) else None,
             "rtt_mean_s": float(g["rtt_s"].mean()) if len(g) else None,

@@ -13,8 +13,8 @@ region; each request's population and connection reuse are drawn from the run's 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -53,7 +53,7 @@ def client_overhead_s(rtt_s: np.ndarray, new_connection: np.ndarray, setup_round
     return rtt_s * (1.0 + setup_round_trips * new_connection.astype(float))
 
 
-def add_client_latencies(requests, network: ClientNetwork, rng: np.random.Generator) -> None:  # noqa: ANN001
+def add_client_latencies(requests, network: ClientNetwork, rng: np.random.Generator) -> None:
     """Add ``client``, ``rtt_s``, ``new_connection``, ``client_ttft_s`` and ``client_e2e_s``
     columns to a requests DataFrame (in place)."""
     who, rtt, new = network.draw(len(requests), rng)
@@ -72,6 +72,6 @@ def network_from_clients(clients: Sequence[tuple[str, float, float]], setup_roun
     return ClientNetwork(tuple(ClientPopulation(n, s, r) for n, s, r in clients), setup_round_trips, keepalive_reuse)
 
 
-def network_from_config(cfg) -> ClientNetwork:  # noqa: ANN001 - simulator.scenario.config.NetworkConfig
+def network_from_config(cfg) -> ClientNetwork:  # simulator.scenario.config.NetworkConfig
     return network_from_clients([(c.name, c.share, c.rtt_ms / 1000.0) for c in cfg.clients],
                                 cfg.setup_round_trips, cfg.keepalive_reuse)

@@ -13,13 +13,14 @@ request longer than that is handled by ``workload.over_length`` even if it would
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import PoolConfig, Scenario
 from simulator.errors import ScenarioError
+from simulator.scenario.config import PoolConfig, Scenario
 
 POOL_FIELDS = {"model": "model", "hardware": "hardware", "deployment.tensor_parallel_size": "tensor_parallel_size",
                "deployment.quantization": "quantization", "deployment.kv_cache_dtype": "kv_cache_dtype",
@@ -43,7 +44,8 @@ def check_pools(scenario: Scenario) -> None:
         raise ScenarioError("deployment.pools", [], "give at least one pool {name, model, replicas, ...}")
     if routing is None:
         raise ScenarioError("deployment.pool_routing", None, "required with deployment.pools: "
-                            "{by: prompt_tokens, thresholds: [{max_prompt_tokens, pool}], default} or {by: tier, map, default}")
+                            "{by: prompt_tokens, thresholds: [{max_prompt_tokens, pool}], default} "
+                            "or {by: tier, map, default}")
     if dep.replicas != 1:
         raise ScenarioError("deployment.replicas", dep.replicas, "with deployment.pools the replicas are per pool "
                             "(deployment.pools[].replicas); leave deployment.replicas out")
@@ -61,7 +63,8 @@ def check_pools(scenario: Scenario) -> None:
         pool_ref("deployment.pool_routing.default", routing.default)
     if routing.by == "prompt_tokens":
         if routing.map:
-            raise ScenarioError("deployment.pool_routing.map", dict(routing.map), "applies to by: tier, not by: prompt_tokens")
+            raise ScenarioError("deployment.pool_routing.map", dict(routing.map),
+                                "applies to by: tier, not by: prompt_tokens")
         if not routing.thresholds:
             raise ScenarioError("deployment.pool_routing.thresholds", [], "by: prompt_tokens needs at least one "
                                 "{max_prompt_tokens, pool}")
@@ -78,13 +81,15 @@ def check_pools(scenario: Scenario) -> None:
                                 f"required: the pool for prompts longer than {prev} tokens; {known}")
     else:
         if routing.thresholds:
-            raise ScenarioError("deployment.pool_routing.thresholds", "set", "applies to by: prompt_tokens, not by: tier")
+            raise ScenarioError("deployment.pool_routing.thresholds", "set",
+                                "applies to by: prompt_tokens, not by: tier")
         tiers = [t.name for t in wl.tiers] if wl.tiers is not None else []
         if not tiers:
             raise ScenarioError("deployment.pool_routing.by", "tier", "needs workload.tiers (each request's tier)")
         for tier, pool in routing.map.items():
             if tier not in tiers:
-                raise ScenarioError(f"deployment.pool_routing.map.{tier}", pool, f"unknown tier; tiers: {', '.join(tiers)}")
+                raise ScenarioError(f"deployment.pool_routing.map.{tier}", pool,
+                                    f"unknown tier; tiers: {', '.join(tiers)}")
             pool_ref(f"deployment.pool_routing.map.{tier}", pool)
         unmapped = [t for t in tiers if t not in routing.map]
         if unmapped and routing.default is None:
@@ -115,6 +120,7 @@ def pool_scenario(scenario: Scenario, pool: PoolConfig) -> Scenario:
 def resolve_pools(scenario: Scenario, resolve: Callable[[Scenario], Any]) -> list[tuple[Scenario, Any]]:
     """Each pool's scenario and resolved system; errors name the pool's field."""
     check_pools(scenario)
+    assert scenario.deployment.pools is not None
     out = []
     for pool in scenario.deployment.pools:
         sub = pool_scenario(scenario, pool)
@@ -135,6 +141,7 @@ def resolve_pools(scenario: Scenario, resolve: Callable[[Scenario], Any]) -> lis
 def assign_pools(scenario: Scenario, num_prompt_tokens: np.ndarray, tier: np.ndarray) -> np.ndarray:
     """Index of each request's pool (in ``deployment.pools`` order), by the routing rules."""
     dep = scenario.deployment
+    assert dep.pools is not None and dep.pool_routing is not None
     names = [p.name for p in dep.pools]
     routing = dep.pool_routing
     default = names.index(routing.default) if routing.default is not None else -1
@@ -142,6 +149,7 @@ def assign_pools(scenario: Scenario, num_prompt_tokens: np.ndarray, tier: np.nda
         bounds = np.array([t.max_prompt_tokens for t in routing.thresholds], dtype=np.int64)
         targets = np.array([names.index(t.pool) for t in routing.thresholds] + [default], dtype=np.int64)
         return targets[np.searchsorted(bounds, num_prompt_tokens, side="left")]
+    assert scenario.workload.tiers is not None
     tiers = [t.name for t in scenario.workload.tiers]
     targets = np.array([names.index(routing.map[t]) if t in routing.map else default for t in tiers], dtype=np.int64)
     return targets[tier.astype(np.int64)]
@@ -153,6 +161,7 @@ class PoolRouter:
 
     def __init__(self, scenario: Scenario, pool_of: np.ndarray, make_router: Callable[[np.random.Generator], Any],
                  routing_rng: np.random.Generator) -> None:
+        assert scenario.deployment.pools is not None
         self.names = [p.name for p in scenario.deployment.pools]
         sizes = [p.replicas for p in scenario.deployment.pools]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
@@ -173,7 +182,8 @@ def pools_summary(scenario: Scenario, systems: Sequence[Any], requests: pd.DataF
     """Per pool: model, hardware, replicas, GPUs, requests, p50/p99 TTFT, TPOT and E2E."""
     out: dict[str, Any] = {}
     finished = (requests["status"].astype(str) == "finished_length_capped").to_numpy()
-    for i, (pool, system) in enumerate(zip(scenario.deployment.pools, systems)):
+    assert scenario.deployment.pools is not None
+    for pool, system in zip(scenario.deployment.pools, systems, strict=True):
         in_pool = (requests["pool"] == pool.name).to_numpy()
         m = requests[in_pool & measured_mask]
         entry: dict[str, Any] = {
@@ -181,7 +191,7 @@ def pools_summary(scenario: Scenario, systems: Sequence[Any], requests: pd.DataF
             "tensor_parallel_size": pool_tp(scenario, pool), "num_gpus": pool.replicas * pool_tp(scenario, pool),
             "num_gpu_blocks": system.kv_plan.num_gpu_blocks, "max_model_len": system.max_model_len,
             "requests": {"arrived": int(in_pool.sum()), "completed": int((in_pool & finished).sum()),
-                         "measured": int(len(m))}}
+                         "measured": len(m)}}
         for metric in ("ttft_s", "tpot_s", "e2e_s"):
             col = m[metric].to_numpy(dtype=float)
             col = col[~np.isnan(col)]

@@ -5,9 +5,11 @@ queues at the arrival instant; randomised routers draw from their own generator 
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
+
 from simulator.registry import Registry
 
 
@@ -66,7 +68,7 @@ class LeastOutstanding:
         return best
 
 
-def _argmin(loads: Sequence[float]) -> int:
+def _argmin(loads: Sequence[Any]) -> int:
     best, best_load = 0, None
     for i, load in enumerate(loads):
         if best_load is None or load < best_load:

@@ -18,13 +18,13 @@ Both expose ``decode_run_times`` so the engine can advance many decode steps in 
 """
 from __future__ import annotations
 
-
 import numpy as np
 
+from simulator.cost.base import StepTime, register
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
-from simulator.cost.base import StepTime, register
+
 
 @register("constant")
 class ConstantCostModel:
@@ -101,7 +101,8 @@ class RooflineCostModel:
                                 f"tensor_parallel_size={tp} needs an interconnect in the profile")
         self._ar_count = 2 * L if tp > 1 else 0
         self._ar_latency = ic.latency_s if ic else 0.0
-        self._ar_bytes_per_token = (2.0 * (tp - 1) / tp) * h * abytes / ic.bandwidth_bytes_per_s if ic and tp > 1 else 0.0
+        self._ar_bytes_per_token = ((2.0 * (tp - 1) / tp) * h * abytes / ic.bandwidth_bytes_per_s
+                                    if ic and tp > 1 else 0.0)
         self._overhead_step = profile.overhead.step_s
         self._overhead_seq = profile.overhead.per_seq_s
         self._overhead_tok = profile.overhead.per_token_s
@@ -132,7 +133,7 @@ class RooflineCostModel:
         tokens = sum(prefill_tokens) + num_decode
         if tokens == 0:
             return StepTime(overhead_s=self._overhead_step)
-        attn = sum(self._prefill_attention_s(n, c) for n, c in zip(prefill_tokens, prefill_context))
+        attn = sum(self._prefill_attention_s(n, c) for n, c in zip(prefill_tokens, prefill_context, strict=True))
         attn += self._decode_attn_slope * decode_context_sum
         comm = self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
         seqs = len(prefill_tokens) + num_decode
@@ -147,7 +148,7 @@ class RooflineCostModel:
         if tokens == 0:
             return self._overhead_step
         attn = self._decode_attn_slope * decode_context_sum
-        for n, c in zip(prefill_tokens, prefill_context):
+        for n, c in zip(prefill_tokens, prefill_context, strict=True):
             attn += self._prefill_attention_s(n, c)
         return (self._linear_s(tokens, num_sampled) + attn
                 + self._elem_bytes_per_token * tokens / self._mem_bw

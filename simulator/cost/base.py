@@ -1,10 +1,12 @@
 """What every cost model provides: the step-time breakdown, the protocol and the registry."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
+
 from simulator.registry import Registry
 
 

@@ -1,15 +1,12 @@
 """Building a cost model from a profile: every implementation registered, one lookup."""
 from __future__ import annotations
 
-
-
-from simulator.scenario.models import ModelSpec
-from simulator.scenario.profiles import HardwareProfile
-from simulator.scenario.quantization import Precision
-
 from simulator.cost import analytic as _analytic  # noqa: F401  (registers constant, roofline)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
 from simulator.cost.base import COST_MODELS, CostModel
+from simulator.scenario.models import ModelSpec
+from simulator.scenario.profiles import HardwareProfile
+from simulator.scenario.quantization import Precision
 
 
 def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int,

@@ -34,9 +34,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -181,7 +181,7 @@ class DecodeCurves:
     times: tuple[np.ndarray, ...]
 
     @classmethod
-    def fit(cls, rows: pd.DataFrame) -> "DecodeCurves":
+    def fit(cls, rows: pd.DataFrame) -> DecodeCurves:
         bs, xs, ts = [], [], []
         for b, g in rows.groupby("batch"):
             pts = g.groupby("context")["median_s"].median().sort_index()
@@ -267,7 +267,7 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
     Decode attention: within each batch, the piecewise-linear curve in the context sum without the point.
     """
     out: list[pd.DataFrame] = []
-    for (op, dtype), g in df.groupby(["op", "dtype"], sort=False):
+    for (op, _dtype), g in df.groupby(["op", "dtype"], sort=False):
         fam = OP_FAMILY[op]
         if fam == "gemm":
             keys = ["n", "k"]
@@ -279,7 +279,7 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
             keys = ["num_heads", "num_kv_heads", "head_dim", "context"]
         else:
             keys = ["num_heads", "num_kv_heads", "head_dim", "batch"]
-        for key, s in g.groupby(keys):
+        for _key, s in g.groupby(keys):
             s = s.copy()
             t = s["median_s"].to_numpy(dtype=np.float64)
             if fam == "attn_decode":
@@ -298,10 +298,10 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
                 c = float(s["context"].iloc[0])
                 roof = prefill_roof(float(s["num_heads"].iloc[0]), float(s["num_kv_heads"].iloc[0]),
                                     float(s["head_dim"].iloc[0]), peak, bw, elem_bytes)
-                err = _loo_curve(s["tokens"].to_numpy(np.float64), t, lambda q, c=c: roof(q, c))
+                err = _loo_curve(s["tokens"].to_numpy(np.float64), t, lambda q, c=c, roof=roof: roof(q, c))  # type: ignore[misc]
             elif fam == "comm":
                 x = s["message_bytes"].to_numpy(np.float64)
-                err = _loo_curve(x, t, lambda v, x0=x.min(): np.maximum(v, x0))
+                err = _loo_curve(x, t, lambda v, x0=x.min(): np.maximum(v, x0))  # type: ignore[misc]
             else:
                 err = _loo_curve(s["tokens"].to_numpy(np.float64), t, _roof_linear)
             s["rel_error"] = err

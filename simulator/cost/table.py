@@ -26,15 +26,24 @@ measure the scheduler).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from simulator.cost.base import StepTime, register
+from simulator.cost.op_table import (
+    TABLE_SCHEMA,
+    DecodeCurves,
+    LogCurve,
+    compatible_dtype,
+    gemm_roof,
+    prefill_pairs,
+    prefill_roof,
+    read_table,
+)
 from simulator.errors import ScenarioError
 from simulator.scenario.models import DTYPE_BYTES, ModelSpec
-from simulator.cost.op_table import TABLE_SCHEMA, DecodeCurves, LogCurve, compatible_dtype, gemm_roof, prefill_pairs, prefill_roof, read_table
 from simulator.scenario.profiles import HardwareProfile
 
 #: Elementwise ops per layer (the final RMSNorm adds one more per step).
@@ -209,7 +218,7 @@ class TableCostModel:
         for c in contexts:
             pts = sel[sel["context"] == c].groupby("tokens")["median_s"].median()
             cols.append(LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(),
-                                 lambda q, c=c: roof(q, c)))
+                                 lambda q, c=c: roof(q, c)))  # type: ignore[misc]
         lc = np.log1p(contexts)
 
         def fn(q: int, c: int) -> float:
@@ -225,7 +234,7 @@ class TableCostModel:
             return t * ratio
         return fn
 
-    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, np.ndarray], np.ndarray]:
+    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, float | np.ndarray], np.ndarray]:
         """One layer's decode attention over ``n`` sequences at context sums ``s`` (an array)."""
         hd = self.model.head_dim
         if rows.empty:
@@ -295,7 +304,7 @@ class TableCostModel:
             head, sample = self._per_sampled(num_sampled)
             lin, elem = lin + head, elem + sample
         attn = 0.0
-        for q, c in zip(prefill_tokens, prefill_context):
+        for q, c in zip(prefill_tokens, prefill_context, strict=True):
             if q:
                 attn += self._prefill_s(q, c)
         if num_decode:

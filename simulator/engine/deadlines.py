@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from simulator.engine.request import RequestStatus
 
@@ -29,9 +30,9 @@ from simulator.engine.request import RequestStatus
 DEADLINE_EPS_S = 1e-9
 
 if TYPE_CHECKING:  # pragma: no cover
-    from simulator.scenario.config import Scenario
     from simulator.engine.request import RequestTable
     from simulator.engine.scheduler import Scheduler
+    from simulator.scenario.config import Scenario
 
 _TIMEOUT, _SHED = 0, 1
 _WAITING, _DONE = int(RequestStatus.WAITING), int(RequestStatus.FINISHED_LENGTH_CAPPED)
@@ -48,7 +49,7 @@ class Deadlines:
 
     __slots__ = ("sched", "table", "timeout_s", "max_queue_delay_s", "on_finish", "_heap")
 
-    def __init__(self, sched: "Scheduler", table: "RequestTable", timeout_s: float | None,
+    def __init__(self, sched: Scheduler, table: RequestTable, timeout_s: float | None,
                  max_queue_delay_s: float | None, on_finish: Callable[[int], None]) -> None:
         self.sched, self.table = sched, table
         self.timeout_s, self.max_queue_delay_s = timeout_s, max_queue_delay_s
@@ -56,8 +57,8 @@ class Deadlines:
         self._heap: list[tuple[float, int, int]] = []
 
     @classmethod
-    def for_scenario(cls, scenario: "Scenario", sched: "Scheduler", table: "RequestTable",
-                     on_finish: Callable[[int], None]) -> "Deadlines | None":
+    def for_scenario(cls, scenario: Scenario, sched: Scheduler, table: RequestTable,
+                     on_finish: Callable[[int], None]) -> Deadlines | None:
         """None when neither ``client.timeout_s`` nor ``admission.max_queue_delay_s`` is set."""
         timeout, delay = scenario.client.timeout_s, scenario.admission.max_queue_delay_s
         if timeout is None and delay is None:
@@ -108,7 +109,7 @@ class Deadlines:
             self.on_finish(len(timed_out) + len(shed))
 
 
-def queue_is_full(scenario: "Scenario", sched: "Scheduler") -> bool:
+def queue_is_full(scenario: Scenario, sched: Scheduler) -> bool:
     """``admission.max_queue_len``: whether an arrival at this replica is rejected now."""
     limit = scenario.admission.max_queue_len
     return limit is not None and len(sched.waiting) >= limit

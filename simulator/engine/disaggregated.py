@@ -19,7 +19,8 @@ step (its next step, and so its next handoffs, cannot come earlier).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -70,13 +71,14 @@ class DecodeScheduler(Scheduler):
 class DisaggregatedFleet:
     """Builds the two pools and moves requests from one to the other (see module docstring)."""
 
-    def __init__(self, env: Any, scenario: Any, system: Any, table: Any, make_replica: Callable[..., "Replica"],
+    def __init__(self, env: Any, scenario: Any, system: Any, table: Any, make_replica: Callable[..., Replica],
                  router_factory: Callable[[], Any], next_arrival: Callable[[], float]) -> None:
         dep = scenario.deployment
         self.env, self.table = env, table
         self.next_arrival = next_arrival
         ic = system.profile.interconnect
         bandwidth = dep.kv_transfer_bandwidth_bytes_per_s or (ic.bandwidth_bytes_per_s if ic else None)
+        assert bandwidth is not None
         self.bandwidth = float(bandwidth)
         self.latency_s = dep.kv_transfer_latency_s if dep.kv_transfer_latency_s is not None else (
             ic.latency_s if ic else 0.0)
@@ -94,7 +96,7 @@ class DisaggregatedFleet:
         self.transfer_s_total = 0.0
 
     @property
-    def replicas(self) -> list["Replica"]:
+    def replicas(self) -> list[Replica]:
         return self.prefill + self.decode
 
     def transfer_s(self, tokens: int) -> float:
@@ -103,7 +105,7 @@ class DisaggregatedFleet:
     def _prefill_planned(self, out: SchedulerOutput, end: float) -> None:
         """Register the handoffs of a prefill step when it is planned (its end is known)."""
         table, env = self.table, self.env
-        for rid, tokens in zip(out.admitted, out.admitted_tokens):
+        for rid, tokens in zip(out.admitted, out.admitted_tokens, strict=True):
             if table.max_tokens[rid] <= 1:
                 continue                                  # finished by its first token
             at = end + self.transfer_s(tokens)
@@ -115,7 +117,7 @@ class DisaggregatedFleet:
         heapq.heappop(self._pending)                      # deliveries come in time order
         i = self.decode_router.route(rid, self.decode) if len(self.decode) > 1 else 0
         self.table.replica[rid] = self.decode[i].index
-        self.decode[i].scheduler.expect_kv(rid, tokens)
+        cast(DecodeScheduler, self.decode[i].scheduler).expect_kv(rid, tokens)
         self.decode[i].add_request(rid)
 
     def decode_horizon(self) -> float:

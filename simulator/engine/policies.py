@@ -27,11 +27,11 @@ import math
 
 import numpy as np
 
-from simulator.scenario.config import SchedulerConfig
 from simulator.engine.disaggregated import DecodeScheduler
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
+from simulator.scenario.config import SchedulerConfig
 
 _RUNNING = int(RequestStatus.RUNNING)
 
@@ -154,6 +154,7 @@ class ChunkedPrefillScheduler(Scheduler):
             out.prefill_context = []
         out.admitted.extend(admitted)
         out.admitted_tokens.extend(chunks)
+        assert out.prefill_context is not None
         out.prefill_context.extend([0] * len(admitted))
         out.row_tokens = np.concatenate((out.row_tokens, np.asarray(chunks, dtype=np.int64)))
 

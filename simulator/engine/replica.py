@@ -8,16 +8,15 @@ steps are advanced in one event; ``fast_forward=False`` turns that off for verif
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
-
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from simulator.cost.base import CostModel
-from simulator.engine.deadlines import DEADLINE_EPS_S
-from simulator.engine.deadlines import Deadlines
+from simulator.engine.deadlines import DEADLINE_EPS_S, Deadlines
 from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +27,7 @@ class Replica:
     """Owns a scheduler (waiting/running queues + KV blocks) and runs ``engine_loop``."""
 
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
-                 steps: "StepLog", next_event_time: Callable[[], float],
+                 steps: StepLog, next_event_time: Callable[[], float],
                  on_finish: Callable[[int], None], fast_forward: bool = True) -> None:
         self.env = env
         self.index = index
@@ -74,7 +73,7 @@ class Replica:
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
 
-    def engine_loop(self):  # noqa: ANN201 - a SimPy process generator
+    def engine_loop(self):  # a SimPy process generator
         """Plan, cost and apply steps; sleep in simulated time until the last one ends.
 
         Steps that end before the next external event (an arrival, or the stop time) cannot be
@@ -101,7 +100,7 @@ class Replica:
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
-                out, end, apply = self._plan_step(t, horizon)
+                _out, end, apply = self._plan_step(t, horizon)
                 if end < horizon and self.fast_forward:
                     self._apply(apply, end)
                     t = end
@@ -136,9 +135,6 @@ class Replica:
 
     def _apply(self, plan: Any, end: float) -> None:
         sched = self.scheduler
-        if isinstance(plan, DecodeRun):
-            done = sched.advance_decode(plan, end)
-        else:
-            done = sched.update_from_output(plan, end)
+        done = sched.advance_decode(plan, end) if isinstance(plan, DecodeRun) else sched.update_from_output(plan, end)
         if len(done):
             self.on_finish(len(done))

@@ -26,16 +26,17 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, cast
 
 import numpy as np
 
-from simulator.scenario.config import SchedulerConfig
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.prefix_cache import PrefixCachingKVManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.registry import Registry
+from simulator.scenario.config import SchedulerConfig
 
 _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
                                int(RequestStatus.FINISHED_LENGTH_CAPPED))
@@ -90,7 +91,7 @@ class SchedulerOutput:
     def num_scheduled_tokens(self) -> dict[int, int]:
         """Request id -> tokens scheduled this step (vLLM's field of the same name)."""
         out = {int(r): 1 for r in (self.decode_ids if self.decode_ids is not None else [])}
-        out.update(zip(self.admitted, self.admitted_tokens))
+        out.update(zip(self.admitted, self.admitted_tokens, strict=True))
         return out
 
     @property
@@ -175,7 +176,8 @@ class Scheduler:
         self.table = table
         self.block_size = config.block_size
         self.priority_order = config.scheduling_policy == "priority"
-        self.waiting: deque[int] | PriorityWaitingQueue = PriorityWaitingQueue(table) if self.priority_order else deque()
+        self.waiting: deque[int] | PriorityWaitingQueue = (PriorityWaitingQueue(table) if self.priority_order
+                                                           else deque())
         self.sort_pending = False
         """Rows must be re-sorted by (priority, arrival) before the next step (priority scheduling)."""
         self.swap: SwapSpace | None = None
@@ -233,6 +235,7 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput) -> None:
         n, bs = self.n, self.block_size
         computed = self.num_computed_tokens[:n]
+        residues: np.ndarray | None
         residues = np.bincount(computed % bs, minlength=bs)
         need = int(residues[0])   # rows whose blocks are exactly full need one more
         keep = n
@@ -355,7 +358,7 @@ class Scheduler:
         free blocks only shrink, so the step-by-step scheduler would make the same decisions.
         """
         n, bs = out.num_decode, self.block_size
-        residues = out.residues
+        residues = cast(np.ndarray, out.residues)   # set: a pure-decode step
         k_fin = int(self.num_remaining_tokens[:n].min())
         nc = n + self.pad_rows      # rows that compute: padded slots of a static batch do too
         decode_affine = getattr(cost, "decode_affine", None)
@@ -413,7 +416,7 @@ class Scheduler:
         if self.prefix is None:
             self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
         else:
-            for rid, c in zip(ids.tolist(), computed.tolist()):
+            for rid, c in zip(ids.tolist(), computed.tolist(), strict=True):
                 self.prefix.release(rid, c)
         self.context_total -= int(computed.sum())
         keep = np.ones(n, dtype=bool)
@@ -444,7 +447,8 @@ class Scheduler:
     def _swap_out(self, ids: np.ndarray, computed: np.ndarray, out: SchedulerOutput) -> None:
         """Copy preempted requests' KV to host memory while it has room (else they recompute)."""
         swap, bs = self.swap, self.block_size
-        for rid, c in zip(ids.tolist(), computed.tolist()):
+        assert swap is not None
+        for rid, c in zip(ids.tolist(), computed.tolist(), strict=True):
             blocks = -(-c // bs)
             if swap.used_blocks + blocks > swap.capacity_blocks:
                 swap.recompute_fallbacks += 1
@@ -460,6 +464,7 @@ class Scheduler:
             self._restore_free.discard(rid)
         else:
             swap = self.swap
+            assert swap is not None
             blocks = -(-tokens // self.block_size)
             swap.used_blocks -= blocks
             swap.swap_ins += 1
@@ -496,7 +501,8 @@ class Scheduler:
         """Finish unfinished requests early, at a step boundary (vLLM's ``finish_requests``).
 
         A waiting request leaves the queue (and frees its host blocks if it was swapped out); a
-        running one leaves the batch and its KV blocks are freed. Each keeps the tokens it has generated (``num_output_tokens``) and gets ``status``
+        running one leaves the batch and its KV blocks are freed. Each keeps the tokens it has generated
+        (``num_output_tokens``) and gets ``status``
         (``FINISHED_ABORTED`` for a client timeout, ``FINISHED_SHED`` for admission control).
         """
         table, n, bs = self.table, self.n, self.block_size
@@ -511,7 +517,7 @@ class Scheduler:
             if self.prefix is None:
                 self.kv.free(int(((computed + bs - 1) // bs).sum()))
             else:                                   # its blocks stay cached for later hits
-                for rid, c in zip(rids.tolist(), computed.tolist()):
+                for rid, c in zip(rids.tolist(), computed.tolist(), strict=True):
                     self.prefix.release(rid, c)
             self.context_total -= int(computed.sum())
             self._rows_leaving(rows)
@@ -531,6 +537,7 @@ class Scheduler:
                 for rid in waiting:
                     self.waiting.remove(rid)
             if self._swapped:                       # a swapped-out request's host blocks come back
+                assert self.swap is not None
                 for rid in waiting:
                     c = self._swapped.pop(rid, None)
                     if c is not None:

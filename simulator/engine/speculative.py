@@ -24,14 +24,14 @@ decode runs are advanced one step per event (no fast-forward): the README states
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from simulator.scenario.config import SchedulerConfig, SpeculativeConfig
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestTable
 from simulator.engine.scheduler import Scheduler, SchedulerOutput
+from simulator.scenario.config import SchedulerConfig, SpeculativeConfig
 
 
 def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int) -> float:

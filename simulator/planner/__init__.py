@@ -9,6 +9,6 @@ from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.run import HOURS_PER_QUARTER, WORKSHEET_COLUMNS, PlanProgress, PlanResult, build_tasks, plan
 from simulator.planner.worksheet import spreadsheet_safe, write_worksheets
 
-__all__ = ["CapacityBound", "HOURS_PER_QUARTER", "LoadedPlan", "PlanConfig", "PlanProgress", "PlanResult",
-           "WORKSHEET_COLUMNS", "build_tasks", "capacity_bound", "load_plan", "plan", "spreadsheet_safe",
+__all__ = ["HOURS_PER_QUARTER", "WORKSHEET_COLUMNS", "CapacityBound", "LoadedPlan", "PlanConfig", "PlanProgress",
+           "PlanResult", "build_tasks", "capacity_bound", "load_plan", "plan", "spreadsheet_safe",
            "write_worksheets"]

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from simulator.errors import ScenarioError
 
@@ -28,7 +29,7 @@ class InlineExecutor(Executor):
         fut: Future = Future()
         try:
             fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+        except BaseException as exc:  # delivered through the future
             fut.set_exception(exc)
         return fut
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.scenario.config import Scenario
 from simulator.cost.factory import make_cost_model
 from simulator.run.resolve import resolve
 from simulator.run.simulate import simulate
+from simulator.scenario.config import Scenario
 from simulator.workload.lengths import make_length
 
 

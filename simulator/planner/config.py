@@ -18,8 +18,8 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from simulator.scenario.config import SLOConfig, Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.errors import ScenarioError
+from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.scenario.frozen import Frozen
 from simulator.slo import thresholds_s
 
@@ -39,7 +39,7 @@ class PlanSLO(SLOConfig):
     TTFT and E2E are client-perceived (the region's RTT included). At least one threshold is required."""
 
     @model_validator(mode="after")
-    def _some(self) -> "PlanSLO":
+    def _some(self) -> PlanSLO:
         if not thresholds_s(self):
             raise ValueError("give at least one threshold, e.g. ttft_p99_ms, tpot_p99_ms, e2e_p99_ms")
         return self
@@ -104,7 +104,7 @@ class PlanConfig(Frozen):
     base_dir: str = "."
 
     @model_validator(mode="after")
-    def _cross(self) -> "PlanConfig":
+    def _cross(self) -> PlanConfig:
         names = [r.name for r in self.regions]
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
@@ -231,7 +231,8 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
     if unknown:
         hint = difflib.get_close_matches(str(unknown[0]), FORECAST_COLUMNS, n=1)
         raise ScenarioError(f"{path.name} column", unknown[0], "unknown column" +
-                            (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; allowed: {', '.join(FORECAST_COLUMNS)}")
+                            (f" (did you mean {hint[0]!r}?)" if hint else "")
+                            + f"; allowed: {', '.join(FORECAST_COLUMNS)}")
     missing = [c for c in ("quarter", "region", "peak_rps") if c not in raw.columns]
     if missing:
         raise ScenarioError(f"{path.name}", ",".join(map(str, raw.columns)),
@@ -270,7 +271,8 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
                                 f"needs the RTT from {r.name}'s clients to {r.name} itself")
         bad = [k for k in r.rtt_ms if k not in known]
         if bad:
-            raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{bad[0]}", bad[0], f"unknown region; regions: {', '.join(known)}")
+            raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{bad[0]}", bad[0],
+                                f"unknown region; regions: {', '.join(known)}")
         neg = [k for k, v in r.rtt_ms.items() if not v >= 0]
         if neg:
             raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms.{neg[0]}", r.rtt_ms[neg[0]], "must be >= 0")

@@ -26,10 +26,10 @@ class PlanProgressDisplay:
         n = len(loaded.config.candidates)
         self.total = self.progress.add_task("[bold]all cells[/]", total=n * len(loaded.forecast), note="")
         self.cells = {(str(q), r): self.progress.add_task(f"{escape(str(q))} {escape(r)}", total=n, note="")
-                      for q, r in zip(loaded.forecast["quarter"], loaded.forecast["region"])}
+                      for q, r in zip(loaded.forecast["quarter"], loaded.forecast["region"], strict=True)}
         self.notes: dict[tuple[str, str], list[str]] = {}
 
-    def __enter__(self) -> "PlanProgressDisplay":
+    def __enter__(self) -> PlanProgressDisplay:
         self.progress.__enter__()
         return self
 

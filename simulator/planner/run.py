@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
-from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
-from simulator.errors import ScenarioError
 from simulator.cluster.network import network_from_clients
-from simulator.run.resolve import resolve
-from simulator.workload.lengths import make_length
+from simulator.errors import ScenarioError
 from simulator.planner.backends import open_executor
 from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.search import SearchTask, search_replicas
+from simulator.run.resolve import resolve
+from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
+from simulator.workload.lengths import make_length
 
 HOURS_PER_QUARTER = 365.25 * 24 / 4
 
@@ -101,7 +102,7 @@ def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
     net = cfg.network
     tasks = []
     for q, quarter in loaded.forecast.groupby("quarter", sort=False):
-        peaks = dict(zip(quarter["region"], quarter["peak_rps"]))
+        peaks = dict(zip(quarter["region"], quarter["peak_rps"], strict=True))
         total = sum(peaks.values())
         for row in quarter.to_dict("records"):
             r = row["region"]
@@ -175,6 +176,7 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
           mu: float) -> dict[str, Any]:
     system = resolve(sc)
     price = cand.price_per_gpu_hour if cand.price_per_gpu_hour is not None else system.profile.price_per_gpu_hour
+    assert price is not None   # load_plan checks every candidate has a price
     region = loaded.regions[row["region"]]
     prompt = make_length(sc.workload.prompt_tokens, sc, "workload.prompt_tokens").mean
     output = make_length(sc.workload.output_tokens, sc, "workload.output_tokens").mean
@@ -201,7 +203,8 @@ WORKSHEET_COLUMNS = (
 
 
 def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    order = {(str(q), r): i for i, (q, r) in enumerate(zip(loaded.forecast["quarter"], loaded.forecast["region"]))}
+    keys = zip(loaded.forecast["quarter"], loaded.forecast["region"], strict=True)
+    order = {(str(q), r): i for i, (q, r) in enumerate(keys)}
     cand_order = {c.name: i for i, c in enumerate(loaded.config.candidates)}
     df = pd.DataFrame(rows)
     df = df.iloc[sorted(range(len(df)), key=lambda i: (order[(df["quarter"].iat[i], df["region"].iat[i])],
@@ -240,7 +243,8 @@ def _totals(ws: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({
         "regions": g.size(), "peak_rps": g["peak_rps"].sum(), "gpus": g["gpus"].sum(min_count=1),
         "replicas": g["replicas"].sum(min_count=1), "gpu_hours": g["gpu_hours"].sum(min_count=1),
-        "cost_per_hour": g["cost_per_hour"].sum(min_count=1), "cost_per_quarter": g["cost_per_quarter"].sum(min_count=1),
+        "cost_per_hour": g["cost_per_hour"].sum(min_count=1),
+        "cost_per_quarter": g["cost_per_quarter"].sum(min_count=1),
         "infeasible_cells": g["status"].apply(lambda s: int((s != "ok").sum())),
     }).reset_index()
     return out

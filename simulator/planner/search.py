@@ -31,7 +31,7 @@ from simulator.metrics import measurement_window
 from simulator.planner.capacity import saturation_rps
 from simulator.run.simulate import simulate
 from simulator.scenario.config import Scenario, SLOConfig
-from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_with_drops, stability
+from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_with_drops
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,7 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
 
 def _overloaded(task: SearchTask, n: int, saturation: float) -> dict[str, Any]:
     """A count that cannot carry the design load even at saturation: failed without simulating."""
+    assert task.design_rps is not None
     util = task.design_rps / (n * saturation)
     nan = math.nan
     return {"replicas": n, "passed": False, "score": util, "binding": "utilization", "ratios": {"utilization": util},

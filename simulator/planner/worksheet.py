@@ -70,7 +70,7 @@ def check_out(out: Path) -> None:
             d.rmdir()
 
 
-def write_worksheets(result, out: Path) -> dict[str, Path]:  # noqa: ANN001 - PlanResult
+def write_worksheets(result, out: Path) -> dict[str, Path]:  # PlanResult
     """Write the three CSVs next to each other; all or nothing (temporary files, then renamed)."""
     paths = companion_paths(out)
     check_out(out)

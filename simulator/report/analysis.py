@@ -16,17 +16,18 @@ window ``[warmup_s, last arrival - cooldown_s]`` and finished), the same set the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario
 from simulator.errors import ScenarioError
 from simulator.metrics import in_measurement_window, slo_thresholds_s
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
+from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario
 
 LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -350,6 +351,7 @@ def max_load_meeting_slo(sweep: pd.DataFrame) -> dict[str, Any]:
             failing = row
             break
     if best is None:
+        assert failing is not None   # the first (lowest) rate failed
         return {"max_rate_per_s": None, "max_rate_per_gpu": None,
                 "first_failing_rate_per_s": float(failing["rate_per_s"]),
                 "reason": f"even the lowest rate ({failing['rate_per_s']:g} req/s) misses the SLO"}
@@ -414,9 +416,9 @@ def measured_vs_fitted(profile: Any) -> pd.DataFrame:
     Raises:
         ScenarioError: the profile has no measurement table.
     """
-    from simulator.scenario.models import DTYPE_BYTES
     from simulator.cost.op_table import leave_one_out
     from simulator.report.profile_report import profile_table as read_ops
+    from simulator.scenario.models import DTYPE_BYTES
 
     if profile.cost_model != "table" or profile.table is None:
         raise ScenarioError("hardware.cost_model", profile.cost_model,
@@ -444,7 +446,7 @@ def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for name, t in (summary.get("tiers") or {}).items():
         def q(metric: str, p: str, scale: float) -> float | None:
-            v = (t.get(metric) or {}).get(p)
+            v = (t.get(metric) or {}).get(p)  # noqa: B023 - q is called within this iteration only
             return None if v is None else v * scale
 
         att = t.get("slo_attainment")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.models import DTYPE_BYTES
 from simulator.cost.op_table import FAMILIES, fit_summary, leave_one_out, prefill_pairs, read_table
+from simulator.scenario.models import DTYPE_BYTES
 from simulator.scenario.profiles import HardwareProfile
 
 #: The fit-quality targets of the calibration issue (per op family, held-out points).

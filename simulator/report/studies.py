@@ -24,19 +24,20 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import Scenario, scenario_from_dict
 from simulator.errors import ScenarioError
+from simulator.planner.capacity import saturation_rps
+from simulator.planner.search import minimal_count
+from simulator.report.analysis import SWEEP_METRICS, load_sweep, summary_row  # noqa: F401  (studies.load_sweep)
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
-from simulator.planner.capacity import saturation_rps
-from simulator.report.analysis import SWEEP_METRICS, load_sweep, summary_row  # noqa: F401  (studies.load_sweep)
-from simulator.planner.search import minimal_count
+from simulator.scenario.config import Scenario, scenario_from_dict
 
 #: Environment variable the notebooks read for their size; ``full`` (the default) or ``small`` (CI).
 SCALE_ENV = "LLMPLAN_NOTEBOOK_SCALE"
@@ -66,7 +67,8 @@ def find_repo_root(start: str | Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / "examples" / "sharegpt-h100.yaml").is_file() and (folder / "hwprofiles").is_dir():
             return folder
-    raise ScenarioError("notebook folder", str(here), "not inside an llmplan checkout (no examples/sharegpt-h100.yaml above it)")
+    raise ScenarioError("notebook folder", str(here),
+                        "not inside an llmplan checkout (no examples/sharegpt-h100.yaml above it)")
 
 
 #: The three public traces notebook 2 studies: name -> (full file in shared/data/llm_traces,
@@ -184,7 +186,7 @@ def burstiness(arrival_times: Sequence[float], window_s: float = 60.0) -> dict[s
     idx = ((t - t[0]) // window_s).astype(np.int64)
     counts = np.bincount(np.minimum(idx, nwin - 1) if nwin == 1 else idx[idx < nwin], minlength=nwin)
     mean = float(counts.mean())
-    return {"requests": int(len(t)), "span_s": span, "mean_rate_per_s": (len(t) - 1) / span if span > 0 else math.inf,
+    return {"requests": len(t), "span_s": span, "mean_rate_per_s": (len(t) - 1) / span if span > 0 else math.inf,
             "interarrival_cv": float(gaps.std() / gaps.mean()) if gaps.mean() > 0 else math.inf,
             "window_s": float(window_s), "windows": int(nwin),
             "peak_to_mean": float(counts.max() / mean), "dispersion_index": float(counts.var() / mean)}
@@ -229,7 +231,7 @@ def write_trace(trace: pd.DataFrame, path: str | Path) -> Path:
     path = Path(path)
     with path.open("w") as fh:
         for t, p, o in zip(trace["arrival_time"].to_numpy(float), trace["num_prompt_tokens"].to_numpy(np.int64),
-                           trace["max_tokens"].to_numpy(np.int64)):
+                           trace["max_tokens"].to_numpy(np.int64), strict=True):
             fh.write(json.dumps({"timestamp": round(float(t) * 1000.0, 6), "input_length": int(p),
                                  "output_length": int(o)}) + "\n")
     return path
@@ -445,9 +447,9 @@ def fit_points(profile: Any) -> pd.DataFrame:
     columns plus ``measured_s``, ``predicted_s`` (from the other points, as the cost model
     interpolates), ``rel_error``, ``achieved`` (FLOP/s or B/s) and ``efficiency`` (achieved / the
     profile's peak FLOP/s for GEMMs and prefill attention, / peak bandwidth for the rest)."""
-    from simulator.scenario.models import DTYPE_BYTES
     from simulator.cost.op_table import leave_one_out
     from simulator.report.profile_report import _peaks, achieved, profile_table
+    from simulator.scenario.models import DTYPE_BYTES
     from simulator.scenario.profiles import load_profile
 
     profile = load_profile(profile)
@@ -476,8 +478,8 @@ def datasheet_cost_model(profile: Any, model: Any, tensor_parallel_size: int = 1
     """The datasheet profile's per-op roofline as a table cost model over an empty table (every op
     falls back to the profile's peaks and assumed efficiencies: the ``roofline`` model's formulas)."""
     from simulator.cost.op_table import TABLE_COLUMNS
-    from simulator.scenario.profiles import load_profile
     from simulator.cost.table import TableCostModel
+    from simulator.scenario.profiles import load_profile
 
     data = load_profile(profile).model_dump(exclude_none=True)
     with tempfile.TemporaryDirectory(prefix="llmplan-datasheet-") as folder:
@@ -495,9 +497,9 @@ def crosscheck(model: Any, datasheet: Any, profiles: Mapping[str, Any],
     (imported or measured). Long format: ``op, shape, tokens, context, profile, time_us, source``
     (``source``: ``measured`` at that shape, ``scaled ...`` from the nearest measured shape, or
     ``roofline`` when the table has no rows for the op)."""
+    from simulator.cost.table import TableCostModel
     from simulator.scenario.models import MODEL_PRESETS
     from simulator.scenario.profiles import load_profile
-    from simulator.cost.table import TableCostModel
 
     spec = MODEL_PRESETS[model] if isinstance(model, str) else model
     models = {"datasheet": datasheet_cost_model(datasheet, spec, tensor_parallel_size)}

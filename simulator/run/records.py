@@ -8,11 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import Scenario
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import DecodeRun, SchedulerOutput
 from simulator.run.resolve import ResolvedSystem
-
+from simulator.scenario.config import Scenario
 
 # -- records ---------------------------------------------------------------------------------------
 STEP_COLUMNS = ("start_time", "duration_s", "replica", "num_seqs", "num_prefill_tokens",
@@ -42,15 +41,15 @@ class StepLog:
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)
-        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded, num_waiting,
-                              run.kv_used_first, 0, run.context_sum, a, b))
+        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded,
+                              num_waiting, run.kv_used_first, 0, run.context_sum, a, b))
         if run.num_steps > 1:
             self._residues.append(run.residues)
         if run.durations is not None:
             self._tabulated.append(run.durations)
         self._replicas.add(replica)
 
-    def freeze(self) -> "FrozenStepLog":
+    def freeze(self) -> FrozenStepLog:
         """The log as compact per-entry arrays (one row per step or decode run); drops the list."""
         frozen = FrozenStepLog(self._entries, self._residues, self._tabulated, len(self._replicas) > 1,
                                self._block_size)
@@ -108,7 +107,7 @@ class FrozenStepLog:
         multi = np.flatnonzero(k > 1)
         new_blocks = np.zeros(total, dtype=np.int64)
         if len(multi):
-            rows = np.concatenate([np.arange(f + 1, f + n) for f, n in zip(first_row[multi], k[multi])]) \
+            rows = np.concatenate([np.arange(f + 1, f + n) for f, n in zip(first_row[multi], k[multi], strict=True)]) \
                 if len(multi) < 64 else np.flatnonzero(j)
             position = np.zeros(len(k), dtype=np.int64)    # entry -> its row in ``residues``
             position[multi] = np.arange(len(multi))
@@ -149,7 +148,7 @@ class SimulationResult:
     sim_time_s: float
     wall_s: float
     summary: dict[str, Any] = field(default_factory=dict)
-    engine_stats: dict[str, int] = field(default_factory=dict)
+    engine_stats: dict[str, float] = field(default_factory=dict)
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
     prefix_cache: dict[str, int] | None = None
     """Prefix-cache counters summed over replicas (None when prefix caching is off)."""

@@ -8,15 +8,14 @@ from typing import Any
 import numpy as np
 
 from simulator.capabilities import check_capabilities
-from simulator.scenario.config import Scenario
-from simulator.errors import ScenarioError
+from simulator.cluster.routing import ROUTERS
 from simulator.engine.kv_cache import KVCachePlan, plan_kv_cache
+from simulator.engine.policies import POLICIES  # the registry, with every policy registered
+from simulator.errors import ScenarioError
+from simulator.scenario.config import Scenario
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.profiles import HardwareProfile, load_profile
 from simulator.scenario.quantization import Precision, check_kv_head_split, resolve_precision
-from simulator.cluster.routing import ROUTERS
-from simulator.engine.policies import POLICIES  # the registry, with every policy registered
-
 
 STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network")
 """Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
@@ -57,7 +56,7 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
     POLICIES.lookup(scenario.scheduler.policy)
     check_capabilities(scenario)
     if scenario.deployment.pools is not None or scenario.deployment.pool_routing is not None:
-        from simulator.cluster.pools import resolve_pools   # model routing: one resolved system per pool
+        from simulator.cluster.pools import resolve_pools  # model routing: one resolved system per pool
         pools = resolve_pools(scenario, _resolve_system)
         first = pools[0][1]
         return dataclasses.replace(first, max_model_len=min(s.max_model_len for _, s in pools), pools=tuple(pools))
@@ -99,6 +98,7 @@ def _resolve_system(scenario: Scenario) -> ResolvedSystem:
                          precision=precision)
     draft = None
     if spec is not None and spec.method == "draft":
+        assert spec.draft_model is not None   # the config requires it for method draft
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
         plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
     return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
@@ -147,6 +147,6 @@ def _plan_with_draft(plan: KVCachePlan, model: ModelSpec, draft: ModelSpec, tp: 
 def spawn_rngs(seed: int) -> dict[str, np.random.Generator]:
     """Independent generators for each random stream, from one root seed."""
     children = np.random.SeedSequence(seed).spawn(len(STREAMS))
-    return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children)}
+    return {name: np.random.default_rng(child) for name, child in zip(STREAMS, children, strict=True)}
 
 

@@ -10,31 +10,31 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import simpy
 
-from simulator.scenario.config import Scenario
+from simulator.cluster.routing import make_router
 from simulator.cost.base import CostModel
 from simulator.cost.factory import make_cost_model
-from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.deadlines import Deadlines, queue_is_full
-from simulator.workload.levers import apply_client_view
+from simulator.engine.disaggregated import DisaggregatedFleet
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.engine.prefix_cache import PrefixCachingKVManager, prefix_cache_counters
-from simulator.scenario.profiles import GIB
 from simulator.engine.replica import Replica
 from simulator.engine.request import RequestStatus, RequestTable
-from simulator.cluster.routing import make_router
-from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.engine.scheduler import SwapSpace
-from simulator.engine.disaggregated import DisaggregatedFleet
 from simulator.engine.speculative import SpeculativeScheduler
-from simulator.workload.traffic import Workload, generate_workload
+from simulator.metrics import summarize
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
-from simulator.metrics import summarize
-
+from simulator.scenario.config import Scenario
+from simulator.scenario.profiles import GIB
+from simulator.workload.levers import apply_client_view
+from simulator.workload.traffic import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -170,12 +170,14 @@ class _Run:
                 self.router = self.pool_router
                 self.replicas = []
                 for sub, sub_system in system.pools:
-                    sub_cost = make_cost_model(sub_system.profile, sub_system.model, sub.deployment.tensor_parallel_size,
+                    sub_cost = make_cost_model(sub_system.profile, sub_system.model,
+                                               sub.deployment.tensor_parallel_size,
                                                sub_system.precision if _levers_on(sub.deployment) else None)
                     sub_proposal = _proposal_time(sub, sub_system, sub_cost)
                     self.replicas += [
-                        Replica(env, len(self.replicas) + i, _make_scheduler(sub, sub_system, table, rngs, sub_proposal),
-                                sub_cost, steps, self.next_event_time, self._finished, fast_forward)
+                        Replica(env, len(self.replicas) + i,
+                                _make_scheduler(sub, sub_system, table, rngs, sub_proposal), sub_cost, steps,
+                                self.next_event_time, self._finished, fast_forward)
                         for i in range(sub.deployment.replicas)]
             else:
                 self.replicas = [
@@ -208,7 +210,7 @@ class _Run:
             return min(float(self.times[self.next_index]), self.stop_time)
         return self.stop_time
 
-    def arrivals(self):  # noqa: ANN201 - SimPy process
+    def arrivals(self):  # SimPy process
         env, table, times, replicas = self.env, self.table, self.times, self.entry
         rejected = table.rejected_at_arrival
         any_rejected = bool(rejected.any())
@@ -242,19 +244,22 @@ class _Run:
 
 def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
                     rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
-                    cls: type | None = None):  # noqa: ANN202
+                    cls: type | None = None):
     cfg = scenario.scheduler
+    kv: KVCacheManager
     if cfg.enable_prefix_caching:
         kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
     else:
         kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
+        assert proposal_time_s is not None   # _proposal_time gives one whenever speculation is on
         sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
                                      proposal_time_s=proposal_time_s)
     else:
         sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
     if cfg.preemption_mode == "swap":
         per_block = system.kv_plan.kv_bytes_per_block
+        assert system.profile.host_link_bandwidth_bytes_per_s is not None   # resolve() checks it for swap
         sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,
                                float(system.profile.host_link_bandwidth_bytes_per_s))
     return sched
@@ -275,6 +280,7 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
             bd = cost.breakdown([], [], n, ctx, n)
             return k * (bd.total_s - bd.overhead_s) / layers
         return mtp
+    assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead

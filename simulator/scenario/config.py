@@ -18,8 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import ScenarioError
-from simulator.scenario.models import ModelSpec
 from simulator.scenario.frozen import Frozen
+from simulator.scenario.models import ModelSpec
 
 
 # -- workload ------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ class DiurnalArrival(Frozen):
     bursts: list[Burst] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _one_profile(self) -> "DiurnalArrival":
+    def _one_profile(self) -> DiurnalArrival:
         if (self.peak_to_mean is None) == (self.hourly is None):
             raise ValueError("give exactly one of peak_to_mean or hourly")
         if self.hourly is not None and not any(self.hourly):
@@ -86,7 +86,7 @@ class DiurnalArrival(Frozen):
         return self
 
 
-ArrivalConfig = Annotated[Union[PoissonArrival, GammaArrival, TraceArrival, DiurnalArrival],
+ArrivalConfig = Annotated[PoissonArrival | GammaArrival | TraceArrival | DiurnalArrival,
                           Field(discriminator="process")]
 
 
@@ -122,7 +122,7 @@ class UniformLength(Frozen):
     max: int = Field(ge=1)
 
     @model_validator(mode="after")
-    def _order(self) -> "UniformLength":
+    def _order(self) -> UniformLength:
         if self.max < self.min:
             raise ValueError(f"max={self.max} is below min={self.min}")
         return self
@@ -141,7 +141,7 @@ class EmpiricalLength(Frozen):
 
 
 LengthConfig = Annotated[
-    Union[LognormalLength, GeometricLength, FixedLength, UniformLength, EmpiricalLength],
+    LognormalLength | GeometricLength | FixedLength | UniformLength | EmpiricalLength,
     Field(discriminator="dist"),
 ]
 
@@ -206,25 +206,26 @@ class WorkloadConfig(Frozen):
     """Request tiers, drawn independently per request with the given shares (None: one tier)."""
 
     @model_validator(mode="after")
-    def _tiers(self) -> "WorkloadConfig":
+    def _tiers(self) -> WorkloadConfig:
         if self.tiers is not None:
             names = [t.name for t in self.tiers]
             if len(set(names)) != len(names):
                 raise ValueError(f"tier names must be unique, got {names}")
             total = sum(t.share for t in self.tiers)
             if abs(total - 1.0) > 1e-6:
-                raise ValueError(f"tier shares must sum to 1, got {total:g} ({', '.join(f'{t.name}: {t.share:g}' for t in self.tiers)})")
+                shares = ", ".join(f"{t.name}: {t.share:g}" for t in self.tiers)
+                raise ValueError(f"tier shares must sum to 1, got {total:g} ({shares})")
         return self
 
     @model_validator(mode="after")
-    def _lengths_given(self) -> "WorkloadConfig":
+    def _lengths_given(self) -> WorkloadConfig:
         from_trace = isinstance(self.arrival, TraceArrival) and self.arrival.use_trace_lengths
         if not from_trace and (self.prompt_tokens is None or self.output_tokens is None):
             raise ValueError("prompt_tokens and output_tokens are required unless a trace supplies lengths")
         return self
 
     @model_validator(mode="after")
-    def _prefix_not_on_hash_ids(self) -> "WorkloadConfig":
+    def _prefix_not_on_hash_ids(self) -> WorkloadConfig:
         a = self.arrival
         if self.prefix is not None and isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
             raise ValueError("prefix={...}: a mooncake trace's hash_ids already say which prompt blocks are shared; "
@@ -232,7 +233,7 @@ class WorkloadConfig(Frozen):
         return self
 
     @model_validator(mode="after")
-    def _sessions_need_synthetic_arrivals(self) -> "WorkloadConfig":
+    def _sessions_need_synthetic_arrivals(self) -> WorkloadConfig:
         if self.sessions is not None and isinstance(self.arrival, TraceArrival):
             raise ValueError("sessions={...}: multi-turn sessions need a poisson or gamma arrival process "
                              "(a trace already fixes every request's arrival)")
@@ -263,7 +264,7 @@ class AutoscalerConfig(Frozen):
     warm_start_s: float = Field(default=2.0, ge=0)
 
     @model_validator(mode="after")
-    def _bounds(self) -> "AutoscalerConfig":
+    def _bounds(self) -> AutoscalerConfig:
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"max_replicas={self.max_replicas} is below min_replicas={self.min_replicas}")
         init = self.initial_replicas
@@ -384,7 +385,7 @@ class SchedulerConfig(Frozen):
     (block hashes, ref counts, LRU eviction; see ``simulator.engine.prefix_cache``)."""
 
     @model_validator(mode="after")
-    def _budget(self) -> "SchedulerConfig":
+    def _budget(self) -> SchedulerConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_num_seqs="
@@ -432,7 +433,7 @@ class SpeculativeConfig(Frozen):
     """The draft model (a preset or an inline spec); required for ``method: draft``."""
 
     @model_validator(mode="after")
-    def _draft(self) -> "SpeculativeConfig":
+    def _draft(self) -> SpeculativeConfig:
         if self.method == "draft" and self.draft_model is None:
             raise ValueError("method 'draft' needs draft_model (a preset such as llama-3.2-1b, or an inline spec)")
         if self.method != "draft" and self.draft_model is not None:
@@ -532,7 +533,7 @@ class FleetConfig(Frozen):
     keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _names(self) -> "FleetConfig":
+    def _names(self) -> FleetConfig:
         names = [r.name for r in self.regions]
         for c in self.clients:
             missing = [n for n in names if n not in c.rtt_ms]
@@ -586,7 +587,7 @@ class Scenario(Frozen):
     """Directory relative paths resolve against (the scenario file's folder when loaded)."""
 
     @model_validator(mode="after")
-    def _size(self) -> "Scenario":
+    def _size(self) -> Scenario:
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise ValueError("give num_requests or duration_s")
@@ -599,7 +600,7 @@ class Scenario(Frozen):
         here = Path(self.base_dir) / p
         return here if here.exists() or not p.exists() else p
 
-    def with_overrides(self, overrides: dict[str, Any]) -> "Scenario":
+    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
         """A new validated scenario with dotted-path overrides applied (``{"seed": 3}``)."""
         data = self.model_dump(mode="python", exclude_none=True)
         for key, value in overrides.items():

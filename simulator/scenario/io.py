@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from simulator.scenario.config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
 from simulator.errors import ScenarioError
+from simulator.scenario.config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
 from simulator.scenario.profiles import available_profiles
 
 #: Largest scenario file accepted from an upload (a scenario is a few hundred bytes; traces are
@@ -26,7 +26,8 @@ def decode_upload(data: bytes, source: str, max_bytes: int, what: str, upload_hi
     """An uploaded file's text: at most ``max_bytes`` and UTF-8, else a :class:`ScenarioError`
     naming the file (``what``: "a scenario file"; ``upload_hint``: what to upload instead)."""
     if len(data) > max_bytes:
-        raise ScenarioError(source, f"{len(data):,} bytes", f"file too large; {what} may be at most {max_bytes:,} bytes")
+        raise ScenarioError(source, f"{len(data):,} bytes",
+                            f"file too large; {what} may be at most {max_bytes:,} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -78,6 +79,7 @@ def scenario_from_yaml_bytes(data: bytes, *, source: str = "upload", base_dir: s
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
                 mark = event.start_mark
+                assert mark is not None   # the parser marks every event
                 raise ScenarioError(source, f"*{event.anchor}", f"YAML aliases are not accepted in uploads "
                                     f"(line {mark.line + 1}); write the value out")
         parsed = yaml.safe_load(text)

@@ -47,7 +47,7 @@ class ModelSpec(BaseModel):
     """Qwen2-style bias on the QKV projections (a rounding error in weight bytes)."""
 
     @model_validator(mode="after")
-    def _check_heads(self) -> "ModelSpec":
+    def _check_heads(self) -> ModelSpec:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not a multiple of "

@@ -100,7 +100,7 @@ class HardwareProfile(Frozen):
     """Version of the table's columns (:data:`simulator.cost.op_table.TABLE_SCHEMA`)."""
 
     @model_validator(mode="after")
-    def _complete(self) -> "HardwareProfile":
+    def _complete(self) -> HardwareProfile:
         if self.cost_model == "constant" and self.step_time_s is None:
             raise ValueError("cost_model 'constant' needs step_time_s")
         if self.cost_model == "roofline":

@@ -84,7 +84,7 @@ KV_CACHE_DTYPES: dict[str, float | None] = {
 }
 
 
-def resolve_precision(model: ModelSpec, profile: "HardwareProfile | None", quantization: str | None = None,
+def resolve_precision(model: ModelSpec, profile: HardwareProfile | None, quantization: str | None = None,
                       kv_cache_dtype: str = "auto") -> Precision:
     """The :class:`Precision` a deployment serves ``model`` at.
 
@@ -100,6 +100,7 @@ def resolve_precision(model: ModelSpec, profile: "HardwareProfile | None", quant
                             f"unknown KV-cache dtype; allowed: {', '.join(KV_CACHE_DTYPES)}")
     dtype = model.dtype
     act = 2.0 if dtype in _QUANTIZED_DTYPES else DTYPE_BYTES[dtype]
+    compute: str
     if quantization is None or quantization == "none":
         name, linear, other, compute, attn = "none", DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], dtype, dtype
     else:
@@ -114,10 +115,8 @@ def resolve_precision(model: ModelSpec, profile: "HardwareProfile | None", quant
         attn = "fp16" if quantization == "fp16" else "bf16"
         act = 2.0
     kv = KV_CACHE_DTYPES[kv_cache_dtype]
-    if kv is None:   # auto: the activation dtype
-        kv_name = attn if attn in ("fp32", "fp16", "bf16") else "bf16"
-    else:
-        kv_name = kv_cache_dtype
+    # None (auto): the activation dtype
+    kv_name = (attn if attn in ("fp32", "fp16", "bf16") else "bf16") if kv is None else kv_cache_dtype
     return Precision(name, linear, other, compute, attn, act, kv_name, kv if kv is not None else act)
 
 

@@ -3,14 +3,22 @@ registered under the strings the YAML uses; each draws from an explicit ``numpy.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import EmpiricalLength, FixedLength, GeometricLength, LognormalLength, Scenario, UniformLength
 from simulator.errors import ScenarioError
 from simulator.registry import Registry
+from simulator.scenario.config import (
+    EmpiricalLength,
+    FixedLength,
+    GeometricLength,
+    LognormalLength,
+    Scenario,
+    UniformLength,
+)
 
 LENGTHS: Registry[Callable[..., Any]] = Registry("length distribution", "workload.*_tokens.dist")
 register_length = LENGTHS.register

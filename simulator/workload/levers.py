@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from simulator.scenario.config import Scenario
 
 
-def cap_lengths(scenario: "Scenario", prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def cap_lengths(scenario: Scenario, prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Apply ``client.max_prompt_tokens`` (keep the last tokens) and ``client.max_tokens``."""
     client = scenario.client
     if client.max_prompt_tokens is not None:
@@ -31,7 +31,7 @@ def cap_lengths(scenario: "Scenario", prompt: np.ndarray, output: np.ndarray) ->
     return prompt, output
 
 
-def apply_client_view(requests: pd.DataFrame, scenario: "Scenario") -> pd.DataFrame:
+def apply_client_view(requests: pd.DataFrame, scenario: Scenario) -> pd.DataFrame:
     """Latencies as the client sees them: without streaming the first token arrives with the last."""
     if not scenario.client.stream:
         requests["ttft_s"] = requests["e2e_s"]

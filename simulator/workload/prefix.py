@@ -22,9 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from simulator.scenario.config import Scenario, TraceArrival
+from simulator.engine.prefix_cache import (
+    BlockHashes,
+    fresh_block_hashes,
+    mooncake_block_hashes,
+    prefix_block_hashes,
+    session_block_hashes,
+)
 from simulator.errors import ScenarioError
-from simulator.engine.prefix_cache import BlockHashes, fresh_block_hashes, mooncake_block_hashes, prefix_block_hashes, session_block_hashes
+from simulator.scenario.config import Scenario, TraceArrival
 from simulator.workload.lengths import make_length
 
 
@@ -54,6 +60,7 @@ def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt:
         hash_ids = arrivals.table["hash_ids"].iloc[:n].tolist()
         return times, prompt, output, mooncake_block_hashes(hash_ids, prompt, num_blocks, bs), session
     if prefix_index is not None:
+        assert wl.prefix is not None and prefix_len is not None
         base = prefix_block_hashes(num_blocks, prefix_index, prefix_len, wl.prefix.num_prefixes,
                                    wl.prefix.prefix_tokens, bs)
     else:
@@ -104,6 +111,7 @@ def expand_sessions(scenario: Scenario, starts: np.ndarray, first_prompt: np.nda
 
     wl = scenario.workload
     cfg = wl.sessions
+    assert cfg is not None
     num_sessions = len(starts)
     turns = make_length(cfg.turns, scenario, "workload.sessions.turns").sample(num_sessions, rng)
     total = int(turns.sum())

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.scenario.config import DiurnalArrival, GammaArrival, PoissonArrival, Scenario, TraceArrival
 from simulator.errors import ScenarioError
+from simulator.registry import Registry
+from simulator.scenario.config import DiurnalArrival, GammaArrival, PoissonArrival, Scenario, TraceArrival
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
-from simulator.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class DiurnalArrivals:
             profile_max = float(self._hourly.max())
         else:
             self._hourly = None
+            assert cfg.peak_to_mean is not None   # the config gives exactly one of the two
             profile_max = float(cfg.peak_to_mean)
         burst_max = max([b.multiplier for b in cfg.bursts if b.multiplier > 1] + [1.0])
         self.max_rate = cfg.mean_rate_per_s * profile_max * burst_max
@@ -123,6 +125,7 @@ class DiurnalArrivals:
         if self._hourly is not None:
             hour = (np.mod(t, cfg.period_s) / cfg.period_s * 24).astype(np.int64).clip(0, 23)
             return self._hourly[hour]
+        assert cfg.peak_to_mean is not None
         return 1.0 + (cfg.peak_to_mean - 1.0) * np.cos(2 * np.pi * (t - cfg.peak_time_s) / cfg.period_s)
 
     def rate_at(self, t: np.ndarray) -> np.ndarray:
@@ -259,7 +262,8 @@ def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> Non
         i = int(bad[0])
         value = raw.iloc[i]
         shown = "(empty)" if pd.isna(value) else value
-        raise ScenarioError(f"{path} row {i + 2} column {column}", shown, "not a valid value (integer token count or timestamp)")
+        raise ScenarioError(f"{path} row {i + 2} column {column}", shown,
+                            "not a valid value (integer token count or timestamp)")
 
 
 # -- length distributions -----------------------------------------------------------------------------
@@ -294,7 +298,7 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     block_hashes = session = None
     if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching \
             or scenario.deployment.router == "prefix_affinity":
-        from simulator.workload.prefix import shape_prefixes   # prefixes, sessions, block identities
+        from simulator.workload.prefix import shape_prefixes  # prefixes, sessions, block identities
         times, prompt, output, block_hashes, session = shape_prefixes(scenario, arrivals, times, prompt, output, rngs)
         n = len(times)
     rejected = np.zeros(n, dtype=bool)
