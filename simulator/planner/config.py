@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from simulator.scenario.config import Scenario, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.errors import ScenarioError
 from simulator.scenario.frozen import Frozen
+from simulator.planner.fleet_hours import plan_shapes
 
 
 class Candidate(Frozen):
@@ -30,7 +31,8 @@ class Candidate(Frozen):
     set: dict[str, Any] = Field(default_factory=dict)
     """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``."""
     price_per_gpu_hour: float | None = Field(default=None, gt=0)
-    """USD per GPU-hour before the region's multiplier (default: the hardware profile's price)."""
+    """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``); default:
+    the hardware profile's USD price (``assumed``, only with ``currency: USD``)."""
 
 
 class PlanSLO(Frozen):
@@ -55,6 +57,11 @@ class Region(Frozen):
     """Round-trip time from this region's clients to each serving region (own region required;
     the others are needed for N+1 failover)."""
     price_multiplier: float = Field(default=1.0, gt=0)
+    diurnal: Any = None
+    """The load through a day: 24 hourly multipliers of the forecast peak (local hours 0-23, each in
+    (0, 1], the busiest 1.0), a named shape (``flat``, ``office-hours``, ``consumer``), or a mapping
+    ``{quarter: shape, default: shape}``; costs the hours the fleet runs (:mod:`simulator.planner.fleet_hours`).
+    Without one the fleet is costed at its peak all day."""
 
 
 class NetworkSettings(Frozen):
@@ -89,6 +96,9 @@ class ForecastRow(Frozen):
 
 class PlanConfig(Frozen):
     name: str = "plan"
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    """ISO 4217 code of the prices and costs (``cost_usd``, ``usd_per_1m_tokens`` in the worksheet); a
+    currency other than USD needs every candidate's ``price_per_gpu_hour`` (the profiles' prices are USD)."""
     scenario: str | dict[str, Any]
     """Base serving scenario: a YAML path (relative to the plan file) or an inline mapping."""
     candidates: list[Candidate] = Field(min_length=1)
@@ -128,6 +138,8 @@ class LoadedPlan:
         self.candidate_scenarios = candidates
         self.forecast = forecast
         self.regions = {r.name: r for r in config.regions}
+        self.diurnal = plan_shapes(config.regions, self.quarters)
+        """``(quarter, region) -> 24 hourly multipliers of the peak``, or None (costed at the peak all day)."""
 
     @property
     def quarters(self) -> list[str]:
@@ -161,7 +173,7 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     except ValidationError as exc:
         raise _to_plan_error(exc, data) from None
     base = _load_base(config)
-    candidates = {c.name: _candidate_scenario(base, c, i) for i, c in enumerate(config.candidates)}
+    candidates = {c.name: _candidate_scenario(base, c, i, config.currency) for i, c in enumerate(config.candidates)}
     forecast = _load_forecast(config)
     _check_regions(config, forecast)
     return LoadedPlan(config, base, candidates, forecast)
@@ -182,7 +194,7 @@ def _load_base(config: PlanConfig) -> Scenario:
         raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
 
 
-def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario:
+def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: str = "USD") -> Scenario:
     from simulator.run.resolve import resolve
 
     where = f"candidates[{index}] ({cand.name})"
@@ -207,6 +219,10 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario
     if cand.price_per_gpu_hour is None and system.profile.price_per_gpu_hour is None:
         raise ScenarioError(f"{where}.price_per_gpu_hour", None,
                             f"hardware profile {system.profile.name!r} has no price; give one")
+    if cand.price_per_gpu_hour is None and currency != "USD":
+        raise ScenarioError(f"{where}.price_per_gpu_hour", None,
+                            f"the plan's currency is {currency} but hardware profile {system.profile.name!r} "
+                            f"has an assumed USD price; quote this candidate's price in {currency}")
     return sc
 
 
@@ -265,6 +281,14 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
         i = int(dup.to_numpy().nonzero()[0][0])
         raise ScenarioError(f"forecast row {i + 1}", f"{forecast['quarter'][i]} {forecast['region'][i]}",
                             "quarter and region appear twice")
+    quarters = list(dict.fromkeys(forecast["quarter"]))
+    have = set(zip(forecast["quarter"], forecast["region"]))
+    for q in quarters:
+        for r in known:
+            if (q, r) not in have:
+                raise ScenarioError(f"forecast (quarter {q}, region {r})", None,
+                                    f"missing row: every region of regions ({', '.join(known)}) needs one row in every "
+                                    f"quarter of the forecast ({', '.join(map(str, quarters))})")
     for j, r in enumerate(config.regions):
         if r.name not in r.rtt_ms:
             raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms", r.rtt_ms,
@@ -310,6 +334,8 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         value, msg = None, "required field is missing"
     elif err["type"] == "literal_error":
         msg = f"not allowed; allowed: {err.get('ctx', {}).get('expected', '')}"
+    elif err["type"] == "string_pattern_mismatch" and loc == ["currency"]:
+        msg = "must be an ISO 4217 code in capitals, e.g. USD, EUR, GBP"
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
     return ScenarioError(field, value, msg)
