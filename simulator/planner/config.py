@@ -210,8 +210,9 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
         raise ScenarioError(f"{where}.set.{exc.field}", exc.value, exc.message) from None
     if sc.deployment.pools:
         raise ScenarioError(f"{where}: deployment.pools", [p.name for p in sc.deployment.pools],
-                            "the planner sizes one pool of identical replicas per candidate; give each "
-                            "model pool its own plan (or candidate) instead of deployment.pools")
+                            "not planned yet: the search varies one replica count (deployment.replicas) and "
+                            "model pools need one per pool; plan each pool as its own candidate or plan (its "
+                            "model, hardware and its share of the forecast) instead of deployment.pools")
     try:
         system = resolve(sc)
     except ScenarioError as exc:
