@@ -367,7 +367,7 @@ def test_capacity_plan_page(app):
     ok(app.run())
     assert any("4 forecast rows × 1 candidates" in c.value and "left out: us-west" in c.value for c in app.caption)
     ok(app.button(key="cp_run").click().run())
-    ws = app.dataframe[0].value
+    ws = next(d.value for d in app.dataframe if "gpus_peak" in d.value and "provisioning" in d.value)
     data = load_plan("examples/plan-fy27.yaml").config.model_dump(mode="json", exclude_none=True)
     data.update(forecast=[{"quarter": "FY27Q1", "region": "us-east", "peak_rps": 20},
                           {"quarter": "FY27Q1", "region": "eu-west", "peak_rps": 8},
