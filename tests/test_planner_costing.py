@@ -258,3 +258,15 @@ def test_extra_search_keys_pass_through_to_the_candidates_file():
     frame = _candidates_frame(loaded, copy.deepcopy(rows))
     assert list(frame.columns[-2:]) == ["stable", "replications"] and frame["replications"].tolist() == [3, 3]
     assert not math.isnan(frame["gpu_hours"].iloc[0])
+
+
+def test_what_a_plan_cannot_honour_is_an_error_not_dropped():
+    data = base_plan()
+    data["candidates"] = [{"name": "net", "set": {"network.clients": [{"rtt_ms": 5}]}}]
+    with pytest.raises(ScenarioError, match=r"candidates\[0\] \(net\).set.network.clients = .*the plan's regions"):
+        load_plan(data)
+    data = base_plan()
+    data["scenario"] = dict(data["scenario"], fleet={
+        "regions": [{"name": "a", "replicas": 1}], "clients": [{"name": "c", "rtt_ms": {"a": 5}}]})
+    with pytest.raises(ScenarioError, match=r"scenario.fleet = \['a'\]: the plan's regions and forecast replace"):
+        load_plan(data)

@@ -173,6 +173,10 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     except ValidationError as exc:
         raise _to_plan_error(exc, data) from None
     base = _load_base(config)
+    if base.fleet is not None:
+        raise ScenarioError("scenario.fleet", [r.name for r in base.fleet.regions],
+                            "the plan's regions and forecast replace a multi-region fleet (one region per cell); "
+                            "remove fleet from the base scenario")
     candidates = {c.name: _candidate_scenario(base, c, i, config.currency) for i, c in enumerate(config.candidates)}
     forecast = _load_forecast(config)
     _check_regions(config, forecast)
@@ -203,6 +207,10 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
                                  "cooldown_s", "max_sim_time_s"):
             raise ScenarioError(f"{where}.set.{key}", cand.set[key],
                                 "the planner sets traffic, seed, run length and SLO itself; "
+                                "a candidate may change the serving system only")
+        if key.split(".")[0] in ("network", "fleet"):
+            raise ScenarioError(f"{where}.set.{key}", cand.set[key],
+                                "the plan's regions (client RTTs, failover) replace the scenario's network and fleet; "
                                 "a candidate may change the serving system only")
     try:
         sc = base.with_overrides(dict(cand.set))
