@@ -117,7 +117,8 @@ try:
     slo = loaded.config.slo
     st.caption(f"{len(forecast)} forecast rows × {len(chosen)} candidates = {len(forecast) * len(chosen)} searches · "
                f"SLO p99 TTFT {slo.ttft_p99_ms or '–'} ms, TPOT {slo.tpot_p99_ms or '–'} ms, attainment "
-               f"{slo.attainment:.0%} · headroom {loaded.config.headroom:.0%} · failover {loaded.config.failover}"
+               f"{slo.attainment:.0%} · headroom {loaded.config.headroom:.0%} · "
+               f"failover {loaded.config.failover}"
                + (f" · regions without forecast rows left out: {', '.join(dropped)}" if dropped else ""))
 except ScenarioError as exc:
     problem = exc
@@ -150,17 +151,19 @@ per_quarter = totals[(totals["region"] == "all regions") & (totals["quarter"] !=
 last = per_quarter.iloc[-1]
 c1, c2, c3, c4, c5 = st.columns(5)
 c1.metric(f"Peak GPUs in {last['quarter']}", fmt(last.get("gpus_peak"), 0), border=True,
-          help="The fleet the search verified at each region's design peak, summed over regions: what must be "
-               "bought or reserved")
+          help="The fleet the search verified at each region's design peak, summed over regions: what "
+               "must be bought or reserved")
 c2.metric(f"GPU-hours in {last['quarter']} (provisioned)", fmt(last.get("gpu_hours"), 0), border=True,
-          help="The hours the fleet runs: through each region's diurnal shape under the candidate's autoscaler "
-               "(provisioning diurnal), else the peak fleet all day (peak, static)")
+          help="The hours the fleet runs: through each region's diurnal shape under the candidate's "
+               "autoscaler (provisioning diurnal), else the peak fleet all day (peak, static)")
 c3.metric(f"Cost in {last['quarter']} ({currency}, provisioned)", fmt(last.get(cost_col), 0), border=True)
-c4.metric("Cells without a feasible candidate", fmt(float(per_quarter["infeasible_cells"].sum()), 0), border=True)
+c4.metric("Cells without a feasible candidate", fmt(float(per_quarter["infeasible_cells"].sum()), 0),
+          border=True)
 c5.metric("Planner wall time (s)", fmt(float(result["wall_s"]["wall_s"].iloc[0]), 1), border=True)
 st.plotly_chart(plan_figure(ws, totals), key=f"{P}_chart")
 st.markdown("**Worksheet** (one row per quarter and region: the cheapest candidate that holds the SLO; "
-            "`gpus_peak` to buy, `gpu_hours` and cost as provisioned; the file `llmplan plan` writes as worksheet.csv)")
+            "`gpus_peak` to buy, `gpu_hours` and cost as provisioned; the file `llmplan plan` writes as "
+            "worksheet.csv)")
 st.dataframe(summary, hide_index=True)
 st.download_button("Download worksheet CSV", summary.to_csv(index=False), file_name="capacity-worksheet.csv",
                    mime="text/csv", key=f"{P}_download", icon=":material/download:")
@@ -170,6 +173,6 @@ with st.expander("Engineering detail of the chosen candidates"):
     st.dataframe(ws, hide_index=True)
 with st.expander("Every candidate's search"):
     st.dataframe(result["candidates"], hide_index=True)
-st.caption(f"Costs in {currency}: price_per_gpu_hour (price_source assumed: the hardware profile's; quoted: the "
-           "plan's) × the region's price_multiplier × the GPU-hours provisioned. See docs/planner.md for the "
-           "search, the failover rule, the fleet-hours model of the autoscaler and the limits.")
+st.caption(f"Costs in {currency}: price_per_gpu_hour (price_source assumed: the hardware profile's; "
+           "quoted: the plan's) × the region's price_multiplier × the GPU-hours provisioned. See docs/planner.md "
+           "for the search, the failover rule, the fleet-hours model of the autoscaler and the limits.")

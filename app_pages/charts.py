@@ -169,8 +169,9 @@ def plan_figure(worksheet: pd.DataFrame, totals: pd.DataFrame) -> go.Figure:
     for region, g in ws.groupby("region", sort=False):
         fig.add_trace(go.Bar(x=g["quarter"], y=g["gpus"], name=f"{region} GPUs (peak)",
                              customdata=g[["candidate", "replicas", "provisioning"]].to_numpy(),
-                             hovertemplate="%{x} " + str(region) + ": %{y} GPUs at the peak (%{customdata[0]}, "
-                                           "%{customdata[1]} replicas, provisioning %{customdata[2]})<extra></extra>"),
+                             hovertemplate="%{x} " + str(region) + ": %{y} GPUs at the peak "
+                                           "(%{customdata[0]}, %{customdata[1]} replicas, provisioning "
+                                           "%{customdata[2]})<extra></extra>"),
                       secondary_y=False)
     quarters = totals[(totals["region"] == "all regions") & (totals["quarter"] != "all quarters")]
     cost = next(c for c in totals.columns if c.startswith("cost_"))
@@ -179,12 +180,13 @@ def plan_figure(worksheet: pd.DataFrame, totals: pd.DataFrame) -> go.Figure:
                              mode="lines+markers", name="GPUs provisioned (average)",
                              line=dict(color="gray", dash="dot")), secondary_y=False)
     fig.add_trace(go.Scatter(x=quarters["quarter"], y=quarters[cost], mode="lines+markers",
-                             name=f"cost ({currency}/quarter, provisioned)", line=dict(color="black")), secondary_y=True)
+                             name=f"cost ({currency}/quarter, provisioned)", line=dict(color="black")),
+                  secondary_y=True)
     fig.update_yaxes(title_text="GPUs", secondary_y=False, rangemode="tozero")
     fig.update_yaxes(title_text=f"cost ({currency} per quarter)", secondary_y=True, rangemode="tozero")
     fig.update_xaxes(title_text="quarter")
-    fig.update_layout(barmode="stack", title="Peak GPUs per region per quarter, GPUs provisioned on average, and the "
-                                             "cost of the provisioned GPU-hours", **_LAYOUT)
+    fig.update_layout(barmode="stack", title="Peak GPUs per region per quarter, GPUs provisioned on average, "
+                                             "and the cost of the provisioned GPU-hours", **_LAYOUT)
     return fig
 
 

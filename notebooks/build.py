@@ -605,9 +605,8 @@ result = plan(loaded, workers=WORKERS)
 print(f"planned in {result.wall_s:.0f} s")
 ws = result.worksheet
 ws[["quarter", "region", "status", "peak_rps", "design_rps", "candidate", "replicas", "gpus", "analytic_min_replicas",
-    "ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "utilization", "provisioning", "gpu_hours", "cost_per_quarter",
-    "binding_constraint",
-    "minus_one_check"]].round(3)"""),
+    "ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "utilization", "provisioning", "gpu_hours",
+    "cost_per_quarter", "binding_constraint", "minus_one_check"]].round(3)"""),
     new_code_cell("""\
 with tempfile.TemporaryDirectory(prefix="llmplan-worksheet-") as tmp:   # what `llmplan plan --out` writes
     paths = write_worksheets(result, Path(tmp) / "worksheet.csv")

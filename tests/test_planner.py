@@ -14,9 +14,9 @@ from simulator.planner import WORKSHEET_COLUMNS, build_tasks, capacity_bound, lo
 from simulator.planner.search import evaluate, search_replicas
 
 SUMMARY_COLUMNS = (
-    "quarter", "region", "status", "candidate", "hardware", "peak_rps", "avg_prompt_tokens", "avg_output_tokens",
-    "tokens_in_per_day", "tokens_out_per_day", "batching_factor", "gpus_peak", "provisioning", "gpus_avg",
-    "period_hours", "gpu_hours", "price_per_gpu_hour_usd", "price_source", "cost_usd", "usd_per_1m_tokens",
+    "quarter", "region", "status", "candidate", "hardware", "peak_rps", "avg_prompt_tokens",
+    "avg_output_tokens", "tokens_in_per_day", "tokens_out_per_day", "batching_factor", "gpus_peak",
+    "provisioning", "gpus_avg", "period_hours", "gpu_hours", "price_per_gpu_hour_usd", "price_source", "cost_usd", "usd_per_1m_tokens",
     "slo_attainment_pct", "utilization_pct")
 
 HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0001,
@@ -132,7 +132,8 @@ def test_worksheet_schema_and_formula_safety(tmp_path):
     assert ws["region"].iloc[0] == "'=HYPERLINK(1)" and ws["quarter"].iloc[0] == "'+Q1"
     tot = pd.read_csv(paths["totals"])
     assert list(tot.columns) == ["quarter", "region", "cells", "infeasible_cells", "period_hours", "peak_rps",
-                                 "gpus_peak", "gpu_hours", "cost_usd", "tokens_in", "tokens_out", "usd_per_1m_tokens"]
+                                 "gpus_peak", "gpu_hours", "cost_usd", "tokens_in", "tokens_out",
+                                 "usd_per_1m_tokens"]
     assert tot["quarter"].tolist() == ["'+Q1", "all quarters", "all quarters"]
     assert tot["region"].tolist() == ["all regions", "'=HYPERLINK(1)", "all regions"]
     cand = pd.read_csv(paths["candidates"])

@@ -60,7 +60,8 @@ class Region(Frozen):
     diurnal: Any = None
     """The load through a day: 24 hourly multipliers of the forecast peak (local hours 0-23, each in
     (0, 1], the busiest 1.0), a named shape (``flat``, ``office-hours``, ``consumer``), or a mapping
-    ``{quarter: shape, default: shape}``; costs the hours the fleet runs (:mod:`simulator.planner.fleet_hours`).
+    ``{quarter: shape, default: shape}``; costs the hours the fleet runs
+    (:mod:`simulator.planner.fleet_hours`).
     Without one the fleet is costed at its peak all day."""
 
 
@@ -139,7 +140,7 @@ class LoadedPlan:
         self.forecast = forecast
         self.regions = {r.name: r for r in config.regions}
         self.diurnal = plan_shapes(config.regions, self.quarters)
-        """``(quarter, region) -> 24 hourly multipliers of the peak``, or None (costed at the peak all day)."""
+        """``(quarter, region) -> 24 hourly multipliers of the peak``, or None (the peak all day)."""
 
     @property
     def quarters(self) -> list[str]:
@@ -175,9 +176,10 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     base = _load_base(config)
     if base.fleet is not None:
         raise ScenarioError("scenario.fleet", [r.name for r in base.fleet.regions],
-                            "the plan's regions and forecast replace a multi-region fleet (one region per cell); "
-                            "remove fleet from the base scenario")
-    candidates = {c.name: _candidate_scenario(base, c, i, config.currency) for i, c in enumerate(config.candidates)}
+                            "the plan's regions and forecast replace a multi-region fleet (one region per "
+                            "cell); remove fleet from the base scenario")
+    candidates = {c.name: _candidate_scenario(base, c, i, config.currency)
+                  for i, c in enumerate(config.candidates)}
     forecast = _load_forecast(config)
     _check_regions(config, forecast)
     return LoadedPlan(config, base, candidates, forecast)
@@ -210,8 +212,8 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
                                 "a candidate may change the serving system only")
         if key.split(".")[0] in ("network", "fleet"):
             raise ScenarioError(f"{where}.set.{key}", cand.set[key],
-                                "the plan's regions (client RTTs, failover) replace the scenario's network and fleet; "
-                                "a candidate may change the serving system only")
+                                "the plan's regions (client RTTs, failover) replace the scenario's network "
+                                "and fleet; a candidate may change the serving system only")
     try:
         sc = base.with_overrides(dict(cand.set))
     except ScenarioError as exc:
@@ -291,13 +293,13 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
         raise ScenarioError(f"forecast row {i + 1}", f"{forecast['quarter'][i]} {forecast['region'][i]}",
                             "quarter and region appear twice")
     quarters = list(dict.fromkeys(forecast["quarter"]))
-    have = set(zip(forecast["quarter"], forecast["region"]))
+    have = set(zip(forecast["quarter"], forecast["region"], strict=True))
     for q in quarters:
         for r in known:
             if (q, r) not in have:
                 raise ScenarioError(f"forecast (quarter {q}, region {r})", None,
-                                    f"missing row: every region of regions ({', '.join(known)}) needs one row in every "
-                                    f"quarter of the forecast ({', '.join(map(str, quarters))})")
+                                    f"missing row: every region of regions ({', '.join(known)}) needs one "
+                                    f"row in every quarter of the forecast ({', '.join(map(str, quarters))})")
     for j, r in enumerate(config.regions):
         if r.name not in r.rtt_ms:
             raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms", r.rtt_ms,

@@ -22,6 +22,7 @@ Without an autoscaler the candidate runs its peak fleet all day (``static``); wi
 is flat at the peak (``peak``, the planner's old costing). This is a fluid model at hour resolution,
 not an event simulation of the day: see docs/planner.md, "GPU-hours as the fleet runs", for its limits.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -36,11 +37,59 @@ HOURS_PER_DAY = 24
 NAMED_SHAPES: dict[str, tuple[float, ...]] = {
     "flat": (1.0,) * 24,
     # weekday office traffic: night trough at 20% of the peak, plateau 10:00-16:00 local time
-    "office-hours": (0.25, 0.2, 0.2, 0.2, 0.2, 0.25, 0.35, 0.55, 0.8, 0.95, 1.0, 1.0,
-                     0.95, 1.0, 1.0, 0.95, 0.85, 0.7, 0.55, 0.45, 0.4, 0.35, 0.3, 0.28),
+    "office-hours": (
+        0.25,
+        0.2,
+        0.2,
+        0.2,
+        0.2,
+        0.25,
+        0.35,
+        0.55,
+        0.8,
+        0.95,
+        1.0,
+        1.0,
+        0.95,
+        1.0,
+        1.0,
+        0.95,
+        0.85,
+        0.7,
+        0.55,
+        0.45,
+        0.4,
+        0.35,
+        0.3,
+        0.28,
+    ),
     # consumer chat: trough at 4-5 am, evening peak 20:00-22:00 local time
-    "consumer": (0.55, 0.4, 0.3, 0.25, 0.22, 0.22, 0.28, 0.38, 0.5, 0.6, 0.65, 0.7,
-                 0.75, 0.75, 0.72, 0.72, 0.75, 0.8, 0.88, 0.95, 1.0, 1.0, 0.9, 0.72),
+    "consumer": (
+        0.55,
+        0.4,
+        0.3,
+        0.25,
+        0.22,
+        0.22,
+        0.28,
+        0.38,
+        0.5,
+        0.6,
+        0.65,
+        0.7,
+        0.75,
+        0.75,
+        0.72,
+        0.72,
+        0.75,
+        0.8,
+        0.88,
+        0.95,
+        1.0,
+        1.0,
+        0.9,
+        0.72,
+    ),
 }
 """Named diurnal shapes: hourly multipliers of the peak, hour 0 = midnight in the region's local time."""
 
@@ -52,25 +101,45 @@ def check_shape(field: str, value: Any) -> tuple[float, ...]:
     if isinstance(value, str):
         if value not in NAMED_SHAPES:
             hint = difflib.get_close_matches(value, list(NAMED_SHAPES), n=1)
-            raise ScenarioError(field, value, "unknown diurnal shape" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                                + f"; named shapes: {names}, or give 24 hourly multipliers of the peak")
+            raise ScenarioError(
+                field,
+                value,
+                "unknown diurnal shape"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; named shapes: {names}, or give 24 hourly multipliers of the peak",
+            )
         return NAMED_SHAPES[value]
     if not isinstance(value, (list, tuple)):
-        raise ScenarioError(field, value, f"give 24 hourly multipliers of the peak (a list) or a named shape: {names}")
+        raise ScenarioError(
+            field, value, f"give 24 hourly multipliers of the peak (a list) or a named shape: {names}"
+        )
     if len(value) != HOURS_PER_DAY:
-        raise ScenarioError(field, value, f"needs 24 hourly multipliers (hours 0-23, local time), got {len(value)}")
+        raise ScenarioError(
+            field, value, f"needs 24 hourly multipliers (hours 0-23, local time), got {len(value)}"
+        )
     out = []
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ScenarioError(f"{field}[{i}]", v, "must be a finite number in (0, 1]: hour "
-                                f"{i}'s load as a share of the forecast peak")
+            raise ScenarioError(
+                f"{field}[{i}]",
+                v,
+                f"must be a finite number in (0, 1]: hour {i}'s load as a share of the forecast peak",
+            )
         if not 0 < v <= 1:
-            raise ScenarioError(f"{field}[{i}]", v, f"must be in (0, 1]: hour {i}'s load as a share of the forecast "
-                                "peak (the peak itself is 1.0)")
+            raise ScenarioError(
+                f"{field}[{i}]",
+                v,
+                f"must be in (0, 1]: hour {i}'s load as a share of the forecast "
+                "peak (the peak itself is 1.0)",
+            )
         out.append(float(v))
     if max(out) != 1.0:
-        raise ScenarioError(field, value, f"the busiest hour must be 1.0 (it is {max(out):g}): the multipliers are shares "
-                            "of the forecast peak_rps; divide them by the largest")
+        raise ScenarioError(
+            field,
+            value,
+            f"the busiest hour must be 1.0 (it is {max(out):g}): the multipliers are shares "
+            "of the forecast peak_rps; divide them by the largest",
+        )
     return tuple(out)
 
 
@@ -87,13 +156,19 @@ def plan_shapes(regions: list[Any], quarters: list[str]) -> dict[tuple[str, str]
             continue
         unknown = [k for k in spec if k != "default" and k not in quarters]
         if unknown:
-            raise ScenarioError(f"{field}.{unknown[0]}", spec[unknown[0]],
-                                f"not a quarter of the forecast; quarters: {', '.join(quarters)} (or default)")
+            raise ScenarioError(
+                f"{field}.{unknown[0]}",
+                spec[unknown[0]],
+                f"not a quarter of the forecast; quarters: {', '.join(quarters)} (or default)",
+            )
         for q in quarters:
             key = q if q in spec else "default"
             if key not in spec:
-                raise ScenarioError(field, dict(spec), f"no shape for quarter {q}: give one for every quarter of the "
-                                    "forecast, or a default")
+                raise ScenarioError(
+                    field,
+                    dict(spec),
+                    f"no shape for quarter {q}: give one for every quarter of the forecast, or a default",
+                )
             out[(q, region.name)] = check_shape(f"{field}.{key}", spec[key])
     return out
 
@@ -112,8 +187,11 @@ class AutoscalePolicy:
     warm_start_s: float
 
     def describe(self) -> str:
-        return (f"min {self.min_replicas}, max {self.max_replicas}, scale-down delay {self.scale_down_delay_s:g} s, "
-                f"cold start {self.cold_start_s:.1f} s, warm pool {self.warm_pool}")
+        return (
+            f"min {self.min_replicas}, max {self.max_replicas}, "
+            f"scale-down delay {self.scale_down_delay_s:g} s, cold start {self.cold_start_s:.1f} s, "
+            f"warm pool {self.warm_pool}"
+        )
 
 
 def autoscale_policy(scenario: Any) -> AutoscalePolicy | None:
@@ -123,9 +201,15 @@ def autoscale_policy(scenario: Any) -> AutoscalePolicy | None:
         return None
     from simulator.run.resolve import resolve
 
-    weights = resolve(scenario).kv_plan.weights_bytes       # per GPU (TP-sharded), as the simulator's autoscaler
-    return AutoscalePolicy(cfg.min_replicas, cfg.max_replicas, cfg.scale_down_delay_s,
-                           weights / cfg.load_bandwidth_bytes_per_s + cfg.engine_start_s, cfg.warm_pool, cfg.warm_start_s)
+    weights = resolve(scenario).kv_plan.weights_bytes  # per GPU (TP-sharded), as the simulator's autoscaler
+    return AutoscalePolicy(
+        cfg.min_replicas,
+        cfg.max_replicas,
+        cfg.scale_down_delay_s,
+        weights / cfg.load_bandwidth_bytes_per_s + cfg.engine_start_s,
+        cfg.warm_pool,
+        cfg.warm_start_s,
+    )
 
 
 # -- the day -------------------------------------------------------------------------------------------
@@ -151,17 +235,19 @@ class FleetDay:
     @property
     def max_replicas(self) -> int:
         """Most replicas paid at once (peak need plus warm pool)."""
-        return int(math.ceil(max(self.hourly) - 1e-9))
+        return math.ceil(max(self.hourly) - 1e-9)
 
 
-def fleet_day(peak_replicas: int, shape: tuple[float, ...] | None, policy: AutoscalePolicy | None) -> FleetDay:
+def fleet_day(
+    peak_replicas: int, shape: tuple[float, ...] | None, policy: AutoscalePolicy | None
+) -> FleetDay:
     """Replicas paid through a representative day (see the module docstring for the rules)."""
     n = int(peak_replicas)
     flat = shape is None
     s = NAMED_SHAPES["flat"] if flat else shape
     traffic = float(sum(s))
     load = tuple(math.ceil(n * x - 1e-9) for x in s)
-    if policy is None:      # a fixed fleet: the peak count runs all day, whatever the load needs
+    if policy is None:  # a fixed fleet: the peak count runs all day, whatever the load needs
         return FleetDay("peak" if flat else "static", n, load, (float(n),) * 24, traffic)
     need = tuple(min(policy.max_replicas, max(policy.min_replicas, x)) for x in load)
     delay_h = policy.scale_down_delay_s / 3600.0
@@ -173,15 +259,16 @@ def fleet_day(peak_replicas: int, shape: tuple[float, ...] | None, policy: Autos
     return FleetDay("peak" if flat else "diurnal", n, need, tuple(hourly), traffic)
 
 
-def _layer_cover(need: tuple[int, ...], k: int, warm_pool: int, cold_h: float, warm_h: float,
-                 delay_h: float) -> list[float]:
+def _layer_cover(
+    need: tuple[int, ...], k: int, warm_pool: int, cold_h: float, warm_h: float, delay_h: float
+) -> list[float]:
     """Share of each clock hour in which replica ``k`` is paid."""
     on = [x >= k for x in need]
     if all(on):
         return [1.0] * 24
     segments: list[tuple[float, float]] = []
     for a in range(24):
-        if on[a] and not on[a - 1]:                 # a ramp up to at least k at hour a
+        if on[a] and not on[a - 1]:  # a ramp up to at least k at hour a
             b = a
             while on[b % 24]:
                 b += 1
@@ -200,6 +287,6 @@ def _layer_cover(need: tuple[int, ...], k: int, warm_pool: int, cold_h: float, w
             merged.append([s0, e0])
     cover = [0.0] * 24
     for s0, e0 in merged:
-        for h in range(int(math.floor(s0)), min(24, int(math.ceil(e0)))):
+        for h in range(math.floor(s0), min(24, math.ceil(e0))):
             cover[h] += max(0.0, min(e0, h + 1) - max(s0, h))
     return cover

@@ -58,13 +58,14 @@ def _f(x: Any, fmt: str) -> str:
 def print_plan(result: PlanResult, console: Console) -> None:
     ws = result.worksheet
     cur = str(ws["currency"].iloc[0]) if "currency" in ws and len(ws) else "USD"
-    table = Table(title="capacity plan (cheapest candidate per region and quarter; GPUs at the peak, GPU-hours "
-                        "and cost as provisioned)", title_justify="left")
-    cols = ("quarter", "region", "design rps", "candidate", "replicas", "GPUs peak", "provisioning", "GPU-h/quarter",
-            "TTFT p99 ms", "TPOT p99 ms", "attain %", f"{cur}/quarter", f"{cur}/1M tok", "binding")
+    table = Table(title="capacity plan (cheapest candidate per region and quarter; GPUs at the peak, "
+                        "GPU-hours and cost as provisioned)", title_justify="left")
+    cols = ("quarter", "region", "design rps", "candidate", "replicas", "GPUs peak", "provisioning",
+            "GPU-h/quarter", "TTFT p99 ms", "TPOT p99 ms", "attain %", f"{cur}/quarter", f"{cur}/1M tok",
+            "binding")
     for c in cols:
-        table.add_column(c, justify="left" if c in ("quarter", "region", "candidate", "provisioning", "binding")
-                         else "right")
+        left = c in ("quarter", "region", "candidate", "provisioning", "binding")
+        table.add_column(c, justify="left" if left else "right")
     for r in ws.to_dict("records"):
         status_ok = r["status"] == "ok"
         table.add_row(escape(str(r["quarter"])), escape(r["region"]), _f(r["design_rps"], ".1f"),
@@ -75,19 +76,21 @@ def print_plan(result: PlanResult, console: Console) -> None:
                       _f(r["cost_per_quarter"], ",.0f"), _f(r["cost_per_million_tokens"], ".3f"),
                       escape(str(r["binding_constraint"])))
     console.print(table)
-    tot = Table(title="totals (GPUs peak: summed over regions, the largest quarter over quarters)", title_justify="left")
+    tot = Table(title="totals (GPUs peak: summed over regions, the largest quarter over quarters)",
+                title_justify="left")
     for c in ("quarter", "region", "GPUs peak", "GPU-hours", cur, f"{cur}/1M tok", "infeasible cells"):
         tot.add_column(c, justify="left" if c in ("quarter", "region") else "right")
     c = cur.lower()
     for r in result.totals.to_dict("records"):
         tot.add_row(escape(str(r["quarter"])), escape(str(r["region"])), _f(r["gpus_peak"], "d"),
-                    _f(r["gpu_hours"], ",.0f"), _f(r[f"cost_{c}"], ",.0f"), _f(r[f"{c}_per_1m_tokens"], ".3f"),
+                    _f(r["gpu_hours"], ",.0f"), _f(r[f"cost_{c}"], ",.0f"),
+                    _f(r[f"{c}_per_1m_tokens"], ".3f"),
                     str(r["infeasible_cells"]))
     console.print(tot)
     provisioning = set(ws["provisioning"]) if "provisioning" in ws else set()
     if provisioning & {"peak", "static"}:
-        console.print("[dim]provisioning: peak = no diurnal shape, the peak fleet costed all day; static = a shape "
-                      "but no autoscaler, the peak fleet runs all day; diurnal = the autoscaler's fleet hour by hour "
-                      "(docs/planner.md)[/]")
+        console.print("[dim]provisioning: peak = no diurnal shape, the peak fleet costed all day; "
+                      "static = a shape but no autoscaler, the peak fleet runs all day; diurnal = the "
+                      "autoscaler's fleet hour by hour (docs/planner.md)[/]")
     sims = int(result.candidates["simulations"].sum())
     console.print(f"[dim]{len(result.candidates)} searches, {sims} simulations in {result.wall_s:.1f} s wall[/]")

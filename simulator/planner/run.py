@@ -200,7 +200,8 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
         "price_multiplier": region.price_multiplier, "seed": sc.seed,
         "forecast_avg_prompt_tokens": given["avg_prompt_tokens"],
         "forecast_avg_output_tokens": given["avg_output_tokens"],
-        "currency": loaded.config.currency, "price_source": "quoted" if cand.price_per_gpu_hour is not None else "assumed",
+        "currency": loaded.config.currency,
+        "price_source": "quoted" if cand.price_per_gpu_hour is not None else "assumed",
     }
 
 
@@ -217,8 +218,8 @@ WORKSHEET_COLUMNS = (
 FLEET_COLUMNS = (
     "forecast_avg_prompt_tokens", "forecast_avg_output_tokens", "tokens_in_per_day", "tokens_out_per_day",
     "provisioning", "autoscaler", "replicas_needed_by_hour", "replicas_paid_by_hour", "replica_hours_per_day",
-    "gpus_avg", "gpus_max_provisioned", "gpu_hours_at_peak", "cost_per_quarter_at_peak", "currency", "price_source",
-    "chosen")
+    "gpus_avg", "gpus_max_provisioned", "gpu_hours_at_peak", "cost_per_quarter_at_peak", "currency",
+    "price_source", "chosen")
 """Columns the candidates file has after :data:`WORKSHEET_COLUMNS` (fleet-hours, volumes, pricing); any
 further key of the search's rows follows them unchanged."""
 
@@ -236,8 +237,9 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
         pol = policies[df.at[i, "candidate"]]
         if pol is not None and df.at[i, "status"] == "ok" and df.at[i, "replicas"] > pol.max_replicas:
             df.at[i, "status"] = "infeasible"
-            df.at[i, "binding_constraint"] = (f"deployment.autoscaler.max_replicas={pol.max_replicas} is below the "
-                                              f"{int(df.at[i, 'replicas'])} replicas verified at the design peak")
+            df.at[i, "binding_constraint"] = (
+                f"deployment.autoscaler.max_replicas={pol.max_replicas} is below the "
+                f"{int(df.at[i, 'replicas'])} replicas verified at the design peak")
     ok = df["status"] == "ok"
     # An infeasible search has no verified count: its replica figures stay empty.
     df["replicas"] = df["replicas"].where(ok).astype("Int64")
@@ -250,21 +252,24 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     days = [_fleet_day(loaded, policies, r) for r in df.to_dict("records")]
     # The day's real volume: the forecast peak through the shape (flat at the peak without one), at the
     # forecast's mean lengths (the simulated distribution's mean where the forecast gives none).
-    traffic_h = pd.Series([_traffic_hours(loaded, r) for r in df.to_dict("records")], index=df.index, dtype=float)
+    records = df.to_dict("records")
+    traffic_h = pd.Series([_traffic_hours(loaded, r) for r in records], index=df.index, dtype=float)
     prompt = df["forecast_avg_prompt_tokens"].astype(float).fillna(df["avg_prompt_tokens"])
     output = df["forecast_avg_output_tokens"].astype(float).fillna(df["avg_output_tokens"])
     df["tokens_in_per_day"] = df["peak_rps"] * 3600.0 * traffic_h * prompt
     df["tokens_out_per_day"] = df["peak_rps"] * 3600.0 * traffic_h * output
     df["provisioning"] = [d[0].provisioning if d else _provisioning(loaded, policies, r)
-                          for d, r in zip(days, df.to_dict("records"))]
-    df["autoscaler"] = [policies[c].describe() if policies[c] is not None else "none" for c in df["candidate"]]
+                          for d, r in zip(days, records, strict=True)]
+    df["autoscaler"] = [policies[c].describe() if policies[c] is not None else "none"
+                        for c in df["candidate"]]
     df["replicas_needed_by_hour"] = [" ".join(map(str, d[0].needed)) if d else "" for d in days]
     df["replicas_paid_by_hour"] = [" ".join(f"{x:.4g}" for x in d[0].hourly) if d else "" for d in days]
     df["replica_hours_per_day"] = [d[0].replica_hours if d else math.nan for d in days]
     gpu_hours_per_day = df["replica_hours_per_day"] * df["tensor_parallel_size"]
     df["gpu_hours"] = gpu_hours_per_day * DAYS_PER_QUARTER
     df["gpus_avg"] = gpu_hours_per_day / 24.0
-    df["gpus_max_provisioned"] = pd.array([d[0].max_replicas * d[1] if d else None for d in days], dtype="Int64")
+    df["gpus_max_provisioned"] = pd.array([d[0].max_replicas * d[1] if d else None for d in days],
+                                          dtype="Int64")
     df["cost_per_quarter"] = df["gpu_hours"] * price
     df["gpu_hours_at_peak"] = df["gpus"].astype(float) * HOURS_PER_QUARTER
     df["cost_per_quarter_at_peak"] = df["cost_per_hour"] * HOURS_PER_QUARTER
@@ -280,7 +285,8 @@ def _fleet_day(loaded: LoadedPlan, policies: dict[str, Any], row: dict[str, Any]
     if row["status"] != "ok" or pd.isna(row["replicas"]):
         return None
     shape = loaded.diurnal.get((str(row["quarter"]), row["region"]))
-    return fleet_day(int(row["replicas"]), shape, policies[row["candidate"]]), int(row["tensor_parallel_size"])
+    day = fleet_day(int(row["replicas"]), shape, policies[row["candidate"]])
+    return day, int(row["tensor_parallel_size"])
 
 
 def _traffic_hours(loaded: LoadedPlan, row: dict[str, Any]) -> float:
@@ -302,7 +308,8 @@ def _worksheet(loaded: LoadedPlan, candidates: pd.DataFrame) -> pd.DataFrame:
     for _, cell in candidates.groupby(["quarter", "region"], sort=False):
         ok = cell[cell["status"] == "ok"]
         if len(ok):
-            key = ok.assign(_r=ok["candidate"].map(rank)).sort_values(["cost_per_quarter", "gpus", "_r"], kind="stable")
+            key = ok.assign(_r=ok["candidate"].map(rank)).sort_values(["cost_per_quarter", "gpus", "_r"],
+                                                                      kind="stable")
             picked.append(key.index[0])
         else:   # no candidate meets the SLO: show the one that came closest, marked infeasible
             picked.append(cell["slo_worst_ratio"].idxmin())
@@ -315,10 +322,11 @@ def _summary(loaded: LoadedPlan, ws: pd.DataFrame) -> pd.DataFrame:
     the forecast's own numbers, percents as percents."""
     cur = loaded.config.currency.lower()
     out = pd.DataFrame({
-        "quarter": ws["quarter"], "region": ws["region"], "status": ws["status"], "candidate": ws["candidate"],
+        "quarter": ws["quarter"], "region": ws["region"], "status": ws["status"],
+        "candidate": ws["candidate"],
         "hardware": ws["hardware"], "peak_rps": ws["peak_rps"],
-        "avg_prompt_tokens": ws["forecast_avg_prompt_tokens"].astype(float).fillna(ws["avg_prompt_tokens"].round(0)),
-        "avg_output_tokens": ws["forecast_avg_output_tokens"].astype(float).fillna(ws["avg_output_tokens"].round(0)),
+        "avg_prompt_tokens": _given(ws, "avg_prompt_tokens"),
+        "avg_output_tokens": _given(ws, "avg_output_tokens"),
         "tokens_in_per_day": ws["tokens_in_per_day"].round(0).astype("Int64"),
         "tokens_out_per_day": ws["tokens_out_per_day"].round(0).astype("Int64"),
         "batching_factor": ws["batching_factor"].astype(float).round(1),
@@ -338,6 +346,11 @@ def _summary(loaded: LoadedPlan, ws: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _given(ws: pd.DataFrame, column: str) -> pd.Series:
+    """The forecast's mean as given; the simulated distribution's, rounded, where it gives none."""
+    return ws[f"forecast_{column}"].astype(float).fillna(ws[column].round(0))
+
+
 def _totals(loaded: LoadedPlan, summary: pd.DataFrame) -> pd.DataFrame:
     """Rows per quarter (all regions), per region (all quarters) and overall. Sums of GPU-hours, cost and
     tokens; ``gpus_peak`` and ``peak_rps`` add up over regions within a quarter and take the largest quarter
@@ -347,11 +360,13 @@ def _totals(loaded: LoadedPlan, summary: pd.DataFrame) -> pd.DataFrame:
                        tokens_out=summary["tokens_out_per_day"].astype(float) * DAYS_PER_QUARTER,
                        bad=(summary["status"] != "ok").astype(int))
 
-    def row(quarter: str, region: str, part: pd.DataFrame, peak: pd.Series, gpus: pd.Series) -> dict[str, Any]:
+    def row(quarter: str, region: str, part: pd.DataFrame, peak: pd.Series,
+            gpus: pd.Series) -> dict[str, Any]:
         cost = part[f"cost_{cur}"].sum(min_count=1)
         tokens = part["tokens_in"].where(part["status"] == "ok").sum() + \
             part["tokens_out"].where(part["status"] == "ok").sum()
-        return {"quarter": quarter, "region": region, "cells": len(part), "infeasible_cells": int(part["bad"].sum()),
+        return {"quarter": quarter, "region": region, "cells": len(part),
+                "infeasible_cells": int(part["bad"].sum()),
                 "period_hours": HOURS_PER_QUARTER * part["quarter"].nunique(), "peak_rps": peak.max(),
                 "gpus_peak": gpus.max(), "gpu_hours": part["gpu_hours"].sum(min_count=1), f"cost_{cur}": cost,
                 "tokens_in": part["tokens_in"].sum(), "tokens_out": part["tokens_out"].sum(),
