@@ -46,8 +46,8 @@ def cached_plan(key: str) -> dict[str, pd.DataFrame]:
 
     result = plan(load_plan(data, base_dir=data["base_dir"]), on_progress=on_progress, backend="local", workers=1)
     bar.empty()
-    return {"worksheet": result.worksheet, "totals": result.totals, "candidates": result.candidates,
-            "wall_s": pd.DataFrame({"wall_s": [result.wall_s]})}
+    return {"worksheet": result.worksheet, "summary": result.summary, "totals": result.totals,
+            "candidates": result.candidates, "wall_s": pd.DataFrame({"wall_s": [result.wall_s]})}
 
 
 st.title("Capacity plan")
@@ -103,14 +103,23 @@ try:
     forecast = [r for r in _rows(edited) if any(v is not None for v in r.values())]
     if not forecast:
         raise ScenarioError("forecast", [], "needs at least one row (quarter, region, peak_rps)")
-    plan_data = {**base_plan, "forecast": forecast,
+    # Regions without a forecast row are left out (with their RTTs); a region missing in some quarter
+    # only is an error (a forecast gap).
+    in_forecast = {r.get("region") for r in forecast}
+    kept = [r for r in base_plan["regions"] if r["name"] in in_forecast]
+    regions = [{**r, "rtt_ms": {k: v for k, v in r["rtt_ms"].items() if k in in_forecast}} for r in kept] \
+        if kept else base_plan["regions"]
+    dropped = [r["name"] for r in base_plan["regions"] if r["name"] not in in_forecast] if kept else []
+    plan_data = {**base_plan, "forecast": forecast, "regions": regions,
                  "candidates": [c for c in base_plan["candidates"] if c["name"] in chosen],
                  "simulation": {**base_plan.get("simulation", {}), "num_requests": int(n_req)}}
     loaded = load_plan(plan_data, base_dir=base_plan["base_dir"])    # validates every field, nothing runs
     slo = loaded.config.slo
     st.caption(f"{len(forecast)} forecast rows × {len(chosen)} candidates = {len(forecast) * len(chosen)} searches · "
                f"SLO p99 TTFT {slo.ttft_p99_ms or '–'} ms, TPOT {slo.tpot_p99_ms or '–'} ms, attainment "
-               f"{slo.attainment:.0%} · headroom {loaded.config.headroom:.0%} · failover {loaded.config.failover}")
+               f"{slo.attainment:.0%} · headroom {loaded.config.headroom:.0%} · "
+               f"failover {loaded.config.failover}"
+               + (f" · regions without forecast rows left out: {', '.join(dropped)}" if dropped else ""))
 except ScenarioError as exc:
     problem = exc
     show_error(exc)
@@ -135,19 +144,35 @@ result = st.session_state.get(f"{P}_result")
 if result is None:
     st.info("Press **Run planner**.", icon=":material/play_circle:")
     st.stop()
-ws, totals = result["worksheet"], result["totals"]
-last = totals.iloc[-1]
-c1, c2, c3, c4 = st.columns(4)
-c1.metric(f"GPUs in {last['quarter']}", fmt(last.get("gpus"), 0), border=True)
-c2.metric(f"Cost in {last['quarter']} ($/quarter)", fmt(last.get("cost_per_quarter"), 0), border=True)
-c3.metric("Cells without a feasible candidate", fmt(float(totals["infeasible_cells"].sum()), 0), border=True)
-c4.metric("Planner wall time (s)", fmt(float(result["wall_s"]["wall_s"].iloc[0]), 1), border=True)
+ws, summary, totals = result["worksheet"], result["summary"], result["totals"]
+cost_col = next(c for c in totals.columns if c.startswith("cost_"))
+currency = cost_col.removeprefix("cost_").upper()
+per_quarter = totals[(totals["region"] == "all regions") & (totals["quarter"] != "all quarters")]
+last = per_quarter.iloc[-1]
+c1, c2, c3, c4, c5 = st.columns(5)
+c1.metric(f"Peak GPUs in {last['quarter']}", fmt(last.get("gpus_peak"), 0), border=True,
+          help="The fleet the search verified at each region's design peak, summed over regions: what "
+               "must be bought or reserved")
+c2.metric(f"GPU-hours in {last['quarter']} (provisioned)", fmt(last.get("gpu_hours"), 0), border=True,
+          help="The hours the fleet runs: through each region's diurnal shape under the candidate's "
+               "autoscaler (provisioning diurnal), else the peak fleet all day (peak, static)")
+c3.metric(f"Cost in {last['quarter']} ({currency}, provisioned)", fmt(last.get(cost_col), 0), border=True)
+c4.metric("Cells without a feasible candidate", fmt(float(per_quarter["infeasible_cells"].sum()), 0),
+          border=True)
+c5.metric("Planner wall time (s)", fmt(float(result["wall_s"]["wall_s"].iloc[0]), 1), border=True)
 st.plotly_chart(plan_figure(ws, totals), key=f"{P}_chart")
-st.markdown("**Worksheet** (one row per quarter and region: the cheapest candidate that holds the SLO)")
-st.dataframe(ws, hide_index=True)
-st.download_button("Download worksheet CSV", ws.to_csv(index=False), file_name="capacity-worksheet.csv",
+st.markdown("**Worksheet** (one row per quarter and region: the cheapest candidate that holds the SLO; "
+            "`gpus_peak` to buy, `gpu_hours` and cost as provisioned; the file `llmplan plan` writes as "
+            "worksheet.csv)")
+st.dataframe(summary, hide_index=True)
+st.download_button("Download worksheet CSV", summary.to_csv(index=False), file_name="capacity-worksheet.csv",
                    mime="text/csv", key=f"{P}_download", icon=":material/download:")
+st.markdown("**Totals** (per quarter, per region over all quarters, overall)")
+st.dataframe(totals, hide_index=True)
+with st.expander("Engineering detail of the chosen candidates"):
+    st.dataframe(ws, hide_index=True)
 with st.expander("Every candidate's search"):
     st.dataframe(result["candidates"], hide_index=True)
-st.caption("Costs use each profile's assumed price_per_gpu_hour × the region's price_multiplier. See the README's "
-           "\"Capacity planning\" section for the search, the failover rule and the limits.")
+st.caption(f"Costs in {currency}: price_per_gpu_hour (price_source assumed: the hardware profile's; "
+           "quoted: the plan's) × the region's price_multiplier × the GPU-hours provisioned. See docs/planner.md "
+           "for the search, the failover rule, the fleet-hours model of the autoscaler and the limits.")

@@ -163,21 +163,32 @@ def fit_figure(points: pd.DataFrame, profile_name: str, max_points_per_family: i
 
 
 def plan_figure(worksheet: pd.DataFrame, totals: pd.DataFrame) -> go.Figure:
-    """GPUs per region per quarter (stacked bars) and the quarter's cost (line, right axis)."""
+    """Peak GPUs per region per quarter (stacked bars), the GPUs provisioned on average (dotted line) and
+    the quarter's provisioned cost (line, right axis)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     ws = worksheet.copy()
     ws["gpus"] = pd.to_numeric(ws["gpus"], errors="coerce").fillna(0)
     for region, g in ws.groupby("region", sort=False):
-        fig.add_trace(go.Bar(x=g["quarter"], y=g["gpus"], name=f"{region} GPUs",
-                             customdata=g[["candidate", "replicas"]].to_numpy(),
-                             hovertemplate="%{x} " + str(region) + ": %{y} GPUs (%{customdata[0]}, "
-                                           "%{customdata[1]} replicas)<extra></extra>"), secondary_y=False)
-    fig.add_trace(go.Scatter(x=totals["quarter"], y=totals["cost_per_quarter"], mode="lines+markers",
-                             name="cost ($/quarter)", line=dict(color="black")), secondary_y=True)
+        fig.add_trace(go.Bar(x=g["quarter"], y=g["gpus"], name=f"{region} GPUs (peak)",
+                             customdata=g[["candidate", "replicas", "provisioning"]].to_numpy(),
+                             hovertemplate="%{x} " + str(region) + ": %{y} GPUs at the peak "
+                                           "(%{customdata[0]}, %{customdata[1]} replicas, provisioning "
+                                           "%{customdata[2]})<extra></extra>"),
+                      secondary_y=False)
+    quarters = totals[(totals["region"] == "all regions") & (totals["quarter"] != "all quarters")]
+    cost = next(c for c in totals.columns if c.startswith("cost_"))
+    currency = cost.removeprefix("cost_").upper()
+    fig.add_trace(go.Scatter(x=quarters["quarter"], y=quarters["gpu_hours"] / quarters["period_hours"],
+                             mode="lines+markers", name="GPUs provisioned (average)",
+                             line=dict(color="gray", dash="dot")), secondary_y=False)
+    fig.add_trace(go.Scatter(x=quarters["quarter"], y=quarters[cost], mode="lines+markers",
+                             name=f"cost ({currency}/quarter, provisioned)", line=dict(color="black")),
+                  secondary_y=True)
     fig.update_yaxes(title_text="GPUs", secondary_y=False, rangemode="tozero")
-    fig.update_yaxes(title_text="cost ($ per quarter)", secondary_y=True, rangemode="tozero")
+    fig.update_yaxes(title_text=f"cost ({currency} per quarter)", secondary_y=True, rangemode="tozero")
     fig.update_xaxes(title_text="quarter")
-    fig.update_layout(barmode="stack", title="GPUs per region per quarter, and the cost of the fleet", **_LAYOUT)
+    fig.update_layout(barmode="stack", title="Peak GPUs per region per quarter, GPUs provisioned on average, "
+                                             "and the cost of the provisioned GPU-hours", **_LAYOUT)
     return fig
 
 

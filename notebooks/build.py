@@ -606,8 +606,8 @@ result = plan(loaded, workers=WORKERS)
 print(f"planned in {result.wall_s:.0f} s")
 ws = result.worksheet
 ws[["quarter", "region", "status", "peak_rps", "design_rps", "candidate", "replicas", "gpus", "analytic_estimate_replicas",
-    "ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "stable", "utilization", "cost_per_quarter",
-    "binding_constraint", "minus_one_check"]].round(3)"""),
+    "ttft_p99_ms", "tpot_p99_ms", "slo_attainment", "stable", "utilization", "provisioning", "gpu_hours",
+    "cost_per_quarter", "binding_constraint", "minus_one_check"]].round(3)"""),
     new_code_cell("""\
 with tempfile.TemporaryDirectory(prefix="llmplan-worksheet-") as tmp:   # what `llmplan plan --out` writes
     paths = write_worksheets(result, Path(tmp) / "worksheet.csv")
@@ -642,12 +642,14 @@ fig.show()"""),
     new_code_cell("""\
 # Every candidate of every cell: the cost ordering behind each choice (empty cost: infeasible).
 cand = result.candidates.assign(cell=result.candidates["quarter"] + " " + result.candidates["region"])
-fig = px.bar(cand, x="cell", y="cost_per_hour", color="candidate", barmode="group",
-             hover_data=["gpus", "status", "binding_constraint"], title="Cost per hour of each candidate's minimum fleet")
+fig = px.bar(cand, x="cell", y="cost_per_quarter", color="candidate", barmode="group",
+             hover_data=["gpus", "provisioning", "gpu_hours", "status", "binding_constraint"],
+             title="Cost per quarter of each candidate's fleet as provisioned (the planner picks the least)")
 fig.show()"""),
     new_markdown_cell("""\
 Limits (README "Capacity planning"): one seeded run per replica count (a borderline cell can move
-by one replica with another seed), steady Poisson peaks, the peak fleet costed all quarter,
+by one replica with another seed), steady Poisson peaks for the peak fleet, GPU-hours from the
+regions' diurnal shapes by an hour-level fluid model of the autoscaler (not a simulated day),
 datasheet hardware profiles with assumed efficiencies and prices."""),
 ]
 

@@ -350,7 +350,8 @@ def test_swap_preemption_knob(app):
     assert "preemption_mode: swap" in yaml_text and "swap_space_gib: 16.0" in yaml_text
 
 
-SMALL_FORECAST = b"quarter,region,peak_rps\nFY27Q1,us-east,20\nFY27Q2,us-east,30\nFY27Q2,eu-west,10\n"
+SMALL_FORECAST = (b"quarter,region,peak_rps\nFY27Q1,us-east,20\nFY27Q1,eu-west,8\nFY27Q2,us-east,30\n"
+                  b"FY27Q2,eu-west,10\n")
 
 
 def test_capacity_plan_page(app):
@@ -364,20 +365,26 @@ def test_capacity_plan_page(app):
     app.number_input(key="cp_num_requests").set_value(300)
     app.file_uploader(key="cp_upload").set_value(("small.csv", SMALL_FORECAST, "text/csv"))
     ok(app.run())
-    assert any("3 forecast rows × 1 candidates" in c.value for c in app.caption)
+    assert any("4 forecast rows × 1 candidates" in c.value and "left out: us-west" in c.value
+               for c in app.caption)
     ok(app.button(key="cp_run").click().run())
-    ws = app.dataframe[-2].value
+    ws = next(d.value for d in app.dataframe if "gpus_peak" in d.value and "provisioning" in d.value)
     data = load_plan("examples/plan-fy27.yaml").config.model_dump(mode="json", exclude_none=True)
     data.update(forecast=[{"quarter": "FY27Q1", "region": "us-east", "peak_rps": 20},
+                          {"quarter": "FY27Q1", "region": "eu-west", "peak_rps": 8},
                           {"quarter": "FY27Q2", "region": "us-east", "peak_rps": 30},
                           {"quarter": "FY27Q2", "region": "eu-west", "peak_rps": 10}],
+                regions=[dict(r, rtt_ms={k: v for k, v in r["rtt_ms"].items() if k != "us-west"})
+                         for r in data["regions"] if r["name"] != "us-west"],
                 candidates=[c for c in data["candidates"] if c["name"] == "h100-tp1"],
                 simulation={**data["simulation"], "num_requests": 300})
-    expected = plan(load_plan(data, base_dir=data["base_dir"]), workers=1).worksheet
-    assert ws["gpus"].tolist() == expected["gpus"].tolist()
-    assert ws[["quarter", "region"]].values.tolist() == expected[["quarter", "region"]].values.tolist()
-    last_q = expected[expected["quarter"] == "FY27Q2"]
-    assert metrics(app)["GPUs in FY27Q2"] == f"{last_q['gpus'].sum():,.0f}"
+    expected = plan(load_plan(data, base_dir=data["base_dir"]), workers=1)
+    assert ws["gpus_peak"].tolist() == expected.summary["gpus_peak"].tolist()
+    cells = ["quarter", "region"]
+    assert ws[cells].values.tolist() == expected.summary[cells].values.tolist()
+    last_q = expected.summary[expected.summary["quarter"] == "FY27Q2"]
+    assert metrics(app)["Peak GPUs in FY27Q2"] == f"{last_q['gpus_peak'].sum():,.0f}"
+    assert metrics(app)["GPU-hours in FY27Q2 (provisioned)"] == f"{last_q['gpu_hours'].sum():,.0f}"
     assert len(app.get("plotly_chart")) == 1
     assert app.download_button(key="cp_download").label == "Download worksheet CSV"
 

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from simulator.errors import ScenarioError
+from simulator.planner.fleet_hours import plan_shapes
 from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.scenario.frozen import Frozen
 from simulator.slo import thresholds_s
@@ -31,7 +32,8 @@ class Candidate(Frozen):
     set: dict[str, Any] = Field(default_factory=dict)
     """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``."""
     price_per_gpu_hour: float | None = Field(default=None, gt=0)
-    """USD per GPU-hour before the region's multiplier (default: the hardware profile's price)."""
+    """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``); default:
+    the hardware profile's USD price (``assumed``, only with ``currency: USD``)."""
 
 
 class PlanSLO(SLOConfig):
@@ -51,6 +53,12 @@ class Region(Frozen):
     """Round-trip time from this region's clients to each serving region (own region required;
     the others are needed for N+1 failover)."""
     price_multiplier: float = Field(default=1.0, gt=0)
+    diurnal: Any = None
+    """The load through a day: 24 hourly multipliers of the forecast peak (local hours 0-23, each in
+    (0, 1], the busiest 1.0), a named shape (``flat``, ``office-hours``, ``consumer``), or a mapping
+    ``{quarter: shape, default: shape}``; costs the hours the fleet runs
+    (:mod:`simulator.planner.fleet_hours`).
+    Without one the fleet is costed at its peak all day."""
 
 
 class NetworkSettings(Frozen):
@@ -88,6 +96,9 @@ class ForecastRow(Frozen):
 
 class PlanConfig(Frozen):
     name: str = "plan"
+    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
+    """ISO 4217 code of the prices and costs (``cost_usd``, ``usd_per_1m_tokens`` in the worksheet); a
+    currency other than USD needs every candidate's ``price_per_gpu_hour`` (the profiles' prices are USD)."""
     scenario: str | dict[str, Any]
     """Base serving scenario: a YAML path (relative to the plan file) or an inline mapping."""
     candidates: list[Candidate] = Field(min_length=1)
@@ -127,6 +138,8 @@ class LoadedPlan:
         self.candidate_scenarios = candidates
         self.forecast = forecast
         self.regions = {r.name: r for r in config.regions}
+        self.diurnal = plan_shapes(config.regions, self.quarters)
+        """``(quarter, region) -> 24 hourly multipliers of the peak``, or None (the peak all day)."""
 
     @property
     def quarters(self) -> list[str]:
@@ -160,7 +173,12 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     except ValidationError as exc:
         raise _to_plan_error(exc, data) from None
     base = _load_base(config)
-    candidates = {c.name: _candidate_scenario(base, c, i) for i, c in enumerate(config.candidates)}
+    if base.fleet is not None:
+        raise ScenarioError("scenario.fleet", [r.name for r in base.fleet.regions],
+                            "the plan's regions and forecast replace a multi-region fleet (one region per "
+                            "cell); remove fleet from the base scenario")
+    candidates = {c.name: _candidate_scenario(base, c, i, config.currency)
+                  for i, c in enumerate(config.candidates)}
     forecast = _load_forecast(config)
     _check_regions(config, forecast)
     return LoadedPlan(config, base, candidates, forecast)
@@ -181,7 +199,7 @@ def _load_base(config: PlanConfig) -> Scenario:
         raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
 
 
-def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario:
+def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: str = "USD") -> Scenario:
     from simulator.run.resolve import resolve
 
     where = f"candidates[{index}] ({cand.name})"
@@ -191,14 +209,19 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario
             raise ScenarioError(f"{where}.set.{key}", cand.set[key],
                                 "the planner sets traffic, seed, run length and SLO itself; "
                                 "a candidate may change the serving system only")
+        if key.split(".")[0] in ("network", "fleet"):
+            raise ScenarioError(f"{where}.set.{key}", cand.set[key],
+                                "the plan's regions (client RTTs, failover) replace the scenario's network "
+                                "and fleet; a candidate may change the serving system only")
     try:
         sc = base.with_overrides(dict(cand.set))
     except ScenarioError as exc:
         raise ScenarioError(f"{where}.set.{exc.field}", exc.value, exc.message) from None
     if sc.deployment.pools:
         raise ScenarioError(f"{where}: deployment.pools", [p.name for p in sc.deployment.pools],
-                            "the planner sizes one pool of identical replicas per candidate; give each "
-                            "model pool its own plan (or candidate) instead of deployment.pools")
+                            "not planned yet: the search varies one replica count (deployment.replicas) and "
+                            "model pools need one per pool; plan each pool as its own candidate or plan (its "
+                            "model, hardware and its share of the forecast) instead of deployment.pools")
     try:
         system = resolve(sc)
     except ScenarioError as exc:
@@ -206,6 +229,10 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int) -> Scenario
     if cand.price_per_gpu_hour is None and system.profile.price_per_gpu_hour is None:
         raise ScenarioError(f"{where}.price_per_gpu_hour", None,
                             f"hardware profile {system.profile.name!r} has no price; give one")
+    if cand.price_per_gpu_hour is None and currency != "USD":
+        raise ScenarioError(f"{where}.price_per_gpu_hour", None,
+                            f"the plan's currency is {currency} but hardware profile {system.profile.name!r} "
+                            f"has an assumed USD price; quote this candidate's price in {currency}")
     return sc
 
 
@@ -265,6 +292,14 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
         i = int(dup.to_numpy().nonzero()[0][0])
         raise ScenarioError(f"forecast row {i + 1}", f"{forecast['quarter'][i]} {forecast['region'][i]}",
                             "quarter and region appear twice")
+    quarters = list(dict.fromkeys(forecast["quarter"]))
+    have = set(zip(forecast["quarter"], forecast["region"], strict=True))
+    for q in quarters:
+        for name in known:
+            if (q, name) not in have:
+                raise ScenarioError(f"forecast (quarter {q}, region {name})", None,
+                                    f"missing row: every region of regions ({', '.join(known)}) needs one "
+                                    f"row in every quarter of the forecast ({', '.join(map(str, quarters))})")
     for j, r in enumerate(config.regions):
         if r.name not in r.rtt_ms:
             raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms", r.rtt_ms,
@@ -311,6 +346,8 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         value, msg = None, "required field is missing"
     elif err["type"] == "literal_error":
         msg = f"not allowed; allowed: {err.get('ctx', {}).get('expected', '')}"
+    elif err["type"] == "string_pattern_mismatch" and loc == ["currency"]:
+        msg = "must be an ISO 4217 code in capitals, e.g. USD, EUR, GBP"
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
     return ScenarioError(field, value, msg)

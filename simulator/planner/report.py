@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -49,33 +50,47 @@ class PlanProgressDisplay:
 
 def _f(x: Any, fmt: str) -> str:
     try:
-        return "-" if x is None or x != x else format(x, fmt)
+        return "-" if x is None or x is pd.NA or x != x else format(x, fmt)
     except (TypeError, ValueError):
         return str(x)
 
 
 def print_plan(result: PlanResult, console: Console) -> None:
     ws = result.worksheet
-    table = Table(title="capacity plan (cheapest candidate per region and quarter)", title_justify="left")
-    cols = ("quarter", "region", "design rps", "candidate", "replicas", "GPUs", "TTFT p99 ms", "TPOT p99 ms",
-            "attain %", "$/quarter", "$/1M tok", "binding")
+    cur = str(ws["currency"].iloc[0]) if "currency" in ws and len(ws) else "USD"
+    table = Table(title="capacity plan (cheapest candidate per region and quarter; GPUs at the peak, "
+                        "GPU-hours and cost as provisioned)", title_justify="left")
+    cols = ("quarter", "region", "design rps", "candidate", "replicas", "GPUs peak", "provisioning",
+            "GPU-h/quarter", "TTFT p99 ms", "TPOT p99 ms", "attain %", f"{cur}/quarter", f"{cur}/1M tok",
+            "binding")
     for c in cols:
-        table.add_column(c, justify="left" if c in ("quarter", "region", "candidate", "binding") else "right")
+        left = c in ("quarter", "region", "candidate", "provisioning", "binding")
+        table.add_column(c, justify="left" if left else "right")
     for r in ws.to_dict("records"):
         status_ok = r["status"] == "ok"
         table.add_row(escape(str(r["quarter"])), escape(r["region"]), _f(r["design_rps"], ".1f"),
                       escape(r["candidate"]) if status_ok else "[red]none meets the SLO[/]",
                       _f(r["replicas"], "d") if status_ok else "-", _f(r["gpus"], "d") if status_ok else "-",
+                      escape(str(r["provisioning"])), _f(r["gpu_hours"], ",.0f"),
                       _f(r["ttft_p99_ms"], ",.0f"), _f(r["tpot_p99_ms"], ".1f"), _f(100 * r["slo_attainment"], ".2f"),
                       _f(r["cost_per_quarter"], ",.0f"), _f(r["cost_per_million_tokens"], ".3f"),
                       escape(str(r["binding_constraint"])))
     console.print(table)
-    tot = Table(title="totals per quarter", title_justify="left")
-    for c in ("quarter", "peak rps", "GPUs", "GPU-hours", "$/quarter", "infeasible cells"):
-        tot.add_column(c, justify="left" if c == "quarter" else "right")
+    tot = Table(title="totals (GPUs peak: summed over regions, the largest quarter over quarters)",
+                title_justify="left")
+    for c in ("quarter", "region", "GPUs peak", "GPU-hours", cur, f"{cur}/1M tok", "infeasible cells"):
+        tot.add_column(c, justify="left" if c in ("quarter", "region") else "right")
+    c = cur.lower()
     for r in result.totals.to_dict("records"):
-        tot.add_row(escape(str(r["quarter"])), _f(r["peak_rps"], ",.1f"), _f(r["gpus"], "d"),
-                    _f(r["gpu_hours"], ",.0f"), _f(r["cost_per_quarter"], ",.0f"), str(r["infeasible_cells"]))
+        tot.add_row(escape(str(r["quarter"])), escape(str(r["region"])), _f(r["gpus_peak"], "d"),
+                    _f(r["gpu_hours"], ",.0f"), _f(r[f"cost_{c}"], ",.0f"),
+                    _f(r[f"{c}_per_1m_tokens"], ".3f"),
+                    str(r["infeasible_cells"]))
     console.print(tot)
+    provisioning = set(ws["provisioning"]) if "provisioning" in ws else set()
+    if provisioning & {"peak", "static"}:
+        console.print("[dim]provisioning: peak = no diurnal shape, the peak fleet costed all day; "
+                      "static = a shape but no autoscaler, the peak fleet runs all day; diurnal = the "
+                      "autoscaler's fleet hour by hour (docs/planner.md)[/]")
     sims = int(result.candidates["simulations"].sum())
     console.print(f"[dim]{len(result.candidates)} searches, {sims} simulations in {result.wall_s:.1f} s wall[/]")

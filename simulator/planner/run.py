@@ -4,7 +4,9 @@ For each forecast cell (quarter x region) the design load is the forecast peak, 
 failover) the largest share of any one other region's peak that would be redirected here if that
 region went down, times ``1 + headroom``. Every candidate is searched for its minimum replica
 count at that load (:mod:`simulator.planner.search`, one task per cell and candidate, run on the
-chosen executor) and the cell takes the cheapest candidate that meets the SLO.
+chosen executor) and the cell takes the cheapest candidate that meets the SLO. The verified count is
+the peak fleet; :mod:`simulator.planner.fleet_hours` turns it, the region's diurnal shape and the
+candidate's autoscaler into the GPU-hours paid, which price the cell.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from simulator.errors import ScenarioError
 from simulator.planner.backends import open_executor
 from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
+from simulator.planner.fleet_hours import autoscale_policy, fleet_day
 from simulator.planner.search import SearchTask, search_replicas
 from simulator.run.resolve import resolve
 from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
@@ -49,12 +52,15 @@ class PlanProgress:
 @dataclass
 class PlanResult:
     worksheet: pd.DataFrame
-    """One row per quarter x region: the cheapest candidate meeting the SLO (or why none does)."""
+    """One row per quarter x region: the cheapest candidate meeting the SLO (or why none does), with
+    every engineering column (the chosen rows of ``candidates``)."""
     candidates: pd.DataFrame
-    """One row per quarter x region x candidate: every search's answer."""
+    """One row per quarter x region x candidate: every search's answer (``chosen`` marks the pick)."""
     totals: pd.DataFrame
-    """One row per quarter: GPUs and cost over all regions."""
+    """Per quarter (all regions), per region (all quarters) and overall: GPUs, GPU-hours, cost, tokens."""
     wall_s: float
+    summary: pd.DataFrame | None = None
+    """The finance worksheet (``worksheet.csv``): one row per quarter x region, units in the headers."""
 
 
 def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
@@ -83,7 +89,8 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
                                          per_cell[key], len(loaded.config.candidates), done, len(tasks)))
     candidates = _candidates_frame(loaded, rows)
     worksheet = _worksheet(loaded, candidates)
-    return PlanResult(worksheet, candidates, _totals(worksheet), time.perf_counter() - wall0)
+    summary = _summary(loaded, worksheet)
+    return PlanResult(worksheet, candidates, _totals(loaded, summary), time.perf_counter() - wall0, summary)
 
 
 def _as_loaded(p: Any) -> LoadedPlan:
@@ -136,7 +143,8 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     """The candidate's scenario carrying the cell's traffic at ``rate`` requests/s."""
     if not isinstance(base.workload.arrival, (PoissonArrival, GammaArrival)):
         raise ScenarioError("scenario.workload.arrival.process", base.workload.arrival.process,
-                            "the planner sizes for a steady peak: use poisson or gamma arrivals")
+                            "the planner sizes for a steady peak: use poisson or gamma arrivals (the daily "
+                            "curve goes in the plan: regions[].diurnal)")
     sim = cfg.simulation
     data = base.model_dump(mode="python", exclude_none=True)
     wl = data["workload"]
@@ -152,6 +160,8 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     data.pop("duration_s", None)
     data.pop("network", None)        # the plan's regions give the client RTTs
     data.pop("fleet", None)          # one region per cell, sized at a steady peak
+    # The search verifies a fixed count at the steady peak; the candidate's autoscaler is honoured by the
+    # fleet-hours model (fleet_hours.py: min/max, scale-down delay, cold start, warm pool) on that count.
     data.get("deployment", {}).pop("autoscaler", None)
     data.pop("max_sim_time_s", None)
     try:
@@ -178,6 +188,8 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
     price = cand.price_per_gpu_hour if cand.price_per_gpu_hour is not None else system.profile.price_per_gpu_hour
     assert price is not None   # load_plan checks every candidate has a price
     region = loaded.regions[row["region"]]
+    given = {col: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
+             for col in ("avg_prompt_tokens", "avg_output_tokens") for v in [row.get(col)]}
     prompt = make_length(sc.workload.prompt_tokens, sc, "workload.prompt_tokens").mean
     output = make_length(sc.workload.output_tokens, sc, "workload.output_tokens").mean
     return {
@@ -188,6 +200,10 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
         "max_num_seqs": sc.scheduler.max_num_seqs, "analytic_estimate_rps_per_replica": mu,
         "rtt_ms": region.rtt_ms[row["region"]], "price_per_gpu_hour": float(price),
         "price_multiplier": region.price_multiplier, "seed": sc.seed,
+        "forecast_avg_prompt_tokens": given["avg_prompt_tokens"],
+        "forecast_avg_output_tokens": given["avg_output_tokens"],
+        "currency": loaded.config.currency,
+        "price_source": "quoted" if cand.price_per_gpu_hour is not None else "assumed",
     }
 
 
@@ -202,6 +218,17 @@ WORKSHEET_COLUMNS = (
     "binding_constraint", "minus_one_check", "replications", "seed_spread", "simulations", "replicas_tried", "seed")
 
 
+FLEET_COLUMNS = (
+    "forecast_avg_prompt_tokens", "forecast_avg_output_tokens", "tokens_in_per_day", "tokens_out_per_day",
+    "provisioning", "autoscaler", "replicas_needed_by_hour", "replicas_paid_by_hour", "replica_hours_per_day",
+    "gpus_avg", "gpus_max_provisioned", "gpu_hours_at_peak", "cost_per_quarter_at_peak", "currency",
+    "price_source", "chosen")
+"""Columns the candidates file has after :data:`WORKSHEET_COLUMNS` (fleet-hours, volumes, pricing); any
+further key of the search's rows follows them unchanged."""
+
+DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
+
+
 def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.DataFrame:
     keys = zip(loaded.forecast["quarter"], loaded.forecast["region"], strict=True)
     order = {(str(q), r): i for i, (q, r) in enumerate(keys)}
@@ -209,6 +236,14 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     df = pd.DataFrame(rows)
     df = df.iloc[sorted(range(len(df)), key=lambda i: (order[(df["quarter"].iat[i], df["region"].iat[i])],
                                                         cand_order[df["candidate"].iat[i]]))].reset_index(drop=True)
+    policies = {name: autoscale_policy(sc) for name, sc in loaded.candidate_scenarios.items()}
+    for i in df.index:   # an autoscaler capped below the verified peak cannot serve it
+        pol = policies[df.at[i, "candidate"]]
+        if pol is not None and df.at[i, "status"] == "ok" and df.at[i, "replicas"] > pol.max_replicas:
+            df.at[i, "status"] = "infeasible"
+            df.at[i, "binding_constraint"] = (
+                f"deployment.autoscaler.max_replicas={pol.max_replicas} is below the "
+                f"{int(df.at[i, 'replicas'])} replicas verified at the design peak")
     ok = df["status"] == "ok"
     # An infeasible search has no verified count: its replica figures stay empty.
     df["replicas"] = df["replicas"].where(ok).astype("Int64")
@@ -217,34 +252,139 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     # accepts a count at 100% or more.
     df["utilization"] = df["design_rps"] / (df["replicas"].astype(float) * df["saturation_rps_per_replica"])
     df["gpus"] = (df["replicas"] * df["tensor_parallel_size"]).astype("Int64")
-    df["cost_per_hour"] = (df["gpus"].astype(float) * df["price_per_gpu_hour"] * df["price_multiplier"])
-    df["gpu_hours"] = df["gpus"].astype(float) * HOURS_PER_QUARTER
-    df["cost_per_quarter"] = df["cost_per_hour"] * HOURS_PER_QUARTER
-    tokens_per_hour = df["peak_rps"] * (df["avg_prompt_tokens"] + df["avg_output_tokens"]) * 3600.0
-    df["cost_per_million_tokens"] = df["cost_per_hour"] / (tokens_per_hour / 1e6)
-    return df[list(WORKSHEET_COLUMNS)]
+    price = df["price_per_gpu_hour"] * df["price_multiplier"]
+    df["cost_per_hour"] = df["gpus"].astype(float) * price           # the peak fleet's hourly rate
+    days = [_fleet_day(loaded, policies, r) for r in df.to_dict("records")]
+    # The day's real volume: the forecast peak through the shape (flat at the peak without one), at the
+    # forecast's mean lengths (the simulated distribution's mean where the forecast gives none).
+    records = df.to_dict("records")
+    traffic_h = pd.Series([_traffic_hours(loaded, r) for r in records], index=df.index, dtype=float)
+    prompt = df["forecast_avg_prompt_tokens"].astype(float).fillna(df["avg_prompt_tokens"])
+    output = df["forecast_avg_output_tokens"].astype(float).fillna(df["avg_output_tokens"])
+    df["tokens_in_per_day"] = df["peak_rps"] * 3600.0 * traffic_h * prompt
+    df["tokens_out_per_day"] = df["peak_rps"] * 3600.0 * traffic_h * output
+    df["provisioning"] = [d[0].provisioning if d else _provisioning(loaded, policies, r)
+                          for d, r in zip(days, records, strict=True)]
+    df["autoscaler"] = [p.describe() if p is not None else "none" for p in (policies[c] for c in df["candidate"])]
+    df["replicas_needed_by_hour"] = [" ".join(map(str, d[0].needed)) if d else "" for d in days]
+    df["replicas_paid_by_hour"] = [" ".join(f"{x:.4g}" for x in d[0].hourly) if d else "" for d in days]
+    df["replica_hours_per_day"] = [d[0].replica_hours if d else math.nan for d in days]
+    gpu_hours_per_day = df["replica_hours_per_day"] * df["tensor_parallel_size"]
+    df["gpu_hours"] = gpu_hours_per_day * DAYS_PER_QUARTER
+    df["gpus_avg"] = gpu_hours_per_day / 24.0
+    df["gpus_max_provisioned"] = pd.array([d[0].max_replicas * d[1] if d else None for d in days],
+                                          dtype="Int64")
+    df["cost_per_quarter"] = df["gpu_hours"] * price
+    df["gpu_hours_at_peak"] = df["gpus"].astype(float) * HOURS_PER_QUARTER
+    df["cost_per_quarter_at_peak"] = df["cost_per_hour"] * HOURS_PER_QUARTER
+    tokens_per_quarter = (df["tokens_in_per_day"] + df["tokens_out_per_day"]) * DAYS_PER_QUARTER
+    df["cost_per_million_tokens"] = df["cost_per_quarter"] / (tokens_per_quarter / 1e6)
+    df["chosen"] = False
+    extra = [c for c in df.columns if c not in WORKSHEET_COLUMNS and c not in FLEET_COLUMNS]
+    return df[list(WORKSHEET_COLUMNS) + list(FLEET_COLUMNS) + extra]
+
+
+def _fleet_day(loaded: LoadedPlan, policies: dict[str, Any], row: dict[str, Any]) -> tuple[Any, int] | None:
+    """The row's representative day (and its GPUs per replica), or None for a row without a verified count."""
+    if row["status"] != "ok" or pd.isna(row["replicas"]):
+        return None
+    shape = loaded.diurnal.get((str(row["quarter"]), row["region"]))
+    day = fleet_day(int(row["replicas"]), shape, policies[row["candidate"]])
+    return day, int(row["tensor_parallel_size"])
+
+
+def _traffic_hours(loaded: LoadedPlan, row: dict[str, Any]) -> float:
+    shape = loaded.diurnal.get((str(row["quarter"]), row["region"]))
+    return 24.0 if shape is None else float(sum(shape))
+
+
+def _provisioning(loaded: LoadedPlan, policies: dict[str, Any], row: dict[str, Any]) -> str:
+    if loaded.diurnal.get((str(row["quarter"]), row["region"])) is None:
+        return "peak"
+    return "static" if policies[row["candidate"]] is None else "diurnal"
 
 
 def _worksheet(loaded: LoadedPlan, candidates: pd.DataFrame) -> pd.DataFrame:
+    """The cheapest candidate per cell: least cost paid per quarter (the provisioned GPU-hours), then fewest
+    peak GPUs, then the candidate listed first; marks it ``chosen`` in ``candidates``."""
     rank = {c.name: i for i, c in enumerate(loaded.config.candidates)}
     picked = []
     for _, cell in candidates.groupby(["quarter", "region"], sort=False):
         ok = cell[cell["status"] == "ok"]
         if len(ok):
-            key = ok.assign(_r=ok["candidate"].map(rank)).sort_values(["cost_per_hour", "gpus", "_r"], kind="stable")
+            key = ok.assign(_r=ok["candidate"].map(rank)).sort_values(["cost_per_quarter", "gpus", "_r"],
+                                                                      kind="stable")
             picked.append(key.index[0])
         else:   # no candidate meets the SLO: show the one that came closest, marked infeasible
             picked.append(cell["slo_worst_ratio"].idxmin())
+    candidates.loc[picked, "chosen"] = True
     return candidates.loc[picked].reset_index(drop=True)
 
 
-def _totals(ws: pd.DataFrame) -> pd.DataFrame:
-    g = ws.groupby("quarter", sort=False)
+def _summary(loaded: LoadedPlan, ws: pd.DataFrame) -> pd.DataFrame:
+    """The finance worksheet: one row per quarter x region, units (and the plan's currency) in the headers,
+    the forecast's own numbers, percents as percents."""
+    cur = loaded.config.currency.lower()
     out = pd.DataFrame({
-        "regions": g.size(), "peak_rps": g["peak_rps"].sum(), "gpus": g["gpus"].sum(min_count=1),
-        "replicas": g["replicas"].sum(min_count=1), "gpu_hours": g["gpu_hours"].sum(min_count=1),
-        "cost_per_hour": g["cost_per_hour"].sum(min_count=1),
-        "cost_per_quarter": g["cost_per_quarter"].sum(min_count=1),
-        "infeasible_cells": g["status"].apply(lambda s: int((s != "ok").sum())),
-    }).reset_index()
+        "quarter": ws["quarter"], "region": ws["region"], "status": ws["status"],
+        "candidate": ws["candidate"],
+        "hardware": ws["hardware"], "peak_rps": ws["peak_rps"],
+        "avg_prompt_tokens": _given(ws, "avg_prompt_tokens"),
+        "avg_output_tokens": _given(ws, "avg_output_tokens"),
+        "tokens_in_per_day": ws["tokens_in_per_day"].round(0).astype("Int64"),
+        "tokens_out_per_day": ws["tokens_out_per_day"].round(0).astype("Int64"),
+        "batching_factor": ws["batching_factor"].astype(float).round(1),
+        "gpus_peak": ws["gpus"], "provisioning": ws["provisioning"],
+        "gpus_avg": ws["gpus_avg"].round(2), "period_hours": HOURS_PER_QUARTER,
+        "gpu_hours": ws["gpu_hours"].round(1),
+        f"price_per_gpu_hour_{cur}": (ws["price_per_gpu_hour"] * ws["price_multiplier"]).round(4),
+        "price_source": ws["price_source"],
+        f"cost_{cur}": ws["cost_per_quarter"].round(2),
+        f"{cur}_per_1m_tokens": ws["cost_per_million_tokens"].round(4),
+        "slo_attainment_pct": (100 * ws["slo_attainment"].astype(float)).round(2),
+        "utilization_pct": (100 * ws["utilization"].astype(float)).round(1),
+    })
+    for col in ("avg_prompt_tokens", "avg_output_tokens", "peak_rps"):   # whole numbers print as such
+        if (out[col].dropna() % 1 == 0).all():
+            out[col] = out[col].astype("Int64")
+    return out
+
+
+def _given(ws: pd.DataFrame, column: str) -> pd.Series:
+    """The forecast's mean as given; the simulated distribution's, rounded, where it gives none."""
+    return ws[f"forecast_{column}"].astype(float).fillna(ws[column].round(0))
+
+
+def _totals(loaded: LoadedPlan, summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows per quarter (all regions), per region (all quarters) and overall. Sums of GPU-hours, cost and
+    tokens; ``gpus_peak`` and ``peak_rps`` add up over regions within a quarter and take the largest quarter
+    across quarters (the fleet to buy); cost per 1M tokens is the total cost over the total tokens."""
+    cur = loaded.config.currency.lower()
+    s = summary.assign(tokens_in=summary["tokens_in_per_day"].astype(float) * DAYS_PER_QUARTER,
+                       tokens_out=summary["tokens_out_per_day"].astype(float) * DAYS_PER_QUARTER,
+                       bad=(summary["status"] != "ok").astype(int))
+
+    def row(quarter: str, region: str, part: pd.DataFrame, peak: pd.Series,
+            gpus: pd.Series) -> dict[str, Any]:
+        cost = part[f"cost_{cur}"].sum(min_count=1)
+        tokens = part["tokens_in"].where(part["status"] == "ok").sum() + \
+            part["tokens_out"].where(part["status"] == "ok").sum()
+        return {"quarter": quarter, "region": region, "cells": len(part),
+                "infeasible_cells": int(part["bad"].sum()),
+                "period_hours": HOURS_PER_QUARTER * part["quarter"].nunique(), "peak_rps": peak.max(),
+                "gpus_peak": gpus.max(), "gpu_hours": part["gpu_hours"].sum(min_count=1), f"cost_{cur}": cost,
+                "tokens_in": part["tokens_in"].sum(), "tokens_out": part["tokens_out"].sum(),
+                f"{cur}_per_1m_tokens": cost / (tokens / 1e6) if tokens > 0 else math.nan}
+
+    by_q = s.groupby("quarter", sort=False)
+    q_peak, q_gpus = by_q["peak_rps"].sum(), by_q["gpus_peak"].sum(min_count=1)
+    rows = [row(str(q), "all regions", part, q_peak.loc[[q]], q_gpus.loc[[q]]) for q, part in by_q]
+    for r, part in s.groupby("region", sort=False):
+        rows.append(row("all quarters", str(r), part, part["peak_rps"], part["gpus_peak"]))
+    rows.append(row("all quarters", "all regions", s, q_peak, q_gpus))
+    out = pd.DataFrame(rows)
+    for col in ("gpus_peak", "tokens_in", "tokens_out"):
+        out[col] = pd.to_numeric(out[col], errors="coerce").round(0).astype("Int64")
+    for col, digits in (("gpu_hours", 2), (f"cost_{cur}", 2), (f"{cur}_per_1m_tokens", 4)):
+        out[col] = pd.to_numeric(out[col], errors="coerce").astype(float).round(digits)
     return out

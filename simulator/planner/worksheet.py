@@ -71,18 +71,24 @@ def check_out(out: Path) -> None:
 
 
 def write_worksheets(result, out: Path) -> dict[str, Path]:  # PlanResult
-    """Write the three CSVs next to each other; all or nothing (temporary files, then renamed)."""
+    """Write the three CSVs next to each other; all or nothing (temporary files, then renamed).
+
+    ``worksheet.csv`` is the finance summary (``result.summary``: rounded, whole numbers as such, no
+    exponents) and ``worksheet-totals.csv`` its totals; ``worksheet-candidates.csv`` has every
+    engineering column of every candidate (6 significant digits)."""
     paths = companion_paths(out)
     check_out(out)
     try:
         paths["worksheet"].parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ScenarioError("--out", str(out), f"cannot create the folder ({exc.strerror})") from None
-    frames = {"worksheet": result.worksheet, "totals": result.totals, "candidates": result.candidates}
+    summary = result.summary if result.summary is not None else result.worksheet
+    frames = {"worksheet": summary, "totals": result.totals, "candidates": result.candidates}
+    formats = {"worksheet": None, "totals": None, "candidates": "%.6g"}
     tmp = {k: p.with_name(p.name + ".tmp") for k, p in paths.items()}
     try:
         for key, frame in frames.items():
-            spreadsheet_safe(frame).to_csv(tmp[key], index=False, float_format="%.6g")
+            spreadsheet_safe(frame).to_csv(tmp[key], index=False, float_format=formats[key])
         for key in frames:
             tmp[key].replace(paths[key])
     except OSError as exc:
