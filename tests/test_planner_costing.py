@@ -331,9 +331,9 @@ def test_autoscaler_capped_below_the_peak_is_infeasible():
 
 def test_extra_search_keys_pass_through_to_the_candidates_file():
     loaded = load_plan(base_plan(failover="none"))
-    rows = [dict(search_replicas(t), stable=True, replications=3) for t in build_tasks(loaded)]
+    rows = [dict(search_replicas(t), extra_flag=True, extra_count=3) for t in build_tasks(loaded)]
     frame = _candidates_frame(loaded, copy.deepcopy(rows))
-    assert list(frame.columns[-2:]) == ["stable", "replications"] and frame["replications"].tolist() == [3, 3]
+    assert list(frame.columns[-2:]) == ["extra_flag", "extra_count"] and frame["extra_count"].tolist() == [3, 3]
     assert not math.isnan(frame["gpu_hours"].iloc[0])
 
 
