@@ -110,7 +110,11 @@ try:
     regions = [{**r, "rtt_ms": {k: v for k, v in r["rtt_ms"].items() if k in in_forecast}} for r in kept] \
         if kept else base_plan["regions"]
     dropped = [r["name"] for r in base_plan["regions"] if r["name"] not in in_forecast] if kept else []
-    plan_data = {**base_plan, "forecast": forecast, "regions": regions,
+    failover = base_plan.get("failover", "n_plus_one")
+    single = failover == "n_plus_one" and len(regions) < 2     # N+1 needs another region to fail over to
+    if single:
+        failover = "none"
+    plan_data = {**base_plan, "forecast": forecast, "regions": regions, "failover": failover,
                  "candidates": [c for c in base_plan["candidates"] if c["name"] in chosen],
                  "simulation": {**base_plan.get("simulation", {}), "num_requests": int(n_req)}}
     loaded = load_plan(plan_data, base_dir=base_plan["base_dir"])    # validates every field, nothing runs
@@ -119,7 +123,8 @@ try:
                f"SLO p99 TTFT {slo.ttft_p99_ms or '–'} ms, TPOT {slo.tpot_p99_ms or '–'} ms, attainment "
                f"{slo.attainment:.0%} · headroom {loaded.config.headroom:.0%} · "
                f"failover {loaded.config.failover}"
-               + (f" · regions without forecast rows left out: {', '.join(dropped)}" if dropped else ""))
+               + (f" · regions without forecast rows left out: {', '.join(dropped)}" if dropped else "")
+               + (" (one region left: N+1 failover is off)" if single else ""))
 except ScenarioError as exc:
     problem = exc
     show_error(exc)

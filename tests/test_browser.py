@@ -146,7 +146,7 @@ def test_click_through_the_dashboard(server, browser):
         page.get_by_role("button", name="Download worksheet CSV").click()
     rows = list(csv.DictReader(io.StringIO(Path(dl.value.path()).read_text())))
     assert [(r["quarter"], r["region"]) for r in rows] == [("FY27Q1", "us-east"), ("FY27Q2", "us-east")]
-    assert all(int(float(r["gpus"])) >= 1 for r in rows)
+    assert all(int(float(r["gpus_peak"])) >= 1 and float(r["gpu_hours"]) > 0 for r in rows)
     page.screenshot(path=str(ARTIFACTS / "capacity-plan.png"), full_page=True)
 
     # Hardware profiles: the table and the step-time chart.
