@@ -9,8 +9,10 @@ Definitions (per request, seconds):
 * ``itl_s``: inter-token latencies; each decode step contributes its duration once per decoding
   request in it (exact except across a preemption's recompute gap)
 
-Statistics cover requests that *arrived* in the measurement window
-``[warmup_s, last_arrival - cooldown_s]`` and finished. Percentiles carry a 95% distribution-free
+Latency statistics cover requests that *arrived* in the measurement window
+``[warmup_s, last_arrival - cooldown_s]`` and finished; the SLO verdict, attainment and goodput come
+from the one judge (:mod:`simulator.slo`), which judges every arrival in that window, dropped ones
+included, and from its stability test. Percentiles carry a 95% distribution-free
 confidence interval from order statistics (binomial bounds on the rank). Samples from one run are
 autocorrelated by the queue, so these intervals are optimistic; independent replications
 (:func:`summarize_replications`) give honest intervals.
