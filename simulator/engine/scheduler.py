@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from simulator.cost.base import BatchShape
 from simulator.scenario.config import SchedulerConfig
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.prefix_cache import PrefixCachingKVManager
@@ -97,15 +98,15 @@ class SchedulerOutput:
     def is_pure_decode(self) -> bool:
         return not self.admitted and not self.preempted and self.num_decode > 0
 
-    def cost_args(self) -> tuple[list[int], list[int], int, int, int]:
-        """Arguments of ``CostModel.step_time_s`` for this step."""
+    def batch_shape(self) -> BatchShape:
+        """What the cost model is charged for this step (``CostModel.step_time_s``'s input)."""
         k = len(self.admitted)
         prefill = self.cost_prefill_tokens if self.cost_prefill_tokens is not None else self.admitted_tokens
         context = self.prefill_context if self.prefill_context is not None else [0] * k
         num_decode = self.num_decode if self.cost_num_decode is None else self.cost_num_decode
         ctx = self.decode_context_sum if self.cost_decode_context_sum is None else self.cost_decode_context_sum
         sampled = num_decode + k - self.num_partial if self.cost_num_sampled is None else self.cost_num_sampled
-        return prefill, context, num_decode, ctx, sampled
+        return BatchShape(prefill, context, num_decode, ctx, sampled)
 
 
 @dataclass(slots=True)
