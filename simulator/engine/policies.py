@@ -65,11 +65,12 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def _schedule_running_mixed(self, out: SchedulerOutput, budget: int) -> int:
         """vLLM v1's walk over the running list when some rows are partway through their prompt."""
-        n, bs, limit = self.n, self.block_size, self.chunk_limit
+        n, limit, kv = self.n, self.chunk_limit, self.kv
+        bs = kv.block_size      # kv.blocks_for, inlined below: this loop visits every row every step
         computed = self.num_computed_tokens[:n].tolist()
         pending = self.num_pending[:n].tolist()
         tokens = [0] * n
-        free = self.kv.num_free_blocks
+        free = kv.num_free_blocks
         need_total = 0
         alive = n
         i = 0
@@ -87,6 +88,7 @@ class ChunkedPrefillScheduler(Scheduler):
             budget -= t
             i += 1
         if alive < n:
+            kv.release_many(self.req_id[alive:n], self.num_computed_tokens[alive:n])
             self._preempt_rows(alive, out)
             self.num_prefilling = int((self.num_pending[:alive] > 0).sum())
         ok = self.kv.allocate(need_total)
@@ -119,7 +121,7 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def _admit_chunks(self, out: SchedulerOutput, now: float, budget: int) -> None:
         """Admit waiting requests FCFS, each with a first chunk that fits the budget and blocks."""
-        table, kv, bs, waiting = self.table, self.kv, self.block_size, self.waiting
+        table, kv, waiting = self.table, self.kv, self.waiting
         max_seqs, limit = self.config.max_num_seqs, self.chunk_limit
         first_row = self.n
         admitted, chunks = [], []
@@ -128,7 +130,7 @@ class ChunkedPrefillScheduler(Scheduler):
             generated = int(table.num_output_tokens[rid])
             total = int(table.num_prompt_tokens[rid]) + generated
             t = min(total, budget, limit)
-            if not kv.allocate(-(-t // bs)):
+            if not kv.allocate(kv.blocks_for(t)):
                 break
             waiting.popleft()
             row = self.n

@@ -19,7 +19,10 @@ event (:meth:`Scheduler.plan_decode_run`), which is what makes 100k-request runs
 Block accounting needs no per-request block counter: a running request that has cached ``c``
 tokens holds ``ceil(c / block_size)`` blocks, and it needs a new block exactly when
 ``c % block_size == 0``. A histogram of ``c % block_size`` over the batch therefore gives the
-blocks every future decode step needs, in closed form.
+blocks every future decode step needs, in closed form. Everything else about blocks goes through
+the KV cache (:class:`~simulator.engine.kv_cache.KVCacheManager`): ``admit`` a waiting request,
+``release`` a leaving one, ``release_tail_until_fits`` to choose the preempted rows; with prefix
+caching the same calls share blocks, so the scheduler never asks which cache it has.
 """
 from __future__ import annotations
 
@@ -34,7 +37,6 @@ import numpy as np
 from simulator.cost.base import BatchShape
 from simulator.scenario.config import SchedulerConfig
 from simulator.engine.kv_cache import KVCacheManager
-from simulator.engine.prefix_cache import PrefixCachingKVManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.registry import Registry
 
@@ -158,7 +160,8 @@ class Scheduler:
 
     Args:
         config: the scenario's scheduler section (vLLM names).
-        kv: the replica's block accounting.
+        kv: the replica's block accounting (:class:`~simulator.engine.prefix_cache.PrefixCachingKVManager`
+            under ``enable_prefix_caching``): the scheduler admits, releases and preempts through it.
         table: the run's request columns.
     """
 
@@ -198,8 +201,6 @@ class Scheduler:
         self.pad_rows = 0
         self.pad_context = 0
         """Slots of finished requests that still compute (static batching pads), and their context."""
-        self.prefix: PrefixCachingKVManager | None = kv if isinstance(kv, PrefixCachingKVManager) else None
-        """The KV cache when it does prefix caching (``enable_prefix_caching``), else None."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -239,10 +240,7 @@ class Scheduler:
         keep = n
         if need > self.kv.num_free_blocks:
             need_rows = (computed % bs == 0).astype(np.int64)
-            if self.prefix is None:
-                keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
-            else:   # shared blocks: release rows one by one, as vLLM's loop does
-                keep = self.prefix.release_tail_until_fits(self.req_id[:n], computed, need_rows)
+            keep = self.kv.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
             need = int(need_rows[:keep].sum())
             residues = None
@@ -253,26 +251,14 @@ class Scheduler:
         out.decode_context_sum = self.context_total + keep
         out.residues = residues
 
-    def _rows_that_fit(self, need: np.ndarray, blocks: np.ndarray) -> int:
-        """Largest prefix of running rows whose new blocks fit once every later row is preempted.
-
-        vLLM's loop (preempt the last running request until the current one fits) keeps exactly
-        this prefix: feasibility of a prefix only improves as it shrinks.
-        """
-        tail_free = np.concatenate((np.cumsum(blocks[::-1])[::-1], [0]))  # blocks held by rows >= m
-        prefix_need = np.concatenate(([0], np.cumsum(need)))              # need of rows < m
-        fits = prefix_need <= self.kv.num_free_blocks + tail_free
-        return int(np.flatnonzero(fits)[-1])
-
     def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
-        n, table, bs = self.n, self.table, self.block_size
+        """Preempt running rows ``keep..n`` (their KV has been released: recompute, or swap out)."""
+        n, table = self.n, self.table
         rows = slice(keep, n)
         ids = self.req_id[rows]
         computed = self.num_computed_tokens[rows]
         if self.swap is not None:
             self._swap_out(ids, computed, out)
-        if self.prefix is None:
-            self.kv.free(int(((computed + bs - 1) // bs).sum()))
         self.context_total -= int(computed.sum())
         table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
         table.num_preemptions[ids] += 1
@@ -283,7 +269,7 @@ class Scheduler:
         self.n = keep
 
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
-        table, kv, bs = self.table, self.kv, self.block_size
+        table, kv = self.table, self.kv
         budget = (self.config.max_num_batched_tokens if self.uses_token_budget else _NO_LIMIT) - (
             out.num_decode if out.decode_budget_tokens is None else out.decode_budget_tokens)
         max_seqs = self.config.max_num_seqs
@@ -297,16 +283,11 @@ class Scheduler:
                 cached = tokens
             else:                                      # swap in: its KV returns, it decodes a token
                 tokens, cached = 1, swapped + 1
-            if self.prefix is None:
-                hit = 0
-                if tokens > budget or not kv.allocate(-(-cached // bs)):
-                    break
-            else:                                      # (never with swap: refused in resolve)
-                hit = self.prefix.admit(rid, tokens, budget)
-                if hit < 0:
-                    break
-                if generated == 0 and table.num_preemptions[rid] == 0:
-                    table.num_cached_tokens[rid] = hit
+            hit = kv.admit(rid, tokens, budget, cached)   # prefix-cache hits (never with swap)
+            if hit < 0:
+                break
+            if hit and generated == 0 and table.num_preemptions[rid] == 0:
+                table.num_cached_tokens[rid] = hit
             waiting.popleft()
             if swapped is not None:
                 self._swap_in(rid, swapped, out)
@@ -366,7 +347,7 @@ class Scheduler:
         if next_event_time != np.inf and k > 1:
             k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
         free = self.kv.num_free_blocks
-        if k > 1 and n * (-(-(k - 1) // bs)) > free:
+        if k > 1 and n * (-(-(k - 1) // bs)) > free:     # every row's blocks for k - 1 more tokens
             # The KV cache may run out during the run: find the last step whose blocks fit.
             prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
             q, r = divmod(free, n)
@@ -411,11 +392,7 @@ class Scheduler:
         ids = self.req_id[done]
         computed = self.num_computed_tokens[done]
         self._record_finished(ids, now)
-        if self.prefix is None:
-            self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
-        else:
-            for rid, c in zip(ids.tolist(), computed.tolist()):
-                self.prefix.release(rid, c)
+        self.kv.release_many(ids, computed)
         self.context_total -= int(computed.sum())
         keep = np.ones(n, dtype=bool)
         keep[done] = False
@@ -431,10 +408,7 @@ class Scheduler:
         ids = self.req_id[row:row + 1].copy()
         computed = int(self.num_computed_tokens[row])
         self._record_finished(ids, now)
-        if self.prefix is None:
-            self.kv.free(-(-computed // self.block_size))
-        else:
-            self.prefix.release(int(ids[0]), computed)
+        self.kv.release(int(ids[0]), computed)
         self.context_total -= computed
         if row < n - 1:
             for arr in self._row_arrays:
@@ -444,9 +418,9 @@ class Scheduler:
 
     def _swap_out(self, ids: np.ndarray, computed: np.ndarray, out: SchedulerOutput) -> None:
         """Copy preempted requests' KV to host memory while it has room (else they recompute)."""
-        swap, bs = self.swap, self.block_size
+        swap, blocks_for = self.swap, self.kv.blocks_for
         for rid, c in zip(ids.tolist(), computed.tolist()):
-            blocks = -(-c // bs)
+            blocks = blocks_for(c)
             if swap.used_blocks + blocks > swap.capacity_blocks:
                 swap.recompute_fallbacks += 1
                 continue
@@ -461,7 +435,7 @@ class Scheduler:
             self._restore_free.discard(rid)
         else:
             swap = self.swap
-            blocks = -(-tokens // self.block_size)
+            blocks = self.kv.blocks_for(tokens)
             swap.used_blocks -= blocks
             swap.swap_ins += 1
             out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
@@ -500,7 +474,7 @@ class Scheduler:
         running one leaves the batch and its KV blocks are freed. Each keeps the tokens it has generated (``num_output_tokens``) and gets ``status``
         (``FINISHED_ABORTED`` for a client timeout, ``FINISHED_SHED`` for admission control).
         """
-        table, n, bs = self.table, self.n, self.block_size
+        table, n = self.table, self.n
         gone = set(ids)
         rows = np.flatnonzero(np.isin(self.req_id[:n], ids)) if n else _EMPTY
         left_running: set[int] = set()
@@ -509,11 +483,7 @@ class Scheduler:
             left_running = set(rids.tolist())
             computed = self.num_computed_tokens[rows]
             table.num_output_tokens[rids] = table.max_tokens[rids] - self.num_remaining_tokens[rows]
-            if self.prefix is None:
-                self.kv.free(int(((computed + bs - 1) // bs).sum()))
-            else:                                   # its blocks stay cached for later hits
-                for rid, c in zip(rids.tolist(), computed.tolist()):
-                    self.prefix.release(rid, c)
+            self.kv.release_many(rids, computed)    # with prefix caching its blocks stay cached
             self.context_total -= int(computed.sum())
             self._rows_leaving(rows)
             keep = np.ones(n, dtype=bool)
@@ -535,7 +505,7 @@ class Scheduler:
                 for rid in waiting:
                     c = self._swapped.pop(rid, None)
                     if c is not None:
-                        self.swap.used_blocks -= -(-c // bs)
+                        self.swap.used_blocks -= self.kv.blocks_for(c)
         table.status[ids] = status
         table.finish_time[ids] = now
 
@@ -631,6 +601,8 @@ _NO_LIMIT = 1 << 62
 POLICIES: Registry[type[Scheduler]] = Registry("policy", "scheduler.policy")
 POLICIES.add("continuous", Scheduler)
 
-#: Policies whose admission goes through ``PrefixCachingKVManager.admit``/``release`` (a policy with
-#: its own admission or chunking must integrate those before it is listed here).
+#: Policies whose every KV change goes through the per-request interface (``kv.admit``, ``release``,
+#: ``release_many``, ``release_tail_until_fits``), which ``PrefixCachingKVManager`` implements with
+#: shared blocks; a policy that allocates chunks or lookahead blocks itself (``kv.allocate``) must
+#: integrate with that interface before it is listed here.
 PREFIX_CACHING_POLICIES = {"continuous"}
