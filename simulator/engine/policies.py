@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from simulator.cost.base import BatchShape
 from simulator.scenario.config import SchedulerConfig
 from simulator.engine.disaggregated import DecodeScheduler
 from simulator.engine.kv_cache import KVCacheManager
@@ -213,15 +214,16 @@ class DynamicBatchScheduler(Scheduler):
         out = SchedulerOutput()
         if self.n:
             self._schedule_running(out)
-            if self.pad_rows:
-                out.cost_num_decode = out.num_decode + self.pad_rows
-                out.cost_decode_context_sum = out.decode_context_sum + self.pad_context + self.pad_rows
+            if self.pad_rows:                # finished requests' slots compute too
+                out.cost_shape = BatchShape.decode(out.num_decode + self.pad_rows,
+                                                   out.decode_context_sum + self.pad_context + self.pad_rows)
         elif self.waiting and self.batch_start_time(now) <= now:
             self._backlog = False
             self._schedule_waiting(out, now)
-            if self.pads and out.admitted_tokens:
-                longest = max(out.admitted_tokens)
-                out.cost_prefill_tokens = [longest] * len(out.admitted_tokens)
+            if self.pads and out.admitted_tokens:   # every prompt is padded to the longest
+                k = len(out.admitted_tokens)
+                context = out.prefill_context if out.prefill_context is not None else [0] * k
+                out.cost_shape = BatchShape([max(out.admitted_tokens)] * k, context, 0, 0, k)
         return out
 
     def _finish(self, now: float) -> np.ndarray:

@@ -68,14 +68,11 @@ class SchedulerOutput:
     """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
     num_partial: int = 0
     """``admitted`` entries whose prompt is not finished by this step (chunked prefill): no token."""
-    cost_prefill_tokens: list[int] | None = None
-    """Prefill tokens the cost model is charged for, when not ``admitted_tokens`` (padding)."""
-    cost_num_decode: int | None = None
-    cost_decode_context_sum: int | None = None
-    """Decode rows (and their context) the cost model is charged for, when padded slots compute too."""
+    cost_shape: BatchShape | None = None
+    """What the cost model is charged for, when not the scheduled tokens themselves (padded slots
+    of a static batch, speculative verification); see :meth:`batch_shape`."""
     row_tokens: np.ndarray | None = None
     """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
-    cost_num_sampled: int | None = None
     decode_budget_tokens: int | None = None
     """Budget the decoding rows take, when not one token each (speculative verification)."""
     extra_s: float = 0.0
@@ -101,14 +98,15 @@ class SchedulerOutput:
         return not self.admitted and not self.preempted and self.num_decode > 0
 
     def batch_shape(self) -> BatchShape:
-        """What the cost model is charged for this step (``CostModel.step_time_s``'s input)."""
+        """What the cost model is charged for this step (``CostModel.step_time_s``'s input):
+        ``cost_shape`` when a policy set one, else the decodes and the admitted entries' tokens
+        over their cached context; every decode and every finished prompt samples a token."""
+        if self.cost_shape is not None:
+            return self.cost_shape
         k = len(self.admitted)
-        prefill = self.cost_prefill_tokens if self.cost_prefill_tokens is not None else self.admitted_tokens
         context = self.prefill_context if self.prefill_context is not None else [0] * k
-        num_decode = self.num_decode if self.cost_num_decode is None else self.cost_num_decode
-        ctx = self.decode_context_sum if self.cost_decode_context_sum is None else self.cost_decode_context_sum
-        sampled = num_decode + k - self.num_partial if self.cost_num_sampled is None else self.cost_num_sampled
-        return BatchShape(prefill, context, num_decode, ctx, sampled)
+        n = self.num_decode
+        return BatchShape(self.admitted_tokens, context, n, self.decode_context_sum, n + k - self.num_partial)
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from simulator.cost.base import BatchShape
 from simulator.scenario.config import SchedulerConfig, SpeculativeConfig
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestTable
@@ -83,10 +84,9 @@ class SpeculativeScheduler(Scheduler):
         if m:
             # Verification is charged as a (k+1)-token chunk per decoding request over its context.
             context = self.num_computed_tokens[:m].tolist()
-            out.cost_prefill_tokens = [k1] * m + out.admitted_tokens
-            out.prefill_context = context + (out.prefill_context or [0] * len(out.admitted))
-            out.cost_num_decode, out.cost_decode_context_sum = 0, 0
-            out.cost_num_sampled = m * k1 + len(out.admitted)
+            out.cost_shape = BatchShape([k1] * m + out.admitted_tokens,
+                                        context + (out.prefill_context or [0] * len(out.admitted)),
+                                        0, 0, m * k1 + len(out.admitted))
             out.extra_s = self.proposal_time_s(m, out.decode_context_sum)
         return out
 
