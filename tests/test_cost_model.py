@@ -10,11 +10,11 @@ import pytest
 
 from simulator import ScenarioError
 from simulator.cost.analytic import ConstantCostModel, RooflineCostModel
+from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.engine.kv_cache import plan_kv_cache
 from simulator.scenario.models import MODEL_PRESETS
 from simulator.scenario.profiles import GIB, HardwareProfile, load_profile
-from simulator.cost.base import BatchShape
 
 DATA = Path(__file__).parent / "data"
 
@@ -86,7 +86,8 @@ def test_decode_run_times_agree_with_single_steps_and_affine_form():
 def test_tensor_parallel_shortens_steps_but_adds_communication():
     one, two = roofline(tp=1), roofline(tp=2)
     assert two.step_time_s(BatchShape.prefill(2048)) < one.step_time_s(BatchShape.prefill(2048))
-    assert two.breakdown(BatchShape.prefill(2048)).comm_s > 0 == one.breakdown(BatchShape.prefill(2048)).comm_s
+    prefill = BatchShape.prefill(2048)
+    assert two.breakdown(prefill).comm_s > 0 == one.breakdown(prefill).comm_s
 
 
 @pytest.mark.parametrize("tp", [1, 2])
@@ -100,7 +101,8 @@ def test_step_time_fast_path_equals_breakdown_total(tp):
         ctxs = [int(x) for x in rng.integers(0, 2000, k)]
         dec = int(rng.integers(0, 64))
         args = (prompts, ctxs, dec, dec * int(rng.integers(1, 3000)), dec + k)
-        assert cm.step_time_s(BatchShape(*args)) == pytest.approx(cm.breakdown(BatchShape(*args)).total_s, rel=1e-12)
+        shape = BatchShape(*args)
+        assert cm.step_time_s(shape) == pytest.approx(cm.breakdown(shape).total_s, rel=1e-12)
 
 
 def test_constant_cost_model():
@@ -144,4 +146,5 @@ def test_batch_shape_is_the_cost_models_one_input():
     assert BatchShape.decode(8, 800) == BatchShape((), (), 8, 800, 8)
     assert BatchShape.prefill(512, 64) == BatchShape((512,), (64,), 0, 0, 1)
     cm = roofline()
-    assert cm.decode_step_time_s(8, 800) == pytest.approx(cm.step_time_s(BatchShape.decode(8, 800)), rel=1e-12)
+    assert cm.decode_step_time_s(8, 800) == pytest.approx(cm.step_time_s(BatchShape.decode(8, 800)),
+                                                          rel=1e-12)

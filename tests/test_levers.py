@@ -61,7 +61,8 @@ def test_int4_weights_raise_max_batch_and_lower_decode_step_time():
     assert t4 < t16 / 1.9
     # Prefill is compute-bound: W4A16 computes in 16 bits, so it is no faster there.
     big = roofline("llama-3-8b").step_time_s(BatchShape.prefill(8192))
-    assert roofline("llama-3-8b", "int4").step_time_s(BatchShape.prefill(8192)) == pytest.approx(big, rel=0.02)
+    int4 = roofline("llama-3-8b", "int4").step_time_s(BatchShape.prefill(8192))
+    assert int4 == pytest.approx(big, rel=0.02)
     # Saturated with long requests, the KV cache bounds the batch: int4 runs more at once.
     sat = {"num_requests": 300, "workload.arrival.rate_per_s": 1e6,
            "workload.prompt_tokens": {"dist": "fixed", "value": 4000},
@@ -103,7 +104,8 @@ def test_tensor_parallel_70b_lowers_step_time_but_adds_all_reduce():
     all-reduces per layer over NVLink, so it is slower than a perfect 2x split."""
     tp1, tp2 = roofline("llama-3-70b"), roofline("llama-3-70b", tp=2)
     for n in (1, 32, 128):
-        one, two = tp1.breakdown(BatchShape.decode(n, n * 2000)), tp2.breakdown(BatchShape.decode(n, n * 2000))
+        shape = BatchShape.decode(n, n * 2000)
+        one, two = tp1.breakdown(shape), tp2.breakdown(shape)
         assert one.comm_s == 0 and two.comm_s > 0
         assert two.total_s < one.total_s
         assert two.total_s > (one.total_s - one.overhead_s) / 2 + two.overhead_s   # not a perfect split

@@ -92,7 +92,7 @@ def test_static_batch_pads_prompts_and_finished_slots():
     assert out.batch_shape().prefill_tokens == [12, 12]
     step(sched, 1.0)                                            # request 0 done
     _, out = step(sched, 2.0)
-    assert out.num_decode == 1 and out.batch_shape().num_decodes == 2      # one real decode, two computing slots
+    assert out.num_decode == 1 and out.batch_shape().num_decodes == 2   # one real decode, two computing slots
 
 
 def test_request_level_batching_with_one_seat_is_continuous_batching():

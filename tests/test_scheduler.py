@@ -152,6 +152,6 @@ def test_kv_cache_interface_counts_blocks_per_request():
     assert kv.num_used_blocks == 3
     kv.release_many(np.array([0]), np.array([9]))
     assert kv.num_used_blocks == 0
-    kv.allocate(9)                          # rows of 8, 4 and 12 cached tokens hold 2 + 1 + 3 blocks, 3 others
+    kv.allocate(9)                  # rows of 8, 4 and 12 cached tokens hold 2 + 1 + 3 blocks; 3 others
     keep = kv.release_tail_until_fits(np.array([5, 6, 7]), np.array([8, 4, 12]), np.array([1, 1, 1]))
     assert keep == 2 and kv.num_used_blocks == 6                             # row 2 released: 3 blocks

@@ -130,7 +130,8 @@ class RooflineCostModel:
         tokens = sum(prefill_tokens) + num_decodes
         if tokens == 0:
             return StepTime(overhead_s=self._overhead_step)
-        attn = sum(self._prefill_attention_s(n, c) for n, c in zip(prefill_tokens, shape.prefill_computed_tokens))
+        attn = sum(self._prefill_attention_s(n, c)
+                   for n, c in zip(prefill_tokens, shape.prefill_computed_tokens))
         attn += self._decode_attn_slope * shape.decode_context_tokens
         comm = self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
         seqs = len(prefill_tokens) + num_decodes

@@ -1,8 +1,10 @@
-"""What every cost model provides: the step-time breakdown, the protocol and the registry."""
+"""What every cost model provides: its input (BatchShape), the step-time breakdown, the protocol,
+the registry."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol
 
 import numpy as np
 from simulator.registry import Registry
@@ -44,12 +46,12 @@ class BatchShape:
     num_sampled_tokens: int = 0
 
     @classmethod
-    def decode(cls, num_decodes: int, decode_context_tokens: int) -> "BatchShape":
+    def decode(cls, num_decodes: int, decode_context_tokens: int) -> BatchShape:
         """A pure-decode step: ``num_decodes`` requests, each sampling one token."""
         return cls((), (), num_decodes, decode_context_tokens, num_decodes)
 
     @classmethod
-    def prefill(cls, num_tokens: int, num_computed_tokens: int = 0) -> "BatchShape":
+    def prefill(cls, num_tokens: int, num_computed_tokens: int = 0) -> BatchShape:
         """One request computing ``num_tokens`` prompt tokens after ``num_computed_tokens`` cached
         ones, finishing its prompt (its first token is sampled)."""
         return cls((num_tokens,), (num_computed_tokens,), 0, 0, 1)

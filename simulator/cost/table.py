@@ -300,7 +300,8 @@ class TableCostModel:
                 attn += self._prefill_s(q, c)
         if num_decodes:
             attn += float(self._decode_attn(num_decodes, shape.decode_context_tokens))
-        overhead = self._step_s + self._seq_s * (len(shape.prefill_tokens) + num_decodes) + self._tok_s * tokens
+        seqs = len(shape.prefill_tokens) + num_decodes
+        overhead = self._step_s + self._seq_s * seqs + self._tok_s * tokens
         return lin, attn, elem, comm, overhead
 
     def breakdown(self, shape: BatchShape) -> StepTime:

@@ -3,8 +3,9 @@
 Like vLLM's ``KVCacheManager``, the cache is a pool of fixed-size blocks of ``block_size`` token
 slots. A request holds ``ceil(slots / block_size)`` blocks for the tokens whose keys and values
 are cached; the scheduler asks for blocks before a step and returns them when a request finishes
-or is preempted. Blocks are counted, not named here; :class:`~simulator.engine.prefix_cache.PrefixCachingKVManager`
-adds block identities with vLLM's ref-count and LRU semantics behind the same interface.
+or is preempted. Blocks are counted, not named, here;
+:class:`~simulator.engine.prefix_cache.PrefixCachingKVManager` adds block identities with vLLM's
+ref-count and LRU semantics behind the same interface.
 
 Sizing (per GPU of a tensor-parallel group; the formula the README documents)::
 
@@ -171,7 +172,8 @@ class KVCacheManager:
         self.num_used_blocks -= int((-(-num_computed_tokens // self.block_size)).sum())
         assert self.num_used_blocks >= 0, "freed more KV blocks than were allocated"
 
-    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray, need: np.ndarray) -> int:
+    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray,
+                                need: np.ndarray) -> int:
         """Release running requests from the last until the remaining ones' ``need`` new blocks are
         free; returns how many remain (the caller preempts the others).
 

@@ -313,7 +313,8 @@ class PrefixCachingKVManager(KVCacheManager):
         for rid, c in zip(req_ids.tolist(), num_computed_tokens.tolist()):
             self.release(rid, c)
 
-    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray, need: np.ndarray) -> int:
+    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray,
+                                need: np.ndarray) -> int:
         """Release running rows from the last until the remaining rows' ``need`` blocks are free;
         returns how many rows remain (vLLM's preempt-the-last loop, with shared blocks exact)."""
         keep, total = len(need), int(need.sum())

@@ -93,7 +93,7 @@ class SpeculativeScheduler(Scheduler):
     def _schedule_running_spec(self, out: SchedulerOutput) -> None:
         n, k1, kv = self.n, self.k + 1, self.kv
         computed = self.num_computed_tokens[:n]
-        need_rows = kv.blocks_for(computed + k1) - kv.blocks_for(computed)   # lookahead slots for k + 1 tokens
+        need_rows = kv.blocks_for(computed + k1) - kv.blocks_for(computed)   # lookahead for k + 1 tokens
         keep = n
         need = int(need_rows.sum())
         if need > kv.num_free_blocks:
