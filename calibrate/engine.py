@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from simulator.cost.base import BatchShape
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import POLICIES
 from simulator.engine.request import RequestTable
@@ -179,6 +180,11 @@ class StepRecord:
     prefill_context: list[int]
     num_sampled: int
     num_waiting: int
+
+    def batch_shape(self) -> BatchShape:
+        """The step's plan as the cost model's input."""
+        return BatchShape(self.prefill_tokens, self.prefill_context, self.num_decode, self.decode_context_sum,
+                          self.num_sampled)
 
 
 @dataclass

@@ -138,11 +138,10 @@ def fit_overhead(runs: list[EngineRun], cost: Any) -> dict[str, Any]:
     rows, resid, kernel, dur = [], [], [], []
     for run in runs:
         for s in run.steps:
-            bd = cost.breakdown(s.prefill_tokens, s.prefill_context, s.num_decode, s.decode_context_sum,
-                                s.num_sampled)
+            shape = s.batch_shape()
+            bd = cost.breakdown(shape)
             k = bd.total_s - bd.overhead_s
-            seqs = s.num_decode + len(s.prefill_tokens)
-            tokens = s.num_decode + sum(s.prefill_tokens)
+            seqs, tokens = shape.num_seqs, shape.num_tokens
             rows.append((1.0, float(seqs), float(tokens)))
             resid.append(s.duration_s - k)
             kernel.append(k)
@@ -182,8 +181,7 @@ def step_errors(run: EngineRun, cost: Any) -> pd.DataFrame:
     summary (``attrs["summary"]``): summed predicted over measured busy time, and the median
     ratio for decode-only steps and for steps with a prefill."""
     df = run.steps_frame()
-    df["predicted_s"] = [cost.step_time_s(st.prefill_tokens, st.prefill_context, st.num_decode,
-                                          st.decode_context_sum, st.num_sampled) for st in run.steps]
+    df["predicted_s"] = [cost.step_time_s(st.batch_shape()) for st in run.steps]
     ratio = df["predicted_s"] / df["duration_s"]
     pf = df["num_prefill_tokens"] > 0
     df.attrs["summary"] = {

@@ -10,6 +10,7 @@ import pytest
 
 from simulator import ScenarioError
 from simulator.cost.analytic import ConstantCostModel, RooflineCostModel
+from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.engine.kv_cache import plan_kv_cache
 from simulator.scenario.models import MODEL_PRESETS
@@ -56,18 +57,18 @@ def test_model_that_does_not_fit_names_both_sizes():
 def test_decode_step_is_weight_bandwidth_bound_at_small_batch():
     """Batch 1, short context: streaming 16 GB of weights at 80% of 3.35 TB/s is ~6 ms."""
     cm = roofline()
-    t = cm.step_time_s([], [], 1, 100, 1)
+    t = cm.step_time_s(BatchShape.decode(1, 100))
     weights = (MODEL_PRESETS["llama-3-8b"].num_params * 2)
     assert t == pytest.approx(weights / (3.35e12 * 0.8) + 0.0015, rel=0.05)
 
 
 def test_roofline_monotone_in_batch_context_and_prompt():
     cm = roofline()
-    by_batch = [cm.step_time_s([], [], b, 1000 * b, b) for b in (1, 8, 64, 256)]
+    by_batch = [cm.step_time_s(BatchShape.decode(b, 1000 * b)) for b in (1, 8, 64, 256)]
     assert by_batch == sorted(by_batch)
     by_ctx = cm.decode_run_times(32, np.array([1e3, 1e4, 1e5, 1e6]))
     assert np.all(np.diff(by_ctx) > 0)
-    by_prompt = [cm.step_time_s([n], [0], 0, 0, 1) for n in (128, 1024, 8192)]
+    by_prompt = [cm.step_time_s(BatchShape.prefill(n)) for n in (128, 1024, 8192)]
     assert by_prompt == sorted(by_prompt)
     # An 8k-token prefill is compute bound: ~2 * 8e9 * 8192 FLOPs at ~70% of 989 TFLOP/s, plus attention.
     assert 0.15 < by_prompt[-1] < 0.30
@@ -76,7 +77,7 @@ def test_roofline_monotone_in_batch_context_and_prompt():
 def test_decode_run_times_agree_with_single_steps_and_affine_form():
     cm = roofline()
     ctx = np.array([5000.0, 5032.0, 5064.0])
-    singles = [cm.step_time_s([], [], 32, int(c), 32) for c in ctx]
+    singles = [cm.step_time_s(BatchShape.decode(32, int(c))) for c in ctx]
     np.testing.assert_allclose(cm.decode_run_times(32, ctx), singles, rtol=1e-12)
     a, b = cm.decode_affine(32)
     np.testing.assert_allclose(a + b * ctx, singles, rtol=1e-12)
@@ -84,8 +85,9 @@ def test_decode_run_times_agree_with_single_steps_and_affine_form():
 
 def test_tensor_parallel_shortens_steps_but_adds_communication():
     one, two = roofline(tp=1), roofline(tp=2)
-    assert two.step_time_s([2048], [0], 0, 0, 1) < one.step_time_s([2048], [0], 0, 0, 1)
-    assert two.breakdown([2048], [0], 0, 0, 1).comm_s > 0 == one.breakdown([2048], [0], 0, 0, 1).comm_s
+    assert two.step_time_s(BatchShape.prefill(2048)) < one.step_time_s(BatchShape.prefill(2048))
+    prefill = BatchShape.prefill(2048)
+    assert two.breakdown(prefill).comm_s > 0 == one.breakdown(prefill).comm_s
 
 
 @pytest.mark.parametrize("tp", [1, 2])
@@ -99,12 +101,13 @@ def test_step_time_fast_path_equals_breakdown_total(tp):
         ctxs = [int(x) for x in rng.integers(0, 2000, k)]
         dec = int(rng.integers(0, 64))
         args = (prompts, ctxs, dec, dec * int(rng.integers(1, 3000)), dec + k)
-        assert cm.step_time_s(*args) == pytest.approx(cm.breakdown(*args).total_s, rel=1e-12)
+        shape = BatchShape(*args)
+        assert cm.step_time_s(shape) == pytest.approx(cm.breakdown(shape).total_s, rel=1e-12)
 
 
 def test_constant_cost_model():
     cm = ConstantCostModel(HardwareProfile(cost_model="constant", step_time_s=0.01, prefill_time_per_token_s=1e-4))
-    assert cm.step_time_s([100, 50], [0, 0], 3, 999, 5) == pytest.approx(0.01 + 150e-4)
+    assert cm.step_time_s(BatchShape([100, 50], [0, 0], 3, 999, 5)) == pytest.approx(0.01 + 150e-4)
     assert list(cm.decode_run_times(7, np.arange(3.0))) == [0.01] * 3
     with pytest.raises(ScenarioError, match="unknown cost model"):
         make_cost_model(HardwareProfile(cost_model="nope"), MODEL_PRESETS["tiny-llama"], 1)
@@ -129,3 +132,19 @@ def test_datasheet_roofline_against_measured_h100_linear_layers():
     assert np.percentile(np.abs(rel), 90) < 0.30
     assert np.all(np.abs(rel) < 0.45)
     assert np.all(np.abs(rel[tokens >= 1024]) < 0.20) and np.all(np.abs(rel[tokens <= 32]) < 0.10)
+
+
+def test_batch_shape_is_the_cost_models_one_input():
+    """A frozen value: the helpers build the pure-decode and single-prefill shapes, and a step's
+    shape is what ``SchedulerOutput.batch_shape`` describes."""
+    import dataclasses
+
+    shape = BatchShape([100, 50], [0, 16], 3, 999, 4)
+    assert (shape.num_seqs, shape.num_tokens) == (5, 153)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        shape.num_decodes = 4  # type: ignore[misc]
+    assert BatchShape.decode(8, 800) == BatchShape((), (), 8, 800, 8)
+    assert BatchShape.prefill(512, 64) == BatchShape((512,), (64,), 0, 0, 1)
+    cm = roofline()
+    assert cm.decode_step_time_s(8, 800) == pytest.approx(cm.step_time_s(BatchShape.decode(8, 800)),
+                                                          rel=1e-12)

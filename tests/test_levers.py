@@ -15,6 +15,7 @@ from conftest import make_scenario, make_scheduler
 
 from simulator import load_profile, scenario_from_dict, simulate
 from simulator.cost.analytic import RooflineCostModel
+from simulator.cost.base import BatchShape
 from simulator.engine.request import RequestStatus
 from simulator.run.resolve import resolve
 from simulator.scenario.models import MODEL_PRESETS
@@ -59,8 +60,9 @@ def test_int4_weights_raise_max_batch_and_lower_decode_step_time():
     t4 = roofline("llama-3-8b", "int4").decode_step_time_s(1, 1000)
     assert t4 < t16 / 1.9
     # Prefill is compute-bound: W4A16 computes in 16 bits, so it is no faster there.
-    big = roofline("llama-3-8b").step_time_s([8192], [0], 0, 0, 1)
-    assert roofline("llama-3-8b", "int4").step_time_s([8192], [0], 0, 0, 1) == pytest.approx(big, rel=0.02)
+    big = roofline("llama-3-8b").step_time_s(BatchShape.prefill(8192))
+    int4 = roofline("llama-3-8b", "int4").step_time_s(BatchShape.prefill(8192))
+    assert int4 == pytest.approx(big, rel=0.02)
     # Saturated with long requests, the KV cache bounds the batch: int4 runs more at once.
     sat = {"num_requests": 300, "workload.arrival.rate_per_s": 1e6,
            "workload.prompt_tokens": {"dist": "fixed", "value": 4000},
@@ -77,13 +79,13 @@ def test_int4_weights_raise_max_batch_and_lower_decode_step_time():
 def test_fp8_weights_compute_prefill_at_the_fp8_peak_where_the_profile_has_one():
     """W8A8 fp8 doubles the GEMM peak on H100 (prefill faster) but A100 has no fp8 units: there it
     is weight-only, with a 16-bit prefill and still a faster decode."""
-    prefill = dict(prefill_tokens=[8192], prefill_context=[0], num_decode=0, decode_context_sum=0, num_sampled=1)
+    prefill = BatchShape.prefill(8192)
     h_bf16, h_fp8 = roofline("llama-3-8b"), roofline("llama-3-8b", "fp8")
     assert h_fp8.precision.compute_dtype == "fp8"
-    assert h_fp8.breakdown(**prefill).linear_s < 0.55 * h_bf16.breakdown(**prefill).linear_s
+    assert h_fp8.breakdown(prefill).linear_s < 0.55 * h_bf16.breakdown(prefill).linear_s
     a_bf16, a_fp8 = roofline("llama-3-8b", hw="a100-80gb"), roofline("llama-3-8b", "fp8", hw="a100-80gb")
     assert a_fp8.precision.compute_dtype == "bf16"
-    assert a_fp8.step_time_s(**prefill) == pytest.approx(a_bf16.step_time_s(**prefill), rel=0.02)
+    assert a_fp8.step_time_s(prefill) == pytest.approx(a_bf16.step_time_s(prefill), rel=0.02)
     assert a_fp8.decode_step_time_s(8, 8000) < a_bf16.decode_step_time_s(8, 8000)
 
 
@@ -102,12 +104,13 @@ def test_tensor_parallel_70b_lowers_step_time_but_adds_all_reduce():
     all-reduces per layer over NVLink, so it is slower than a perfect 2x split."""
     tp1, tp2 = roofline("llama-3-70b"), roofline("llama-3-70b", tp=2)
     for n in (1, 32, 128):
-        one, two = tp1.breakdown([], [], n, n * 2000, n), tp2.breakdown([], [], n, n * 2000, n)
+        shape = BatchShape.decode(n, n * 2000)
+        one, two = tp1.breakdown(shape), tp2.breakdown(shape)
         assert one.comm_s == 0 and two.comm_s > 0
         assert two.total_s < one.total_s
         assert two.total_s > (one.total_s - one.overhead_s) / 2 + two.overhead_s   # not a perfect split
-    prefill_comm = tp2.breakdown([4096], [0], 0, 0, 1).comm_s
-    assert prefill_comm > 50 * tp2.breakdown([], [], 1, 2000, 1).comm_s / 2   # grows with tokens
+    prefill_comm = tp2.breakdown(BatchShape.prefill(4096)).comm_s
+    assert prefill_comm > 50 * tp2.breakdown(BatchShape.decode(1, 2000)).comm_s / 2   # grows with tokens
     # End to end: TP=1 does not fit one H100, TP=2 does, and the summary counts GPUs.
     r = simulate(llama8b(**{"model": "llama-3-70b", "deployment.tensor_parallel_size": 2,
                             "deployment.replicas": 2, "num_requests": 60}))

@@ -88,10 +88,10 @@ def test_static_batch_pads_prompts_and_finished_slots():
     computing until the batch ends."""
     sched = make_scheduler([4, 12], [2, 4], max_num_seqs=2, policy="static", max_wait_ms=0)
     _, out = step(sched, 0.0)
-    assert out.cost_args()[0] == [12, 12]
+    assert out.batch_shape().prefill_tokens == [12, 12]
     step(sched, 1.0)                                            # request 0 done
     _, out = step(sched, 2.0)
-    assert out.num_decode == 1 and out.cost_args()[2] == 2      # one real decode, two computing slots
+    assert out.num_decode == 1 and out.batch_shape().num_decodes == 2   # one real decode, two computing slots
 
 
 def test_request_level_batching_with_one_seat_is_continuous_batching():

@@ -21,6 +21,7 @@ from conftest import make_scenario
 from test_errors import assert_one_error_line, minimal, run_cli
 
 from simulator import ScenarioError, scenario_from_dict, simulate
+from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.engine.prefix_cache import BlockHashes, PrefixCachingKVManager
 from simulator.run.resolve import resolve
@@ -50,8 +51,8 @@ def test_shared_2k_system_prompt_cuts_mean_ttft_by_the_prefill_time():
     on = simulate(make_scenario(**base, **{"scheduler.enable_prefix_caching": True}))
     system = resolve(on.scenario)
     cost = make_cost_model(system.profile, system.model, 1)
-    full = cost.step_time_s([2148], [0], 0, 0, 1)
-    rest = cost.step_time_s([100], [2048], 0, 0, 1)
+    full = cost.step_time_s(BatchShape.prefill(2148))
+    rest = cost.step_time_s(BatchShape.prefill(100, 2048))
     saving = off.summary["ttft_s"]["mean"] - on.summary["ttft_s"]["mean"]
     assert saving == pytest.approx(full - rest, rel=0.10)
     assert saving > 0.7 * off.summary["ttft_s"]["mean"]           # "most of" the TTFT at this load

@@ -133,3 +133,24 @@ def test_decode_run_stops_at_the_step_in_which_the_next_arrival_falls():
     step(s, 0.0)
     run = s.plan_decode_run(s.schedule(1.0), 1.0, 2.2, cost)   # steps end 1.5, 2.0, 2.5
     assert run.num_steps == 3 and not run.finishes
+
+
+def test_kv_cache_interface_counts_blocks_per_request():
+    """The scheduler's KV calls on the count-based cache: admission holds ``ceil(tokens / block_size)``
+    blocks and finds nothing cached; preemption releases rows from the last until the others' new
+    blocks fit (the largest feasible prefix)."""
+    from simulator.engine.kv_cache import KVCacheManager
+
+    kv = KVCacheManager(10, 4)
+    assert kv.blocks_for(9) == 3 and kv.blocks_for(np.array([0, 1, 4, 5])).tolist() == [0, 1, 1, 2]
+    assert kv.admit(0, 9, budget=8) == -1 and kv.num_used_blocks == 0        # over the token budget
+    assert kv.admit(0, 9, budget=16) == 0 and kv.num_used_blocks == 3
+    assert kv.admit(1, 1, 16, 13) == 0 and kv.num_used_blocks == 7           # swap-in: 1 token over 13
+    assert kv.admit(2, 16, budget=16) == -1 and kv.num_used_blocks == 7      # 4 blocks, 3 free
+    kv.release(1, 13)
+    assert kv.num_used_blocks == 3
+    kv.release_many(np.array([0]), np.array([9]))
+    assert kv.num_used_blocks == 0
+    kv.allocate(9)                  # rows of 8, 4 and 12 cached tokens hold 2 + 1 + 3 blocks; 3 others
+    keep = kv.release_tail_until_fits(np.array([5, 6, 7]), np.array([8, 4, 12]), np.array([1, 1, 1]))
+    assert keep == 2 and kv.num_used_blocks == 6                             # row 2 released: 3 blocks

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from simulator import ScenarioError, simulate
+from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.cost.op_table import TABLE_COLUMNS, LogCurve, file_sha256, fit_summary, leave_one_out
 from simulator.cost.table import TableCostModel
@@ -85,7 +86,7 @@ def test_decode_runs_equal_single_steps_bit_for_bit(cpu_model: TableCostModel) -
     float ``step_time_s`` gives for that step, and never decrease as the context grows."""
     for n in (1, 3, 8, 24, 300):
         ctx = np.array([1.0, n * 3.0, n * 10.0, n * 500.0, n * 1700.0, n * 9000.0])
-        singles = [cpu_model.step_time_s([], [], n, int(c), n) for c in ctx]
+        singles = [cpu_model.step_time_s(BatchShape.decode(n, int(c))) for c in ctx]
         runs = cpu_model.decode_run_times(n, ctx)
         assert runs.tolist() == singles
         assert cpu_model.decode_step_time_s(n, int(ctx[3])) == singles[3]
@@ -101,7 +102,7 @@ def test_closed_form_decode_only_where_decode_is_exactly_affine(cpu_model: Table
     for n in (1, 7, 64):
         ctx = np.array([n * 10.0, n * 700.0, n * 4000.0])
         a, b = vidur.decode_affine(n)
-        singles = [vidur.step_time_s([], [], n, int(c), n) for c in ctx]
+        singles = [vidur.step_time_s(BatchShape.decode(n, int(c))) for c in ctx]
         np.testing.assert_allclose(a + b * ctx, singles, rtol=1e-12)
         np.testing.assert_allclose(vidur.decode_run_times(n, ctx), singles, rtol=1e-12)
 
@@ -133,13 +134,13 @@ def test_decode_curves_interpolate_measured_points_batches_and_edges() -> None:
 def test_steps_grow_with_batch_context_and_prompt(cpu_model: TableCostModel) -> None:
     by_ctx = cpu_model.decode_run_times(16, np.array([1e3, 1e4, 1e5]))
     assert np.all(np.diff(by_ctx) > 0)
-    by_prompt = [cpu_model.step_time_s([n], [0], 0, 0, 1) for n in (16, 128, 1024, 8192)]
+    by_prompt = [cpu_model.step_time_s(BatchShape.prefill(n)) for n in (16, 128, 1024, 8192)]
     assert by_prompt == sorted(by_prompt)
-    with_ctx = [cpu_model.step_time_s([256], [c], 0, 0, 1) for c in (0, 512, 1792)]
+    with_ctx = [cpu_model.step_time_s(BatchShape.prefill(256, c)) for c in (0, 512, 1792)]
     assert with_ctx == sorted(with_ctx)
-    parts = cpu_model.breakdown([100], [0], 4, 400, 5)
+    parts = cpu_model.breakdown(BatchShape([100], [0], 4, 400, 5))
     for args in (([100], [0], 4, 400, 5), ([], [], 7, 900, 7), ([300, 20], [0, 512], 0, 0, 1), ([], [], 0, 0, 0)):
-        assert cpu_model.step_time_s(*args) == cpu_model.breakdown(*args).total_s
+        assert cpu_model.step_time_s(BatchShape(*args)) == cpu_model.breakdown(BatchShape(*args)).total_s
     assert parts.linear_s > 0 and parts.attention_s > 0 and parts.elementwise_s > 0 and parts.comm_s == 0
     assert parts.overhead_s == pytest.approx(0.0015 + 5 * 1e-5)
 
@@ -179,7 +180,7 @@ def test_other_model_or_tp_is_scaled_and_labelled() -> None:
     cm = make_cost_model(load_profile("h100-sxm-vidur"), MODEL_PRESETS["llama-3-8b"], 2)
     assert cm.sources["qkv_proj"].startswith(("measured", "scaled from"))
     assert cm.sources["all_reduce"] == "measured"                      # Vidur's DGX NCCL table
-    assert cm.breakdown([2048], [0], 0, 0, 1).comm_s > 0
+    assert cm.breakdown(BatchShape.prefill(2048)).comm_s > 0
 
 
 def test_profile_report_lists_every_op_with_error_and_efficiency() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cost.base import StepTime, register
+from simulator.cost.base import BatchShape, StepTime, register
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
@@ -36,21 +36,19 @@ class ConstantCostModel:
         self.step_s = float(profile.step_time_s)
         self.per_token_s = float(profile.prefill_time_per_token_s)
 
-    def breakdown(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                  decode_context_sum: int, num_sampled: int) -> StepTime:
-        return StepTime(linear_s=self.per_token_s * sum(prefill_tokens), overhead_s=self.step_s)
+    def breakdown(self, shape: BatchShape) -> StepTime:
+        return StepTime(linear_s=self.per_token_s * sum(shape.prefill_tokens), overhead_s=self.step_s)
 
-    def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                    decode_context_sum: int, num_sampled: int) -> float:
-        return self.step_s + self.per_token_s * sum(prefill_tokens)
+    def step_time_s(self, shape: BatchShape) -> float:
+        return self.step_s + self.per_token_s * sum(shape.prefill_tokens)
 
-    def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
-        return np.full(len(decode_context_sums), self.step_s)
+    def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
+        return np.full(len(decode_context_tokens), self.step_s)
 
-    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
         return self.step_s
 
-    def decode_affine(self, num_decode: int) -> tuple[float, float]:
+    def decode_affine(self, num_decodes: int) -> tuple[float, float]:
         return self.step_s, 0.0
 
 
@@ -128,49 +126,50 @@ class RooflineCostModel:
         return max(self._attn_flops_per_pair * pairs / self._attn_c,
                    self._kv_bytes_per_token * (ctx + new) / self._attn_m)
 
-    def breakdown(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                  decode_context_sum: int, num_sampled: int) -> StepTime:
-        tokens = sum(prefill_tokens) + num_decode
+    def breakdown(self, shape: BatchShape) -> StepTime:
+        prefill_tokens, num_decodes = shape.prefill_tokens, shape.num_decodes
+        tokens = sum(prefill_tokens) + num_decodes
         if tokens == 0:
             return StepTime(overhead_s=self._overhead_step)
-        attn = sum(self._prefill_attention_s(n, c) for n, c in zip(prefill_tokens, prefill_context, strict=True))
-        attn += self._decode_attn_slope * decode_context_sum
+        attn = sum(self._prefill_attention_s(n, c)
+                   for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False))
+        attn += self._decode_attn_slope * shape.decode_context_tokens
         comm = self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
-        seqs = len(prefill_tokens) + num_decode
-        return StepTime(linear_s=self._linear_s(tokens, num_sampled), attention_s=attn,
+        seqs = len(prefill_tokens) + num_decodes
+        return StepTime(linear_s=self._linear_s(tokens, shape.num_sampled_tokens), attention_s=attn,
                         elementwise_s=self._elem_bytes_per_token * tokens / self._mem_bw, comm_s=comm,
                         overhead_s=self._overhead_step + self._overhead_seq * seqs + self._overhead_tok * tokens)
 
-    def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                    decode_context_sum: int, num_sampled: int) -> float:
-        # ``breakdown(...).total_s`` without building the breakdown: the engine's hot path.
-        tokens = sum(prefill_tokens) + num_decode
+    def step_time_s(self, shape: BatchShape) -> float:
+        # ``breakdown(shape).total_s`` without building the breakdown: the engine's hot path.
+        prefill_tokens, num_decodes = shape.prefill_tokens, shape.num_decodes
+        tokens = sum(prefill_tokens) + num_decodes
         if tokens == 0:
             return self._overhead_step
-        attn = self._decode_attn_slope * decode_context_sum
-        for n, c in zip(prefill_tokens, prefill_context, strict=True):
+        attn = self._decode_attn_slope * shape.decode_context_tokens
+        for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False):
             attn += self._prefill_attention_s(n, c)
-        return (self._linear_s(tokens, num_sampled) + attn
+        return (self._linear_s(tokens, shape.num_sampled_tokens) + attn
                 + self._elem_bytes_per_token * tokens / self._mem_bw
                 + self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
-                + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decode)
+                + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decodes)
                 + self._overhead_tok * tokens)
 
-    def _decode_fixed_s(self, num_decode: int) -> float:
+    def _decode_fixed_s(self, num_decodes: int) -> float:
         """Everything in a pure-decode step except attention (which grows with context)."""
-        fixed = self._decode_fixed.get(num_decode)
+        fixed = self._decode_fixed.get(num_decodes)
         if fixed is None:
-            fixed = self.breakdown([], [], num_decode, 0, num_decode).total_s
-            self._decode_fixed[num_decode] = fixed
+            fixed = self.breakdown(BatchShape.decode(num_decodes, 0)).total_s
+            self._decode_fixed[num_decodes] = fixed
         return fixed
 
-    def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
-        return self._decode_fixed_s(num_decode) + self._decode_attn_slope * decode_context_sums
+    def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
+        return self._decode_fixed_s(num_decodes) + self._decode_attn_slope * decode_context_tokens
 
-    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
-        return self._decode_fixed_s(num_decode) + self._decode_attn_slope * decode_context_sum
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+        return self._decode_fixed_s(num_decodes) + self._decode_attn_slope * decode_context_tokens
 
-    def decode_affine(self, num_decode: int) -> tuple[float, float]:
-        return self._decode_fixed_s(num_decode), self._decode_attn_slope
+    def decode_affine(self, num_decodes: int) -> tuple[float, float]:
+        return self._decode_fixed_s(num_decodes), self._decode_attn_slope
 
 

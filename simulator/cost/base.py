@@ -1,7 +1,8 @@
-"""What every cost model provides: the step-time breakdown, the protocol and the registry."""
+"""What every cost model provides: its input (BatchShape), the step-time breakdown, the protocol,
+the registry."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,32 +26,70 @@ class StepTime:
         return self.linear_s + self.attention_s + self.elementwise_s + self.comm_s + self.overhead_s
 
 
-class CostModel(Protocol):
-    """What the engine asks of a cost model.
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What one engine step computes: the cost model's input (vLLM's scheduled tokens, reduced).
 
-    ``prefill_tokens[i]`` new prompt tokens are computed for prefill request ``i`` on top of
-    ``prefill_context[i]`` already-cached tokens; ``num_decode`` requests decode one token each,
-    attending over ``decode_context_sum`` tokens in total (their cached tokens plus the new one);
-    ``num_sampled`` rows go through the LM head (decodes plus prefills that finish their prompt).
+    Prefill entry ``i`` computes ``prefill_tokens[i]`` new tokens on top of
+    ``prefill_computed_tokens[i]`` tokens whose KV is already cached (its ``num_computed_tokens``:
+    a previous chunk, a prefix-cache hit, or a swapped-in request's context); ``num_decodes``
+    requests decode one token each, attending over ``decode_context_tokens`` tokens in total
+    (their cached tokens plus the new one); ``num_sampled_tokens`` rows go through the LM head
+    (decodes plus prefills that finish their prompt; every verified position under speculative
+    decoding). The two lists are the caller's, not copied: they must not change while the shape
+    is in use.
     """
 
-    def breakdown(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                  decode_context_sum: int, num_sampled: int) -> StepTime: ...
+    prefill_tokens: Sequence[int] = ()
+    prefill_computed_tokens: Sequence[int] = ()
+    num_decodes: int = 0
+    decode_context_tokens: int = 0
+    num_sampled_tokens: int = 0
 
-    def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                    decode_context_sum: int, num_sampled: int) -> float: ...
+    @classmethod
+    def decode(cls, num_decodes: int, decode_context_tokens: int) -> BatchShape:
+        """A pure-decode step: ``num_decodes`` requests, each sampling one token."""
+        return cls((), (), num_decodes, decode_context_tokens, num_decodes)
 
-    def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
-        """Durations of consecutive pure-decode steps, one per entry of ``decode_context_sums``.
-        Must not decrease as the context sum grows (the engine relies on it to bound runs)."""
+    @classmethod
+    def prefill(cls, num_tokens: int, num_computed_tokens: int = 0) -> BatchShape:
+        """One request computing ``num_tokens`` prompt tokens after ``num_computed_tokens`` cached
+        ones, finishing its prompt (its first token is sampled)."""
+        return cls((num_tokens,), (num_computed_tokens,), 0, 0, 1)
+
+    @property
+    def num_seqs(self) -> int:
+        """Requests scheduled in the step (prefill entries plus decodes)."""
+        return len(self.prefill_tokens) + self.num_decodes
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the step computes (vLLM's ``total_num_scheduled_tokens``)."""
+        return sum(self.prefill_tokens) + self.num_decodes
+
+
+class CostModel(Protocol):
+    """What the engine asks of a cost model: the duration of a step of a given :class:`BatchShape`."""
+
+    def breakdown(self, shape: BatchShape) -> StepTime: ...
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        """``breakdown(shape).total_s``, without building the breakdown (the engine's hot path)."""
         ...
 
-    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
-        """Duration of one pure-decode step (same as ``decode_run_times`` for one entry)."""
+    def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
+        """Durations of consecutive pure-decode steps of ``num_decodes`` requests, one per entry of
+        ``decode_context_tokens`` (each step's :attr:`BatchShape.decode_context_tokens`). Must not
+        decrease as the context grows (the engine relies on it to bound runs)."""
         ...
 
-    # Optional: ``decode_affine(num_decode) -> (a, b) | None``: (a, b) when a pure-decode step takes
-    # exactly ``a + b * decode_context_sum`` seconds (the engine then plans decode runs in closed
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+        """Duration of one pure-decode step: ``step_time_s(BatchShape.decode(num_decodes,
+        decode_context_tokens))`` (same as ``decode_run_times`` for one entry)."""
+        ...
+
+    # Optional: ``decode_affine(num_decodes) -> (a, b) | None``: (a, b) when a pure-decode step takes
+    # exactly ``a + b * decode_context_tokens`` seconds (the engine then plans decode runs in closed
     # form), None when it does not (the engine sums ``decode_run_times``).
 
 

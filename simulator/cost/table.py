@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from simulator.cost.base import StepTime, register
+from simulator.cost.base import BatchShape, StepTime, register
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
@@ -296,70 +296,67 @@ class TableCostModel:
         return self.L * self._decode(n, s)
 
     # -- the CostModel interface --------------------------------------------------------------------
-    def _terms(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-               decode_context_sum: int, num_sampled: int, tokens: int) -> tuple[float, float, float, float, float]:
-        """(linear, attention, elementwise, comm, overhead) seconds of a step with ``tokens`` > 0."""
+    def _terms(self, shape: BatchShape, tokens: int) -> tuple[float, float, float, float, float]:
+        """(linear, attention, elementwise, comm, overhead) seconds of a step of ``tokens`` > 0 tokens."""
         lin, elem, comm = self._per_tokens(tokens)
+        num_sampled, num_decodes = shape.num_sampled_tokens, shape.num_decodes
         if num_sampled:
             head, sample = self._per_sampled(num_sampled)
             lin, elem = lin + head, elem + sample
         attn = 0.0
-        for q, c in zip(prefill_tokens, prefill_context, strict=True):
+        for q, c in zip(shape.prefill_tokens, shape.prefill_computed_tokens, strict=False):
             if q:
                 attn += self._prefill_s(q, c)
-        if num_decode:
-            attn += float(self._decode_attn(num_decode, decode_context_sum))
-        overhead = self._step_s + self._seq_s * (len(prefill_tokens) + num_decode) + self._tok_s * tokens
+        if num_decodes:
+            attn += float(self._decode_attn(num_decodes, shape.decode_context_tokens))
+        seqs = len(shape.prefill_tokens) + num_decodes
+        overhead = self._step_s + self._seq_s * seqs + self._tok_s * tokens
         return lin, attn, elem, comm, overhead
 
-    def breakdown(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                  decode_context_sum: int, num_sampled: int) -> StepTime:
-        tokens = sum(prefill_tokens) + num_decode
+    def breakdown(self, shape: BatchShape) -> StepTime:
+        tokens = sum(shape.prefill_tokens) + shape.num_decodes
         if tokens == 0:
             return StepTime(overhead_s=self._step_s)
-        lin, attn, elem, comm, overhead = self._terms(prefill_tokens, prefill_context, num_decode,
-                                                      decode_context_sum, num_sampled, tokens)
+        lin, attn, elem, comm, overhead = self._terms(shape, tokens)
         return StepTime(linear_s=lin, attention_s=attn, elementwise_s=elem, comm_s=comm, overhead_s=overhead)
 
-    def step_time_s(self, prefill_tokens: list[int], prefill_context: list[int], num_decode: int,
-                    decode_context_sum: int, num_sampled: int) -> float:
-        # ``breakdown(...).total_s`` without building the StepTime (the engine's hot path); the
+    def step_time_s(self, shape: BatchShape) -> float:
+        # ``breakdown(shape).total_s`` without building the StepTime (the engine's hot path); the
         # terms are summed in StepTime.total_s's order, so both give the same float.
-        tokens = sum(prefill_tokens) + num_decode
+        tokens = sum(shape.prefill_tokens) + shape.num_decodes
         if tokens == 0:
             return self._step_s
-        lin, attn, elem, comm, overhead = self._terms(prefill_tokens, prefill_context, num_decode,
-                                                      decode_context_sum, num_sampled, tokens)
+        lin, attn, elem, comm, overhead = self._terms(shape, tokens)
         return lin + attn + elem + comm + overhead
 
     def _decode_fixed(self, n: int) -> tuple[float, float, float, float]:
         """(linear, elementwise, comm, overhead) of a pure-decode step of ``n`` requests."""
         got = self._fixed_cache.get(n)
         if got is None:
-            lin, _, elem, comm, overhead = self._terms([], [], n, 0, n, n)
+            lin, _, elem, comm, overhead = self._terms(BatchShape.decode(n, 0), n)
             got = self._fixed_cache[n] = (lin, elem, comm, overhead)
         return got
 
-    def decode_affine(self, num_decode: int) -> tuple[float, float] | None:
-        """``(a, b)`` with a pure-decode step taking ``a + b x context_sum`` when decode attention is
-        the roofline fallback (then the engine plans decode runs in closed form); None for measured
-        decode attention, which is only piecewise affine."""
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        """``(a, b)`` with a pure-decode step taking ``a + b x decode_context_tokens`` when decode
+        attention is the roofline fallback (then the engine plans decode runs in closed form); None
+        for measured decode attention, which is only piecewise affine."""
         if self._decode_slope is None:
             return None
-        got = self._affine_cache.get(num_decode)
+        got = self._affine_cache.get(num_decodes)
         if got is None:
-            got = self._affine_cache[num_decode] = (self.step_time_s([], [], num_decode, 0, num_decode),
-                                                    self.L * self._decode_slope)
+            got = self._affine_cache[num_decodes] = (self.step_time_s(BatchShape.decode(num_decodes, 0)),
+                                                     self.L * self._decode_slope)
         return got
 
-    def decode_run_times(self, num_decode: int, decode_context_sums: np.ndarray) -> np.ndarray:
-        # Element for element the same float operations as step_time_s([], [], n, s, n).
-        lin, elem, comm, overhead = self._decode_fixed(num_decode)
-        attn = self._decode_attn(num_decode, np.asarray(decode_context_sums, dtype=np.float64))
+    def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
+        # Element for element the same float operations as step_time_s(BatchShape.decode(n, s)).
+        lin, elem, comm, overhead = self._decode_fixed(num_decodes)
+        attn = self._decode_attn(num_decodes, np.asarray(decode_context_tokens, dtype=np.float64))
         return lin + attn + elem + comm + overhead
 
-    def decode_step_time_s(self, num_decode: int, decode_context_sum: int) -> float:
-        return self.step_time_s([], [], num_decode, decode_context_sum, num_decode)
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+        return self.step_time_s(BatchShape.decode(num_decodes, decode_context_tokens))
 
     # -- reporting ------------------------------------------------------------------------------------
     def op_time_s(self, op: str, tokens: int, context: int = 0) -> float:

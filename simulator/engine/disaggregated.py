@@ -44,10 +44,9 @@ class PrefillScheduler(Scheduler):
         done = super().update_from_output(out, now)    # first tokens; 1-token requests finish here
         n = self.n
         if n:
-            table, bs = self.table, self.block_size
+            table = self.table
             ids = self.req_id[:n]
-            computed = self.num_computed_tokens[:n]
-            self.kv.free(int(((computed + bs - 1) // bs).sum()))
+            self.kv.release_many(ids, self.num_computed_tokens[:n])
             table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[:n]
             table.status[ids] = _WAITING                 # in transfer, then waiting on a decode replica
             self.context_total = 0

@@ -3,8 +3,9 @@
 Like vLLM's ``KVCacheManager``, the cache is a pool of fixed-size blocks of ``block_size`` token
 slots. A request holds ``ceil(slots / block_size)`` blocks for the tokens whose keys and values
 are cached; the scheduler asks for blocks before a step and returns them when a request finishes
-or is preempted. Blocks are counted, not named: prefix caching (issue "batching policies") will
-add block identities with vLLM's ref-count and LRU semantics.
+or is preempted. Blocks are counted, not named, here;
+:class:`~simulator.engine.prefix_cache.PrefixCachingKVManager` adds block identities with vLLM's
+ref-count and LRU semantics behind the same interface.
 
 Sizing (per GPU of a tensor-parallel group; the formula the README documents)::
 
@@ -21,6 +22,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
+
+import numpy as np
 
 from simulator.errors import ScenarioError
 from simulator.scenario.models import DTYPE_BYTES, ModelSpec
@@ -96,10 +100,16 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
 
 
 class KVCacheManager:
-    """Block accounting for one replica.
+    """Block accounting for one replica, without prefix caching.
 
-    The scheduler is the only caller: ``allocate`` before a step, ``free`` when a request finishes
-    or is preempted. ``num_used_blocks`` never exceeds ``num_gpu_blocks`` (allocation refuses).
+    The scheduler is the only caller. Per request: ``admit`` a waiting request (its blocks, and
+    the tokens found cached: none here), ``release`` one that finishes or leaves
+    (``release_many`` for several), ``release_tail_until_fits`` to preempt running requests from
+    the last until the others' next blocks are free. Per block count: ``blocks_for`` (token slots
+    to blocks), ``allocate`` before a step, ``free`` what a step reserved but did not use.
+    ``num_used_blocks`` never exceeds ``num_gpu_blocks`` (allocation refuses). A request holding
+    ``c`` computed tokens holds ``blocks_for(c)`` blocks; the scheduler keeps ``c``, the cache only
+    the count (:class:`~simulator.engine.prefix_cache.PrefixCachingKVManager` keeps identities).
     """
 
     __slots__ = ("num_gpu_blocks", "block_size", "num_used_blocks")
@@ -118,9 +128,13 @@ class KVCacheManager:
         """Fraction of blocks in use, in [0, 1]."""
         return self.num_used_blocks / self.num_gpu_blocks
 
-    def blocks_for(self, num_slots: int) -> int:
-        """Blocks needed to hold ``num_slots`` token slots."""
-        return -(-num_slots // self.block_size)
+    @overload
+    def blocks_for(self, num_tokens: int) -> int: ...
+    @overload
+    def blocks_for(self, num_tokens: np.ndarray) -> np.ndarray: ...
+    def blocks_for(self, num_tokens: int | np.ndarray) -> int | np.ndarray:
+        """Blocks needed to hold ``num_tokens`` token slots (elementwise for an array)."""
+        return -(-num_tokens // self.block_size)
 
     def can_allocate(self, num_blocks: int) -> bool:
         return num_blocks <= self.num_gpu_blocks - self.num_used_blocks
@@ -135,3 +149,47 @@ class KVCacheManager:
     def free(self, num_blocks: int) -> None:
         self.num_used_blocks -= num_blocks
         assert self.num_used_blocks >= 0, "freed more KV blocks than were allocated"
+
+    # -- requests (``allocate``/``free`` inlined: the scheduler calls these per request) ----------
+    def admit(self, rid: int, num_tokens: int, budget: int, num_computed_tokens: int | None = None) -> int:
+        """Admit request ``rid``, which computes ``num_tokens`` tokens this step and holds the KV of
+        ``num_computed_tokens`` (default ``num_tokens``) when the step ends (a swapped-in request
+        computes one token over its restored context).
+
+        Returns the tokens found in the cache (none without prefix caching), or -1 when the tokens
+        to compute exceed ``budget`` or the blocks are not free (nothing changes then).
+        """
+        if num_tokens > budget:
+            return -1
+        blocks = -(-(num_tokens if num_computed_tokens is None else num_computed_tokens) // self.block_size)
+        if blocks > self.num_gpu_blocks - self.num_used_blocks:
+            return -1
+        self.num_used_blocks += blocks
+        return 0
+
+    def release(self, rid: int, num_computed_tokens: int) -> None:
+        """Request ``rid`` finished or left holding the KV of ``num_computed_tokens`` tokens."""
+        self.num_used_blocks -= -(-num_computed_tokens // self.block_size)
+        assert self.num_used_blocks >= 0, "freed more KV blocks than were allocated"
+
+    def release_many(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray) -> None:
+        """:meth:`release` for each of ``req_ids`` (in order), with its ``num_computed_tokens``."""
+        self.num_used_blocks -= int((-(-num_computed_tokens // self.block_size)).sum())
+        assert self.num_used_blocks >= 0, "freed more KV blocks than were allocated"
+
+    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray,
+                                need: np.ndarray) -> int:
+        """Release running requests from the last until the remaining ones' ``need`` new blocks are
+        free; returns how many remain (the caller preempts the others).
+
+        vLLM's loop (preempt the last running request until the current one fits) keeps exactly
+        this prefix of rows: the largest whose new blocks fit once every later row is released,
+        since feasibility of a prefix only improves as it shrinks.
+        """
+        held = self.blocks_for(num_computed_tokens)
+        tail_free = np.concatenate((np.cumsum(held[::-1])[::-1], [0]))   # blocks held by rows >= m
+        prefix_need = np.concatenate(([0], np.cumsum(need)))              # need of rows < m
+        fits = prefix_need <= self.num_free_blocks + tail_free
+        keep = int(np.flatnonzero(fits)[-1])
+        self.free(int(held[keep:].sum()))
+        return keep

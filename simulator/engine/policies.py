@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from simulator.cost.base import BatchShape
 from simulator.engine.disaggregated import DecodeScheduler
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
@@ -65,11 +66,12 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def _schedule_running_mixed(self, out: SchedulerOutput, budget: int) -> int:
         """vLLM v1's walk over the running list when some rows are partway through their prompt."""
-        n, bs, limit = self.n, self.block_size, self.chunk_limit
+        n, limit, kv = self.n, self.chunk_limit, self.kv
+        bs = kv.block_size      # kv.blocks_for, inlined below: this loop visits every row every step
         computed = self.num_computed_tokens[:n].tolist()
         pending = self.num_pending[:n].tolist()
         tokens = [0] * n
-        free = self.kv.num_free_blocks
+        free = kv.num_free_blocks
         need_total = 0
         alive = n
         i = 0
@@ -87,6 +89,7 @@ class ChunkedPrefillScheduler(Scheduler):
             budget -= t
             i += 1
         if alive < n:
+            kv.release_many(self.req_id[alive:n], self.num_computed_tokens[alive:n])
             self._preempt_rows(alive, out)
             self.num_prefilling = int((self.num_pending[:alive] > 0).sum())
         ok = self.kv.allocate(need_total)
@@ -119,7 +122,7 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def _admit_chunks(self, out: SchedulerOutput, now: float, budget: int) -> None:
         """Admit waiting requests FCFS, each with a first chunk that fits the budget and blocks."""
-        table, kv, bs, waiting = self.table, self.kv, self.block_size, self.waiting
+        table, kv, waiting = self.table, self.kv, self.waiting
         max_seqs, limit = self.config.max_num_seqs, self.chunk_limit
         first_row = self.n
         admitted, chunks = [], []
@@ -128,7 +131,7 @@ class ChunkedPrefillScheduler(Scheduler):
             generated = int(table.num_output_tokens[rid])
             total = int(table.num_prompt_tokens[rid]) + generated
             t = min(total, budget, limit)
-            if not kv.allocate(-(-t // bs)):
+            if not kv.allocate(kv.blocks_for(t)):
                 break
             waiting.popleft()
             row = self.n
@@ -212,15 +215,16 @@ class DynamicBatchScheduler(Scheduler):
         out = SchedulerOutput()
         if self.n:
             self._schedule_running(out)
-            if self.pad_rows:
-                out.cost_num_decode = out.num_decode + self.pad_rows
-                out.cost_decode_context_sum = out.decode_context_sum + self.pad_context + self.pad_rows
+            if self.pad_rows:                # finished requests' slots compute too
+                out.cost_shape = BatchShape.decode(out.num_decode + self.pad_rows,
+                                                   out.decode_context_sum + self.pad_context + self.pad_rows)
         elif self.waiting and self.batch_start_time(now) <= now:
             self._backlog = False
             self._schedule_waiting(out, now)
-            if self.pads and out.admitted_tokens:
-                longest = max(out.admitted_tokens)
-                out.cost_prefill_tokens = [longest] * len(out.admitted_tokens)
+            if self.pads and out.admitted_tokens:   # every prompt is padded to the longest
+                k = len(out.admitted_tokens)
+                context = out.prefill_context if out.prefill_context is not None else [0] * k
+                out.cost_shape = BatchShape([max(out.admitted_tokens)] * k, context, 0, 0, k)
         return out
 
     def _finish(self, now: float) -> np.ndarray:

@@ -245,12 +245,15 @@ class PrefixCachingKVManager(KVCacheManager):
         self.num_evictable_blocks += n
 
     # -- requests ------------------------------------------------------------------------------------
-    def admit(self, rid: int, num_tokens: int, budget: int) -> int:
+    def admit(self, rid: int, num_tokens: int, budget: int, num_computed_tokens: int | None = None) -> int:
         """Admit request ``rid`` whose first ``num_tokens`` tokens must be cached by the step's end.
 
         Returns the number of tokens found in the cache (a multiple of ``block_size``), or -1 when
         the tokens left to compute exceed ``budget`` or their blocks are not free (nothing changes).
+        ``num_computed_tokens``, if given, must equal ``num_tokens`` (no swapped-in KV with prefix
+        caching: refused in resolve).
         """
+        assert num_computed_tokens is None or num_computed_tokens == num_tokens
         bs, ref = self.block_size, self.ref
         known = self.hashes.ids(rid, num_tokens // bs)
         cand = known[:(num_tokens - 1) // bs]
@@ -306,13 +309,18 @@ class PrefixCachingKVManager(KVCacheManager):
         self._push(zero)
         assert self.num_used_blocks >= 0
 
-    def release_tail_until_fits(self, req_id: np.ndarray, computed: np.ndarray, need: np.ndarray) -> int:
+    def release_many(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray) -> None:
+        for rid, c in zip(req_ids.tolist(), num_computed_tokens.tolist(), strict=False):
+            self.release(rid, c)
+
+    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray,
+                                need: np.ndarray) -> int:
         """Release running rows from the last until the remaining rows' ``need`` blocks are free;
         returns how many rows remain (vLLM's preempt-the-last loop, with shared blocks exact)."""
         keep, total = len(need), int(need.sum())
         while total > self.num_gpu_blocks - self.num_used_blocks:
             keep -= 1
-            self.release(int(req_id[keep]), int(computed[keep]))
+            self.release(int(req_ids[keep]), int(num_computed_tokens[keep]))
             total -= int(need[keep])
         return keep
 

@@ -126,7 +126,7 @@ class Replica:
             return out, t + run.total_s, run
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-        duration = cost.step_time_s(*out.cost_args()) + out.extra_s
+        duration = cost.step_time_s(out.batch_shape()) + out.extra_s
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
         self.planned_until = t + duration
         if self.on_step_planned is not None:

@@ -19,7 +19,10 @@ event (:meth:`Scheduler.plan_decode_run`), which is what makes 100k-request runs
 Block accounting needs no per-request block counter: a running request that has cached ``c``
 tokens holds ``ceil(c / block_size)`` blocks, and it needs a new block exactly when
 ``c % block_size == 0``. A histogram of ``c % block_size`` over the batch therefore gives the
-blocks every future decode step needs, in closed form.
+blocks every future decode step needs, in closed form. Everything else about blocks goes through
+the KV cache (:class:`~simulator.engine.kv_cache.KVCacheManager`): ``admit`` a waiting request,
+``release`` a leaving one, ``release_tail_until_fits`` to choose the preempted rows; with prefix
+caching the same calls share blocks, so the scheduler never asks which cache it has.
 """
 from __future__ import annotations
 
@@ -32,8 +35,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from simulator.cost.base import BatchShape
 from simulator.engine.kv_cache import KVCacheManager
-from simulator.engine.prefix_cache import PrefixCachingKVManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.registry import Registry
 from simulator.scenario.config import SchedulerConfig
@@ -66,14 +69,11 @@ class SchedulerOutput:
     """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
     num_partial: int = 0
     """``admitted`` entries whose prompt is not finished by this step (chunked prefill): no token."""
-    cost_prefill_tokens: list[int] | None = None
-    """Prefill tokens the cost model is charged for, when not ``admitted_tokens`` (padding)."""
-    cost_num_decode: int | None = None
-    cost_decode_context_sum: int | None = None
-    """Decode rows (and their context) the cost model is charged for, when padded slots compute too."""
+    cost_shape: BatchShape | None = None
+    """What the cost model is charged for, when not the scheduled tokens themselves (padded slots
+    of a static batch, speculative verification); see :meth:`batch_shape`."""
     row_tokens: np.ndarray | None = None
     """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
-    cost_num_sampled: int | None = None
     decode_budget_tokens: int | None = None
     """Budget the decoding rows take, when not one token each (speculative verification)."""
     extra_s: float = 0.0
@@ -98,15 +98,16 @@ class SchedulerOutput:
     def is_pure_decode(self) -> bool:
         return not self.admitted and not self.preempted and self.num_decode > 0
 
-    def cost_args(self) -> tuple[list[int], list[int], int, int, int]:
-        """Arguments of ``CostModel.step_time_s`` for this step."""
+    def batch_shape(self) -> BatchShape:
+        """What the cost model is charged for this step (``CostModel.step_time_s``'s input):
+        ``cost_shape`` when a policy set one, else the decodes and the admitted entries' tokens
+        over their cached context; every decode and every finished prompt samples a token."""
+        if self.cost_shape is not None:
+            return self.cost_shape
         k = len(self.admitted)
-        prefill = self.cost_prefill_tokens if self.cost_prefill_tokens is not None else self.admitted_tokens
         context = self.prefill_context if self.prefill_context is not None else [0] * k
-        num_decode = self.num_decode if self.cost_num_decode is None else self.cost_num_decode
-        ctx = self.decode_context_sum if self.cost_decode_context_sum is None else self.cost_decode_context_sum
-        sampled = num_decode + k - self.num_partial if self.cost_num_sampled is None else self.cost_num_sampled
-        return prefill, context, num_decode, ctx, sampled
+        n = self.num_decode
+        return BatchShape(self.admitted_tokens, context, n, self.decode_context_sum, n + k - self.num_partial)
 
 
 @dataclass(slots=True)
@@ -158,7 +159,8 @@ class Scheduler:
 
     Args:
         config: the scenario's scheduler section (vLLM names).
-        kv: the replica's block accounting.
+        kv: the replica's block accounting (:class:`~simulator.engine.prefix_cache.PrefixCachingKVManager`
+            under ``enable_prefix_caching``): the scheduler admits, releases and preempts through it.
         table: the run's request columns.
     """
 
@@ -199,8 +201,6 @@ class Scheduler:
         self.pad_rows = 0
         self.pad_context = 0
         """Slots of finished requests that still compute (static batching pads), and their context."""
-        self.prefix: PrefixCachingKVManager | None = kv if isinstance(kv, PrefixCachingKVManager) else None
-        """The KV cache when it does prefix caching (``enable_prefix_caching``), else None."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -241,10 +241,7 @@ class Scheduler:
         keep = n
         if need > self.kv.num_free_blocks:
             need_rows = (computed % bs == 0).astype(np.int64)
-            if self.prefix is None:
-                keep = self._rows_that_fit(need_rows, (computed + bs - 1) // bs)
-            else:   # shared blocks: release rows one by one, as vLLM's loop does
-                keep = self.prefix.release_tail_until_fits(self.req_id[:n], computed, need_rows)
+            keep = self.kv.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
             need = int(need_rows[:keep].sum())
             residues = None
@@ -255,26 +252,14 @@ class Scheduler:
         out.decode_context_sum = self.context_total + keep
         out.residues = residues
 
-    def _rows_that_fit(self, need: np.ndarray, blocks: np.ndarray) -> int:
-        """Largest prefix of running rows whose new blocks fit once every later row is preempted.
-
-        vLLM's loop (preempt the last running request until the current one fits) keeps exactly
-        this prefix: feasibility of a prefix only improves as it shrinks.
-        """
-        tail_free = np.concatenate((np.cumsum(blocks[::-1])[::-1], [0]))  # blocks held by rows >= m
-        prefix_need = np.concatenate(([0], np.cumsum(need)))              # need of rows < m
-        fits = prefix_need <= self.kv.num_free_blocks + tail_free
-        return int(np.flatnonzero(fits)[-1])
-
     def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
-        n, table, bs = self.n, self.table, self.block_size
+        """Preempt running rows ``keep..n`` (their KV has been released: recompute, or swap out)."""
+        n, table = self.n, self.table
         rows = slice(keep, n)
         ids = self.req_id[rows]
         computed = self.num_computed_tokens[rows]
         if self.swap is not None:
             self._swap_out(ids, computed, out)
-        if self.prefix is None:
-            self.kv.free(int(((computed + bs - 1) // bs).sum()))
         self.context_total -= int(computed.sum())
         table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
         table.num_preemptions[ids] += 1
@@ -285,7 +270,7 @@ class Scheduler:
         self.n = keep
 
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
-        table, kv, bs = self.table, self.kv, self.block_size
+        table, kv = self.table, self.kv
         budget = (self.config.max_num_batched_tokens if self.uses_token_budget else _NO_LIMIT) - (
             out.num_decode if out.decode_budget_tokens is None else out.decode_budget_tokens)
         max_seqs = self.config.max_num_seqs
@@ -299,16 +284,11 @@ class Scheduler:
                 cached = tokens
             else:                                      # swap in: its KV returns, it decodes a token
                 tokens, cached = 1, swapped + 1
-            if self.prefix is None:
-                hit = 0
-                if tokens > budget or not kv.allocate(-(-cached // bs)):
-                    break
-            else:                                      # (never with swap: refused in resolve)
-                hit = self.prefix.admit(rid, tokens, budget)
-                if hit < 0:
-                    break
-                if generated == 0 and table.num_preemptions[rid] == 0:
-                    table.num_cached_tokens[rid] = hit
+            hit = kv.admit(rid, tokens, budget, cached)   # prefix-cache hits (never with swap)
+            if hit < 0:
+                break
+            if hit and generated == 0 and table.num_preemptions[rid] == 0:
+                table.num_cached_tokens[rid] = hit
             waiting.popleft()
             if swapped is not None:
                 self._swap_in(rid, swapped, out)
@@ -368,7 +348,7 @@ class Scheduler:
         if next_event_time != np.inf and k > 1:
             k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
         free = self.kv.num_free_blocks
-        if k > 1 and n * (-(-(k - 1) // bs)) > free:
+        if k > 1 and n * (-(-(k - 1) // bs)) > free:     # every row's blocks for k - 1 more tokens
             # The KV cache may run out during the run: find the last step whose blocks fit.
             prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
             q, r = divmod(free, n)
@@ -413,11 +393,7 @@ class Scheduler:
         ids = self.req_id[done]
         computed = self.num_computed_tokens[done]
         self._record_finished(ids, now)
-        if self.prefix is None:
-            self.kv.free(int(((computed + self.block_size - 1) // self.block_size).sum()))
-        else:
-            for rid, c in zip(ids.tolist(), computed.tolist(), strict=True):
-                self.prefix.release(rid, c)
+        self.kv.release_many(ids, computed)
         self.context_total -= int(computed.sum())
         keep = np.ones(n, dtype=bool)
         keep[done] = False
@@ -433,10 +409,7 @@ class Scheduler:
         ids = self.req_id[row:row + 1].copy()
         computed = int(self.num_computed_tokens[row])
         self._record_finished(ids, now)
-        if self.prefix is None:
-            self.kv.free(-(-computed // self.block_size))
-        else:
-            self.prefix.release(int(ids[0]), computed)
+        self.kv.release(int(ids[0]), computed)
         self.context_total -= computed
         if row < n - 1:
             for arr in self._row_arrays:
@@ -446,10 +419,10 @@ class Scheduler:
 
     def _swap_out(self, ids: np.ndarray, computed: np.ndarray, out: SchedulerOutput) -> None:
         """Copy preempted requests' KV to host memory while it has room (else they recompute)."""
-        swap, bs = self.swap, self.block_size
+        swap, blocks_for = self.swap, self.kv.blocks_for
         assert swap is not None
-        for rid, c in zip(ids.tolist(), computed.tolist(), strict=True):
-            blocks = -(-c // bs)
+        for rid, c in zip(ids.tolist(), computed.tolist(), strict=False):
+            blocks = blocks_for(c)
             if swap.used_blocks + blocks > swap.capacity_blocks:
                 swap.recompute_fallbacks += 1
                 continue
@@ -465,7 +438,7 @@ class Scheduler:
         else:
             swap = self.swap
             assert swap is not None
-            blocks = -(-tokens // self.block_size)
+            blocks = self.kv.blocks_for(tokens)
             swap.used_blocks -= blocks
             swap.swap_ins += 1
             out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
@@ -505,7 +478,7 @@ class Scheduler:
         (``num_output_tokens``) and gets ``status``
         (``FINISHED_ABORTED`` for a client timeout, ``FINISHED_SHED`` for admission control).
         """
-        table, n, bs = self.table, self.n, self.block_size
+        table, n = self.table, self.n
         gone = set(ids)
         rows = np.flatnonzero(np.isin(self.req_id[:n], ids)) if n else _EMPTY
         left_running: set[int] = set()
@@ -514,11 +487,7 @@ class Scheduler:
             left_running = set(rids.tolist())
             computed = self.num_computed_tokens[rows]
             table.num_output_tokens[rids] = table.max_tokens[rids] - self.num_remaining_tokens[rows]
-            if self.prefix is None:
-                self.kv.free(int(((computed + bs - 1) // bs).sum()))
-            else:                                   # its blocks stay cached for later hits
-                for rid, c in zip(rids.tolist(), computed.tolist(), strict=True):
-                    self.prefix.release(rid, c)
+            self.kv.release_many(rids, computed)    # with prefix caching its blocks stay cached
             self.context_total -= int(computed.sum())
             self._rows_leaving(rows)
             keep = np.ones(n, dtype=bool)
@@ -541,7 +510,7 @@ class Scheduler:
                 for rid in waiting:
                     c = self._swapped.pop(rid, None)
                     if c is not None:
-                        self.swap.used_blocks -= -(-c // bs)
+                        self.swap.used_blocks -= self.kv.blocks_for(c)
         table.status[ids] = status
         table.finish_time[ids] = now
 

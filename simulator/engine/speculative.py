@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from simulator.cost.base import BatchShape
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestTable
 from simulator.engine.scheduler import Scheduler, SchedulerOutput
@@ -83,22 +84,20 @@ class SpeculativeScheduler(Scheduler):
         if m:
             # Verification is charged as a (k+1)-token chunk per decoding request over its context.
             context = self.num_computed_tokens[:m].tolist()
-            out.cost_prefill_tokens = [k1] * m + out.admitted_tokens
-            out.prefill_context = context + (out.prefill_context or [0] * len(out.admitted))
-            out.cost_num_decode, out.cost_decode_context_sum = 0, 0
-            out.cost_num_sampled = m * k1 + len(out.admitted)
+            out.cost_shape = BatchShape([k1] * m + out.admitted_tokens,
+                                        context + (out.prefill_context or [0] * len(out.admitted)),
+                                        0, 0, m * k1 + len(out.admitted))
             out.extra_s = self.proposal_time_s(m, out.decode_context_sum)
         return out
 
     def _schedule_running_spec(self, out: SchedulerOutput) -> None:
-        n, bs, k1 = self.n, self.block_size, self.k + 1
+        n, k1, kv = self.n, self.k + 1, self.kv
         computed = self.num_computed_tokens[:n]
-        held = (computed + bs - 1) // bs
-        need_rows = (computed + k1 + bs - 1) // bs - held        # lookahead slots for k + 1 tokens
+        need_rows = kv.blocks_for(computed + k1) - kv.blocks_for(computed)   # lookahead for k + 1 tokens
         keep = n
         need = int(need_rows.sum())
-        if need > self.kv.num_free_blocks:
-            keep = self._rows_that_fit(need_rows, held)
+        if need > kv.num_free_blocks:
+            keep = kv.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
             need = int(need_rows[:keep].sum())
         ok = self.kv.allocate(need)
@@ -109,7 +108,7 @@ class SpeculativeScheduler(Scheduler):
         out.decode_budget_tokens = keep * k1
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
-        m, n, bs, k = out.num_decode, self.n, self.block_size, self.k
+        m, n, k, blocks_for = out.num_decode, self.n, self.k, self.kv.blocks_for
         if m:
             accepted = self._accepted(m)
             before = self.num_computed_tokens[:m].copy()
@@ -118,9 +117,7 @@ class SpeculativeScheduler(Scheduler):
             self.num_remaining_tokens[:m] -= emitted
             self.context_total += int(emitted.sum())
             # Return the lookahead blocks the rejected (or never needed) positions reserved.
-            reserved = (before + k + 1 + bs - 1) // bs
-            used = (before + emitted + bs - 1) // bs
-            self.kv.free(int((reserved - used).sum()))
+            self.kv.free(int((blocks_for(before + k + 1) - blocks_for(before + emitted)).sum()))
             self.num_draft_tokens += m * k
             self.num_accepted_tokens += int((emitted - 1).sum())
             self.num_verify_steps += m

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.run.resolve import resolve
 from simulator.run.simulate import simulate
@@ -73,8 +74,9 @@ def capacity_bound(scenario: Scenario) -> CapacityBound:
     decode = cost.decode_step_time_s(batch, ctx)
     p = int(round(prompt))
     others = batch - 1
-    with_prefill = cost.step_time_s([p], [0], others, int(round(others * resident)), batch)
-    without = cost.step_time_s([], [], others, int(round(others * resident)), others) if others else 0.0
+    others_ctx = int(round(others * resident))
+    with_prefill = cost.step_time_s(BatchShape([p], [0], others, others_ctx, batch))
+    without = cost.step_time_s(BatchShape.decode(others, others_ctx)) if others else 0.0
     marginal = max(with_prefill - without, 1e-12)
     mu = batch / (max(output - 1.0, 0.0) * decode + batch * marginal)
     return CapacityBound(batch, decode, marginal, mu)

@@ -387,15 +387,16 @@ def step_time_curves(profile: Any, model: Any, tensor_parallel_size: int = 1, *,
     """The cost model's predicted engine step time for a profile and model, long format
     (``kind``, ``x``, ``step_ms``, ``per_token_ms``): ``decode`` steps of ``x`` requests each
     attending over ``context_tokens``, and ``prefill`` steps of one prompt of ``x`` tokens."""
+    from simulator.cost.base import BatchShape
     from simulator.cost.factory import make_cost_model
 
     cost = make_cost_model(profile, model, tensor_parallel_size)
     rows = []
     for b in batch_sizes:
-        t = cost.step_time_s([], [], b, b * (context_tokens + 1), b)
+        t = cost.step_time_s(BatchShape.decode(b, b * (context_tokens + 1)))
         rows.append({"kind": "decode", "x": int(b), "step_ms": 1e3 * t, "per_token_ms": 1e3 * t / b})
     for n in prompt_tokens:
-        t = cost.step_time_s([int(n)], [0], 0, 0, 1)
+        t = cost.step_time_s(BatchShape.prefill(int(n)))
         rows.append({"kind": "prefill", "x": int(n), "step_ms": 1e3 * t, "per_token_ms": 1e3 * t / n})
     return pd.DataFrame(rows)
 

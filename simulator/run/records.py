@@ -34,7 +34,7 @@ class StepLog:
 
     def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
                  kv_used: int, num_waiting: int) -> None:
-        slots = out.num_decode if out.cost_num_decode is None else out.cost_num_decode
+        slots = out.num_decode if out.cost_shape is None else out.cost_shape.num_decodes
         self._entries.append((start, 1, replica, slots + len(out.admitted), out.num_prefill_tokens,
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)

@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from simulator.cluster.routing import make_router
-from simulator.cost.base import CostModel
+from simulator.cost.base import BatchShape, CostModel
 from simulator.cost.factory import make_cost_model
 from simulator.engine.deadlines import Deadlines, queue_is_full
 from simulator.engine.disaggregated import DisaggregatedFleet
@@ -277,13 +277,13 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
         layers = system.model.num_layers
 
         def mtp(n: int, ctx: int) -> float:   # k extra decoder layers of the target
-            bd = cost.breakdown([], [], n, ctx, n)
+            bd = cost.breakdown(BatchShape.decode(n, ctx))
             return k * (bd.total_s - bd.overhead_s) / layers
         return mtp
     assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
-        overhead = draft_cost.breakdown([], [], n, 0, n).overhead_s
+        overhead = draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s
         return sum(draft_cost.decode_step_time_s(n, ctx + n * j) - overhead for j in range(k))
     return draft
