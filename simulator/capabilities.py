@@ -137,7 +137,7 @@ _BY_HAND = No("size the pools by hand")
 POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
     "continuous": _all_but(POLICY_FEATURES, pool_sizes=No()),
     "chunked_prefill": _all_but(
-        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
+        POLICY_FEATURES, speculative_decoding=No(), pool_sizes=No(),
         swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute")),
     "dynamic": _all_but(
         POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No()),
@@ -166,8 +166,6 @@ COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
 _CUTS_PREFIX = "trimming keeps a prompt's last tokens and would cut the shared prefix"
 
 EXCLUSIONS: tuple[Exclusion, ...] = (
-    Exclusion("prefix_caching", "speculative_decoding", "lookahead KV slots are not tracked per block",
-              "turn one of them off"),
     Exclusion("prefix_caching", "swap_preemption", "swapped blocks would lose their identities",
               "use preemption_mode: recompute, where re-admission hits the cache"),
     Exclusion("autoscaler", "model_pools", hint=_EITHER),

@@ -338,14 +338,7 @@ def test_policy_without_prefix_caching_support_is_an_error(monkeypatch):
     assert info.value.field == "scheduler.enable_prefix_caching" and "'other'" in str(info.value)
 
 
-def test_prefix_caching_with_speculative_decoding_is_an_error():
-    sc = with_prefix(speculative_config={"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 0.5})
-    with pytest.raises(ScenarioError) as info:
-        resolve(sc)
-    assert info.value.field == "scheduler.enable_prefix_caching" and "speculative_config" in str(info.value)
-
-
-@pytest.mark.parametrize("policy", ["chunked_prefill", "dynamic", "static"])
+@pytest.mark.parametrize("policy", ["dynamic", "static"])
 def test_other_policies_refuse_prefix_caching(policy):
     with pytest.raises(ScenarioError) as info:
         resolve(with_prefix(**{"scheduler.policy": policy}))

@@ -167,6 +167,24 @@ class KVCacheManager:
         self.num_used_blocks += blocks
         return 0
 
+    def admit_chunk(self, rid: int, num_tokens: int, budget: int) -> tuple[int, int]:
+        """Admit request ``rid`` with ``num_tokens`` tokens to compute in chunks (chunked prefill).
+
+        Finds the leading tokens already cached (none here), then takes the blocks of a first
+        chunk: at most ``budget`` of the other tokens. Returns ``(cached tokens, chunk tokens)``, or
+        ``(-1, 0)`` when the chunk's blocks are not free (nothing changes then).
+        """
+        t = min(num_tokens, budget)
+        blocks = -(-t // self.block_size)
+        if blocks > self.num_gpu_blocks - self.num_used_blocks:
+            return -1, 0
+        self.num_used_blocks += blocks
+        return 0, t
+
+    def register(self, rid: int, num_computed_tokens: int) -> None:
+        """A chunk brings ``rid`` to ``num_computed_tokens`` tokens by the step's end (its blocks
+        are allocated): offer its newly full blocks to the cache (nothing to do without one)."""
+
     def release(self, rid: int, num_computed_tokens: int) -> None:
         """Request ``rid`` finished or left holding the KV of ``num_computed_tokens`` tokens."""
         self.num_used_blocks -= -(-num_computed_tokens // self.block_size)

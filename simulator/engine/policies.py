@@ -5,7 +5,9 @@
   the decodes of the running batch under ``max_num_batched_tokens``. Running requests are served
   first, in admission order (decodes one token, partial prefills their next chunk), then waiting
   requests are admitted FCFS with a first chunk, exactly as vLLM v1's scheduler walks its
-  ``running`` then ``waiting`` lists. A chunk allocates the blocks its tokens fill; when blocks
+  ``running`` then ``waiting`` lists. With prefix caching a request's cached leading blocks are
+  skipped at admission and each chunk's full blocks are cached as it is scheduled
+  (``kv.admit_chunk`` / ``kv.register``). A chunk allocates the blocks its tokens fill; when blocks
   run out the last running request is preempted (recompute), as in the continuous policy.
 * ``dynamic``: request-level batching with a deadline (Triton-style dynamic batcher applied to
   generation). An idle engine starts a batch when ``max_num_seqs`` requests wait or the oldest
@@ -94,6 +96,11 @@ class ChunkedPrefillScheduler(Scheduler):
             self.num_prefilling = int((self.num_pending[:alive] > 0).sum())
         ok = self.kv.allocate(need_total)
         assert ok
+        if self.num_prefilling:                              # chunks' full blocks join the prefix cache
+            ids = self.req_id
+            for i in range(alive):
+                if pending[i] and tokens[i]:
+                    kv.register(int(ids[i]), computed[i] + tokens[i])
         self._fill_output(out, tokens[:alive], computed, pending)
         return budget
 
@@ -125,29 +132,33 @@ class ChunkedPrefillScheduler(Scheduler):
         table, kv, waiting = self.table, self.kv, self.waiting
         max_seqs, limit = self.config.max_num_seqs, self.chunk_limit
         first_row = self.n
-        admitted, chunks = [], []
+        admitted, chunks, contexts = [], [], []
         while waiting and self.n < max_seqs and budget > 0:
             rid = waiting[0]
             generated = int(table.num_output_tokens[rid])
             total = int(table.num_prompt_tokens[rid]) + generated
-            t = min(total, budget, limit)
-            if not kv.allocate(kv.blocks_for(t)):
+            hit, t = kv.admit_chunk(rid, total, min(budget, limit))   # prefix-cache hits are skipped
+            if hit < 0:
                 break
             waiting.popleft()
             row = self.n
             self.req_id[row] = rid
-            self.num_computed_tokens[row] = 0
-            self.num_pending[row] = total
+            self.num_computed_tokens[row] = hit
+            self.num_pending[row] = total - hit
             self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
             self.n = row + 1
             self.num_prefilling += 1
+            self.context_total += hit
             budget -= t
             table.status[rid] = _RUNNING
             if generated == 0 and table.num_preemptions[rid] == 0:
                 table.first_scheduled_time[rid] = now
+                if hit:
+                    table.num_cached_tokens[rid] = hit
             admitted.append(rid)
             chunks.append(t)
-            out.num_partial += t < total
+            contexts.append(hit)
+            out.num_partial += t < total - hit
         if not admitted:
             return
         if self.priority_order:
@@ -158,7 +169,7 @@ class ChunkedPrefillScheduler(Scheduler):
         out.admitted.extend(admitted)
         out.admitted_tokens.extend(chunks)
         assert out.prefill_context is not None
-        out.prefill_context.extend([0] * len(admitted))
+        out.prefill_context.extend(contexts)
         out.row_tokens = np.concatenate((out.row_tokens, np.asarray(chunks, dtype=np.int64)))
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:

@@ -13,8 +13,9 @@ Cache semantics (vLLM v1 ``KVCacheManager`` / ``BlockPool``):
 * on admission, the longest run of *leading* full blocks already cached is a hit: those blocks are
   shared (reference-counted), neither recomputed nor newly allocated; at most
   ``(num_tokens - 1) // block_size`` blocks can hit, so the last prompt token is always computed;
-* the full blocks the request computes are hashed at admission (a request admitted later in the
-  same step can hit them, as in vLLM); blocks its decode steps fill are hashed when it finishes
+* the full blocks the request computes are hashed when scheduled: at admission, and with chunked
+  prefill as each chunk is scheduled (``admit_chunk``, ``register``), so a request admitted later
+  in the same step can hit them, as in vLLM; blocks its decode steps fill are hashed when it finishes
   or is preempted (only that request or its own later turns can ever ask for them, and neither can
   before then, so this is exact for the workloads built here);
 * a block whose reference count drops to 0 stays cached and counts as free but evictable; when new
@@ -254,21 +255,45 @@ class PrefixCachingKVManager(KVCacheManager):
         caching: refused in resolve).
         """
         assert num_computed_tokens is None or num_computed_tokens == num_tokens
-        bs, ref = self.block_size, self.ref
+        known, hit = self._lookup(rid, num_tokens)
+        if num_tokens - hit * self.block_size > budget or not self._hold(rid, known, hit, num_tokens, num_tokens):
+            return -1
+        return hit * self.block_size
+
+    def admit_chunk(self, rid: int, num_tokens: int, budget: int) -> tuple[int, int]:
+        """Admit ``rid`` with ``num_tokens`` tokens to compute in chunks (chunked prefill, as vLLM v1):
+        the leading cached blocks are hits, and a first chunk of at most ``budget`` of the other
+        tokens gets blocks; the chunk's full blocks are cached at once. Returns ``(cached tokens,
+        chunk tokens)``, or ``(-1, 0)`` when the blocks are not free (nothing changes then)."""
+        known, hit = self._lookup(rid, num_tokens)
+        cached = hit * self.block_size
+        t = min(num_tokens - cached, budget)
+        if not self._hold(rid, known, hit, cached + t, num_tokens):
+            return -1, 0
+        return cached, t
+
+    def _lookup(self, rid: int, num_tokens: int) -> tuple[np.ndarray, int]:
+        """The ids of ``rid``'s full blocks and how many leading ones are cached (a hit never
+        covers the last token: at most ``(num_tokens - 1) // block_size`` blocks)."""
+        bs = self.block_size
         known = self.hashes.ids(rid, num_tokens // bs)
         cand = known[:(num_tokens - 1) // bs]
         hit = len(cand)
         if hit:
-            miss = np.flatnonzero(ref[cand] < 0)
+            miss = np.flatnonzero(self.ref[cand] < 0)
             if len(miss):
                 hit = int(miss[0])
-        if num_tokens - hit * bs > budget:
-            return -1
-        hit_ids = cand[:hit]
+        return known, hit
+
+    def _hold(self, rid: int, known: np.ndarray, hit: int, end: int, num_tokens: int) -> bool:
+        """Take ``known[:hit]`` from the cache and blocks for tokens ``hit * block_size .. end``;
+        False (nothing changes) when they are not free. Counts a query of ``num_tokens``."""
+        bs, ref = self.block_size, self.ref
+        hit_ids = known[:hit]
         revived = hit_ids[ref[hit_ids] == 0] if hit else hit_ids
-        new_blocks = -(-num_tokens // bs) - hit
+        new_blocks = -(-end // bs) - hit
         if new_blocks + len(revived) > self.num_gpu_blocks - self.num_used_blocks:
-            return -1
+            return False
         if hit:
             ref[hit_ids] += 1
             if len(revived):
@@ -277,7 +302,7 @@ class PrefixCachingKVManager(KVCacheManager):
                 self.num_used_blocks += len(revived)
         ok = self.allocate(new_blocks)
         assert ok
-        full = num_tokens // bs
+        full = end // bs
         computed = known[hit:full]
         new_ids = computed[ref[computed] < 0]   # blocks cached elsewhere already stay private
         ref[new_ids] = 1
@@ -286,7 +311,20 @@ class PrefixCachingKVManager(KVCacheManager):
         self.num_queries += 1
         self.query_tokens += num_tokens
         self.hit_tokens += hit * bs
-        return hit * bs
+        return True
+
+    def register(self, rid: int, num_computed_tokens: int) -> None:
+        """A chunk brings ``rid`` to ``num_computed_tokens`` tokens (its blocks allocated): its newly
+        full blocks are cached now, so a request admitted later can hit them (vLLM v1 caches full
+        blocks as each chunk is scheduled)."""
+        full, done = num_computed_tokens // self.block_size, self._registered[rid]
+        if full <= done:
+            return
+        ids = self.hashes.ids_between(rid, done, full)
+        ids = ids[self.ref[ids] < 0]
+        self.ref[ids] = 1
+        self._held[rid] = np.concatenate((self._held[rid], ids))
+        self._registered[rid] = full
 
     def release(self, rid: int, num_computed_tokens: int) -> None:
         """Request ``rid`` finished or was preempted with ``num_computed_tokens`` cached tokens:
