@@ -12,7 +12,8 @@ literal written right after the field in the class body (an attribute docstring)
 class source with ``ast``; both are normalised with ``inspect.cleandoc``, as pydantic's
 ``use_attribute_docstrings`` does, so the output is the same whichever way a field is documented.
 The last section, which features combine with which policy, cost model and feature, is the
-capability table the scenario is checked against (``simulator.capabilities.markdown``).
+capability table the scenario is checked against (``simulator.capabilities.markdown``), then the
+engine presets (``simulator.scenario.engines.markdown``).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from pydantic_core import PydanticUndefined  # noqa: E402
 
 from simulator import Scenario  # noqa: E402
 from simulator.capabilities import markdown as capability_table  # noqa: E402
+from simulator.scenario.engines import markdown as engine_presets  # noqa: E402
 
 OUT = Path(__file__).resolve().with_name("scenario-reference.md")
 
@@ -292,6 +294,10 @@ def render() -> str:
             lines += ["", "Other fields are allowed here."]
         lines.append("")
     lines.append(capability_table())
+    lines += ["", "## Engine presets", "",
+              "`engine: <preset>` fills in the `scheduler` fields a scenario leaves out "
+              "(see [engines.md](engines.md)).",
+              "", engine_presets()]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -115,11 +115,14 @@ FEATURES: dict[str, Feature] = {
                                lambda sc: _on("workload.prefix", _set(sc.workload.prefix))),
     "quantization": Feature("weight quantization", "deployment.quantization", _quantization),
     "kv_cache_dtype": Feature("KV-cache dtypes", "deployment.kv_cache_dtype", _kv_cache_dtype),
+    "multi_step": Feature("multi-step scheduling", "scheduler.num_scheduler_steps > 1", lambda sc: _on(
+        "scheduler.num_scheduler_steps", sc.scheduler.num_scheduler_steps if sc.scheduler.num_scheduler_steps > 1
+        else None)),
 }
 """Every feature the table speaks of, in the order they are checked."""
 
 POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", "pool_sizes",
-                   "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools")
+                   "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools", "multi_step")
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
@@ -134,18 +137,25 @@ _OWN_ADMISSION = No("its admission does not go through the prefix cache's admit/
 _MOVES = No("a request moves from a prefill to a decode replica", "use admission.max_queue_len")
 _BY_HAND = No("size the pools by hand")
 
+_ONE_STEP = No("vLLM runs multi-step scheduling with its continuous batching",
+               "use scheduler.policy: continuous, or num_scheduler_steps: 1")
+
 POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
     "continuous": _all_but(POLICY_FEATURES, pool_sizes=No()),
     "chunked_prefill": _all_but(
         POLICY_FEATURES, speculative_decoding=No(), pool_sizes=No(),
-        swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute")),
+        swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute"),
+        multi_step=_ONE_STEP),
     "dynamic": _all_but(
-        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No()),
+        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
+        multi_step=_ONE_STEP),
     "static": _all_but(
-        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No()),
+        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
+        multi_step=_ONE_STEP),
     "disaggregated": _all_but(
         POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), client_timeout=_MOVES,
-        queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER)),
+        queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
+        multi_step=_ONE_STEP),
 }
 """``scheduler.policy`` -> feature -> ``YES`` or :class:`No`. A policy missing here (a plug-in
 registered without a row) supports none of :data:`POLICY_FEATURES`."""
@@ -166,6 +176,8 @@ COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
 _CUTS_PREFIX = "trimming keeps a prompt's last tokens and would cut the shared prefix"
 
 EXCLUSIONS: tuple[Exclusion, ...] = (
+    Exclusion("multi_step", "speculative_decoding", "a verification step is not a plain decode step",
+              "turn one of them off"),
     Exclusion("prefix_caching", "swap_preemption", "swapped blocks would lose their identities",
               "use preemption_mode: recompute, where re-admission hits the cache"),
     Exclusion("autoscaler", "model_pools", hint=_EITHER),

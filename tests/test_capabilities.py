@@ -47,6 +47,7 @@ ON: dict[str, dict[str, Any]] = {
     "shared_prefixes": {"workload.prefix": {"prefix_tokens": 16}},
     "quantization": {"deployment.quantization": "fp8"},
     "kv_cache_dtype": {"deployment.kv_cache_dtype": "fp8"},
+    "multi_step": {"scheduler.num_scheduler_steps": 4},
 }
 """Settings that turn each feature on in the small test scenario."""
 

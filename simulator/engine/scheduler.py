@@ -201,6 +201,9 @@ class Scheduler:
         self.pad_rows = 0
         self.pad_context = 0
         """Slots of finished requests that still compute (static batching pads), and their context."""
+        self.num_scheduler_steps = config.num_scheduler_steps
+        self.steps_into_run = 0
+        """Multi-step scheduling: decode steps done in the current run (no admission until it ends)."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -228,9 +231,17 @@ class Scheduler:
         out = SchedulerOutput()
         if self.n:
             self._schedule_running(out)
-        if self.waiting and not out.preempted:
+        if self.waiting and not out.preempted and self.steps_into_run == 0:
             self._schedule_waiting(out, now)
         return out
+
+    def _multi_step(self, decode_steps: int) -> None:
+        """Count ``decode_steps`` pure-decode steps into the multi-step run (a step that admits
+        requests, or an empty batch, ends it)."""
+        if self.n == 0 or not decode_steps:
+            self.steps_into_run = 0
+        else:
+            self.steps_into_run = (self.steps_into_run + decode_steps) % self.num_scheduler_steps
 
     def _schedule_running(self, out: SchedulerOutput) -> None:
         n, bs = self.n, self.block_size
@@ -325,7 +336,10 @@ class Scheduler:
         self.num_remaining_tokens[: self.n] -= 1      # every scheduled row emitted one token
         if out.admitted_first:
             self.table.first_token_time[out.admitted_first] = now
-        return self._finish(now)
+        done = self._finish(now)
+        if self.num_scheduler_steps > 1:
+            self._multi_step(0 if out.admitted else 1)
+        return done
 
     def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float, cost: Any) -> DecodeRun:
         """Plan as many pure-decode steps as can run before anything changes the batch.
@@ -345,6 +359,8 @@ class Scheduler:
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
         k = k_fin
+        if self.num_scheduler_steps > 1:             # a multi-step run ends at its last step
+            k = min(k, self.num_scheduler_steps - self.steps_into_run)
         if next_event_time != np.inf and k > 1:
             k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
         free = self.kv.num_free_blocks
@@ -381,7 +397,10 @@ class Scheduler:
         self.context_total += n * k
         if self.pad_rows:
             self.pad_context += self.pad_rows * k
-        return self._finish(now) if run.finishes else _EMPTY
+        done = self._finish(now) if run.finishes else _EMPTY
+        if self.num_scheduler_steps > 1:
+            self._multi_step(k)
+        return done
 
     def _finish(self, now: float) -> np.ndarray:
         n = self.n

@@ -66,7 +66,7 @@ def resolve(scenario: Scenario) -> ResolvedSystem:
 def _resolve_system(scenario: Scenario) -> ResolvedSystem:
     """One served system (the scenario's, or one pool's): model, profile, precision, KV plan."""
     model = resolve_model(scenario.model)
-    profile = load_profile(scenario.hardware, base_dir=scenario.base_dir)
+    profile = _engine_overhead(scenario, load_profile(scenario.hardware, base_dir=scenario.base_dir))
     sch, dep = scenario.scheduler, scenario.deployment
     ROUTERS.lookup(dep.router)
     max_model_len = sch.max_model_len or model.max_model_len
@@ -102,6 +102,19 @@ def _resolve_system(scenario: Scenario) -> ResolvedSystem:
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
         plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
     return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
+
+
+def _engine_overhead(scenario: Scenario, profile: HardwareProfile) -> HardwareProfile:
+    """The profile with the engine's CPU overhead: ``engine.overhead`` when given (the engine's,
+    not the GPU's), and under multi-step scheduling the per-step part paid once per run of
+    ``num_scheduler_steps`` steps (spread over the steps)."""
+    overhead = profile.overhead
+    if scenario.engine is not None and scenario.engine.overhead is not None:
+        overhead = scenario.engine.overhead
+    steps = scenario.scheduler.num_scheduler_steps
+    if steps > 1:
+        overhead = overhead.model_copy(update={"step_s": overhead.step_s / steps})
+    return profile if overhead is profile.overhead else profile.model_copy(update={"overhead": overhead})
 
 
 def _check_disaggregated(dep: Any, profile: HardwareProfile) -> None:

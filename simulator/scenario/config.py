@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from simulator.errors import ScenarioError
+from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.frozen import Frozen
-from simulator.scenario.models import ModelSpec
+from simulator.scenario.models import MODEL_PRESETS, ModelSpec
+from simulator.scenario.profiles import Overhead, load_profile
 
 
 # -- workload ------------------------------------------------------------------------------------
@@ -383,6 +385,10 @@ class SchedulerConfig(Frozen):
     enable_prefix_caching: bool = False
     """vLLM's automatic prefix caching: reuse cached full KV blocks of identical prompt prefixes
     (block hashes, ref counts, LRU eviction; see ``simulator.engine.prefix_cache``)."""
+    num_scheduler_steps: int = Field(default=1, ge=1, le=64)
+    """vLLM 0.6's multi-step scheduling (``--num-scheduler-steps``, continuous policy): a decode
+    batch runs this many steps per scheduling decision, so a new prompt waits for the run to end,
+    and the engine's per-step CPU overhead is paid once per run. 1: schedule every step."""
 
     @model_validator(mode="after")
     def _budget(self) -> SchedulerConfig:
@@ -391,6 +397,31 @@ class SchedulerConfig(Frozen):
                 f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_num_seqs="
                 f"{self.max_num_seqs}: every running request needs one token per step")
         return self
+
+
+class EngineConfig(Frozen):
+    """The serving engine: a preset of scheduler defaults, and its CPU time per step.
+
+    ``engine: vllm-v1`` is short for ``engine: {preset: vllm-v1}``. The preset fills in the
+    ``scheduler`` fields the scenario leaves out (see ``simulator.scenario.engines`` and
+    docs/engines.md); ``overhead`` replaces the hardware profile's ``overhead``."""
+
+    preset: str
+    """One of ``simulator.scenario.engines.ENGINE_PRESETS``: vllm-v1, vllm-v0.6, sglang, trtllm."""
+    overhead: Overhead | None = None
+    """The engine's CPU time per step (None: the hardware profile's ``overhead``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"preset": data} if isinstance(data, str) else data
+
+    @field_validator("preset")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in ENGINE_PRESETS:
+            raise ValueError(f"unknown engine preset; known: {', '.join(ENGINE_PRESETS)}")
+        return name
 
 
 class RequestClientConfig(Frozen):
@@ -577,6 +608,9 @@ class Scenario(Frozen):
     slo: SLOConfig = SLOConfig()
     client: RequestClientConfig = RequestClientConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    engine: EngineConfig | None = None
+    """Engine preset (``vllm-v1``, ``vllm-v0.6``, ``sglang``, ``trtllm``): fills in the scheduler
+    fields left out; None: the scheduler fields' own defaults."""
     speculative_config: SpeculativeConfig | None = None
     """Speculative decoding (continuous batching only); None: off."""
     network: NetworkConfig | None = None
@@ -593,6 +627,27 @@ class Scenario(Frozen):
             raise ValueError("give num_requests or duration_s")
         return self
 
+    @model_validator(mode="after")
+    def _engine_defaults(self) -> Scenario:
+        """Fill the scheduler fields the scenario left out from the engine preset; the fields the
+        scenario set stay marked as set, so a later override of ``engine`` re-applies a preset."""
+        if self.engine is None:
+            return self
+        user = self.scheduler.model_fields_set
+        try:
+            profile = load_profile(self.hardware, base_dir=self.base_dir)
+        except ScenarioError:
+            profile = None          # resolve() reports the bad hardware reference
+        model_len = self.scheduler.max_model_len or (
+            self.model.max_model_len if isinstance(self.model, ModelSpec) else _preset_context(self.model))
+        preset = preset_scheduler(self.engine.preset, profile, model_len)
+        values = {k: v for k, v in preset.items() if k not in user}
+        if values:
+            merged = SchedulerConfig.model_validate({**self.scheduler.model_dump(include=user), **values})
+            object.__setattr__(merged, "__pydantic_fields_set__", set(user))
+            self.__dict__["scheduler"] = merged
+        return self
+
     def resolve_path(self, path: str) -> Path:
         p = Path(path).expanduser()
         if p.is_absolute():
@@ -603,6 +658,8 @@ class Scenario(Frozen):
     def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
         """A new validated scenario with dotted-path overrides applied (``{"seed": 3}``)."""
         data = self.model_dump(mode="python", exclude_none=True)
+        # Only the scheduler fields the scenario set: an engine preset (perhaps a new one) fills the rest.
+        data["scheduler"] = self.scheduler.model_dump(mode="python", include=self.scheduler.model_fields_set)
         for key, value in overrides.items():
             _set_dotted(data, key, value)
         return scenario_from_dict(data)
@@ -660,6 +717,11 @@ def parse_overrides(overrides: list[str] | dict[str, Any] | None) -> dict[str, A
         except yaml.YAMLError:
             out[key.strip()] = raw
     return out
+
+
+def _preset_context(name: str) -> int | None:
+    spec = MODEL_PRESETS.get(name)
+    return spec.max_model_len if spec is not None else None
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

@@ -1,0 +1,147 @@
+"""Engine presets (``engine:``) and multi-step scheduling (``scheduler.num_scheduler_steps``).
+
+* a preset fills in only the scheduler fields the scenario leaves out, follows vLLM's GPU rule
+  (large batch defaults on >= 70 GiB GPUs that are not A100s), and is re-applied when an
+  override changes the engine; an unknown preset names the field and the known ones;
+* ``engine.overhead`` replaces the profile's CPU overhead: step times move by exactly the difference;
+* multi-step: a request arriving during a run is admitted only at the run's end (step by step),
+  the per-step overhead is paid once per run, TTFT rises with the run length while TPOT falls,
+  fast-forward equals step-by-step, and other policies or speculation refuse it naming both.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_scenario, make_scheduler
+
+from simulator import ScenarioError, load_scenario, scenario_from_dict, simulate
+from simulator.cost.base import BatchShape
+from simulator.cost.factory import make_cost_model
+from simulator.run.resolve import resolve
+from simulator.scenario.engines import ENGINE_PRESETS
+
+H100 = {"model": "llama-3-8b", "hardware": "h100-sxm"}
+H100_2K = {**H100, "scheduler.max_model_len": 2048}
+
+
+def test_a_preset_fills_only_the_fields_left_out():
+    sc = make_scenario(**H100, engine="vllm-v1")
+    # make_scenario sets max_num_seqs 8, max_num_batched_tokens 2048, block_size 16: those stay.
+    assert (sc.scheduler.max_num_seqs, sc.scheduler.max_num_batched_tokens) == (8, 2048)
+    assert sc.scheduler.policy == "chunked_prefill" and sc.scheduler.enable_prefix_caching
+    assert sc.engine is not None and sc.engine.preset == "vllm-v1"
+
+
+def test_vllm_v1_batch_defaults_follow_the_gpu(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama-3-8b\nhardware: h100-sxm\nnum_requests: 10\nengine: vllm-v1\n"
+                    "workload: {arrival: {process: poisson, rate_per_s: 1}, prompt_tokens: {dist: fixed, value: 100},"
+                    " output_tokens: {dist: fixed, value: 10}}\n")
+    big = load_scenario(path).scheduler
+    small = load_scenario(path, ["hardware=a100-80gb"]).scheduler
+    assert (big.max_num_batched_tokens, big.max_num_seqs) == (8192, 1024)
+    assert (small.max_num_batched_tokens, small.max_num_seqs) == (2048, 256)
+
+
+def test_changing_the_engine_by_override_reapplies_the_preset(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama-3-8b\nhardware: h100-sxm\nnum_requests: 10\nengine: vllm-v1\n"
+                    "scheduler: {max_num_seqs: 64}\n"
+                    "workload: {arrival: {process: poisson, rate_per_s: 1}, prompt_tokens: {dist: fixed, value: 100},"
+                    " output_tokens: {dist: fixed, value: 10}}\n")
+    v1 = load_scenario(path)
+    v06 = v1.with_overrides({"engine": "vllm-v0.6"})
+    assert v1.scheduler.policy == "chunked_prefill" and v06.scheduler.policy == "continuous"
+    assert not v06.scheduler.enable_prefix_caching
+    assert v06.scheduler.max_num_batched_tokens == 8192          # max(context 8192, 2048), as vLLM v0
+    assert v1.scheduler.max_num_seqs == v06.scheduler.max_num_seqs == 64   # set by the scenario: kept
+    trt = v1.with_overrides({"engine": "trtllm"})
+    assert (trt.scheduler.block_size, trt.scheduler.max_num_seqs) == (32, 64)
+
+
+def test_unknown_preset_names_the_field_and_the_known_ones():
+    with pytest.raises(ScenarioError) as info:
+        make_scenario(engine="vllm-v2")
+    assert info.value.field == "engine.preset" and "vllm-v2" in str(info.value)
+    for name in ENGINE_PRESETS:
+        assert name in str(info.value)
+
+
+def test_every_preset_runs():
+    for name in ENGINE_PRESETS:
+        r = simulate(scenario_from_dict({**H100, "engine": name, "num_requests": 50, "workload": {
+            "arrival": {"process": "poisson", "rate_per_s": 5.0}, "prompt_tokens": {"dist": "fixed", "value": 300},
+            "output_tokens": {"dist": "fixed", "value": 20}}}))
+        assert r.summary["requests"]["completed"] == 50, name
+
+
+def test_engine_overhead_replaces_the_profiles():
+    base = make_scenario(**H100_2K)
+    own = make_scenario(**H100_2K, engine={"preset": "vllm-v1", "overhead": {"step_s": 0.004, "per_seq_s": 0.0}})
+    shape = BatchShape.decode(16, 16 * 500)
+    times = []
+    for sc in (base, own):
+        system = resolve(sc)
+        times.append(make_cost_model(system.profile, system.model, 1).step_time_s(shape))
+    profile = resolve(base).profile.overhead
+    assert times[1] - times[0] == pytest.approx((0.004 - profile.step_s) - 16 * profile.per_seq_s, abs=1e-12)
+
+
+# -- multi-step ----------------------------------------------------------------------------------
+def _step(sched, now):
+    out = sched.schedule(now)
+    sched.update_from_output(out, now + 1.0)
+    return out
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_a_new_request_waits_for_the_multi_step_run_to_end(steps):
+    sched = make_scheduler([8, 8], [100, 5], num_scheduler_steps=steps)
+    sched.waiting.pop()                                  # request 1 arrives later
+    assert _step(sched, 0.0).admitted == [0]             # the prefill step: no run yet
+    _step(sched, 1.0)                                    # decode step 1 of the run
+    sched.add_request(1)
+    admitted_at = None
+    for i in range(2, 10):
+        if _step(sched, float(i)).admitted:
+            admitted_at = i
+            break
+    # One-step scheduling admits at the next step; a 4-step run first finishes steps 2, 3, 4.
+    assert admitted_at == (2 if steps == 1 else 5)
+
+
+def test_multi_step_raises_ttft_lowers_tpot_and_pays_the_overhead_once_per_run():
+    over = {**H100, "num_requests": 600, "scheduler.max_num_seqs": 64, "scheduler.max_num_batched_tokens": 8192,
+            "workload.arrival.rate_per_s": 6.0,
+            "workload.prompt_tokens": {"dist": "fixed", "value": 500},
+            "workload.output_tokens": {"dist": "fixed", "value": 200}}
+    runs = {k: simulate(make_scenario(**over, **{"scheduler.num_scheduler_steps": k})) for k in (1, 8, 16)}
+    ttft = [runs[k].summary["ttft_s"]["mean"] for k in (1, 8, 16)]
+    tpot = [runs[k].summary["tpot_s"]["mean"] for k in (1, 8, 16)]
+    assert ttft[0] < ttft[1] < ttft[2], ttft
+    assert tpot[0] > tpot[1] > tpot[2], tpot
+    # The run-end wait is at most a run of decode steps (one step is about TPOT).
+    assert ttft[2] - ttft[0] < 16 * tpot[0]
+    # Per-step overhead spread over the run: a pure decode step is cheaper by step_s (1 - 1/k).
+    profile = resolve(make_scenario(**over)).profile.overhead
+    sys8 = resolve(make_scenario(**over, **{"scheduler.num_scheduler_steps": 8}))
+    assert sys8.profile.overhead.step_s == pytest.approx(profile.step_s / 8)
+
+
+def test_multi_step_fast_forward_equals_step_by_step():
+    sc = make_scenario(**{"num_requests": 300, "workload.arrival.rate_per_s": 40.0, "scheduler.num_scheduler_steps": 8,
+                          "workload.output_tokens": {"dist": "geometric", "mean": 30, "max": 200}})
+    fast, slow = simulate(sc), simulate(sc, fast_forward=False)
+    np.testing.assert_allclose(fast.requests["first_token_time"], slow.requests["first_token_time"], atol=1e-9)
+    np.testing.assert_allclose(fast.requests["finish_time"], slow.requests["finish_time"], atol=1e-9)
+
+
+@pytest.mark.parametrize("over,other", [
+    ({"scheduler.policy": "chunked_prefill"}, "'chunked_prefill'"),
+    ({"speculative_config": {"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 0.5}},
+     "speculative_config"),
+])
+def test_multi_step_is_refused_where_it_is_not_modelled(over, other):
+    with pytest.raises(ScenarioError) as info:
+        resolve(make_scenario(**{"scheduler.num_scheduler_steps": 4, **over}))
+    assert info.value.field == "scheduler.num_scheduler_steps" and other in str(info.value)
