@@ -143,7 +143,7 @@ _ONE_STEP = No("vLLM runs multi-step scheduling with its continuous batching",
 POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
     "continuous": _all_but(POLICY_FEATURES, pool_sizes=No()),
     "chunked_prefill": _all_but(
-        POLICY_FEATURES, speculative_decoding=No(), pool_sizes=No(),
+        POLICY_FEATURES, pool_sizes=No(),
         swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute"),
         multi_step=_ONE_STEP),
     "dynamic": _all_but(

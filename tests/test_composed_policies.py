@@ -138,3 +138,22 @@ def test_speculative_decoding_with_prefix_caching_hits_and_conserves_blocks():
                                                         "scheduler.max_model_len": 512}))
     assert tight.summary["requests"]["preemptions"] > 0 and tight.summary["requests"]["completed"] == 300
     assert (tight.steps["kv_blocks_used"] <= 60).all()
+
+
+def test_chunked_prefill_speculation_and_prefix_caching_together():
+    """vLLM v1 with all three: chunks of 64 tokens, ngram speculation, a shared 128-token prefix,
+    a small cache. Everything completes, blocks are never over-committed, the prefix hits, the
+    verification steps emit the closed-form tokens per step, and the same seed repeats exactly."""
+    sc = make_scenario(**{**CHUNKED, **SPEC, "num_requests": 300, "scheduler.num_gpu_blocks_override": 200,
+                          "scheduler.max_num_seqs": 16, "scheduler.max_num_batched_tokens": 64,
+                          "workload.arrival.rate_per_s": 100,
+                          "workload.prompt_tokens": {"dist": "fixed", "value": 300},
+                          "workload.output_tokens": {"dist": "fixed", "value": 120},
+                          "workload.prefix": {"prefix_tokens": 128, "num_prefixes": 2}})
+    a, b = simulate(sc), simulate(sc)
+    assert a.summary["requests"]["completed"] == 300 and a.summary["requests"]["preemptions"] > 0
+    assert (a.steps["kv_blocks_used"] <= 200).all()
+    assert a.summary["prefix_cache"]["hit_rate"] > 0.2
+    s = a.summary["speculative"]
+    assert s["mean_tokens_per_step"] == pytest.approx(s["expected_tokens_per_step"], rel=0.05)
+    assert a.requests["finish_time"].equals(b.requests["finish_time"])

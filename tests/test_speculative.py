@@ -19,21 +19,28 @@ def test_expected_tokens_per_step_closed_form():
     assert expected_tokens_per_step(1.0, 4) == 5.0
 
 
+POLICIES = ["continuous", "chunked_prefill"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("alpha,k", [(0.6, 3), (0.9, 5), (0.3, 2)])
-def test_tokens_per_step_match_theory(alpha, k):
+def test_tokens_per_step_match_theory(alpha, k, policy):
     """Long outputs (so the cap at max_tokens rarely truncates a step): the measured mean tokens per
-    verification step is within 1.5% of (1 - alpha^(k+1)) / (1 - alpha)."""
+    verification step is within 1.5% of (1 - alpha^(k+1)) / (1 - alpha), with continuous batching
+    and with chunked prefill (verification tokens share the step's budget with prompt chunks)."""
     sc = make_scenario(**{"num_requests": 300, "workload.output_tokens": {"dist": "fixed", "value": 400},
-                          **spec(alpha=alpha, k=k)})
+                          "scheduler.policy": policy, **spec(alpha=alpha, k=k)})
     s = simulate(sc).summary["speculative"]
     assert s["mean_tokens_per_step"] == pytest.approx(s["expected_tokens_per_step"], rel=0.015)
     assert s["draft_acceptance_rate"] == pytest.approx((s["expected_tokens_per_step"] - 1) / k, rel=0.03)
 
 
-def test_tpot_with_a_free_proposer_is_step_time_over_tokens_per_step():
+@pytest.mark.parametrize("policy", POLICIES)
+def test_tpot_with_a_free_proposer_is_step_time_over_tokens_per_step(policy):
     """Constant 10 ms steps, one request at a time, n-gram proposals (no draft cost): each output
     token after the first costs 10 ms / E[tokens per step] on average."""
     sc = make_scenario(**{"num_requests": 200, "scheduler.max_num_seqs": 1, "workload.arrival.rate_per_s": 1.0,
+                          "scheduler.policy": policy,
                           "workload.output_tokens": {"dist": "fixed", "value": 301}, **spec(alpha=0.7, k=3)})
     tpot = simulate(sc).summary["tpot_s"]["mean"]
     assert tpot == pytest.approx(0.01 / expected_tokens_per_step(0.7, 3), rel=0.03)
@@ -66,8 +73,11 @@ def test_draft_model_takes_memory_from_the_kv_cache():
     assert with_draft["num_gpu_blocks"] < plain["num_gpu_blocks"]
 
 
-def test_speculation_conserves_tokens_and_is_reproducible():
-    sc = make_scenario(**{"num_requests": 200, "scheduler.num_gpu_blocks_override": 160,
+@pytest.mark.parametrize("policy", POLICIES)
+def test_speculation_conserves_tokens_and_is_reproducible(policy):
+    sc = make_scenario(**{"num_requests": 200, "scheduler.num_gpu_blocks_override": 160, "scheduler.policy": policy,
+                          "workload.prompt_tokens": {"dist": "fixed", "value": 100},
+                          **({"scheduler.max_num_batched_tokens": 64} if policy == "chunked_prefill" else {}),
                           "workload.arrival.rate_per_s": 100, "scheduler.max_num_seqs": 8,
                           "workload.output_tokens": {"dist": "geometric", "mean": 60}, **spec(alpha=0.5, k=3)})
     a, b = simulate(sc), simulate(sc)

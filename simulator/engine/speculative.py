@@ -21,6 +21,11 @@ Costs of one step:
 
 Acceptance draws come from their own seeded stream. A step's outcome is random per request, so
 decode runs are advanced one step per event (no fast-forward): the README states the cost.
+
+With ``scheduler.policy: chunked_prefill`` (:class:`ChunkedSpeculativeScheduler`, as vLLM v1 runs
+speculation) the verification positions share the step's token budget with prefill chunks: each
+decoding request takes ``k + 1`` tokens of the budget (fewer when the budget or its remaining
+output is smaller), running requests first, then waiting ones are admitted with a first chunk.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import numpy as np
 
 from simulator.cost.base import BatchShape
 from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.policies import ChunkedPrefillScheduler
 from simulator.engine.request import RequestTable
 from simulator.engine.scheduler import Scheduler, SchedulerOutput
 from simulator.scenario.config import SchedulerConfig, SpeculativeConfig
@@ -41,15 +47,11 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
     return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-class SpeculativeScheduler(Scheduler):
-    """Continuous batching whose decode steps propose and verify ``k`` tokens per request."""
+class _Speculation:
+    """Proposal bookkeeping shared by both speculative schedulers: acceptance draws and counters."""
 
-    supports_decode_runs = False
-
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
-                 spec: SpeculativeConfig, rng: np.random.Generator,
-                 proposal_time_s: Callable[[int, int], float]) -> None:
-        super().__init__(config, kv, table)
+    def _init_speculation(self, spec: SpeculativeConfig, rng: np.random.Generator,
+                          proposal_time_s: Callable[[int, int], float]) -> None:
         self.k = spec.num_speculative_tokens
         self.alpha = spec.acceptance_rate
         self.rng = rng
@@ -73,6 +75,23 @@ class SpeculativeScheduler(Scheduler):
         out = self._draws[self._next_draw:self._next_draw + m]
         self._next_draw += m
         return out
+
+    def stats(self) -> dict[str, int]:
+        return {"num_draft_tokens": self.num_draft_tokens, "num_accepted_tokens": self.num_accepted_tokens,
+                "num_verify_steps": self.num_verify_steps,
+                "num_emitted_decode_tokens": self.num_emitted_decode_tokens}
+
+
+class SpeculativeScheduler(_Speculation, Scheduler):
+    """Continuous batching whose decode steps propose and verify ``k`` tokens per request."""
+
+    supports_decode_runs = False
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
+                 spec: SpeculativeConfig, rng: np.random.Generator,
+                 proposal_time_s: Callable[[int, int], float]) -> None:
+        super().__init__(config, kv, table)
+        self._init_speculation(spec, rng, proposal_time_s)
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -128,7 +147,106 @@ class SpeculativeScheduler(Scheduler):
             self.table.first_token_time[out.admitted_first] = now
         return self._finish(now)
 
-    def stats(self) -> dict[str, int]:
-        return {"num_draft_tokens": self.num_draft_tokens, "num_accepted_tokens": self.num_accepted_tokens,
-                "num_verify_steps": self.num_verify_steps,
-                "num_emitted_decode_tokens": self.num_emitted_decode_tokens}
+class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
+    """Chunked prefill whose decoding requests propose and verify up to ``k`` tokens per step."""
+
+    supports_decode_runs = False
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
+                 spec: SpeculativeConfig, rng: np.random.Generator,
+                 proposal_time_s: Callable[[int, int], float]) -> None:
+        super().__init__(config, kv, table)
+        self._init_speculation(spec, rng, proposal_time_s)
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        if self.n:
+            budget = self._schedule_running_spec(out, budget)
+        if self.waiting and not out.preempted and budget > 0 and self.n < self.config.max_num_seqs:
+            self._admit_chunks(out, now, budget)
+        tok = out.row_tokens
+        if tok is None:
+            return out
+        m = len(tok)
+        pending, computed = self.num_pending[:m], self.num_computed_tokens[:m]
+        rows = tok > 0
+        verify = rows & (pending == 0)
+        sampled = int(tok[verify].sum()) + int((rows & (pending > 0) & (tok == pending)).sum())
+        out.cost_shape = BatchShape(tok[rows].tolist(), computed[rows].tolist(), 0, 0, sampled)
+        num_verify = int(verify.sum())
+        if num_verify:
+            out.extra_s = self.proposal_time_s(num_verify, int(computed[verify].sum()) + num_verify)
+        return out
+
+    def _schedule_running_spec(self, out: SchedulerOutput, budget: int) -> int:
+        """vLLM v1's walk over the running list: decodes take ``k + 1`` verification tokens, partial
+        prefills their next chunk; the last running request is preempted when blocks run out."""
+        n, limit, kv, k1 = self.n, self.chunk_limit, self.kv, self.k + 1
+        computed = self.num_computed_tokens[:n].tolist()
+        pending = self.num_pending[:n].tolist()
+        remaining = self.num_remaining_tokens[:n].tolist()
+        tokens = [0] * n
+        free = kv.num_free_blocks
+        blocks_for = kv.blocks_for
+        need_total = 0
+        alive = n
+        i = 0
+        while i < alive and budget > 0:
+            c, p = computed[i], pending[i]
+            t = min(k1, budget, remaining[i]) if p == 0 else min(p, budget, limit)
+            need = blocks_for(c + t) - blocks_for(c)
+            while need_total + need > free and alive > i:
+                alive -= 1                                   # preempt the last running row
+                free += blocks_for(computed[alive])
+            if alive == i:
+                break
+            need_total += need
+            tokens[i] = t
+            budget -= t
+            i += 1
+        if alive < n:
+            kv.release_many(self.req_id[alive:n], self.num_computed_tokens[alive:n])
+            self._preempt_rows(alive, out)
+            self.num_prefilling = int((self.num_pending[:alive] > 0).sum())
+        ok = kv.allocate(need_total)
+        assert ok
+        if self.num_prefilling:
+            ids = self.req_id
+            for i in range(alive):
+                if pending[i] and tokens[i]:
+                    kv.register(int(ids[i]), computed[i] + tokens[i])
+        self._fill_output(out, tokens[:alive], computed, pending)
+        return budget
+
+    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+        tok = out.row_tokens
+        assert tok is not None   # every step of this scheduler describes its rows
+        m = len(tok)
+        pending = self.num_pending[:m]
+        was_prefill = pending > 0
+        step = np.where(was_prefill, tok, 0)
+        verify = np.flatnonzero(~was_prefill & (tok > 0))
+        if len(verify):
+            t = tok[verify]
+            before = self.num_computed_tokens[verify]
+            emitted = np.minimum(np.minimum(self._accepted(len(verify)) + 1, t), self.num_remaining_tokens[verify])
+            step[verify] = emitted
+            self.num_remaining_tokens[verify] -= emitted
+            blocks_for = self.kv.blocks_for
+            self.kv.free(int((blocks_for(before + t) - blocks_for(before + emitted)).sum()))  # unused lookahead
+            self.num_draft_tokens += int((t - 1).sum())
+            self.num_accepted_tokens += int((emitted - 1).sum())
+            self.num_verify_steps += len(verify)
+            self.num_emitted_decode_tokens += int(emitted.sum())
+        self.num_computed_tokens[:m] += step
+        self.context_total += int(step.sum())
+        pending -= np.where(was_prefill, tok, 0)
+        completed = was_prefill & (pending == 0)
+        self.num_remaining_tokens[:m] -= completed
+        if completed.any():
+            self.num_prefilling -= int(completed.sum())
+            ids = self.req_id[:m][completed]
+            first = ids[np.isnan(self.table.first_token_time[ids])]
+            self.table.first_token_time[first] = now
+        return self._finish(now)

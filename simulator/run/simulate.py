@@ -27,7 +27,7 @@ from simulator.engine.prefix_cache import PrefixCachingKVManager, prefix_cache_c
 from simulator.engine.replica import Replica
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import SwapSpace
-from simulator.engine.speculative import SpeculativeScheduler
+from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
 from simulator.metrics import summarize
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
@@ -253,8 +253,9 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
         kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
     if scenario.speculative_config is not None:
         assert proposal_time_s is not None   # _proposal_time gives one whenever speculation is on
-        sched = SpeculativeScheduler(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
-                                     proposal_time_s=proposal_time_s)
+        spec_cls = ChunkedSpeculativeScheduler if cfg.policy == "chunked_prefill" else SpeculativeScheduler
+        sched = spec_cls(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
+                         proposal_time_s=proposal_time_s)
     else:
         sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
     if cfg.preemption_mode == "swap":

@@ -612,7 +612,7 @@ class Scenario(Frozen):
     """Engine preset (``vllm-v1``, ``vllm-v0.6``, ``sglang``, ``trtllm``): fills in the scheduler
     fields left out; None: the scheduler fields' own defaults."""
     speculative_config: SpeculativeConfig | None = None
-    """Speculative decoding (continuous batching only); None: off."""
+    """Speculative decoding (with the continuous or chunked_prefill policy); None: off."""
     network: NetworkConfig | None = None
     """Client RTTs and connection set-up added to client-perceived TTFT and E2E (none: server-side only)."""
     fleet: FleetConfig | None = None
