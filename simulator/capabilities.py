@@ -153,7 +153,7 @@ POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
         POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
         multi_step=_ONE_STEP),
     "disaggregated": _all_but(
-        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), client_timeout=_MOVES,
+        POLICY_FEATURES, speculative_decoding=No(), client_timeout=_MOVES,
         queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
         multi_step=_ONE_STEP),
 }

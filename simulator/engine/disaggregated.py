@@ -6,8 +6,9 @@ step computes each prompt and emits its first token (TTFT ends there). The reque
 sent to a *decode* replica (``deployment.decode_replicas``, picked by the same router kind) over
 the KV-transfer link: ``prompt tokens x KV bytes per token / bandwidth + latency`` (the profile's
 interconnect unless ``deployment.kv_transfer_bandwidth_bytes_per_s`` says otherwise). The prefill
-replica frees the blocks when its step ends; the decode replica admits the request when the KV
-has arrived, like a swapped-in request: one decode token over the received context, no prefill.
+replica frees the blocks when its step ends (with prefix caching they stay cached there, so later
+prompts sharing a prefix compute only the rest; the whole prompt's KV is sent); the decode replica
+admits the request when the KV has arrived, like a swapped-in request: one decode token over the received context, no prefill.
 A decode replica that preempts a request later recomputes it locally (recompute preemption).
 
 Exactness of the fast decode runs: a decode replica may only advance to the earliest instant at
@@ -61,6 +62,9 @@ class PrefillScheduler(Scheduler):
 class DecodeScheduler(Scheduler):
     """Continuous batching whose new requests bring their KV (admitted without a prefill)."""
 
+    receives_kv = True
+    """Its requests arrive with their KV: with prefix caching on, the cache lives in the prefill pool."""
+
     def expect_kv(self, rid: int, tokens: int) -> None:
         """``rid``'s KV for ``tokens`` tokens has arrived: admit it with one decode token."""
         self._swapped[rid] = tokens
@@ -104,9 +108,11 @@ class DisaggregatedFleet:
     def _prefill_planned(self, out: SchedulerOutput, end: float) -> None:
         """Register the handoffs of a prefill step when it is planned (its end is known)."""
         table, env = self.table, self.env
-        for rid, tokens in zip(out.admitted, out.admitted_tokens, strict=True):
+        cached = out.prefill_context or [0] * len(out.admitted)   # prefix-cache hits: their KV goes too
+        for rid, computed, hit in zip(out.admitted, out.admitted_tokens, cached, strict=True):
             if table.max_tokens[rid] <= 1:
                 continue                                  # finished by its first token
+            tokens = computed + hit
             at = end + self.transfer_s(tokens)
             self.transfer_s_total += at - end
             heapq.heappush(self._pending, (at, rid))

@@ -247,7 +247,7 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
                     cls: type | None = None):
     cfg = scenario.scheduler
     kv: KVCacheManager
-    if cfg.enable_prefix_caching:
+    if cfg.enable_prefix_caching and not getattr(cls, "receives_kv", False):
         kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
     else:
         kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
