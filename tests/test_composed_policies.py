@@ -162,8 +162,8 @@ def test_chunked_prefill_speculation_and_prefix_caching_together():
 def test_prefix_caching_on_a_disaggregated_prefill_pool():
     """Constant steps of 10 ms + 0.1 ms per prompt token, a shared 256-token prefix in prompts of
     300: with caching the prefill pool computes 44 tokens of a prompt instead of 300, so TTFT falls
-    by 256 x 0.1 ms = 25.6 ms (within 10%: queueing); the decode pool still receives the whole prompt's KV, so the transfer time total
-    is the same with and without caching."""
+    by 256 x 0.1 ms = 25.6 ms (within 10%: queueing); the decode pool still receives the whole
+    prompt's KV, so the transfer time total is the same with and without caching."""
     over = {"num_requests": 200, "workload.arrival.rate_per_s": 2.0,
             "scheduler.policy": "disaggregated", "deployment.prefill_replicas": 1, "deployment.decode_replicas": 1,
             "deployment.kv_transfer_bandwidth_bytes_per_s": 1e9, "deployment.kv_transfer_latency_s": 0.001,

@@ -8,7 +8,8 @@ the KV-transfer link: ``prompt tokens x KV bytes per token / bandwidth + latency
 interconnect unless ``deployment.kv_transfer_bandwidth_bytes_per_s`` says otherwise). The prefill
 replica frees the blocks when its step ends (with prefix caching they stay cached there, so later
 prompts sharing a prefix compute only the rest; the whole prompt's KV is sent); the decode replica
-admits the request when the KV has arrived, like a swapped-in request: one decode token over the received context, no prefill.
+admits the request when the KV has arrived, like a swapped-in request: one decode token over the
+received context, no prefill.
 A decode replica that preempts a request later recomputes it locally (recompute preemption).
 
 Exactness of the fast decode runs: a decode replica may only advance to the earliest instant at
