@@ -1,11 +1,15 @@
 """Building a cost model from a profile: every implementation registered, one lookup."""
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from simulator.cost import analytic as _analytic  # noqa: F401  (registers constant, roofline)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
-from simulator.cost.base import COST_MODELS, CostModel
+from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime
 from simulator.scenario.models import ModelSpec
-from simulator.scenario.profiles import HardwareProfile
+from simulator.scenario.profiles import HardwareProfile, Overhead
 from simulator.scenario.quantization import Precision
 
 
@@ -15,8 +19,41 @@ def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_
     quantization, KV-cache dtype) is passed on only when given: only to cost models that
     :data:`simulator.capabilities.COST_MODEL_SUPPORT` says model it (checked when the scenario resolves)."""
     factory = COST_MODELS.lookup(profile.cost_model)
-    if precision is not None:
-        return factory(profile, model, tensor_parallel_size, precision=precision)
-    return factory(profile, model, tensor_parallel_size)
+    overhead = profile.overhead
+    overlapped = overhead.async_scheduling and profile.cost_model != "constant"
+    if overlapped:   # the GPU part alone, then max(GPU, CPU) per step
+        profile = profile.model_copy(update={"overhead": overhead.model_copy(update={
+            "step_s": 0.0, "per_seq_s": 0.0, "per_token_s": 0.0})})
+    inner = (factory(profile, model, tensor_parallel_size, precision=precision) if precision is not None
+             else factory(profile, model, tensor_parallel_size))
+    return AsyncScheduled(inner, overhead) if overlapped else inner
+
+
+class AsyncScheduled:
+    """A cost model whose CPU overhead overlaps the GPU work (vLLM's async scheduling): a step
+    takes ``max(GPU time, CPU overhead)``; the breakdown's ``overhead_s`` is the part the GPU
+    time does not hide. Decode runs are summed step by step (``max`` is not affine)."""
+
+    def __init__(self, inner: CostModel, overhead: Overhead) -> None:
+        self.inner = inner
+        self.step_s, self.per_seq_s, self.per_token_s = overhead.step_s, overhead.per_seq_s, overhead.per_token_s
+
+    def _cpu_s(self, num_seqs: int, num_tokens: int) -> float:
+        return self.step_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
+
+    def breakdown(self, shape: BatchShape) -> StepTime:
+        bd = self.inner.breakdown(shape)
+        return dataclasses.replace(bd, overhead_s=max(0.0, self._cpu_s(shape.num_seqs, shape.num_tokens) - bd.total_s))
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        return max(self.inner.step_time_s(shape), self._cpu_s(shape.num_seqs, shape.num_tokens))
+
+    def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
+        return np.maximum(self.inner.decode_run_times(num_decodes, decode_context_tokens),
+                          self._cpu_s(num_decodes, num_decodes))
+
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+        return max(self.inner.decode_step_time_s(num_decodes, decode_context_tokens),
+                   self._cpu_s(num_decodes, num_decodes))
 
 

@@ -410,6 +410,9 @@ class EngineConfig(Frozen):
     """One of ``simulator.scenario.engines.ENGINE_PRESETS``: vllm-v1, vllm-v0.6, sglang, trtllm."""
     overhead: Overhead | None = None
     """The engine's CPU time per step (None: the hardware profile's ``overhead``)."""
+    async_scheduling: bool = False
+    """The engine schedules step n+1 while the GPU runs step n (vLLM's ``--async-scheduling``): a
+    step takes the longer of its GPU time and its CPU overhead instead of their sum."""
 
     @model_validator(mode="before")
     @classmethod

@@ -64,8 +64,8 @@ ENGINE_PRESETS.add("vllm-v1", EnginePreset(
      "`get_batch_defaults`; the 70 GiB / A100 rule comes from vLLM PR #17885)",
      "vLLM V1 blog, 'vLLM V1: A Major Upgrade to vLLM's Core Architecture' (January 2025): chunked prefill "
      "and prefix caching on by default"),
-    ("async scheduling (`--async-scheduling`, which overlaps the CPU work of a step with the GPU work of "
-     "the previous one) is not modelled: CPU overhead adds to every step",
+    ("async scheduling (`--async-scheduling`) is not switched on by the preset: set "
+     "`engine.async_scheduling: true` for deployments that run it",
      "CUDA-graph padding of batch sizes is not modelled"),
     ("policy", "enable_prefix_caching", "max_num_batched_tokens", "max_num_seqs", "block_size",
      "gpu_memory_utilization", "preemption_mode", "num_scheduler_steps")))

@@ -57,6 +57,10 @@ class Overhead(Frozen):
     per_token_s: float = Field(default=0.0, ge=0)
     """Extra cost per token computed in the step (input preparation, gathers, cache copies); 0
     unless measured on a real engine (``llmplan validate`` fits it)."""
+    async_scheduling: bool = False
+    """The CPU work of a step overlaps the GPU work of the previous one (vLLM's
+    ``--async-scheduling``; set through ``engine.async_scheduling``): a step takes the longer of
+    the two instead of their sum. Not used by the ``constant`` cost model."""
 
 
 class HardwareProfile(Frozen):
