@@ -18,11 +18,12 @@ from app_pages.common import (
     scenario_source,
     show_error,
 )
-from simulator import MODEL_PRESETS, ScenarioError, available_profiles, resolve
+from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile, resolve
 from simulator.cluster.router import ROUTERS
 from simulator.engine.policies import POLICIES
 from simulator.report.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
 from simulator.scenario.config import GammaArrival, PoissonArrival
+from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.io import scenario_diff, scenario_key, scenario_to_yaml
 from simulator.scenario.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
 
@@ -33,6 +34,12 @@ QUANT_OPTIONS = ["none"] + [q for q in QUANTIZATIONS if q != "none"]
 BLOCK_SIZES = [8, 16, 32]
 SPEC_METHODS = ["off", "draft", "ngram", "mtp"]
 DEFAULT_DRAFT = "llama-3.2-1b"
+NO_ENGINE = "(none)"
+# Scheduler field an engine preset sets -> the knob that shows it.
+PRESET_KNOBS = {"policy": "policy", "enable_prefix_caching": "prefix_caching", "max_num_seqs": "max_num_seqs",
+                "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "block_size",
+                "gpu_memory_utilization": "gmu", "preemption_mode": "preemption",
+                "num_scheduler_steps": "num_scheduler_steps"}
 
 
 def flag(raw: object) -> bool:
@@ -54,7 +61,8 @@ KNOBS: dict[str, tuple[str, Any]] = {
     "spec_k": ("k", int), "spec_alpha": ("alpha", float), "spec_draft": ("draft", str),
     "scheduling": ("sched", str), "preemption": ("preempt", str), "swap_gib": ("swap", float),
     "prefix_caching": ("prefix", flag), "timeout_s": ("timeout", float), "max_queue_len": ("qlen", int),
-    "max_queue_delay_s": ("qdelay", float),
+    "max_queue_delay_s": ("qdelay", float), "engine": ("engine", str), "async": ("async", flag),
+    "num_scheduler_steps": ("steps", int),
 }
 WIDGET_KEYS = [f"{P}_mode", f"{P}_example", f"{P}_time_limit_s"] + [f"{P}_{k}" for k in KNOBS]
 
@@ -88,6 +96,9 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "spec_alpha": float(spec.acceptance_rate) if spec is not None else 0.8,
         "spec_draft": (spec.draft_model if isinstance(spec.draft_model, str) else FROM_FILE)
         if spec is not None and spec.draft_model is not None else DEFAULT_DRAFT,
+        "engine": sc.engine.preset if sc.engine is not None else NO_ENGINE,
+        "async": bool(sc.engine.async_scheduling) if sc.engine is not None else False,
+        "num_scheduler_steps": sch.num_scheduler_steps,
     }
 
 
@@ -106,7 +117,14 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         "admission.max_queue_delay_s": k["max_queue_delay_s"] or None,
         "scheduler.long_prefill_token_threshold": k["long_prefill"] or None,
         "scheduler.max_wait_ms": k["max_wait_ms"], "scheduler.adaptive_batching": k["adaptive"],
+        "scheduler.num_scheduler_steps": k["num_scheduler_steps"],
     }
+    if k["engine"] == NO_ENGINE:
+        ov["engine"] = None
+    else:
+        kept = base.engine.overhead if base.engine is not None else None
+        ov["engine"] = {"preset": k["engine"], "async_scheduling": k["async"],
+                        **({"overhead": kept.model_dump()} if kept is not None else {})}
     if k["spec_method"] == "off":
         ov["speculative_config"] = None
     else:
@@ -147,6 +165,22 @@ def init_knobs(base: Any) -> None:
             st.warning(f"Ignored query parameter {knob}={raw!r}: not a {KNOBS[name][1].__name__}.")
     for name, value in values.items():
         st.session_state[f"{P}_{name}"] = value
+
+
+def _apply_engine_preset() -> None:
+    """The engine preset just chosen sets the scheduler knobs it covers (they stay adjustable)."""
+    name = st.session_state[f"{P}_engine"]
+    if name == NO_ENGINE:
+        return
+    hardware = st.session_state[f"{P}_hardware"]
+    try:
+        profile = load_profile(hardware) if hardware != FROM_FILE else None
+    except ScenarioError:
+        profile = None
+    model = MODEL_PRESETS.get(st.session_state[f"{P}_model"])
+    context = st.session_state[f"{P}_max_model_len"] or (model.max_model_len if model is not None else None)
+    for field, value in preset_scheduler(name, profile, context).items():
+        st.session_state[f"{P}_{PRESET_KNOBS[field]}"] = value
 
 
 def knob_widgets(base: Any) -> dict[str, Any]:
@@ -191,6 +225,13 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         k["replicas"] = st.number_input("Replicas", min_value=1, max_value=256, step=1, key=f"{P}_replicas")
         k["router"] = st.selectbox("Router", sorted(ROUTERS), key=f"{P}_router")
     with sb.expander("Batching (per replica)"):
+        engines = [NO_ENGINE, *ENGINE_PRESETS]
+        k["engine"] = st.selectbox("Engine preset", engines, key=f"{P}_engine", on_change=_apply_engine_preset,
+                                   help="Choosing one sets the scheduler knobs below to that engine's defaults "
+                                        "(docs/engines.md); each stays adjustable")
+        k["async"] = st.toggle("async scheduling", key=f"{P}_async", disabled=k["engine"] == NO_ENGINE,
+                               help="engine.async_scheduling: a step takes the longer of its GPU time and the "
+                                    "engine's CPU overhead instead of their sum (needs an engine preset)")
         policies = sorted(POLICIES)
         k["policy"] = st.selectbox("Batching policy", policies, key=f"{P}_policy",
                                    help="continuous: vLLM iteration-level; chunked_prefill: prompts split into chunks; "
@@ -208,9 +249,15 @@ def knob_widgets(base: Any) -> dict[str, Any]:
         if k["policy"] == "dynamic":
             st.toggle("adaptive_batching", key=f"{P}_adaptive",
                       help="Start at once when requests queued during the previous batch")
+        if k["policy"] == "continuous":
+            st.number_input("num_scheduler_steps (multi-step)", min_value=1, max_value=64, step=1,
+                            key=f"{P}_num_scheduler_steps",
+                            help="vLLM 0.6 multi-step: decode steps per scheduling decision; a new prompt "
+                                 "waits for the run to end")
         k["prefix_caching"] = st.toggle("enable_prefix_caching", key=f"{P}_prefix_caching",
                                         help="Reuse cached KV blocks of shared prompt prefixes (system prompts, "
-                                             "earlier turns); continuous batching only")
+                                             "earlier turns); continuous or chunked_prefill, "
+                                             "and disaggregated prefill pools")
         k["preemption"] = st.selectbox("preemption_mode", ["recompute", "swap"], key=f"{P}_preemption",
                                        help="What a preempted request loses: its KV (recomputed later), or nothing "
                                             "(KV copied to host memory over the profile's host link and back)")
@@ -218,7 +265,7 @@ def knob_widgets(base: Any) -> dict[str, Any]:
             st.number_input("swap_space_gib (host memory per GPU)", min_value=0.0, max_value=4096.0, step=1.0,
                             key=f"{P}_swap_gib")
         # Hidden knobs keep their values (they matter only for the choices that show them).
-        for name in ("long_prefill", "max_wait_ms", "adaptive", "swap_gib"):
+        for name in ("long_prefill", "max_wait_ms", "adaptive", "swap_gib", "num_scheduler_steps"):
             k[name] = st.session_state[f"{P}_{name}"]
         k["max_num_seqs"] = st.number_input("max_num_seqs", min_value=1, max_value=4096, step=16,
                                             key=f"{P}_max_num_seqs", help="Most requests in the running batch")
@@ -233,7 +280,7 @@ def knob_widgets(base: Any) -> dict[str, Any]:
     with sb.expander("Speculative decoding"):
         k["spec_method"] = st.selectbox("Method", SPEC_METHODS, key=f"{P}_spec_method",
                                         help="draft: a small model proposes; ngram: prompt lookup; mtp: extra "
-                                             "decoder layers of the target. Continuous batching only.")
+                                             "decoder layers of the target. Continuous or chunked_prefill.")
         if k["spec_method"] != "off":
             st.number_input("num_speculative_tokens (k)", min_value=1, max_value=16, step=1, key=f"{P}_spec_k")
             st.slider("acceptance_rate (alpha)", min_value=0.0, max_value=1.0, step=0.05, key=f"{P}_spec_alpha",

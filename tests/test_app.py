@@ -321,6 +321,30 @@ def test_batching_policy_and_speculative_knobs(app):
     ok(app.run())
 
 
+def test_engine_preset_sets_the_scheduler_knobs_and_multi_step_raises_ttft(app):
+    """Choosing vLLM v1 sets its scheduler defaults in the knobs (H100: chunked prefill, prefix
+    caching, 8,192 tokens, 1,024 sequences); vLLM 0.6 with 8 scheduler steps raises TTFT p50."""
+    app.number_input(key="wi_num_requests").set_value(1000)
+    app.selectbox(key="wi_engine").set_value("vllm-v1")
+    ok(app.run())
+    assert app.selectbox(key="wi_policy").value == "chunked_prefill"
+    assert app.toggle(key="wi_prefix_caching").value
+    assert app.number_input(key="wi_max_num_batched_tokens").value == 8192
+    assert app.number_input(key="wi_max_num_seqs").value == 1024
+    app.toggle(key="wi_async").set_value(True)
+    ok(app.button(key="wi_run").click().run())
+    assert not app.error and app.query_params["engine"] == "vllm-v1"
+    app.selectbox(key="wi_engine").set_value("vllm-v0.6")
+    ok(app.run())
+    assert app.selectbox(key="wi_policy").value == "continuous"
+    ok(app.button(key="wi_run").click().run())
+    one_step = float(metrics(app)["TTFT p50 (ms)"])
+    app.number_input(key="wi_num_scheduler_steps").set_value(8)
+    ok(app.button(key="wi_run").click().run())
+    assert not app.error
+    assert float(metrics(app)["TTFT p50 (ms)"]) > one_step
+
+
 def test_tiers_example_and_priority_scheduling(app):
     """The tiers example: priority scheduling keeps the interactive tier's TTFT low; fcfs does not."""
     app.selectbox(key="wi_example").set_value("tiers-h100.yaml")
