@@ -30,10 +30,12 @@ class Candidate(Frozen):
 
     name: str = Field(min_length=1)
     set: dict[str, Any] = Field(default_factory=dict)
-    """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``."""
+    """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``; with
+    ``deployment.pools`` the planner sizes each pool's ``replicas``."""
     price_per_gpu_hour: float | None = Field(default=None, gt=0)
-    """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``); default:
-    the hardware profile's USD price (``assumed``, only with ``currency: USD``)."""
+    """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``; with
+    ``deployment.pools``, for the GPUs of every pool); default: the hardware profile's USD price (each
+    pool's own; ``assumed``, only with ``currency: USD``)."""
 
 
 class PlanSLO(SLOConfig):
@@ -217,22 +219,21 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
         sc = base.with_overrides(dict(cand.set))
     except ScenarioError as exc:
         raise ScenarioError(f"{where}.set.{exc.field}", exc.value, exc.message) from None
-    if sc.deployment.pools:
-        raise ScenarioError(f"{where}: deployment.pools", [p.name for p in sc.deployment.pools],
-                            "not planned yet: the search varies one replica count (deployment.replicas) and "
-                            "model pools need one per pool; plan each pool as its own candidate or plan (its "
-                            "model, hardware and its share of the forecast) instead of deployment.pools")
     try:
         system = resolve(sc)
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message) from None
-    if cand.price_per_gpu_hour is None and system.profile.price_per_gpu_hour is None:
-        raise ScenarioError(f"{where}.price_per_gpu_hour", None,
-                            f"hardware profile {system.profile.name!r} has no price; give one")
-    if cand.price_per_gpu_hour is None and currency != "USD":
-        raise ScenarioError(f"{where}.price_per_gpu_hour", None,
-                            f"the plan's currency is {currency} but hardware profile {system.profile.name!r} "
-                            f"has an assumed USD price; quote this candidate's price in {currency}")
+    # With model pools every pool's GPUs are priced: by the candidate's quote, else by each pool's profile.
+    pools = [(f" (pool {p.name})", s.profile) for p, (_, s) in zip(sc.deployment.pools or (), system.pools,
+                                                                    strict=True)] or [("", system.profile)]
+    for pool, profile in pools:
+        if cand.price_per_gpu_hour is None and profile.price_per_gpu_hour is None:
+            raise ScenarioError(f"{where}.price_per_gpu_hour", None,
+                                f"hardware profile {profile.name!r}{pool} has no price; give one")
+        if cand.price_per_gpu_hour is None and currency != "USD":
+            raise ScenarioError(f"{where}.price_per_gpu_hour", None,
+                                f"the plan's currency is {currency} but hardware profile {profile.name!r}{pool} "
+                                f"has an assumed USD price; quote this candidate's price in {currency}")
     return sc
 
 
