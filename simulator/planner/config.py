@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import pandas as pd
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from simulator.errors import ScenarioError
 from simulator.planner.fleet_hours import plan_shapes
@@ -82,9 +82,19 @@ class SimulationSettings(Frozen):
     seed: int = Field(default=0, ge=0)
     max_replicas: int = Field(default=64, ge=1)
     """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
-    replications: int = Field(default=3, ge=1, le=20)
+    replications: int | Literal["auto"] = "auto"
     """Independent runs (seeds ``seed``, ``seed + 1``, ...; the same at every count) that must all pass
-    for a count to be accepted, so the answer does not flip with the seed."""
+    for a count to be accepted, so the answer does not flip with the seed. ``auto``: 3, and 8 where the
+    decision is noisy (at the chosen count the worst ratio's seed-to-seed spread is above 5% and a seed two
+    spreads worse would miss, or the count below passes on some seeds); ``replications`` and
+    ``replications_reason`` in the worksheet say which."""
+
+    @field_validator("replications", mode="before")
+    @classmethod
+    def _replications(cls, value: Any) -> Any:
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 20):
+            raise ValueError("give auto or a whole number of seeds from 1 to 20")
+        return value
 
 
 class ForecastRow(Frozen):

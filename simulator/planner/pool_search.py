@@ -27,7 +27,8 @@ comes from a full-system run, and :class:`~simulator.planner.search.Runs` simula
 
 The answer passes over all requests on every seed, and one replica fewer in any pool fails (by
 simulation or at 100% utilization): a minimum in every direction, not necessarily the fewest GPUs
-over all combinations (one pool's replicas might be traded for another's).
+over all combinations (one pool's replicas might be traded for another's). Under ``replications:
+auto`` the counts one below are each pool's one fewer.
 """
 from __future__ import annotations
 
@@ -38,13 +39,16 @@ from typing import Any
 from simulator.cluster.pools import pool_tp
 from simulator.planner.capacity import pool_saturation
 from simulator.planner.search import (
+    MAX_AUTO_REPLICATIONS,
     Runs,
     SearchTask,
     check_columns,
     counts_text,
     describe_failure,
     minimal_count,
+    noisy_decision,
     overloaded_check,
+    replications_reason,
     with_counts,
 )
 
@@ -160,6 +164,10 @@ class PoolSearch:
             return self.pools[name].utilization(counts[name])
         return float(self.runs.check(counts, failed["seed"] - self.task.scenario.seed, name)["score"])
 
+    def one_fewer(self, counts: Counts) -> dict[str, Counts]:
+        """Each pool's combination with one replica fewer (pools at one replica have none)."""
+        return {p: {**counts, p: counts[p] - 1} for p in self.pools if counts[p] > 1}
+
 
 def search_pools(task: SearchTask) -> dict[str, Any]:
     """Each pool's replica count meeting the SLO over all requests (see the module docstring); an
@@ -176,8 +184,17 @@ def search_pools(task: SearchTask) -> dict[str, Any]:
         result = s.settle(counts)
     else:
         s.passes({p: min(n, cap) for p, n in counts.items()})
+    noise = ""
+    if result is not None and task.auto_replications:
+        below = [s.runs.evaluate(c, s.replications, complete=True)
+                 for c in s.one_fewer(result).values() if s.overloaded(c) is None]
+        noise = noisy_decision(s.tried[tuple(result.items())], below)
+        if noise and s.replications < MAX_AUTO_REPLICATIONS:
+            s.replications = MAX_AUTO_REPLICATIONS
+            result = s.settle(result)
     chosen = s.tried[tuple(result.items())] if result is not None else None
-    extra = {"replications": s.replications, "simulations": s.runs.simulations + 1}
+    extra = {"replications": s.replications, "simulations": s.runs.simulations + 1,
+             "replications_reason": replications_reason(task, s.replications, noise, chosen)}
     if result is None:
         best = min(s.tried.values(), key=lambda r: (r["score"], sum(r["replicas"].values())))
         return _row(s, best["replicas"], best, "infeasible", extra,

@@ -28,7 +28,7 @@ from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.fleet_hours import autoscale_policy, fleet_day
 from simulator.planner.pool_search import search_pools
-from simulator.planner.search import SearchTask, search_replicas
+from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, search_replicas
 from simulator.run.resolve import resolve
 from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
 from simulator.workload.lengths import make_length
@@ -134,10 +134,12 @@ def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
                 sc = cell_scenario(loaded.candidate_scenarios[cand.name], row, design, cfg, i)
                 # With pools, each pool's search starts at its fewest replicas below saturation (pool_search.py).
                 bound = capacity_bound(sc) if not sc.deployment.pools else None
+                auto = cfg.simulation.replications == "auto"
                 tasks.append(SearchTask(
                     quarter=str(q), region=r, candidate=cand.name, scenario=sc, mixes=tuple(cases), slo=slo,
                     start=bound.replicas_for(design) if bound else 1, max_replicas=cfg.simulation.max_replicas,
-                    replications=cfg.simulation.replications, design_rps=design, pool_prices=_pool_prices(sc, cand),
+                    replications=AUTO_REPLICATIONS if auto else int(cfg.simulation.replications),
+                    design_rps=design, auto_replications=auto, pool_prices=_pool_prices(sc, cand),
                     meta=_meta(loaded, sc, cand, row, design, extra,
                                bound.max_rps_per_replica if bound else math.nan)))
     return tasks
@@ -245,7 +247,8 @@ WORKSHEET_COLUMNS = (
     "backlog_growth_fraction", "utilization", "saturation_rps_per_replica", "pool_share", "pool_utilization",
     "pool_saturation_rps_per_replica", "rtt_ms", "worst_case", "price_per_gpu_hour",
     "price_multiplier", "cost_per_hour", "gpu_hours", "cost_per_quarter", "cost_per_million_tokens",
-    "binding_constraint", "minus_one_check", "replications", "seed_spread", "simulations", "replicas_tried", "seed")
+    "binding_constraint", "minus_one_check", "replications", "replications_reason", "seed_spread", "simulations",
+    "replicas_tried", "seed")
 
 
 FLEET_COLUMNS = (

@@ -14,6 +14,13 @@ predicate monotone in practice; a count's first failing replication ends its eva
 :class:`Runs` simulates each (count, replication) once, so asking again costs nothing. A candidate
 with model pools is searched by :mod:`simulator.planner.pool_search` on the same pieces.
 
+**Replications chosen from the spread** (``simulation.replications: auto``): each count is judged on
+:data:`AUTO_REPLICATIONS` seeds; where the decision is noisy, the search goes on with
+:data:`MAX_AUTO_REPLICATIONS` seeds from its answer, which can only stay or rise. Noisy: the worst
+ratio's seed-to-seed coefficient of variation at the chosen count is above :data:`SPREAD_BOUND` and a
+seed two such spreads worse would miss (worst ratio x (1 + 2 x spread) > 1; a large spread far from
+the limit cannot flip the verdict), or the count below passes on some seeds and fails on others.
+
 A run is checked against each client mix the region must serve (its own clients; with N+1
 failover, also each other region's clients redirected to it, with their longer RTT), on the
 server latencies of the same run at the design load. With request tiers, each tier is judged
@@ -40,6 +47,13 @@ from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_
 Counts = int | Mapping[str, int]
 """One replica count, or (``deployment.pools``) one per pool by name."""
 
+AUTO_REPLICATIONS = 3
+"""Seeds each count is judged on under ``replications: auto``, unless the decision is noisy."""
+MAX_AUTO_REPLICATIONS = 8
+"""Seeds a noisy decision is judged on under ``replications: auto``."""
+SPREAD_BOUND = 0.05
+"""A decision is noisy when the worst ratio's seed-to-seed coefficient of variation exceeds this."""
+
 
 @dataclass(frozen=True)
 class SearchTask:
@@ -53,8 +67,9 @@ class SearchTask:
     slo: SLOConfig
     start: int                              # first guess (the analytic estimate)
     max_replicas: int                       # per pool with deployment.pools
-    replications: int = 1                   # seeds per count
+    replications: int = 1                   # seeds per count (the first ones, under auto)
     design_rps: float | None = None         # the load the count must carry; counts at 100% utilization fail
+    auto_replications: bool = False         # more seeds where the decision is noisy (module docstring)
     pool_prices: dict[str, float] = field(default_factory=dict)   # price per GPU-hour by pool (pools only)
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -187,25 +202,29 @@ class Runs:
                     self._by_pool.setdefault((name, m, k), self._runs[key][name])
         return self._runs[key][pool]
 
-    def evaluate(self, counts: Counts, replications: int, *, pool: str | None = None) -> dict[str, Any]:
+    def evaluate(self, counts: Counts, replications: int, *, pool: str | None = None,
+                 complete: bool = False) -> dict[str, Any]:
         """``counts`` judged in up to ``replications`` runs (seeds ``seed + k``); the worst run is
-        reported, with ``runs`` and ``seed_spread`` (coefficient of variation of the worst ratio over
-        the runs). Stops at the first failing run."""
+        reported, with ``runs``, ``seeds_passed`` and ``seed_spread`` (coefficient of variation of
+        the worst ratio over the runs). Stops at the first failing run unless ``complete``."""
         worst: dict[str, Any] | None = None
         scores: list[float] = []
+        passed = 0
         for k in range(replications):
             check = self.check(counts, k, pool)
             scores.append(check["score"])
+            passed += bool(check["passed"])
             if worst is None or _worse(check, worst):
                 worst = check
-            if not check["passed"]:
+            if not check["passed"] and not complete:
                 break
         assert worst is not None
         finite = [v for v in scores if math.isfinite(v)]
         spread = (float(np.std(finite, ddof=1) / np.mean(finite)) if len(finite) > 1 and np.mean(finite) > 0
                   else math.nan)
         counts_copy: Counts = counts if isinstance(counts, int) else dict(counts)
-        return {**worst, "replicas": counts_copy, "runs": len(scores), "seed_spread": spread}
+        return {**worst, "replicas": counts_copy, "runs": len(scores), "seeds_passed": passed,
+                "seed_spread": spread}
 
 
 def evaluate(task: SearchTask, replicas: Counts) -> dict[str, Any]:
@@ -234,6 +253,39 @@ def _check_row(verdict: Verdict, frame: pd.DataFrame, window: tuple[float, float
     return out
 
 
+def noisy_decision(chosen: dict[str, Any], below: list[dict[str, Any]]) -> str:
+    """Why the decision between ``chosen`` (a pass on every seed) and the counts one below it (``below``:
+    their evaluations on every seed) is noisy, or "" when it is not (see the module docstring)."""
+    spread, worst = chosen["seed_spread"], chosen["score"]
+    if spread > SPREAD_BOUND and worst * (1 + 2 * spread) > 1:
+        return (f"seed spread {100 * spread:.1f}% > {100 * SPREAD_BOUND:g}% at {counts_text(chosen['replicas'])}, "
+                f"worst ratio {worst:.2f}")
+    for b in below:
+        if b["seeds_passed"]:
+            return f"{counts_text(b['replicas'])} passed {b['seeds_passed']} of {b['runs']} seeds"
+    return ""
+
+
+def replications_reason(task: SearchTask, replications: int, noise: str, chosen: dict[str, Any] | None) -> str:
+    """The worksheet's ``replications_reason``: how the number of seeds was chosen."""
+    if not task.auto_replications:
+        return "set in the plan"
+    if noise:
+        return f"auto: {replications} seeds, as {noise}"
+    if chosen is None:
+        return f"auto: {replications} seeds (no count passed)"
+    spread, worst, counts = chosen["seed_spread"], chosen["score"], chosen["replicas"]
+    if not spread > SPREAD_BOUND:
+        quiet = (f"seed spread {100 * spread:.1f}% <= {100 * SPREAD_BOUND:g}%" if math.isfinite(spread)
+                 else "no seed spread")
+    else:
+        quiet = f"seed spread {100 * spread:.1f}%, but worst ratio {worst:.2f} x (1 + 2 x {spread:.3f}) <= 1"
+    many = counts > 1 if isinstance(counts, int) else any(n > 1 for n in counts.values())
+    below = ("one replica fewer" + ("" if isinstance(counts, int) else " in any pool") + " fails on every seed"
+             if many else "no count below")
+    return f"auto: {replications} seeds ({quiet}; {below})"
+
+
 def search_replicas(task: SearchTask) -> dict[str, Any]:
     """Minimum replicas meeting the SLO (see module docstring); infeasible ones report their best."""
     runs = Runs(task)
@@ -253,8 +305,16 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
         return bool(tried[n]["passed"])
 
     n = minimal_count(ok, task.start, task.max_replicas)
+    noise = ""
+    if n is not None and task.auto_replications:
+        below = [runs.evaluate(n - 1, replications, complete=True)] if n > 1 and not overloaded(n - 1) else []
+        noise = noisy_decision(tried[n], below)
+        if noise and replications < MAX_AUTO_REPLICATIONS:
+            replications = MAX_AUTO_REPLICATIONS
+            n = minimal_count(ok, n, task.max_replicas)     # n - 1 failed on a seed it still has
     sims = runs.simulations + (1 if math.isfinite(saturation) else 0)
-    extra = {"replications": replications, "simulations": sims}
+    extra = {"replications": replications, "simulations": sims,
+             "replications_reason": replications_reason(task, replications, noise, tried[n] if n else None)}
     if n is None:
         best = min(tried.values(), key=lambda r: (r["score"], r["replicas"]))
         return _row(task, tried, best, status="infeasible", saturation=saturation, extra=extra,
@@ -283,7 +343,7 @@ def overloaded_check(counts: Counts, utilization: float, failure: str) -> dict[s
     return {"replicas": counts, "passed": False, "score": utilization, "binding": "utilization",
             "ratios": {"utilization": utilization}, "attainment": 0.0, "measured": 0, "dropped": 0, "stable": False,
             "case": "design load", "seed": None, "failures": [failure], "stability": {"backlog_growth_fraction": nan},
-            "batching_factor": nan, "runs": 0, "seed_spread": nan,
+            "batching_factor": nan, "runs": 0, "seeds_passed": 0, "seed_spread": nan,
             **{f"{m}_{q}_s": nan for m in ("ttft", "tpot", "e2e") for q in ("p50", "p99")}}
 
 
