@@ -20,7 +20,7 @@ comes from a full-system run, and :class:`~simulator.planner.search.Runs` simula
    of requests that holds in each pool holds in their union.
 3. **All requests.** The combination is judged over all requests; while it fails, the pool whose own
    requests fail worst in the failing run gets one more replica (up to ``max_replicas`` per pool;
-   when every pool is there, the candidate is infeasible).
+   when every pool with traffic is there, the candidate is infeasible).
 4. **Trim.** The judge over all requests is looser than each pool on its own (a pool with a small share
    may miss more often than the percentile allows), so each pool in turn, most GPUs per replica first,
    is cut to the fewest replicas that keep the combination passing, until no pool can give one up.
@@ -135,7 +135,7 @@ class PoolSearch:
         cap = self.task.max_replicas
         while not self.passes(c):
             failed = self.tried[tuple(c.items())]
-            grow = [p for p in self.pools if c[p] < cap]
+            grow = [p for p, pool in self.pools.items() if c[p] < cap and pool.load_rps > 0]
             if not grow:
                 return None
             c[max(grow, key=lambda p: self._own_score(c, failed, p))] += 1
