@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/plan_recheck.py examples/plan-fy27.yaml [--num-requests 20000] [--out F.json]
 
-For each ``ok`` cell of the worksheet, the chosen candidate at the chosen replica count is run again
+For each ``ok`` cell of the worksheet, the chosen candidate at the chosen replica count (each pool's, with
+``deployment.pools``) is run again
 with ``--num-requests`` requests (warm-up and cool-down scaled like the plan's) and a seed the plan
 never used (``seed + 1000``), against every client mix, and judged by the same judge as the search.
 Prints one row per cell (pass, stable, the worst check's value / limit) and writes the table as JSON.
@@ -42,7 +43,9 @@ def recheck(plan_path: str, num_requests: int, workers: int | None) -> list[dict
                                            "cooldown_s": sim.cooldown_fraction * span})
         long = dataclasses.replace(task, scenario=sc, replications=1)
         t1 = time.perf_counter()
-        check = evaluate(long, int(cell["replicas"]))
+        pools = str(cell["pool_replicas"]) if isinstance(cell["pool_replicas"], str) else ""
+        counts = {p: int(n) for p, n in (x.split("=") for x in pools.split(";"))} if pools else int(cell["replicas"])
+        check = evaluate(long, counts)
         rows.append({"quarter": cell["quarter"], "region": cell["region"], "candidate": cell["candidate"],
                      "replicas": int(cell["replicas"]), "status": "ok", "passed": bool(check["passed"]),
                      "stable": check["stable"], "worst_ratio": check["score"], "binding": check["binding"],

@@ -580,7 +580,7 @@ cell (the one the next smaller fleet fails worst).
 
 At `small` (CI) the plan is shrunk through its own fields: the first two candidates, the first and
 last quarters, 1,000 requests per verification run instead of 3,000 (noisier tails; every count
-is still judged over all its arrivals, in 3 replications, and must be stable and below its
+is still judged over all its arrivals, on 3 seeds (8 where the decision is noisy), and must be stable and below its
 saturation throughput)."""),
     new_code_cell(SETUP + """
 import tempfile

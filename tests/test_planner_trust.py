@@ -2,19 +2,28 @@
 pass, replications use common random numbers, and every chosen count holds when re-simulated 10x longer."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from simulator import simulate
 from simulator.planner import build_tasks, load_plan, plan
-from simulator.planner.search import judge_run, minimal_count
+from simulator.planner.search import (
+    MAX_AUTO_REPLICATIONS,
+    SPREAD_BOUND,
+    evaluate,
+    judge_run,
+    minimal_count,
+    noisy_decision,
+    search_replicas,
+)
 
 HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0,
       "price_per_gpu_hour": 2.0, "memory_bytes": 80 * 2**30}
 
 
-def trust_plan(slo, candidates=None, num_requests=1500, peak=60.0):
+def trust_plan(slo, candidates=None, num_requests=1500, peak=60.0, replications="auto"):
     return {
         "name": "trust",
         "scenario": {"model": "tiny-llama", "hardware": dict(HW), "num_requests": 100,
@@ -26,7 +35,7 @@ def trust_plan(slo, candidates=None, num_requests=1500, peak=60.0):
         "slo": slo, "failover": "none",
         "regions": [{"name": "east", "rtt_ms": {"east": 5}}],
         "forecast": [{"quarter": "Q1", "region": "east", "peak_rps": peak}],
-        "simulation": {"num_requests": num_requests, "max_replicas": 32},
+        "simulation": {"num_requests": num_requests, "max_replicas": 32, "replications": replications},
     }
 
 
@@ -69,11 +78,49 @@ def test_chosen_counts_hold_when_resimulated_ten_times_longer():
 
 
 def test_replications_share_seeds_across_counts():
-    loaded = load_plan(trust_plan({"ttft_p99_ms": 300}))
+    loaded = load_plan(trust_plan({"ttft_p99_ms": 300}, replications=3))
     task = build_tasks(loaded)[0]
-    assert task.replications == 3
+    assert task.replications == 3 and not task.auto_replications
     res = plan(loaded, workers=1).candidates.iloc[0]
     assert res["replications"] == 3 and not math.isnan(res["seed_spread"])
+    assert res["replications_reason"] == "set in the plan"
+
+
+def test_noisy_decisions_are_named():
+    """The rule of replications: auto, on hand-made evaluations: spread above 5% at the chosen count, or
+    the count below passing on some of its seeds."""
+    def chosen(spread, worst=0.95, replicas=4):
+        return {"replicas": replicas, "seed_spread": spread, "score": worst}
+    assert noisy_decision(chosen(0.02), [{"replicas": 3, "seeds_passed": 0, "runs": 3}]) == ""
+    assert noisy_decision(chosen(math.nan), []) == ""
+    assert noisy_decision(chosen(0.06), []) == "seed spread 6.0% > 5% at 4, worst ratio 0.95"
+    assert noisy_decision(chosen(0.06, worst=0.85), []) == ""    # 0.85 x 1.12 < 1: two spreads do not miss
+    below = [{"replicas": {"a": 1, "b": 1}, "seeds_passed": 1, "runs": 3}]
+    assert noisy_decision(chosen(0.01, replicas={"a": 2, "b": 1}), below) == "a=1;b=1 passed 1 of 3 seeds"
+
+
+def test_auto_replications_add_seeds_where_the_decision_is_noisy():
+    """By default each count is judged on 3 seeds. Here the 3 seeds choose 2 replicas, at 99% of the TTFT
+    limit with a seed-to-seed spread of 10%: it is judged again on 8 seeds, one of which fails 2 replicas."""
+    loaded = load_plan(trust_plan({"ttft_p99_ms": 250}))
+    task = build_tasks(loaded)[0]
+    assert task.replications == 3 and task.auto_replications
+    row = search_replicas(task)
+    fixed = search_replicas(dataclasses.replace(task, auto_replications=False))
+    assert fixed["replications"] == 3 and fixed["seed_spread"] > SPREAD_BOUND and fixed["slo_worst_ratio"] > 0.9
+    assert row["replications"] == MAX_AUTO_REPLICATIONS and row["replicas"] > fixed["replicas"]
+    assert row["replications_reason"].startswith(f"auto: 8 seeds, as seed spread {100 * fixed['seed_spread']:.1f}%")
+    n = row["replicas"]
+    eight = dataclasses.replace(task, replications=8)
+    assert evaluate(eight, n)["passed"] and not evaluate(eight, n - 1)["passed"]
+
+
+def test_auto_replications_keep_three_seeds_for_a_clear_decision():
+    """A loose SLO: the count below the answer cannot carry the load, and the TTFT p99 varies by 10% from
+    seed to seed but at 0.3% of its limit, which no seed can flip."""
+    row = search_replicas(build_tasks(load_plan(trust_plan({"ttft_p99_ms": 100_000})))[0])
+    assert row["replications"] == 3 and row["seed_spread"] > SPREAD_BOUND and row["slo_worst_ratio"] < 0.01
+    assert row["replications_reason"].startswith("auto: 3 seeds (seed spread")
 
 
 def test_minimal_count_is_the_least_passing_count():

@@ -17,7 +17,8 @@ then checks by simulation which count passes.
 :func:`saturation_rps` measures instead: every request arrives at once and the replicas' completion
 rate is read in the steady middle of the run (between 10% and 80% of the completions, leaving out
 the ramp-up and the drain). The planner's utilization is the design load over this figure, and a
-count at 100% or more never passes.
+count at 100% or more never passes. :func:`pool_saturation` reads the same figure for each model pool of
+a deployment with ``deployment.pools`` from one run.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
@@ -48,11 +50,41 @@ class CapacityBound:
 
 def saturation_rps(scenario: Scenario, num_requests: int = 2000) -> float:
     """Requests/s ``scenario``'s deployment completes with a full queue (see the module docstring)."""
-    sat = scenario.with_overrides({"num_requests": num_requests, "duration_s": None, "warmup_s": 0,
-                                   "cooldown_s": 0, "max_sim_time_s": None, "client.timeout_s": None,
-                                   "admission.max_queue_len": None, "admission.max_queue_delay_s": None,
-                                   "workload.arrival": {"process": "poisson", "rate_per_s": 1e7}})
-    req = simulate(sat).requests
+    req = simulate(_saturated(scenario, num_requests)).requests
+    return _steady_rate(req)
+
+
+@dataclass(frozen=True)
+class PoolLoad:
+    """One model pool's part of a deployment with ``deployment.pools``."""
+
+    share: float
+    """Fraction of the requests routed to the pool."""
+    saturation_rps: float
+    """Requests/s the pool's deployment completes on its own requests with a full queue."""
+
+
+def pool_saturation(scenario: Scenario, num_requests_per_pool: int = 2000) -> dict[str, PoolLoad]:
+    """Each pool's routing share and saturation throughput (at the pools' replica counts), from one run
+    with every request queued at once: the pools drain side by side, each on its own requests, so each
+    pool's steady completion rate is read as :func:`saturation_rps` reads one deployment's."""
+    assert scenario.deployment.pools is not None
+    names = [p.name for p in scenario.deployment.pools]
+    req = simulate(_saturated(scenario, num_requests_per_pool * len(names))).requests
+    pool = req["pool"].astype(str).to_numpy()
+    return {name: PoolLoad(float((pool == name).mean()), _steady_rate(req[pool == name])) for name in names}
+
+
+def _saturated(scenario: Scenario, num_requests: int) -> Scenario:
+    """``scenario`` with every request arriving at once and nothing shed, timed out or cut short."""
+    return scenario.with_overrides({"num_requests": num_requests, "duration_s": None, "warmup_s": 0,
+                                    "cooldown_s": 0, "max_sim_time_s": None, "client.timeout_s": None,
+                                    "admission.max_queue_len": None, "admission.max_queue_delay_s": None,
+                                    "workload.arrival": {"process": "poisson", "rate_per_s": 1e7}})
+
+
+def _steady_rate(req: pd.DataFrame) -> float:
+    """Completions per second between 10% and 80% of the completions (0 without any)."""
     done = np.sort(req.loc[req["status"].astype(str) == "finished_length_capped", "finish_time"].to_numpy(dtype=float))
     if len(done) < 20:
         return len(done) / float(done[-1]) if len(done) and done[-1] > 0 else 0.0

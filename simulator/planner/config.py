@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import pandas as pd
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from simulator.errors import ScenarioError
 from simulator.planner.fleet_hours import plan_shapes
@@ -30,10 +30,12 @@ class Candidate(Frozen):
 
     name: str = Field(min_length=1)
     set: dict[str, Any] = Field(default_factory=dict)
-    """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``."""
+    """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``; with
+    ``deployment.pools`` the planner sizes each pool's ``replicas``."""
     price_per_gpu_hour: float | None = Field(default=None, gt=0)
-    """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``); default:
-    the hardware profile's USD price (``assumed``, only with ``currency: USD``)."""
+    """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``; with
+    ``deployment.pools``, for the GPUs of every pool); default: the hardware profile's USD price (each
+    pool's own; ``assumed``, only with ``currency: USD``)."""
 
 
 class PlanSLO(SLOConfig):
@@ -80,9 +82,19 @@ class SimulationSettings(Frozen):
     seed: int = Field(default=0, ge=0)
     max_replicas: int = Field(default=64, ge=1)
     """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
-    replications: int = Field(default=3, ge=1, le=20)
+    replications: int | Literal["auto"] = "auto"
     """Independent runs (seeds ``seed``, ``seed + 1``, ...; the same at every count) that must all pass
-    for a count to be accepted, so the answer does not flip with the seed."""
+    for a count to be accepted, so the answer does not flip with the seed. ``auto``: 3, and 8 where the
+    decision is noisy (at the chosen count the worst ratio's seed-to-seed spread is above 5% and a seed two
+    spreads worse would miss, or the count below passes on some seeds); ``replications`` and
+    ``replications_reason`` in the worksheet say which."""
+
+    @field_validator("replications", mode="before")
+    @classmethod
+    def _replications(cls, value: Any) -> Any:
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 20):
+            raise ValueError("give auto or a whole number of seeds from 1 to 20")
+        return value
 
 
 class ForecastRow(Frozen):
@@ -217,22 +229,21 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
         sc = base.with_overrides(dict(cand.set))
     except ScenarioError as exc:
         raise ScenarioError(f"{where}.set.{exc.field}", exc.value, exc.message) from None
-    if sc.deployment.pools:
-        raise ScenarioError(f"{where}: deployment.pools", [p.name for p in sc.deployment.pools],
-                            "not planned yet: the search varies one replica count (deployment.replicas) and "
-                            "model pools need one per pool; plan each pool as its own candidate or plan (its "
-                            "model, hardware and its share of the forecast) instead of deployment.pools")
     try:
         system = resolve(sc)
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message) from None
-    if cand.price_per_gpu_hour is None and system.profile.price_per_gpu_hour is None:
-        raise ScenarioError(f"{where}.price_per_gpu_hour", None,
-                            f"hardware profile {system.profile.name!r} has no price; give one")
-    if cand.price_per_gpu_hour is None and currency != "USD":
-        raise ScenarioError(f"{where}.price_per_gpu_hour", None,
-                            f"the plan's currency is {currency} but hardware profile {system.profile.name!r} "
-                            f"has an assumed USD price; quote this candidate's price in {currency}")
+    # With model pools every pool's GPUs are priced: by the candidate's quote, else by each pool's profile.
+    pools = [(f" (pool {p.name})", s.profile) for p, (_, s) in zip(sc.deployment.pools or (), system.pools,
+                                                                    strict=True)] or [("", system.profile)]
+    for pool, profile in pools:
+        if cand.price_per_gpu_hour is None and profile.price_per_gpu_hour is None:
+            raise ScenarioError(f"{where}.price_per_gpu_hour", None,
+                                f"hardware profile {profile.name!r}{pool} has no price; give one")
+        if cand.price_per_gpu_hour is None and currency != "USD":
+            raise ScenarioError(f"{where}.price_per_gpu_hour", None,
+                                f"the plan's currency is {currency} but hardware profile {profile.name!r}{pool} "
+                                f"has an assumed USD price; quote this candidate's price in {currency}")
     return sc
 
 

@@ -68,9 +68,10 @@ def print_plan(result: PlanResult, console: Console) -> None:
         table.add_column(c, justify="left" if left else "right")
     for r in ws.to_dict("records"):
         status_ok = r["status"] == "ok"
+        replicas = escape(str(r["pool_replicas"])) if r.get("pool_replicas") else _f(r["replicas"], "d")  # per pool
         table.add_row(escape(str(r["quarter"])), escape(r["region"]), _f(r["design_rps"], ".1f"),
                       escape(r["candidate"]) if status_ok else "[red]none meets the SLO[/]",
-                      _f(r["replicas"], "d") if status_ok else "-", _f(r["gpus"], "d") if status_ok else "-",
+                      replicas if status_ok else "-", _f(r["gpus"], "d") if status_ok else "-",
                       escape(str(r["provisioning"])), _f(r["gpu_hours"], ",.0f"),
                       _f(r["ttft_p99_ms"], ",.0f"), _f(r["tpot_p99_ms"], ".1f"), _f(100 * r["slo_attainment"], ".2f"),
                       _f(r["cost_per_quarter"], ",.0f"), _f(r["cost_per_million_tokens"], ".3f"),

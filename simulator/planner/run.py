@@ -3,8 +3,9 @@
 For each forecast cell (quarter x region) the design load is the forecast peak, plus (with N+1
 failover) the largest share of any one other region's peak that would be redirected here if that
 region went down, times ``1 + headroom``. Every candidate is searched for its minimum replica
-count at that load (:mod:`simulator.planner.search`, one task per cell and candidate, run on the
-chosen executor) and the cell takes the cheapest candidate that meets the SLO. The verified count is
+count at that load (:mod:`simulator.planner.search`; with model pools, a count per pool:
+:mod:`simulator.planner.pool_search`; one task per cell and candidate, run on the chosen executor)
+and the cell takes the cheapest candidate that meets the SLO. The verified count is
 the peak fleet; :mod:`simulator.planner.fleet_hours` turns it, the region's diurnal shape and the
 candidate's autoscaler into the GPU-hours paid, which price the cell.
 """
@@ -26,7 +27,8 @@ from simulator.planner.backends import open_executor
 from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.fleet_hours import autoscale_policy, fleet_day
-from simulator.planner.search import SearchTask, search_replicas
+from simulator.planner.pool_search import search_pools
+from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, search_replicas
 from simulator.run.resolve import resolve
 from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
 from simulator.workload.lengths import make_length
@@ -77,7 +79,7 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     per_cell: dict[tuple[str, str], int] = {}
     rows: list[dict[str, Any]] = []
     with open_executor(backend, workers=workers, address=address, timeout_s=timeout_s) as ex:
-        futures = [ex.submit(search_replicas, t) for t in tasks]
+        futures = [ex.submit(search_pools if t.scenario.deployment.pools else search_replicas, t) for t in tasks]
         for done, fut in enumerate(as_completed(futures), 1):
             row = fut.result()
             rows.append(row)
@@ -130,12 +132,16 @@ def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
             design = (row["peak_rps"] + extra) * (1.0 + cfg.headroom)
             for i, cand in enumerate(cfg.candidates):
                 sc = cell_scenario(loaded.candidate_scenarios[cand.name], row, design, cfg, i)
-                bound = capacity_bound(sc)
+                # With pools, each pool's search starts at its fewest replicas below saturation (pool_search.py).
+                bound = capacity_bound(sc) if not sc.deployment.pools else None
+                auto = cfg.simulation.replications == "auto"
                 tasks.append(SearchTask(
                     quarter=str(q), region=r, candidate=cand.name, scenario=sc, mixes=tuple(cases), slo=slo,
-                    start=bound.replicas_for(design), max_replicas=cfg.simulation.max_replicas,
-                    replications=cfg.simulation.replications, design_rps=design,
-                    meta=_meta(loaded, sc, cand, row, design, extra, bound.max_rps_per_replica)))
+                    start=bound.replicas_for(design) if bound else 1, max_replicas=cfg.simulation.max_replicas,
+                    replications=AUTO_REPLICATIONS if auto else int(cfg.simulation.replications),
+                    design_rps=design, auto_replications=auto, pool_prices=_pool_prices(sc, cand),
+                    meta=_meta(loaded, sc, cand, row, design, extra,
+                               bound.max_rps_per_replica if bound else math.nan)))
     return tasks
 
 
@@ -182,11 +188,34 @@ def _rescaled(dist: dict[str, Any], mean: float, column: str) -> dict[str, Any]:
     return dist
 
 
+def _pool_prices(sc: Scenario, cand: Any) -> dict[str, float]:
+    """Price per GPU-hour of each pool: the candidate's quote for every GPU, else each pool's profile's."""
+    if not sc.deployment.pools:
+        return {}
+    out = {}
+    for pool, (_, system) in zip(sc.deployment.pools, resolve(sc).pools, strict=True):
+        price = cand.price_per_gpu_hour if cand.price_per_gpu_hour is not None else system.profile.price_per_gpu_hour
+        assert price is not None   # load_plan checks every pool has a price
+        out[pool.name] = float(price)
+    return out
+
+
+def _per_pool(sc: Scenario, system: Any, value: Callable[[Scenario, Any], Any]) -> Any:
+    """``value(scenario, system)``; with pools, the one value all pools share or ``small=x;large=y``."""
+    if not sc.deployment.pools:
+        return value(sc, system)
+    values = {p.name: value(sub, sub_system) for p, (sub, sub_system) in zip(sc.deployment.pools, system.pools,
+                                                                           strict=True)}
+    if len(set(values.values())) == 1:
+        return next(iter(values.values()))
+    return ";".join(f"{name}={v}" for name, v in values.items())
+
+
 def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], design: float, extra: float,
           mu: float) -> dict[str, Any]:
     system = resolve(sc)
     price = cand.price_per_gpu_hour if cand.price_per_gpu_hour is not None else system.profile.price_per_gpu_hour
-    assert price is not None   # load_plan checks every candidate has a price
+    assert price is not None   # load_plan checks every candidate has a price (pools: pool_search sets the mean)
     region = loaded.regions[row["region"]]
     given = {col: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
              for col in ("avg_prompt_tokens", "avg_output_tokens") for v in [row.get(col)]}
@@ -195,9 +224,11 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
     return {
         "peak_rps": row["peak_rps"], "design_rps": design, "failover_rps": extra,
         "headroom": loaded.config.headroom, "avg_prompt_tokens": prompt, "avg_output_tokens": output,
-        "hardware": system.profile.name, "tensor_parallel_size": sc.deployment.tensor_parallel_size,
-        "quantization": getattr(sc, "quantization", None) or system.model.dtype,
-        "max_num_seqs": sc.scheduler.max_num_seqs, "analytic_estimate_rps_per_replica": mu,
+        "hardware": _per_pool(sc, system, lambda _, sy: sy.profile.name),
+        "tensor_parallel_size": _per_pool(sc, system, lambda s, _: s.deployment.tensor_parallel_size),
+        "quantization": _per_pool(sc, system, lambda _, sy: sy.model.dtype),
+        "max_num_seqs": _per_pool(sc, system, lambda s, _: s.scheduler.max_num_seqs),
+        "analytic_estimate_rps_per_replica": mu,
         "rtt_ms": region.rtt_ms[row["region"]], "price_per_gpu_hour": float(price),
         "price_multiplier": region.price_multiplier, "seed": sc.seed,
         "forecast_avg_prompt_tokens": given["avg_prompt_tokens"],
@@ -211,11 +242,13 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
 WORKSHEET_COLUMNS = (
     "quarter", "region", "status", "peak_rps", "design_rps", "failover_rps", "headroom", "avg_prompt_tokens",
     "avg_output_tokens", "candidate", "hardware", "tensor_parallel_size", "quantization", "max_num_seqs",
-    "replicas", "gpus", "analytic_estimate_replicas", "batching_factor", "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms",
-    "e2e_p99_ms", "slo_attainment", "dropped", "slo_worst_ratio", "stable", "backlog_growth_fraction", "utilization",
-    "saturation_rps_per_replica", "rtt_ms", "worst_case", "price_per_gpu_hour",
+    "replicas", "gpus", "pool_replicas", "pool_gpus", "analytic_estimate_replicas", "batching_factor", "ttft_p50_ms",
+    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "slo_attainment", "dropped", "slo_worst_ratio", "stable",
+    "backlog_growth_fraction", "utilization", "saturation_rps_per_replica", "pool_share", "pool_utilization",
+    "pool_saturation_rps_per_replica", "rtt_ms", "worst_case", "price_per_gpu_hour",
     "price_multiplier", "cost_per_hour", "gpu_hours", "cost_per_quarter", "cost_per_million_tokens",
-    "binding_constraint", "minus_one_check", "replications", "seed_spread", "simulations", "replicas_tried", "seed")
+    "binding_constraint", "minus_one_check", "replications", "replications_reason", "seed_spread", "simulations",
+    "replicas_tried", "seed")
 
 
 FLEET_COLUMNS = (
@@ -247,11 +280,11 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     ok = df["status"] == "ok"
     # An infeasible search has no verified count: its replica figures stay empty.
     df["replicas"] = df["replicas"].where(ok).astype("Int64")
+    df["gpus"] = df["gpus"].where(ok).astype("Int64")          # with pools, the sum over the pools
     # Share of the simulated saturation throughput the design load uses (an engine with continuous
     # batching is "busy" at almost any load, so the busy fraction says nothing); the search never
-    # accepts a count at 100% or more.
-    df["utilization"] = df["design_rps"] / (df["replicas"].astype(float) * df["saturation_rps_per_replica"])
-    df["gpus"] = (df["replicas"] * df["tensor_parallel_size"]).astype("Int64")
+    # accepts a count at 100% or more. With pools: the busiest pool's.
+    df["utilization"] = df["utilization"].astype(float).where(ok)
     price = df["price_per_gpu_hour"] * df["price_multiplier"]
     df["cost_per_hour"] = df["gpus"].astype(float) * price           # the peak fleet's hourly rate
     days = [_fleet_day(loaded, policies, r) for r in df.to_dict("records")]
@@ -269,10 +302,10 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     df["replicas_needed_by_hour"] = [" ".join(map(str, d[0].needed)) if d else "" for d in days]
     df["replicas_paid_by_hour"] = [" ".join(f"{x:.4g}" for x in d[0].hourly) if d else "" for d in days]
     df["replica_hours_per_day"] = [d[0].replica_hours if d else math.nan for d in days]
-    gpu_hours_per_day = df["replica_hours_per_day"] * df["tensor_parallel_size"]
+    gpu_hours_per_day = df["replica_hours_per_day"] * [d[1] if d else math.nan for d in days]
     df["gpu_hours"] = gpu_hours_per_day * DAYS_PER_QUARTER
     df["gpus_avg"] = gpu_hours_per_day / 24.0
-    df["gpus_max_provisioned"] = pd.array([d[0].max_replicas * d[1] if d else None for d in days],
+    df["gpus_max_provisioned"] = pd.array([round(d[0].max_replicas * d[1]) if d else None for d in days],
                                           dtype="Int64")
     df["cost_per_quarter"] = df["gpu_hours"] * price
     df["gpu_hours_at_peak"] = df["gpus"].astype(float) * HOURS_PER_QUARTER
@@ -284,13 +317,14 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     return df[list(WORKSHEET_COLUMNS) + list(FLEET_COLUMNS) + extra]
 
 
-def _fleet_day(loaded: LoadedPlan, policies: dict[str, Any], row: dict[str, Any]) -> tuple[Any, int] | None:
-    """The row's representative day (and its GPUs per replica), or None for a row without a verified count."""
+def _fleet_day(loaded: LoadedPlan, policies: dict[str, Any], row: dict[str, Any]) -> tuple[Any, float] | None:
+    """The row's representative day and its GPUs per replica (TP; with pools, which run a fixed fleet, the
+    total GPUs over the total replicas), or None for a row without a verified count."""
     if row["status"] != "ok" or pd.isna(row["replicas"]):
         return None
     shape = loaded.diurnal.get((str(row["quarter"]), row["region"]))
     day = fleet_day(int(row["replicas"]), shape, policies[row["candidate"]])
-    return day, int(row["tensor_parallel_size"])
+    return day, int(row["gpus"]) / int(row["replicas"])
 
 
 def _traffic_hours(loaded: LoadedPlan, row: dict[str, Any]) -> float:

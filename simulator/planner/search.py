@@ -11,6 +11,15 @@ one of ``replications`` independent runs, each of them stable (:func:`simulator.
 dropped requests count as misses, an unstable run fails whatever its percentiles. Replication ``k``
 uses the seed ``seed + k`` at every count (common random numbers), which keeps the pass/fail
 predicate monotone in practice; a count's first failing replication ends its evaluation.
+:class:`Runs` simulates each (count, replication) once, so asking again costs nothing. A candidate
+with model pools is searched by :mod:`simulator.planner.pool_search` on the same pieces.
+
+**Replications chosen from the spread** (``simulation.replications: auto``): each count is judged on
+:data:`AUTO_REPLICATIONS` seeds; where the decision is noisy, the search goes on with
+:data:`MAX_AUTO_REPLICATIONS` seeds from its answer, which can only stay or rise. Noisy: the worst
+ratio's seed-to-seed coefficient of variation at the chosen count is above :data:`SPREAD_BOUND` and a
+seed two such spreads worse would miss (worst ratio x (1 + 2 x spread) > 1; a large spread far from
+the limit cannot flip the verdict), or the count below passes on some seeds and fails on others.
 
 A run is checked against each client mix the region must serve (its own clients; with N+1
 failover, also each other region's clients redirected to it, with their longer RTT), on the
@@ -20,18 +29,30 @@ against its own SLO (the plan's where the tier has none).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.cluster.network import ClientNetwork, add_client_latencies
 from simulator.metrics import measurement_window
 from simulator.planner.capacity import saturation_rps
+from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
 from simulator.scenario.config import Scenario, SLOConfig
-from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_with_drops
+from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_with_drops, stability
+
+Counts = int | Mapping[str, int]
+"""One replica count, or (``deployment.pools``) one per pool by name."""
+
+AUTO_REPLICATIONS = 3
+"""Seeds each count is judged on under ``replications: auto``, unless the decision is noisy."""
+MAX_AUTO_REPLICATIONS = 8
+"""Seeds a noisy decision is judged on under ``replications: auto``."""
+SPREAD_BOUND = 0.05
+"""A decision is noisy when the worst ratio's seed-to-seed coefficient of variation exceeds this."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +66,11 @@ class SearchTask:
     mixes: tuple[tuple[str, ClientNetwork], ...]   # (case name, clients) pairs to hold the SLO for
     slo: SLOConfig
     start: int                              # first guess (the analytic estimate)
-    max_replicas: int
-    replications: int = 1
+    max_replicas: int                       # per pool with deployment.pools
+    replications: int = 1                   # seeds per count (the first ones, under auto)
     design_rps: float | None = None         # the load the count must carry; counts at 100% utilization fail
+    auto_replications: bool = False         # more seeds where the decision is noisy (module docstring)
+    pool_prices: dict[str, float] = field(default_factory=dict)   # price per GPU-hour by pool (pools only)
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,62 +104,138 @@ def minimal_count(ok: Callable[[int], bool], start: int, cap: int) -> int | None
     return hi
 
 
-def judge_run(result: Any, slo: SLOConfig, frame: Any = None) -> Verdict:
+def with_counts(scenario: Scenario, counts: Counts) -> Scenario:
+    """``scenario`` with ``counts`` replicas (``deployment.replicas``, or each pool's ``replicas``)."""
+    dep = scenario.deployment
+    if isinstance(counts, int):
+        return scenario.model_copy(update={"deployment": dep.model_copy(update={"replicas": counts})})
+    assert dep.pools is not None
+    pools = [p.model_copy(update={"replicas": int(counts[p.name])}) for p in dep.pools]
+    return scenario.model_copy(update={"deployment": dep.model_copy(update={"pools": pools})})
+
+
+def counts_text(counts: Counts) -> str:
+    """``4``, or ``small=3;large=2`` (the worksheet's ``pool_replicas``)."""
+    return str(counts) if isinstance(counts, int) else ";".join(f"{p}={n}" for p, n in counts.items())
+
+
+def judge_run(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None = None,
+              pool: str | None = None) -> Verdict:
     """Judge one run with the one judge: overall, or tier by tier (each tier's own SLO, ``slo`` where
     it has none; the worst tier is returned). ``frame`` replaces the run's request frame (client
-    latencies added)."""
+    latencies added); ``pool`` judges that model pool's requests only, with their own stability test."""
+    return _judged(result, slo, frame, pool)[0]
+
+
+def _judged(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None,
+            pool: str | None) -> tuple[Verdict, pd.DataFrame, tuple[float, float], dict[str, Any]]:
+    """The verdict, the judged frame, the measurement window and the stability test it used."""
     sc = result.scenario
     req = result.requests if frame is None else frame
-    window = measurement_window(req, sc.warmup_s, sc.cooldown_s)
-    stable = result.summary["stability"]["stable"]
-    tiers = sc.workload.tiers
+    window = measurement_window(req, sc.warmup_s, sc.cooldown_s)   # the run's window, also for one pool
+    stable = result.summary["stability"]
+    if pool is not None:
+        req = req[(req["pool"] == pool).to_numpy()]
+        stable = stability(req, window)
+    tiers = [t for t in sc.workload.tiers or () if pool is None or (req["tier"] == t.name).any()]
     if not tiers:
-        return judge(req, slo, window, stable=stable)
-    verdicts = [judge(req[req["tier"] == t.name], t.slo or slo, window, stable=stable) for t in tiers]
-    return max(verdicts, key=lambda v: (not v.passed, v.score))
+        verdict = judge(req, slo, window, stable=stable["stable"])
+    else:
+        verdicts = [judge(req[req["tier"] == t.name], t.slo or slo, window, stable=stable["stable"]) for t in tiers]
+        verdict = max(verdicts, key=lambda v: (not v.passed, v.score))
+    return verdict, req, window, stable
 
 
-def evaluate(task: SearchTask, replicas: int) -> dict[str, Any]:
-    """Simulate ``replicas`` replicas in up to ``task.replications`` runs and judge each against
-    every client mix; the worst (mix, replication) is reported. Stops at the first failing run."""
-    base = task.scenario.model_copy(update={"deployment": task.scenario.deployment.model_copy(
-        update={"replicas": replicas})})
-    worst: dict[str, Any] | None = None
-    binding_values: list[float] = []
-    runs = 0
-    for k in range(task.replications):
-        sc = base.model_copy(update={"seed": base.seed + k})
-        result = simulate(sc)
-        runs += 1
-        run_worst: dict[str, Any] | None = None
-        for i, (case, mix) in enumerate(task.mixes):
-            frame = result.requests.copy()
-            rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
-            add_client_latencies(frame, mix, rng)
-            verdict = judge_run(result, task.slo, frame)
-            check = _check_row(verdict, frame, sc)
-            check.update(case=case, seed=sc.seed, stability=result.summary["stability"],
+def _worse(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether check ``a`` is worse than ``b`` (a failure before a pass, then the larger worst ratio)."""
+    return (not a["passed"], a["score"]) > (not b["passed"], b["score"])
+
+
+def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | None, dict[str, Any]]:
+    """Simulate replication ``k`` of ``counts`` and judge it against every client mix: the worst mix
+    over all requests (key None) and, with pools, over each pool's own requests (key: its name)."""
+    sc = with_counts(task.scenario, counts)
+    sc = sc.model_copy(update={"seed": sc.seed + k})
+    result = simulate(sc)
+    pools: list[str | None] = [None] + [p.name for p in sc.deployment.pools or ()]
+    out: dict[str | None, dict[str, Any]] = {}
+    for i, (case, mix) in enumerate(task.mixes):
+        frame = result.requests.copy()
+        rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
+        add_client_latencies(frame, mix, rng)
+        for pool in pools:
+            verdict, judged, window, stable = _judged(result, task.slo, frame, pool)
+            check = _check_row(verdict, judged, window)
+            check.update(case=case, seed=sc.seed, stability=stable,
                          batching_factor=result.summary["batch"].get("mean_num_seqs"))
-            if run_worst is None or (not check["passed"], check["score"]) > (not run_worst["passed"],
-                                                                              run_worst["score"]):
-                run_worst = check
-        assert run_worst is not None
-        binding_values.append(run_worst["score"])
-        if worst is None or (not run_worst["passed"], run_worst["score"]) > (not worst["passed"], worst["score"]):
-            worst = run_worst
-        if not run_worst["passed"]:
-            break
-    assert worst is not None
-    finite = [v for v in binding_values if math.isfinite(v)]
-    spread = (float(np.std(finite, ddof=1) / np.mean(finite)) if len(finite) > 1 and np.mean(finite) > 0
-              else math.nan)
-    worst.update(replicas=replicas, runs=runs, seed_spread=spread)
-    return worst
+            if pool not in out or _worse(check, out[pool]):
+                out[pool] = check
+    return out
 
 
-def _check_row(verdict: Verdict, frame: Any, sc: Scenario) -> dict[str, Any]:
+class Runs:
+    """The search's memory: each (count, replication) simulated once, judged over all requests and
+    (with pools) over each pool's own requests. A pool's requests see only that pool's replicas, so
+    a pool's own verdict at ``m`` replicas is read from any run with that pool at ``m``."""
+
+    def __init__(self, task: SearchTask) -> None:
+        self.task = task
+        self._runs: dict[tuple[Any, int], dict[str | None, dict[str, Any]]] = {}
+        self._by_pool: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+    @property
+    def simulations(self) -> int:
+        return len(self._runs)
+
+    def check(self, counts: Counts, k: int, pool: str | None = None) -> dict[str, Any]:
+        """Replication ``k``'s check of ``counts`` (over all requests, or ``pool``'s own)."""
+        if pool is not None:
+            assert not isinstance(counts, int)
+            hit = self._by_pool.get((pool, counts[pool], k))
+            if hit is not None:
+                return hit
+        key = (counts if isinstance(counts, int) else tuple(sorted(counts.items())), k)
+        if key not in self._runs:
+            self._runs[key] = _judge_replication(self.task, counts, k)
+            if not isinstance(counts, int):
+                for name, m in counts.items():
+                    self._by_pool.setdefault((name, m, k), self._runs[key][name])
+        return self._runs[key][pool]
+
+    def evaluate(self, counts: Counts, replications: int, *, pool: str | None = None,
+                 complete: bool = False) -> dict[str, Any]:
+        """``counts`` judged in up to ``replications`` runs (seeds ``seed + k``); the worst run is
+        reported, with ``runs``, ``seeds_passed`` and ``seed_spread`` (coefficient of variation of
+        the worst ratio over the runs). Stops at the first failing run unless ``complete``."""
+        worst: dict[str, Any] | None = None
+        scores: list[float] = []
+        passed = 0
+        for k in range(replications):
+            check = self.check(counts, k, pool)
+            scores.append(check["score"])
+            passed += bool(check["passed"])
+            if worst is None or _worse(check, worst):
+                worst = check
+            if not check["passed"] and not complete:
+                break
+        assert worst is not None
+        finite = [v for v in scores if math.isfinite(v)]
+        spread = (float(np.std(finite, ddof=1) / np.mean(finite)) if len(finite) > 1 and np.mean(finite) > 0
+                  else math.nan)
+        counts_copy: Counts = counts if isinstance(counts, int) else dict(counts)
+        return {**worst, "replicas": counts_copy, "runs": len(scores), "seeds_passed": passed,
+                "seed_spread": spread}
+
+
+def evaluate(task: SearchTask, replicas: Counts) -> dict[str, Any]:
+    """Simulate ``replicas`` replicas (or one count per pool) in up to ``task.replications`` runs and
+    judge each against every client mix; the worst (mix, replication) is reported. Stops at the first
+    failing run."""
+    return Runs(task).evaluate(replicas, task.replications)
+
+
+def _check_row(verdict: Verdict, frame: pd.DataFrame, window: tuple[float, float]) -> dict[str, Any]:
     """The verdict plus the percentiles the worksheet shows (over arrivals, dropped ones as +inf)."""
-    window = measurement_window(frame, sc.warmup_s, sc.cooldown_s)
     arrival = frame["arrival_time"].to_numpy(dtype=float)
     judged = (arrival >= window[0]) & (arrival <= window[1])
     completed = (frame["status"].astype(str) == COMPLETED).to_numpy()[judged]
@@ -154,71 +253,134 @@ def _check_row(verdict: Verdict, frame: Any, sc: Scenario) -> dict[str, Any]:
     return out
 
 
+def noisy_decision(chosen: dict[str, Any], below: list[dict[str, Any]]) -> str:
+    """Why the decision between ``chosen`` (a pass on every seed) and the counts one below it (``below``:
+    their evaluations on every seed) is noisy, or "" when it is not (see the module docstring)."""
+    spread, worst = chosen["seed_spread"], chosen["score"]
+    if spread > SPREAD_BOUND and worst * (1 + 2 * spread) > 1:
+        return (f"seed spread {100 * spread:.1f}% > {100 * SPREAD_BOUND:g}% at {counts_text(chosen['replicas'])}, "
+                f"worst ratio {worst:.2f}")
+    for b in below:
+        if b["seeds_passed"]:
+            return f"{counts_text(b['replicas'])} passed {b['seeds_passed']} of {b['runs']} seeds"
+    return ""
+
+
+def replications_reason(task: SearchTask, replications: int, noise: str, chosen: dict[str, Any] | None) -> str:
+    """The worksheet's ``replications_reason``: how the number of seeds was chosen."""
+    if not task.auto_replications:
+        return "set in the plan"
+    if noise:
+        return f"auto: {replications} seeds, as {noise}"
+    if chosen is None:
+        return f"auto: {replications} seeds (no count passed)"
+    spread, worst, counts = chosen["seed_spread"], chosen["score"], chosen["replicas"]
+    if not spread > SPREAD_BOUND:
+        quiet = (f"seed spread {100 * spread:.1f}% <= {100 * SPREAD_BOUND:g}%" if math.isfinite(spread)
+                 else "no seed spread")
+    else:
+        quiet = f"seed spread {100 * spread:.1f}%, but worst ratio {worst:.2f} x (1 + 2 x {spread:.3f}) <= 1"
+    many = counts > 1 if isinstance(counts, int) else any(n > 1 for n in counts.values())
+    below = ("one replica fewer" + ("" if isinstance(counts, int) else " in any pool") + " fails on every seed"
+             if many else "no count below")
+    return f"auto: {replications} seeds ({quiet}; {below})"
+
+
 def search_replicas(task: SearchTask) -> dict[str, Any]:
     """Minimum replicas meeting the SLO (see module docstring); infeasible ones report their best."""
-    runs: dict[int, dict[str, Any]] = {}
-    one = task.scenario.model_copy(update={"deployment": task.scenario.deployment.model_copy(update={"replicas": 1})})
+    runs = Runs(task)
+    tried: dict[int, dict[str, Any]] = {}
+    one = with_counts(task.scenario, 1)
     saturation = saturation_rps(one) if task.design_rps else math.inf
+    replications = task.replications
+
+    def overloaded(n: int) -> bool:       # 100% utilization or more: never a pass
+        return bool(task.design_rps and task.design_rps >= n * saturation)
 
     def ok(n: int) -> bool:
-        if task.design_rps and task.design_rps >= n * saturation:   # 100% utilization or more: never a pass
-            runs.setdefault(n, _overloaded(task, n, saturation))
+        if overloaded(n):
+            tried.setdefault(n, _overloaded(task, n, saturation))
             return False
-        if n not in runs:
-            runs[n] = evaluate(task, n)
-        return bool(runs[n]["passed"])
+        tried[n] = runs.evaluate(n, replications)
+        return bool(tried[n]["passed"])
 
     n = minimal_count(ok, task.start, task.max_replicas)
+    noise = ""
+    if n is not None and task.auto_replications:
+        below = [runs.evaluate(n - 1, replications, complete=True)] if n > 1 and not overloaded(n - 1) else []
+        noise = noisy_decision(tried[n], below)
+        if noise and replications < MAX_AUTO_REPLICATIONS:
+            replications = MAX_AUTO_REPLICATIONS
+            n = minimal_count(ok, n, task.max_replicas)     # n - 1 failed on a seed it still has
+    sims = runs.simulations + (1 if math.isfinite(saturation) else 0)
+    extra = {"replications": replications, "simulations": sims,
+             "replications_reason": replications_reason(task, replications, noise, tried[n] if n else None)}
     if n is None:
-        best = min(runs.values(), key=lambda r: (r["score"], r["replicas"]))
-        return _row(task, runs, best, status="infeasible", saturation=saturation,
+        best = min(tried.values(), key=lambda r: (r["score"], r["replicas"]))
+        return _row(task, tried, best, status="infeasible", saturation=saturation, extra=extra,
                     binding=f"no count up to max_replicas={task.max_replicas} meets the SLO; "
-                            f"best: {_describe_failure(best)}", below="")
+                            f"best: {describe_failure(best)}", below="")
     if n > 1:
-        below = runs[n - 1]
-        binding, check = below["binding"], _describe_failure(below)
+        below_run = tried[n - 1]
+        binding, check = below_run["binding"], describe_failure(below_run)
     else:
         binding, check = "one replica suffices", ""
-    return _row(task, runs, runs[n], status="ok", binding=binding, below=check, saturation=saturation)
+    return _row(task, tried, tried[n], status="ok", binding=binding, below=check, saturation=saturation,
+                extra=extra)
 
 
 def _overloaded(task: SearchTask, n: int, saturation: float) -> dict[str, Any]:
     """A count that cannot carry the design load even at saturation: failed without simulating."""
     assert task.design_rps is not None
     util = task.design_rps / (n * saturation)
+    return overloaded_check(n, util, f"utilization {100 * util:.0f}% >= 100% of the simulated saturation "
+                                     f"throughput ({n} x {saturation:.2f} req/s)")
+
+
+def overloaded_check(counts: Counts, utilization: float, failure: str) -> dict[str, Any]:
+    """The check of counts failed on utilization (at or above 100%) without a simulation."""
     nan = math.nan
-    return {"replicas": n, "passed": False, "score": util, "binding": "utilization", "ratios": {"utilization": util},
-            "attainment": 0.0, "measured": 0, "dropped": 0, "stable": False, "case": "design load", "seed": None,
-            "failures": [f"utilization {100 * util:.0f}% >= 100% of the simulated saturation throughput "
-                         f"({n} x {saturation:.2f} req/s)"],
-            "stability": {"backlog_growth_fraction": nan}, "batching_factor": nan, "runs": 0, "seed_spread": nan,
+    return {"replicas": counts, "passed": False, "score": utilization, "binding": "utilization",
+            "ratios": {"utilization": utilization}, "attainment": 0.0, "measured": 0, "dropped": 0, "stable": False,
+            "case": "design load", "seed": None, "failures": [failure], "stability": {"backlog_growth_fraction": nan},
+            "batching_factor": nan, "runs": 0, "seeds_passed": 0, "seed_spread": nan,
             **{f"{m}_{q}_s": nan for m in ("ttft", "tpot", "e2e") for q in ("p50", "p99")}}
 
 
-def _describe_failure(run: dict[str, Any]) -> str:
+def describe_failure(run: dict[str, Any]) -> str:
     where = run["case"] if run["seed"] is None else f"{run['case']}, seed {run['seed']}"
-    return f"{run['replicas']} replicas ({where}): " + ("; ".join(run["failures"]) or "no measured requests")
+    what = f"{run['replicas']} replicas" if isinstance(run["replicas"], int) else counts_text(run["replicas"])
+    return f"{what} ({where}): " + ("; ".join(run["failures"]) or "no measured requests")
 
 
 def _ms(x: float) -> float:
     return 1000 * x
 
 
-def _row(task: SearchTask, runs: dict[int, dict[str, Any]], chosen: dict[str, Any], status: str,
-         binding: str, below: str, saturation: float) -> dict[str, Any]:
-    st = chosen["stability"]
+def check_columns(chosen: dict[str, Any]) -> dict[str, Any]:
+    """The worksheet's columns from the chosen count's evaluation."""
     return {
-        "quarter": task.quarter, "region": task.region, "candidate": task.candidate, "status": status,
-        "replicas": chosen["replicas"], "analytic_estimate_replicas": task.start,
         "ttft_p50_ms": _ms(chosen["ttft_p50_s"]), "ttft_p99_ms": _ms(chosen["ttft_p99_s"]),
         "tpot_p99_ms": _ms(chosen["tpot_p99_s"]), "e2e_p99_ms": _ms(chosen["e2e_p99_s"]),
         "slo_attainment": chosen["attainment"], "dropped": chosen["dropped"],
-        "stable": chosen["stable"], "backlog_growth_fraction": st["backlog_growth_fraction"],
+        "stable": chosen["stable"], "backlog_growth_fraction": chosen["stability"]["backlog_growth_fraction"],
         "batching_factor": chosen["batching_factor"], "worst_case": chosen["case"],
-        "slo_worst_ratio": chosen["score"], "replications": task.replications,
-        "seed_spread": chosen["seed_spread"], "saturation_rps_per_replica": saturation,
+        "slo_worst_ratio": chosen["score"], "seed_spread": chosen["seed_spread"],
+    }
+
+
+def _row(task: SearchTask, runs: dict[int, dict[str, Any]], chosen: dict[str, Any], status: str,
+         binding: str, below: str, saturation: float, extra: dict[str, Any]) -> dict[str, Any]:
+    n = chosen["replicas"]
+    tp = task.scenario.deployment.tensor_parallel_size
+    return {
+        "quarter": task.quarter, "region": task.region, "candidate": task.candidate, "status": status,
+        "replicas": n, "gpus": n * tp, "pool_replicas": "", "pool_gpus": "", "pool_share": "",
+        "pool_utilization": "", "pool_saturation_rps_per_replica": "",
+        "analytic_estimate_replicas": task.start,
+        "utilization": task.design_rps / (n * saturation) if task.design_rps else math.nan,
+        **check_columns(chosen), "saturation_rps_per_replica": saturation,
         "binding_constraint": binding, "minus_one_check": below,
-        "simulations": sum(r["runs"] for r in runs.values()) + (1 if math.isfinite(saturation) else 0),
         "replicas_tried": " ".join(str(k) for k in sorted(runs)),
-        **task.meta,
+        **extra, **task.meta,
     }
