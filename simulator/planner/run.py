@@ -226,7 +226,7 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
         "headroom": loaded.config.headroom, "avg_prompt_tokens": prompt, "avg_output_tokens": output,
         "hardware": _per_pool(sc, system, lambda _, sy: sy.profile.name),
         "tensor_parallel_size": _per_pool(sc, system, lambda s, _: s.deployment.tensor_parallel_size),
-        "quantization": _per_pool(sc, system, lambda _, sy: sy.model.dtype),
+        "quantization": _per_pool(sc, system, lambda _, sy: sy.precision.quantization if sy.precision else "none"),
         "max_num_seqs": _per_pool(sc, system, lambda s, _: s.scheduler.max_num_seqs),
         "analytic_estimate_rps_per_replica": mu,
         "rtt_ms": region.rtt_ms[row["region"]], "price_per_gpu_hour": float(price),
