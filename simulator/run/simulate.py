@@ -100,7 +100,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     if run.autoscaler is not None:
         from simulator.metrics import in_measurement_window
         req = result.requests
-        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
+        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival)
                     & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
         result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
