@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.cli import app
+from simulator.report.analysis import load_sweep, max_load_meeting_slo, with_concurrency
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -196,7 +197,22 @@ def test_the_planner_refuses_a_closed_loop_candidate():
     assert err.value.field == "scenario.workload.arrival.process" and "poisson or gamma" in err.value.message
 
 
-# -- the table output ----------------------------------------------------------------------
+# -- sweeps and the table output ----------------------------------------------------------------------
+def test_load_sweep_over_clients():
+    """4 seats, 10 steps of 10 ms per request: up to 4 clients, X = N / 0.1 s; beyond, X stays 40."""
+    sc = make_scenario(**{"num_requests": 400, "scheduler.max_num_seqs": 4, "slo.e2e_p99_ms": 150})
+    sweep = load_sweep(sc, [8, 1, 2], axis="concurrency")
+    assert sweep["concurrency"].tolist() == [1, 2, 8]
+    assert sweep["rate_per_s"].tolist() == pytest.approx([10, 20, 40], rel=0.02)
+    assert sweep["mean_running_batch"].tolist() == pytest.approx([1, 2, 4], rel=0.01)
+    limit = max_load_meeting_slo(sweep)
+    assert limit["max_concurrency"] == 2 and limit["first_failing_concurrency"] == 8
+    assert limit["max_rate_per_s"] == pytest.approx(20, rel=0.01)
+    assert with_concurrency(closed_loop(3, 0.5), 9).workload.arrival.think_time_s == 0.5
+    with pytest.raises(ScenarioError):
+        load_sweep(sc, [0, 2], axis="concurrency")
+
+
 TABLE_CASES = {
     "offline": ({"workload": {"arrival": {"process": "offline"}}}, "benchmark: offline"),
     "one request": ({"num_requests": 1, "workload": {"arrival": {"process": "offline"}}}, "throughput: "),
