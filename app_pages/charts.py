@@ -87,9 +87,11 @@ def series_figure(series: pd.DataFrame) -> go.Figure:
 
 
 def load_curve_figure(sweep: pd.DataFrame, slo_s: dict[str, float], limit: dict[str, Any], per_gpu: bool) -> go.Figure:
-    """p50/p99 TTFT and TPOT against offered load, SLO thresholds and the largest load meeting them."""
+    """p50/p99 TTFT and TPOT against offered load, SLO thresholds and the largest load meeting them
+    (a concurrency sweep: against the throughput its clients achieved)."""
     x = sweep["rate_per_gpu"] if per_gpu else sweep["rate_per_s"]
-    x_title = "offered load (req/s per GPU)" if per_gpu else "offered load (req/s)"
+    load = "throughput of the clients" if "concurrency" in sweep else "offered load"
+    x_title = f"{load} (req/s per GPU)" if per_gpu else f"{load} (req/s)"
     fig = make_subplots(rows=1, cols=2, subplot_titles=["TTFT (ms)", "TPOT (ms)"])
     for i, metric in enumerate(("ttft", "tpot"), start=1):
         color = COLORS[f"{metric}_s"]

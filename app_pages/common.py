@@ -141,20 +141,23 @@ def cached_report(key: str, _time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> RunR
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def cached_sweep(key: str, rates: tuple[float, ...], _time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> pd.DataFrame:
-    """Load sweep of the scenario with this canonical JSON over ``rates`` (cached)."""
+def cached_sweep(key: str, rates: tuple[float, ...], _time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+                 axis: str = "rate") -> pd.DataFrame:
+    """Load sweep of the scenario with this canonical JSON over ``rates`` (arrival rates, or with
+    ``axis="concurrency"`` numbers of closed-loop clients; cached)."""
     scenario = scenario_from_key(key)
     bar = st.progress(0.0, text="sweeping")
     deadline = time.monotonic() + _time_limit_s
 
     def on_progress(point: int, points: int, done: int, total: int) -> None:
         bar.progress(min(1.0, (point + done / max(total, 1)) / points),
-                     text=f"rate {point + 1} of {points}: {done:,} / {total:,} requests finished")
+                     text=f"{what} {point + 1} of {points}: {done:,} / {total:,} requests finished")
         if time.monotonic() > deadline:
-            raise RunCancelled(f"stopped after the {_time_limit_s:g} s time limit at rate {point + 1} of {points}; "
+            raise RunCancelled(f"stopped after the {_time_limit_s:g} s time limit at {what} {point + 1} of {points}; "
                                "fewer points or requests will finish")
 
-    sweep = load_sweep(scenario, rates, on_progress=on_progress)
+    what = "load" if axis == "concurrency" else "rate"
+    sweep = load_sweep(scenario, rates, axis=axis, on_progress=on_progress)
     bar.empty()
     return sweep
 

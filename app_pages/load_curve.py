@@ -1,4 +1,7 @@
-"""Load curve: latency tails against offered load, and the largest load that holds the SLO."""
+"""Load curve: latency tails against offered load, and the largest load that holds the SLO.
+
+The load is an open-loop arrival rate, or (as serving benchmarks sweep) a closed loop's number of
+clients, whose throughput is then the x axis."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,17 +21,26 @@ from app_pages.common import (
 )
 from simulator import ScenarioError, resolve
 from simulator.metrics import slo_thresholds_s
-from simulator.report.analysis import RunCancelled, max_load_meeting_slo, num_gpus, with_arrival_rate
-from simulator.scenario.config import GammaArrival, PoissonArrival
+from simulator.report.analysis import (
+    RunCancelled,
+    max_load_meeting_slo,
+    num_gpus,
+    with_arrival_rate,
+    with_concurrency,
+)
+from simulator.scenario.config import ClosedLoopArrival, GammaArrival, OfflineArrival, PoissonArrival
 from simulator.scenario.io import scenario_key
 
 P = "lc"
-WIDGET_KEYS = [f"{P}_{k}" for k in ("mode", "example", "min_rate", "max_rate", "points", "num_requests",
-                                    "slo_ttft_ms", "slo_tpot_ms", "per_gpu", "time_limit_s")]
+WIDGET_KEYS = [f"{P}_{k}" for k in ("mode", "example", "axis", "min_rate", "max_rate", "min_clients", "max_clients",
+                                    "think_s", "points", "num_requests", "slo_ttft_ms", "slo_tpot_ms", "per_gpu",
+                                    "time_limit_s")]
+RATE, CLIENTS = "Arrival rate", "Clients (closed loop)"
 
 st.title("Load curve")
-st.caption("Simulate the scenario at a range of arrival rates (same seed and lengths at every point) and "
-           "find the largest load whose p99 latencies stay within the SLO.")
+st.caption("Simulate the scenario at a range of arrival rates, or of closed-loop clients as serving benchmarks "
+           "do (same seed and lengths at every point), and find the largest load whose p99 latencies stay within "
+           "the SLO.")
 
 restore_widgets(P)
 base, _ = scenario_source(P, default_example=DEFAULT_EXAMPLE, offer_what_if=True)
@@ -36,26 +48,43 @@ if base is None:
     save_widgets(P, WIDGET_KEYS)
     st.stop()
 arrival = base.workload.arrival
-if not isinstance(arrival, (PoissonArrival, GammaArrival)):
+if not isinstance(arrival, (PoissonArrival, GammaArrival, ClosedLoopArrival, OfflineArrival)):
     show_error(ScenarioError("workload.arrival.process", arrival.process,
-                             "a load curve needs poisson or gamma arrivals; a trace keeps its own rate"))
+                             "a load curve needs poisson or gamma arrivals, or a closed loop or offline batch "
+                             "to sweep clients; a trace keeps its own rate"))
     save_widgets(P, WIDGET_KEYS)
     st.stop()
 
 if st.session_state.get(f"{P}_base_id") != scenario_key(base):   # a new scenario: defaults from it
     st.session_state[f"{P}_base_id"] = scenario_key(base)
     n = base.num_requests or 2000
+    rate = getattr(arrival, "rate_per_s", 4.0)
+    clients = arrival.concurrency if isinstance(arrival, ClosedLoopArrival) else base.scheduler.max_num_seqs
     st.session_state.update({
-        f"{P}_min_rate": round(arrival.rate_per_s * 0.25, 3), f"{P}_max_rate": round(arrival.rate_per_s * 4.0, 3),
+        f"{P}_axis": CLIENTS if isinstance(arrival, ClosedLoopArrival | OfflineArrival) else RATE,
+        f"{P}_min_rate": round(rate * 0.25, 3), f"{P}_max_rate": round(rate * 4.0, 3),
+        f"{P}_min_clients": max(1, clients // 8), f"{P}_max_clients": max(2, min(clients * 2, 4096)),
+        f"{P}_think_s": float(arrival.think_time_s) if isinstance(arrival, ClosedLoopArrival) else 0.0,
         f"{P}_points": 8, f"{P}_num_requests": int(min(n, 3000)),
         f"{P}_slo_ttft_ms": float(base.slo.ttft_p99_ms or 0.0), f"{P}_slo_tpot_ms": float(base.slo.tpot_p99_ms or 0.0)})
 st.session_state.setdefault(f"{P}_per_gpu", False)
 st.session_state.setdefault(f"{P}_time_limit_s", 2 * DEFAULT_TIME_LIMIT_S)
 
 with st.sidebar.expander("Sweep", expanded=True):
-    lo = st.number_input("Lowest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_min_rate")
-    hi = st.number_input("Highest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_max_rate")
-    points = st.slider("Rates", min_value=2, max_value=20, key=f"{P}_points",
+    axis = st.radio("Load", [RATE, CLIENTS], key=f"{P}_axis", horizontal=True,
+                    help="Arrival rate: open-loop arrivals (poisson, or gamma as in the scenario). Clients: a "
+                         "closed loop, each client sending its next request when its last one ended (after the "
+                         "think time); its load is the throughput it achieves.")
+    closed = axis == CLIENTS
+    if closed:
+        lo = st.number_input("Fewest clients", min_value=1, max_value=100_000, step=1, key=f"{P}_min_clients")
+        hi = st.number_input("Most clients", min_value=1, max_value=100_000, step=1, key=f"{P}_max_clients")
+        think = st.number_input("Think time (s)", min_value=0.0, max_value=3600.0, key=f"{P}_think_s",
+                                help="Pause between an answer's end and the client's next request")
+    else:
+        lo = st.number_input("Lowest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_min_rate")
+        hi = st.number_input("Highest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_max_rate")
+    points = st.slider("Loads" if closed else "Rates", min_value=2, max_value=20, key=f"{P}_points",
                        help="Evenly spaced from lowest to highest")
     n_req = st.number_input("Requests per rate", min_value=100, max_value=100_000, step=500, key=f"{P}_num_requests",
                             help="More requests: steadier tails, longer sweep")
@@ -70,18 +99,27 @@ save_widgets(P, WIDGET_KEYS)
 scenario = None
 try:
     if hi <= lo:
-        raise ScenarioError("highest rate", hi, f"must be above the lowest rate {lo:g}")
+        raise ScenarioError("most clients" if closed else "highest rate", hi,
+                            f"must be above the {'fewest clients' if closed else 'lowest rate'} {lo:g}")
     scenario = base.with_overrides({"num_requests": int(n_req), "duration_s": None, "slo.ttft_p99_ms": ttft or None,
                                     "slo.tpot_p99_ms": tpot or None})
-    scenario = with_arrival_rate(scenario, lo)
+    if closed:
+        scenario = with_concurrency(scenario, int(lo)).with_overrides({"workload.arrival.think_time_s": think})
+    else:
+        scenario = with_arrival_rate(scenario, lo)
     system = resolve(scenario)
+    load = (f"closed loop, think time {think:g} s" if closed
+            else f"{scenario.workload.arrival.process} arrivals")
     st.markdown(f"**{system.model.name}** on **{num_gpus(scenario)} × {system.profile.name}** "
-                f"({system.profile.source}) · {scenario.workload.arrival.process} arrivals · "
-                f"{int(n_req):,} requests per rate · seed {scenario.seed}")
+                f"({system.profile.source}) · {load} · "
+                f"{int(n_req):,} requests per {'load' if closed else 'rate'} · seed {scenario.seed}")
 except ScenarioError as exc:
     show_error(exc)
     scenario = None
-rates = tuple(float(r) for r in np.round(np.linspace(lo, hi, int(points)), 6))
+if closed:
+    rates = tuple(float(c) for c in sorted({int(round(c)) for c in np.linspace(lo, hi, int(points))}))
+else:
+    rates = tuple(float(r) for r in np.round(np.linspace(lo, hi, int(points)), 6))
 if scenario is not None and not slo_thresholds_s(scenario.slo):
     st.warning("No SLO set: the sweep shows latency, but there is no load limit to mark. Set a TTFT or TPOT "
                "threshold in the sidebar.", icon=":material/flag:")
@@ -94,7 +132,8 @@ interrupted_run(P, stop)
 if run and scenario is not None:
     st.session_state[f"{P}_running"] = True
     try:
-        sweep = cached_sweep(scenario_key(scenario), rates, float(st.session_state[f"{P}_time_limit_s"]))
+        sweep = cached_sweep(scenario_key(scenario), rates, float(st.session_state[f"{P}_time_limit_s"]),
+                             "concurrency" if closed else "rate")
         st.session_state[f"{P}_result"] = (scenario, sweep)
     except RunCancelled as exc:
         st.warning(f"Sweep cancelled: {exc}", icon=":material/timer_off:")
@@ -110,23 +149,36 @@ limit = max_load_meeting_slo(sweep)
 slo_s = slo_thresholds_s(done_scenario.slo)
 gpus = num_gpus(done_scenario)
 
+swept_clients = "concurrency" in sweep
 c1, c2, c3 = st.columns(3)
-c1.metric("Max load meeting the SLO (req/s)", fmt(limit["max_rate_per_s"], 2), border=True)
-c2.metric(f"Per GPU (req/s, {gpus} GPU{'s' if gpus > 1 else ''})", fmt(limit["max_rate_per_gpu"], 2), border=True)
-c3.metric("First swept rate missing it (req/s)", fmt(limit["first_failing_rate_per_s"], 2), border=True)
+if swept_clients:
+    c1.metric("Most clients meeting the SLO", fmt(limit["max_concurrency"], 0), border=True)
+    c2.metric("Throughput there (req/s)", fmt(limit["max_rate_per_s"], 2), border=True)
+    c3.metric("First swept clients missing it", fmt(limit["first_failing_concurrency"], 0), border=True)
+else:
+    c1.metric("Max load meeting the SLO (req/s)", fmt(limit["max_rate_per_s"], 2), border=True)
+    c2.metric(f"Per GPU (req/s, {gpus} GPU{'s' if gpus > 1 else ''})", fmt(limit["max_rate_per_gpu"], 2),
+              border=True)
+    c3.metric("First swept rate missing it (req/s)", fmt(limit["first_failing_rate_per_s"], 2), border=True)
 reason = limit["reason"]
-st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; narrow the range "
-           "around it for "
-           "a sharper answer. Above capacity the queue grows for the whole run (the `stable` column is false): "
-           "the tails there depend on the number of requests, and the SLO judge fails such a rate.")
+if swept_clients:
+    st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of loads. A closed loop "
+               "cannot overload the engine: past its capacity more clients only wait longer, so throughput (the "
+               "x axis, measured in each run's steady window) flattens while latency grows.")
+else:
+    st.caption(f"{reason[:1].upper()}{reason[1:]}. The limit is only as fine as the grid of rates; narrow the range "
+               "around it for "
+               "a sharper answer. Above capacity the queue grows for the whole run (the `stable` column is false): "
+               "the tails there depend on the number of requests, and the SLO judge fails such a rate.")
 st.plotly_chart(load_curve_figure(sweep, slo_s, limit, per_gpu), key=f"{P}_chart")
 table = sweep.drop(columns=["policy", "wall_s"]).rename(columns={
+    "concurrency": "clients", "mean_running_batch": "mean running batch",
     "rate_per_s": "rate (req/s)", "rate_per_gpu": "rate per GPU (req/s)", "throughput_rps": "throughput (req/s)",
     "slo_attainment": "SLO attainment", "slo_met": "SLO met", "stable": "stable", "completed": "completed"})
 for col in [c for c in table.columns if c.endswith(("_p50_s", "_p99_s", "_mean_s"))]:
     metric, p, _ = col.rsplit("_", 2)
     table[f"{metric.replace('_', ' ').upper()} {p} (ms)"] = table.pop(col) * 1e3
-flags = ("SLO met", "stable", "completed", "rejected", "dropped", "preemptions")
+flags = ("SLO met", "stable", "completed", "rejected", "dropped", "preemptions", "clients")
 st.dataframe(table, hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g")
                                                    for c in table.columns if c not in flags})
 st.download_button("Download sweep CSV", sweep.to_csv(index=False), file_name="load_curve.csv", mime="text/csv",

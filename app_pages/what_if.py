@@ -22,7 +22,7 @@ from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_pro
 from simulator.cluster.router import ROUTERS
 from simulator.engine.policies import POLICIES
 from simulator.report.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
-from simulator.scenario.config import GammaArrival, PoissonArrival
+from simulator.scenario.config import ClosedLoopArrival, GammaArrival, PoissonArrival, TraceArrival
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.io import scenario_diff, scenario_key, scenario_to_yaml
 from simulator.scenario.quantization import KV_CACHE_DTYPES, QUANTIZATIONS
@@ -50,7 +50,7 @@ def flag(raw: object) -> bool:
 # knob -> (query parameter, type); the query string reproduces an example-based view.
 KNOBS: dict[str, tuple[str, Any]] = {
     "rate": ("rate", float), "cv": ("cv", float), "speedup": ("speedup", float), "num_requests": ("n", int),
-    "duration_s": ("dur", float),
+    "duration_s": ("dur", float), "clients": ("clients", int), "think_s": ("think", float),
     "seed": ("seed", int), "model": ("model", str), "quantization": ("quant", str), "kv_dtype": ("kvdtype", str),
     "hardware": ("hw", str), "tp": ("tp", int),
     "replicas": ("replicas", int), "router": ("router", str), "max_num_seqs": ("seqs", int),
@@ -74,7 +74,9 @@ def knob_values(sc: Any) -> dict[str, Any]:
     return {
         "rate": float(arr.rate_per_s) if rate_based else None,
         "cv": float(arr.cv) if isinstance(arr, GammaArrival) else 1.0,
-        "speedup": None if rate_based else float(arr.speedup),
+        "speedup": float(arr.speedup) if isinstance(arr, TraceArrival) else None,
+        "clients": arr.concurrency if isinstance(arr, ClosedLoopArrival) else None,
+        "think_s": float(arr.think_time_s) if isinstance(arr, ClosedLoopArrival) else None,
         "num_requests": sc.num_requests, "duration_s": sc.duration_s, "seed": int(sc.seed),
         "model": sc.model if isinstance(sc.model, str) else FROM_FILE,
         "quantization": dep.quantization or "none", "kv_dtype": dep.kv_cache_dtype,
@@ -136,6 +138,9 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
         ov["speculative_config"] = spec
     if k.get("speedup") is not None:
         ov["workload.arrival.speedup"] = k["speedup"]
+    if k.get("clients") is not None:
+        ov["workload.arrival.concurrency"] = k["clients"]
+        ov["workload.arrival.think_time_s"] = k["think_s"]
     if base.num_requests is not None:
         ov["num_requests"] = k["num_requests"]
     elif base.duration_s is not None:
@@ -195,10 +200,18 @@ def knob_widgets(base: Any) -> dict[str, Any]:
                                       key=f"{P}_cv", help="1 = Poisson; >1 burstier (gamma gaps); <1 smoother")
         else:
             k["rate"], k["cv"] = None, 1.0
+        if st.session_state.get(f"{P}_speedup") is not None:
             k["speedup"] = st.number_input("Trace speedup", min_value=0.01, max_value=1000.0, step=0.5,
                                            key=f"{P}_speedup",
                                            help="Arrivals replay a trace; every gap is divided by this "
                                                 "(2 = twice the rate)")
+        if st.session_state.get(f"{P}_clients") is not None:
+            k["clients"] = st.number_input("Clients (closed loop)", min_value=1, max_value=100_000, step=1,
+                                           key=f"{P}_clients",
+                                           help="Each client sends its next request when its last one ended")
+            k["think_s"] = st.number_input("Think time (s)", min_value=0.0, max_value=3600.0,
+                                           key=f"{P}_think_s",
+                                           help="Pause between an answer's end and the client's next request")
         if base.num_requests is not None:
             k["num_requests"] = st.number_input("Requests", min_value=10, max_value=200_000, step=1000,
                                                 key=f"{P}_num_requests")
@@ -436,6 +449,14 @@ if s.get("speculative"):
     spec_txt = (f" · speculative ({sp['method']}, k={sp['num_speculative_tokens']}): "
                 f"{sp.get('mean_tokens_per_step') or 0:.2f} tokens per step "
                 f"(expected {sp['expected_tokens_per_step']:.2f})")
+bench = s.get("benchmark")
+if bench:   # a closed loop or an offline batch: what load it put on the engine
+    batch = bench["mean_running_batch"]
+    load = (f"closed loop of {bench['concurrency']} clients (think time {bench['think_time_s']:g} s)"
+            if bench["mode"] == "closed_loop" else
+            f"offline batch of {bench['concurrency']:,} requests, makespan {bench['makespan_s']:,.1f} s")
+    st.caption(f"Benchmark mode: {load}; mean running batch {fmt(batch)} sequences; throughput measured over "
+               f"{s['throughput']['window_s'][0]:,.1f}-{s['throughput']['window_s'][1]:,.1f} s.")
 st.caption(f"{rq['measured']:,} measured of {rq['arrived']:,} requests ({rq['completed']:,} completed, "
            f"{rq['rejected']:,} rejected (shed: {rq.get('shed', 0):,}), {rq.get('timed_out', 0):,} timed out, "
            f"{rq['in_flight']:,} in flight, {rq['preemptions']:,} preemptions) · "

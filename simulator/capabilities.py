@@ -118,11 +118,18 @@ FEATURES: dict[str, Feature] = {
     "multi_step": Feature("multi-step scheduling", "scheduler.num_scheduler_steps > 1", lambda sc: _on(
         "scheduler.num_scheduler_steps", sc.scheduler.num_scheduler_steps if sc.scheduler.num_scheduler_steps > 1
         else None)),
+    "closed_loop": Feature("closed-loop clients", "workload.arrival.process: closed_loop", lambda sc: _on(
+        "workload.arrival.process", sc.workload.arrival.process if sc.workload.arrival.process == "closed_loop"
+        else None)),
+    "offline": Feature("offline batches", "workload.arrival.process: offline", lambda sc: _on(
+        "workload.arrival.process", sc.workload.arrival.process if sc.workload.arrival.process == "offline"
+        else None)),
 }
 """Every feature the table speaks of, in the order they are checked."""
 
 POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", "pool_sizes",
-                   "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools", "multi_step")
+                   "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools", "multi_step",
+                   "closed_loop")
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
@@ -155,7 +162,8 @@ POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
     "disaggregated": _all_but(
         POLICY_FEATURES, speculative_decoding=No(), client_timeout=_MOVES,
         queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
-        multi_step=_ONE_STEP),
+        multi_step=_ONE_STEP,
+        closed_loop=No("its KV transfers and the clients' wake-ups are not combined in one decode-run horizon")),
 }
 """``scheduler.policy`` -> feature -> ``YES`` or :class:`No`. A policy missing here (a plug-in
 registered without a row) supports none of :data:`POLICY_FEATURES`."""
@@ -189,6 +197,16 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
               "cap workload.output_tokens.max instead"),
     Exclusion("prompt_trimming", "shared_prefixes", _CUTS_PREFIX),
     Exclusion("prompt_trimming", "sessions", _CUTS_PREFIX),
+    Exclusion("closed_loop", "sessions", "a session's turns arrive on their own schedule, not when the client's "
+              "last answer ended", "use workload.prefix for shared prompts"),
+    Exclusion("offline", "sessions", "a session's later turns arrive after t=0", "use workload.prefix for "
+              "shared prompts"),
+    Exclusion("closed_loop", "network", "a client's round trip would delay its next request, but the network "
+              "is applied after the run", "add the round trip to think_time_s"),
+    Exclusion("closed_loop", "fleet", "the clients' round trips to their regions would delay their next "
+              "requests, but they are applied after the run", "simulate one region"),
+    Exclusion("closed_loop", "autoscaler", "decode runs do not stop at the autoscaler's ticks in a closed loop",
+              "fix deployment.replicas"),
 )
 """Features not modelled together, whatever the policy and cost model."""
 

@@ -206,6 +206,11 @@ def _ms(x: Any) -> str:
     return "-" if x is None else f"{x * 1000:,.1f}"
 
 
+def _num(x: Any, spec: str) -> str:
+    """``x`` formatted, or ``-`` when there is no value (an empty measurement window)."""
+    return "-" if x is None else format(x, spec)
+
+
 def print_summary(summary: dict[str, Any], result: Any) -> None:
     sys_ = result.system
     if getattr(sys_, "pools", ()):   # model routing: one line per pool below
@@ -233,8 +238,17 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
                       f"{_ms(ci[0])}-{_ms(ci[1])}" if ci else "-", str(s.get("n", "")))
     out_console.print(table)
     tp, rq = summary["throughput"], summary["requests"]
+    bench = summary.get("benchmark")
+    if bench:
+        load = (f"closed loop of {bench['concurrency']} clients, think time {bench['think_time_s']:g} s "
+                f"({bench['think_time_dist']})" if bench["mode"] == "closed_loop"
+                else f"offline, {bench['concurrency']} requests at t=0, makespan {bench['makespan_s']:.2f} s")
+        batch = bench["mean_running_batch"]
+        out_console.print(f"benchmark: {load}; mean running batch {'-' if batch is None else f'{batch:.1f}'} seqs; "
+                          f"measured over {tp['window_s'][0]:.2f}-{tp['window_s'][1]:.2f} s")
     out_console.print(
-        f"throughput: {tp['requests_per_s'] or 0:.2f} req/s, {tp['output_tokens_per_s'] or 0:,.0f} output tok/s  |  "
+        f"throughput: {_num(tp['requests_per_s'], '.2f')} req/s, {_num(tp['output_tokens_per_s'], ',.0f')} "
+        "output tok/s  |  "
         f"requests: {rq['arrived']} arrived, {rq['completed']} completed, {rq['rejected']} rejected "
         f"({rq.get('shed', 0)} shed), {rq.get('timed_out', 0)} timed out, "
         f"{rq['in_flight']} in flight, {rq['preemptions']} preemptions")

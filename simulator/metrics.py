@@ -10,7 +10,8 @@ Definitions (per request, seconds):
   request in it (exact except across a preemption's recompute gap)
 
 Latency statistics cover requests that *arrived* in the measurement window
-``[warmup_s, last_arrival - cooldown_s]`` and finished; the SLO verdict, attainment and goodput come
+(:func:`measurement_window`: ``[warmup_s, last_arrival - cooldown_s]`` for open-loop arrivals; the
+makespan offline; the steady part of a closed loop) and finished; the SLO verdict, attainment and goodput come
 from the one judge (:mod:`simulator.slo`), which judges every arrival in that window, dropped ones
 included, and from its stability test. Percentiles carry a 95% distribution-free
 confidence interval from order statistics (binomial bounds on the rank). Samples from one run are
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
 from simulator.slo import has_objectives, judge, per_request_limits_s, stability
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,20 +69,49 @@ def quantile_ci(sorted_x: np.ndarray, q: float, level: float = 0.95) -> list[flo
     return [float(sorted_x[lo]), float(sorted_x[hi])]
 
 
-def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float) -> tuple[float, float]:
-    """``[warmup_s, last_arrival - cooldown_s]``; the whole run when that would be empty."""
-    last = float(requests["arrival_time"].max()) if len(requests) else 0.0
-    start, end = warmup_s, last - cooldown_s
-    if end <= start:
-        return 0.0, last
-    return start, end
+def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
+                       arrival: Any = None) -> tuple[float, float]:
+    """The interval ``[start, end]`` (s) a run is measured over, by how the load arrives.
+
+    Requests that *arrived* in it are the sample (latency statistics, the SLO judge); the
+    requests that completed in it, over its length, are the throughput. ``arrival`` is the
+    scenario's ``workload.arrival`` (None: open loop).
+
+    * Open loop (poisson, gamma, diurnal, trace): ``[warmup_s, last arrival - cooldown_s]``.
+    * ``offline``: ``[0, makespan]``, the makespan being the last request's end (every request
+      arrives at 0); ``warmup_s`` and ``cooldown_s`` do not apply.
+    * ``closed_loop`` of N clients: from the N-th end of a request (the clients' synchronised start
+      is over) or ``warmup_s``, whichever is later, to the last send that N more sends follow (the
+      requests sent later are served while clients stop sending) or ``last send - cooldown_s``,
+      whichever is earlier. All N clients are busy or thinking throughout.
+
+    When that interval would be empty: the whole run, ``[0, last arrival]``, or ``[0, last end]``
+    for a closed loop and when every request arrived at one instant.
+    """
+    sent = requests["arrival_time"].to_numpy(dtype=float)
+    last = float(sent.max()) if len(sent) else 0.0
+    closed = isinstance(arrival, ClosedLoopArrival)
+    if not closed and not isinstance(arrival, OfflineArrival):
+        start, end = warmup_s, last - cooldown_s
+        if end > start or last > 0:
+            return (start, end) if end > start else (0.0, last)
+    ends = np.sort(requests["finish_time"].to_numpy(dtype=float))
+    ends = ends[~np.isnan(ends)]
+    whole = (0.0, max(float(ends[-1]), last) if len(ends) else last)
+    if closed and len(ends) >= arrival.concurrency and len(sent) > arrival.concurrency:
+        n = arrival.concurrency
+        start, end = max(warmup_s, float(ends[n - 1])), min(last - cooldown_s, float(np.sort(sent)[-n - 1]))
+        if end > start:
+            return start, end
+    return whole
 
 
-def in_measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float) -> pd.Series:
+def in_measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
+                          arrival: Any = None) -> pd.Series:
     """Which requests arrived inside :func:`measurement_window` (the one filter every report uses)."""
-    start, end = measurement_window(requests, warmup_s, cooldown_s)
-    arrival = requests["arrival_time"]
-    return (arrival >= start) & (arrival <= end)
+    start, end = measurement_window(requests, warmup_s, cooldown_s, arrival)
+    sent = requests["arrival_time"]
+    return (sent >= start) & (sent <= end)
 
 
 def itl_samples(steps: Mapping[str, Any], window: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -111,9 +142,10 @@ def slo_thresholds_s(slo: Any) -> dict[str, float]:
 def summarize(result: SimulationResult) -> dict[str, Any]:
     """The run's JSON summary (the CLI's ``--json`` output; see the README for every key)."""
     sc, req, steps = result.scenario, result.requests, result.step_log.columns()
-    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s)
+    arrival = sc.workload.arrival
+    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival)
     status = req["status"].astype(str)
-    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s)
+    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival)
     finished = status == "finished_length_capped"
     measured = req[in_window & finished]
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
@@ -147,7 +179,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         "preemptions": int(req["num_preemptions"].sum()),
     }
     summary["requests"].update(_lever_counts(req, status))
-    summary["stability"] = stability(req, (start, end))
+    summary["stability"] = stability(req, (start, end), arrival=arrival)
     stable = summary["stability"]["stable"]
     summary.update(_slo_summary(sc.slo, judged_frame, (start, end), stable))
     if sc.workload.tiers is not None:
@@ -173,6 +205,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
                            [sub.deployment.replicas for sub, _ in result.system.pools]
                            )[steps["replica"].astype(np.int64)]
     summary["batch"] = _batch_summary(steps, blocks)
+    if isinstance(arrival, OfflineArrival | ClosedLoopArrival):
+        summary["benchmark"] = _benchmark_summary(arrival, steps, (start, end), len(req))
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
                            "weights_bytes_per_gpu": plan.weights_bytes,
@@ -187,6 +221,28 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _benchmark_summary(arrival: Any, steps: Mapping[str, np.ndarray], window: tuple[float, float],
+                       num_requests: int) -> dict[str, Any]:
+    """How a benchmark mode loaded the engine: the mode, its clients and the running batch it held.
+
+    ``mean_running_batch`` is the mean number of sequences per engine step (weighted by step time)
+    over the steps that started in the measurement window: in a closed loop of N clients with no
+    think time it approaches N while ``max_num_seqs`` and the KV cache allow.
+    """
+    start = np.asarray(steps["start_time"])
+    keep = (start >= window[0]) & (start <= window[1])
+    d = np.asarray(steps["duration_s"])[keep]
+    out: dict[str, Any] = {"mode": arrival.process}
+    if isinstance(arrival, ClosedLoopArrival):
+        out.update(concurrency=arrival.concurrency, think_time_s=arrival.think_time_s,
+                   think_time_dist=arrival.think_time_dist)
+    else:
+        out.update(concurrency=num_requests, makespan_s=window[1])
+    out["mean_running_batch"] = float(np.average(np.asarray(steps["num_seqs"])[keep], weights=d)) \
+        if d.sum() > 0 else None
+    return out
 
 
 def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:

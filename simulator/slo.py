@@ -245,8 +245,12 @@ def judge(requests: pd.DataFrame, slo: Any, window: tuple[float, float], *,
 
 # -- stability --------------------------------------------------------------------------------------
 def stability(requests: pd.DataFrame, window: tuple[float, float], *,
-              batches: int = STABILITY_BATCHES) -> dict[str, Any]:
+              batches: int = STABILITY_BATCHES, arrival: Any = None) -> dict[str, Any]:
     """Whether the run's waiting backlog grows (see the module docstring).
+
+    A closed loop (``arrival`` a ``closed_loop`` config) or an offline batch is stable by
+    construction, with at most N clients' or all requests outstanding: ``stable`` is true and
+    ``reason`` says why, without the test.
 
     Returns ``stable`` (``None`` when the window is too short to tell: fewer than 50 arrivals in
     it, or all at one instant), ``offered_load_ratio`` (arrivals / departures of any kind in the
@@ -255,6 +259,7 @@ def stability(requests: pd.DataFrame, window: tuple[float, float], *,
     (slope of the queue delay against arrival time) and the backlog's mean in the first and last
     batch.
     """
+    mode, clients = getattr(arrival, "process", None), getattr(arrival, "concurrency", None)
     start, end = window
     arrival = requests["arrival_time"].to_numpy(dtype=float)
     finish = requests["finish_time"].to_numpy(dtype=float)
@@ -271,6 +276,12 @@ def stability(requests: pd.DataFrame, window: tuple[float, float], *,
                 f"{100 * STABILITY_GROWTH_FRACTION:g}% of the arrival rate at "
                 f"{100 * STABILITY_CONFIDENCE:g}% confidence",
     }
+    if mode in ("closed_loop", "offline"):
+        why = (f"closed loop: at most {clients} requests outstanding (one per client)"
+               if mode == "closed_loop" else "offline: one batch, all sent at t=0, that only drains")
+        out.update(stable=True, test=None, reason=f"{why}; the backlog cannot grow (the open-loop test does "
+                   "not apply)")
+        return out
     if n < 50 or span <= 0:
         return out
     # leaves the waiting queue: first admission to a batch, or finish (shed, rejected, timed out)

@@ -518,3 +518,35 @@ def test_validation_page_missing_and_broken_folders(tmp_path, monkeypatch):
     (tmp_path / "fidelity-broken" / "validation.json").unlink()
     ok(at.run())
     assert any("No benchmarks/results/fidelity-" in i.value for i in at.info)
+
+
+def test_closed_loop_example_has_a_clients_knob(app):
+    """The closed-loop example: a clients knob instead of a rate, and the load it held."""
+    app.selectbox(key="wi_example").set_value("closed-loop-h100.yaml")
+    ok(app.run())
+    assert app.number_input(key="wi_clients").value == 32 and not [w for w in app.number_input if w.key == "wi_rate"]
+    app.number_input(key="wi_num_requests").set_value(400)
+    app.number_input(key="wi_clients").set_value(8)
+    ok(app.button(key="wi_run").click().run())
+    assert any("closed loop of 8 clients" in c.value for c in app.caption)
+    assert app.query_params["clients"] == "8"
+
+
+def test_load_curve_over_clients(app):
+    """Sweeping clients: the sweep's throughput and the most clients meeting the SLO, as the library has them."""
+    ok(app.switch_page("app_pages/load_curve.py").run())
+    app.radio(key="lc_axis").set_value("Clients (closed loop)")
+    ok(app.run())
+    app.number_input(key="lc_min_clients").set_value(4)
+    app.number_input(key="lc_max_clients").set_value(64)
+    app.slider(key="lc_points").set_value(3)
+    app.number_input(key="lc_num_requests").set_value(300)
+    ok(app.run())
+    ok(app.button(key="lc_run").click().run())
+    sc = load_scenario(EXAMPLE, {"num_requests": 300})
+    sweep = load_sweep(sc, [4, 34, 64], axis="concurrency")
+    limit = max_load_meeting_slo(sweep)
+    cards = metrics(app)
+    assert cards["Most clients meeting the SLO"] == (f"{limit['max_concurrency']:,}" if limit["max_concurrency"]
+                                                     else "–")
+    assert app.dataframe[0].value["clients"].tolist() == [4, 34, 64]

@@ -48,6 +48,8 @@ ON: dict[str, dict[str, Any]] = {
     "quantization": {"deployment.quantization": "fp8"},
     "kv_cache_dtype": {"deployment.kv_cache_dtype": "fp8"},
     "multi_step": {"scheduler.num_scheduler_steps": 4},
+    "closed_loop": {"workload.arrival": {"process": "closed_loop", "concurrency": 4, "think_time_s": 0.01}},
+    "offline": {"workload.arrival": {"process": "offline"}},
 }
 """Settings that turn each feature on in the small test scenario."""
 

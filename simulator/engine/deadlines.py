@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from simulator.engine.request import RequestStatus
@@ -50,7 +50,7 @@ class Deadlines:
     __slots__ = ("sched", "table", "timeout_s", "max_queue_delay_s", "on_finish", "_heap")
 
     def __init__(self, sched: Scheduler, table: RequestTable, timeout_s: float | None,
-                 max_queue_delay_s: float | None, on_finish: Callable[[int], None]) -> None:
+                 max_queue_delay_s: float | None, on_finish: Callable[[Sequence[int], float], None]) -> None:
         self.sched, self.table = sched, table
         self.timeout_s, self.max_queue_delay_s = timeout_s, max_queue_delay_s
         self.on_finish = on_finish
@@ -58,7 +58,7 @@ class Deadlines:
 
     @classmethod
     def for_scenario(cls, scenario: Scenario, sched: Scheduler, table: RequestTable,
-                     on_finish: Callable[[int], None]) -> Deadlines | None:
+                     on_finish: Callable[[Sequence[int], float], None]) -> Deadlines | None:
         """None when neither ``client.timeout_s`` nor ``admission.max_queue_delay_s`` is set."""
         timeout, delay = scenario.client.timeout_s, scenario.admission.max_queue_delay_s
         if timeout is None and delay is None:
@@ -106,7 +106,7 @@ class Deadlines:
         if shed:
             self.sched.finish_requests(shed, RequestStatus.FINISHED_SHED, now)
         if timed_out or shed:
-            self.on_finish(len(timed_out) + len(shed))
+            self.on_finish(timed_out + shed, now)
 
 
 def queue_is_full(scenario: Scenario, sched: Scheduler) -> bool:

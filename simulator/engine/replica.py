@@ -9,7 +9,7 @@ steps are advanced in one event; ``fast_forward=False`` turns that off for verif
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,7 +28,7 @@ class Replica:
 
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
                  steps: StepLog, next_event_time: Callable[[], float],
-                 on_finish: Callable[[int], None], fast_forward: bool = True) -> None:
+                 on_finish: Callable[[Sequence[int] | np.ndarray, float], None], fast_forward: bool = True) -> None:
         self.env = env
         self.index = index
         self.scheduler = scheduler
@@ -36,6 +36,7 @@ class Replica:
         self.steps = steps
         self.next_event_time = next_event_time
         self.on_finish = on_finish
+        """Called as ``on_finish(ids, at)`` with the requests that ended at step end ``at``."""
         self.fast_forward = fast_forward
         self.decode_runs = fast_forward and scheduler.supports_decode_runs
         self.deadlines: Deadlines | None = None
@@ -80,7 +81,9 @@ class Replica:
         affected by anything outside this replica, so they are applied back to back and covered
         by one SimPy timeout. The step that crosses the next event is applied only after the
         clock has passed that event, so a router looking at this replica at an arrival instant
-        sees exactly the state a step-by-step simulation would show.
+        sees exactly the state a step-by-step simulation would show. In a closed loop a request
+        that ends lets its client send the next one, possibly before the horizon: the horizon is
+        re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
         env, sched = self.env, self.scheduler
         while True:
@@ -102,7 +105,8 @@ class Replica:
             while True:
                 _out, end, apply = self._plan_step(t, horizon)
                 if end < horizon and self.fast_forward:
-                    self._apply(apply, end)
+                    if self._apply(apply, end):   # a closed-loop client may now send before the horizon
+                        horizon = min(horizon, self.next_event_time())
                     t = end
                     if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
                         break
@@ -133,8 +137,10 @@ class Replica:
             self.on_step_planned(out, t + duration)
         return out, t + duration, out
 
-    def _apply(self, plan: Any, end: float) -> None:
+    def _apply(self, plan: Any, end: float) -> int:
+        """Apply a planned step or run ending at ``end``; returns how many requests it finished."""
         sched = self.scheduler
         done = sched.advance_decode(plan, end) if isinstance(plan, DecodeRun) else sched.update_from_output(plan, end)
         if len(done):
-            self.on_finish(len(done))
+            self.on_finish(done, end)
+        return len(done)

@@ -7,8 +7,9 @@
 * :func:`latency_cdf`, :func:`stage_breakdown`, :func:`time_series`: the data behind the charts.
 * :func:`run_report`: all of the above for one :class:`~simulator.run.records.SimulationResult`,
   small enough to cache and pin.
-* :func:`with_arrival_rate`, :func:`load_sweep`, :func:`max_load_meeting_slo`: latency against
-  offered load and the largest load that holds the SLO.
+* :func:`with_arrival_rate`, :func:`with_concurrency`, :func:`load_sweep`,
+  :func:`max_load_meeting_slo`: latency against offered load (an arrival rate, or a closed loop's
+  number of clients) and the largest load that holds the SLO.
 
 Every function here works on the measured requests of the run (arrived inside the measurement
 window ``[warmup_s, last arrival - cooldown_s]`` and finished), the same set the summary uses.
@@ -27,7 +28,7 @@ from simulator.errors import ScenarioError
 from simulator.metrics import in_measurement_window, slo_thresholds_s
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
-from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario
+from simulator.scenario.config import ClosedLoopArrival, GammaArrival, OfflineArrival, PoissonArrival, Scenario
 
 LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -40,7 +41,7 @@ class RunCancelled(Exception):
 def measured_requests(result: SimulationResult) -> pd.DataFrame:
     """Requests that arrived inside the measurement window and finished (the summary's sample)."""
     req, sc = result.requests, result.scenario
-    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s)
+    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival)
     return req[in_window & (req["status"].astype(str) == "finished_length_capped")]
 
 
@@ -255,11 +256,13 @@ def with_arrival_rate(scenario: Scenario, rate_per_s: float, cv: float | None = 
     """The scenario with its arrival rate (and, if given, the gaps' coefficient of variation)
     replaced: ``cv == 1`` gives Poisson arrivals, anything else gamma-distributed gaps.
 
+    A closed loop or an offline batch becomes an open loop (Poisson unless ``cv`` says otherwise).
+
     Raises:
         ScenarioError: for trace arrivals (their rate is the trace's; use ``speedup``), or a bad value.
     """
     arrival = scenario.workload.arrival
-    if not isinstance(arrival, (PoissonArrival, GammaArrival)):
+    if not isinstance(arrival, (PoissonArrival, GammaArrival, ClosedLoopArrival, OfflineArrival)):
         raise ScenarioError("workload.arrival.process", arrival.process,
                             "a rate can only be set for poisson or gamma arrivals; a trace keeps its own "
                             "rate (change workload.arrival.speedup)")
@@ -270,7 +273,24 @@ def with_arrival_rate(scenario: Scenario, rate_per_s: float, cv: float | None = 
     return scenario.with_overrides({"workload.arrival": new})
 
 
+def with_concurrency(scenario: Scenario, concurrency: int) -> Scenario:
+    """The scenario as a closed loop of ``concurrency`` clients (a closed loop keeps its think time;
+    any other arrival process becomes a closed loop without one).
+
+    Raises:
+        ScenarioError: a bad value, or a scenario whose features a closed loop does not model.
+    """
+    arrival = scenario.workload.arrival
+    think = ({"think_time_s": arrival.think_time_s, "think_time_dist": arrival.think_time_dist}
+             if isinstance(arrival, ClosedLoopArrival) else {})
+    return scenario.with_overrides({"workload.arrival": {"process": "closed_loop", "concurrency": concurrency,
+                                                         **think}})
+
+
 SweepProgress = Callable[[int, int, int, int], None]
+
+LOAD_AXES = ("rate", "concurrency")
+"""What a load sweep varies: the open-loop arrival rate, or a closed loop's number of clients."""
 
 
 #: Summary keys a sweep row keeps: (metric, statistic).
@@ -299,49 +319,72 @@ def summary_row(result: SimulationResult) -> dict[str, Any]:
 
 
 def load_sweep(scenario: Scenario, rates_per_s: Sequence[float],
-               policies: Mapping[str, Mapping[str, Any]] | None = None, *,
+               policies: Mapping[str, Mapping[str, Any]] | None = None, *, axis: str = "rate",
                on_progress: SweepProgress | None = None,
                on_run: Callable[[str, float], None] | None = None) -> pd.DataFrame:
-    """Simulate the scenario at each arrival rate (same seed, same lengths) under each batching
-    policy and tabulate latency: the one load sweep of the dashboard, the notebooks and the studies.
+    """Simulate the scenario at each load (same seed, same lengths) under each batching policy and
+    tabulate latency: the one load sweep of the dashboard, the notebooks and the studies.
+
+    ``axis="rate"``: ``rates_per_s`` are open-loop arrival rates. ``axis="concurrency"``: they are
+    numbers of closed-loop clients (:func:`with_concurrency`), the way serving benchmarks sweep;
+    the load a closed loop offers is what it achieves, so each row's ``rate_per_s`` is then the
+    measured throughput (requests/s) and ``concurrency`` the clients.
 
     ``policies`` maps a label to the overrides that make it (``{"chunked": {"scheduler.policy":
     "chunked_prefill", "scheduler.max_num_batched_tokens": 2048}}``); default: the scenario as is.
     ``on_progress(point, num_points, done, total)`` is called as each run progresses (raising
-    :class:`RunCancelled` from it stops the sweep); ``on_run(policy, rate)`` before each run.
+    :class:`RunCancelled` from it stops the sweep); ``on_run(policy, load)`` before each run.
 
-    Returns one row per (policy, rate), rates ascending: ``policy``, ``rate_per_s``,
-    ``rate_per_gpu`` and :func:`summary_row`'s columns.
+    Returns one row per (policy, load), loads ascending: ``policy``, (``concurrency``,)
+    ``rate_per_s``, ``rate_per_gpu`` and :func:`summary_row`'s columns (and, for concurrency,
+    ``mean_running_batch``).
     """
-    rates = sorted(float(r) for r in rates_per_s)
-    if not rates or rates[0] <= 0:
-        raise ScenarioError("rates_per_s", list(rates_per_s), "give one or more positive arrival rates")
+    if axis not in LOAD_AXES:
+        raise ScenarioError("axis", axis, f"allowed: {', '.join(LOAD_AXES)}")
+    closed = axis == "concurrency"
+    loads = sorted(int(r) if closed else float(r) for r in rates_per_s)
+    if not loads or loads[0] <= 0 or (closed and any(int(r) != r for r in rates_per_s)):
+        raise ScenarioError("concurrency" if closed else "rates_per_s", list(rates_per_s),
+                            "give one or more whole numbers of clients >= 1" if closed
+                            else "give one or more positive arrival rates")
     policies = policies or {scenario.scheduler.policy: {}}
     gpus = num_gpus(scenario)
-    points = [(label, overrides, rate) for label, overrides in policies.items() for rate in rates]
+    points = [(label, overrides, load) for label, overrides in policies.items() for load in loads]
     rows = []
-    for i, (label, overrides, rate) in enumerate(points):
+    for i, (label, overrides, load) in enumerate(points):
         if on_run:
-            on_run(label, rate)
-        sc = with_arrival_rate(scenario.with_overrides(dict(overrides)) if overrides else scenario, rate)
+            on_run(label, load)
+        base = scenario.with_overrides(dict(overrides)) if overrides else scenario
+        sc = with_concurrency(base, int(load)) if closed else with_arrival_rate(base, float(load))
         cb = None if on_progress is None else (lambda done, total, i=i: on_progress(i, len(points), done, total))
-        rows.append({"policy": label, "rate_per_s": rate, "rate_per_gpu": rate / gpus,
-                     **summary_row(simulate(sc, on_progress=cb))})
+        result = simulate(sc, on_progress=cb)
+        row = summary_row(result)
+        if closed:
+            rate = row["throughput_rps"] if row["throughput_rps"] is not None else math.nan
+            rows.append({"policy": label, "concurrency": int(load), "rate_per_s": rate, "rate_per_gpu": rate / gpus,
+                         **row, "mean_running_batch": result.summary["benchmark"]["mean_running_batch"]})
+        else:
+            rows.append({"policy": label, "rate_per_s": load, "rate_per_gpu": load / gpus, **row})
     return pd.DataFrame(rows)
 
 
 def max_load_meeting_slo(sweep: pd.DataFrame) -> dict[str, Any]:
-    """The largest swept rate such that it and every lower swept rate meet the SLO.
+    """The largest swept load such that it and every lower swept load meet the SLO.
 
-    Returns ``max_rate_per_s`` and ``max_rate_per_gpu`` (``None`` when even the lowest rate
-    misses, or when there is no SLO), ``first_failing_rate_per_s`` (the next swept rate, which
-    misses; ``None`` if all met: the true maximum is then above the sweep) and ``reason``. The
-    answer is only as fine as the grid: the true limit lies between the two rates.
+    Returns ``max_rate_per_s`` and ``max_rate_per_gpu`` (``None`` when even the lowest load
+    misses, or when there is no SLO), ``first_failing_rate_per_s`` (at the next swept load, which
+    misses; ``None`` if all met: the true maximum is then above the sweep) and ``reason``. A
+    concurrency sweep is ordered by clients, its rates are measured throughputs, and it also gives
+    ``max_concurrency`` and ``first_failing_concurrency``. The answer is only as fine as the grid:
+    the true limit lies between the two loads.
     """
-    s = sweep.sort_values("rate_per_s")
+    closed = "concurrency" in sweep
+    s = sweep.sort_values("concurrency" if closed else "rate_per_s")
+    out: dict[str, Any] = {"max_rate_per_s": None, "max_rate_per_gpu": None, "first_failing_rate_per_s": None}
+    if closed:
+        out.update(max_concurrency=None, first_failing_concurrency=None)
     if s.empty or s["slo_met"].isna().all():
-        return {"max_rate_per_s": None, "max_rate_per_gpu": None, "first_failing_rate_per_s": None,
-                "reason": "no SLO set: add slo.ttft_p99_ms / tpot_p99_ms / e2e_p99_ms"}
+        return {**out, "reason": "no SLO set: add slo.ttft_p99_ms / tpot_p99_ms / e2e_p99_ms"}
     best = None
     failing = None
     for _, row in s.iterrows():
@@ -350,15 +393,21 @@ def max_load_meeting_slo(sweep: pd.DataFrame) -> dict[str, Any]:
         else:
             failing = row
             break
+    if failing is not None:
+        out["first_failing_rate_per_s"] = float(failing["rate_per_s"])
+        if closed:
+            out["first_failing_concurrency"] = int(failing["concurrency"])
     if best is None:
-        assert failing is not None   # the first (lowest) rate failed
-        return {"max_rate_per_s": None, "max_rate_per_gpu": None,
-                "first_failing_rate_per_s": float(failing["rate_per_s"]),
-                "reason": f"even the lowest rate ({failing['rate_per_s']:g} req/s) misses the SLO"}
-    return {"max_rate_per_s": float(best["rate_per_s"]), "max_rate_per_gpu": float(best["rate_per_gpu"]),
-            "first_failing_rate_per_s": None if failing is None else float(failing["rate_per_s"]),
-            "reason": "every swept rate meets the SLO; the limit is above the sweep" if failing is None
-            else "the SLO breaks between this rate and the next swept one"}
+        assert failing is not None   # the first (lowest) load failed
+        lowest = f"{int(failing['concurrency'])} clients" if closed else f"{failing['rate_per_s']:g} req/s"
+        return {**out, "reason": f"even the lowest {'load' if closed else 'rate'} ({lowest}) misses the SLO"}
+    out.update(max_rate_per_s=float(best["rate_per_s"]), max_rate_per_gpu=float(best["rate_per_gpu"]))
+    if closed:
+        out["max_concurrency"] = int(best["concurrency"])
+    what = "load" if closed else "rate"
+    out["reason"] = (f"every swept {what} meets the SLO; the limit is above the sweep" if failing is None
+                     else f"the SLO breaks between this {what} and the next swept one")
+    return out
 
 
 # -- hardware --------------------------------------------------------------------------------------

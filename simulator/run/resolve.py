@@ -17,7 +17,8 @@ from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.profiles import HardwareProfile, load_profile
 from simulator.scenario.quantization import Precision, check_kv_head_split, resolve_precision
 
-STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network")
+STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network",
+           "think")
 """Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
 
 

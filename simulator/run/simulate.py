@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,10 @@ from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import SwapSpace
 from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
 from simulator.metrics import summarize
+from simulator.run.clients import ClosedLoopClients
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
-from simulator.scenario.config import Scenario
+from simulator.scenario.config import ClosedLoopArrival, Scenario
 from simulator.scenario.profiles import GIB
 from simulator.workload.levers import apply_client_view
 from simulator.workload.traffic import Workload, generate_workload
@@ -86,6 +88,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
             run.geo.add_columns(result.requests)
         if run.pool_router is not None:
             run.pool_router.add_columns(result.requests)
+        if run.clients is not None and run.clients.sent < len(table):   # requests never sent are not part of the run
+            result.requests = result.requests.iloc[:run.clients.sent].copy()
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -96,7 +100,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     if run.autoscaler is not None:
         from simulator.metrics import in_measurement_window
         req = result.requests
-        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s)
+        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival)
                     & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
         result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
@@ -193,7 +197,18 @@ class _Run:
         self.shed_when_full = scenario.admission.max_queue_len is not None
         for r in self.replicas:
             r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
-        env.process(self.arrivals())
+        self.any_rejected = bool(table.rejected_at_arrival.any())
+        self.clients: ClosedLoopClients | None = None
+        arrival = scenario.workload.arrival
+        if isinstance(arrival, ClosedLoopArrival):   # requests are sent as earlier ones end
+            assert workload.think_time is not None and workload.send_delay is not None   # drawn for a closed loop
+            self.clients = ClosedLoopClients(env, arrival, table, workload.think_time, workload.send_delay,
+                                             self._send, send_until_s=scenario.duration_s, stop_time=self.stop_time)
+            self.clients.replicas = self.replicas
+            for r in self.replicas:
+                r.next_event_time = partial(self.clients.horizon, r)
+        else:
+            env.process(self.arrivals())
 
     def _router(self, rng: np.random.Generator) -> Any:
         dep = self.scenario_deployment
@@ -211,32 +226,39 @@ class _Run:
         return self.stop_time
 
     def arrivals(self):  # SimPy process
-        env, table, times, replicas = self.env, self.table, self.times, self.entry
-        rejected = table.rejected_at_arrival
-        any_rejected = bool(rejected.any())
+        """Walk the pre-drawn arrival instants (every process but the closed loop)."""
+        env, times = self.env, self.times
         for rid in range(self.total):
             delay = times[rid] - env.now
             if delay > 0:
                 yield env.timeout(delay)
             self.next_index = rid + 1
-            if any_rejected and rejected[rid]:
-                table.status[rid] = RequestStatus.FINISHED_REJECTED
-                self._finished(1)
-                continue
-            if self.autoscaler is not None:
-                i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
-            else:
-                i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
-            table.replica[rid] = i
-            if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
-                table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
-                table.finish_time[rid] = env.now
-                self._finished(1)
-                continue
-            replicas[i].add_request(rid)
+            self._send(rid)
 
-    def _finished(self, count: int) -> None:
-        self.done += count
+    def _send(self, rid: int) -> None:
+        """Request ``rid`` arrives now: refuse it, route it, shed it, or queue it at a replica."""
+        env, table, replicas = self.env, self.table, self.entry
+        if self.any_rejected and table.rejected_at_arrival[rid]:
+            table.status[rid] = RequestStatus.FINISHED_REJECTED
+            self._finished((rid,), env.now)
+            return
+        if self.autoscaler is not None:
+            i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
+        else:
+            i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
+        table.replica[rid] = i
+        if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
+            table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
+            table.finish_time[rid] = env.now
+            self._finished((rid,), env.now)
+            return
+        replicas[i].add_request(rid)
+
+    def _finished(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
+        """Requests ``ids`` ended at instant ``at`` (>= now): progress, and closed-loop clients."""
+        self.done += len(ids)
+        if self.clients is not None:
+            self.clients.ended(ids, at)
         if self.on_progress is not None and (self.done >= self._next_report or self.done == self.total):
             self._next_report = self.done + self.progress_every
             self.on_progress(self.done, self.total)

@@ -88,8 +88,30 @@ class DiurnalArrival(Frozen):
         return self
 
 
-ArrivalConfig = Annotated[PoissonArrival | GammaArrival | TraceArrival | DiurnalArrival,
-                          Field(discriminator="process")]
+class ClosedLoopArrival(Frozen):
+    """A benchmark's closed loop (``max-concurrency`` in vLLM's ``benchmark_serving``): ``concurrency``
+    clients start at t=0 and each sends its next request when its last one ended, completed or
+    dropped (shed, rejected, timed out), after a think time. Requests are sent in request-id order;
+    needs ``num_requests`` (``duration_s`` may end the sending earlier)."""
+
+    process: Literal["closed_loop"] = "closed_loop"
+    concurrency: int = Field(ge=1)
+    """Clients, each with at most one request outstanding."""
+    think_time_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Mean pause between an answer's end and the same client's next request (0: at once)."""
+    think_time_dist: Literal["fixed", "exponential"] = "fixed"
+    """``fixed``: every pause is ``think_time_s``; ``exponential``: pauses drawn with that mean."""
+
+
+class OfflineArrival(Frozen):
+    """Offline batch inference (vLLM's ``benchmark_throughput``): all ``num_requests`` requests
+    arrive at t=0; throughput is measured over the makespan."""
+
+    process: Literal["offline"] = "offline"
+
+
+ArrivalConfig = Annotated[PoissonArrival | GammaArrival | TraceArrival | DiurnalArrival | ClosedLoopArrival
+                          | OfflineArrival, Field(discriminator="process")]
 
 
 class LognormalLength(Frozen):
@@ -743,7 +765,7 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 
 _UNION_TAGS = {"poisson", "gamma", "trace", "diurnal", "lognormal", "geometric", "fixed", "uniform", "empirical",
-               "str", "ModelSpec", "dict[str,any]", "function-after[_order(), UniformLength]"}
+               "closed_loop", "offline", "str", "ModelSpec", "dict[str,any]", "function-after[_order(), UniformLength]"}
 
 
 def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:

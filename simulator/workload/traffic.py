@@ -1,6 +1,7 @@
 """Traffic: when requests arrive and how many tokens they carry.
 
-Arrival processes (``poisson``, ``gamma``, ``trace``) and length distributions (``lognormal``,
+Arrival processes (``poisson``, ``gamma``, ``diurnal``, ``trace``, and the benchmark modes
+``offline`` and ``closed_loop``) and length distributions (``lognormal``,
 ``geometric``, ``fixed``, ``uniform``, ``empirical``) are registered under the same strings the
 YAML uses. Each takes an explicit ``numpy.random.Generator``; the simulation spawns one per stream
 (arrivals, prompt lengths, output lengths, routing) from the scenario's seed, so changing one
@@ -8,7 +9,8 @@ stream leaves the others' draws unchanged (common random numbers across what-if 
 Every distribution exposes its analytical ``mean`` where a closed form exists.
 
 The whole arrival sequence is drawn up front as numpy arrays (:class:`Workload`); the SimPy
-arrival process then walks it.
+arrival process then walks it. A closed loop is the exception: its lengths (and think times) are
+drawn up front too, but each arrival instant is set when the run sends the request.
 """
 from __future__ import annotations
 
@@ -24,7 +26,15 @@ import pandas as pd
 
 from simulator.errors import ScenarioError
 from simulator.registry import Registry
-from simulator.scenario.config import DiurnalArrival, GammaArrival, PoissonArrival, Scenario, TraceArrival
+from simulator.scenario.config import (
+    ClosedLoopArrival,
+    DiurnalArrival,
+    GammaArrival,
+    OfflineArrival,
+    PoissonArrival,
+    Scenario,
+    TraceArrival,
+)
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
 
@@ -40,6 +50,8 @@ class Workload:
     tier: np.ndarray | None = None  # int16 index into workload.tiers (None: no tiers)
     block_hashes: Any = None      # prefix_cache.BlockHashes when prefix caching (or prefix routing) is on
     session: np.ndarray | None = None  # int64 session of each request (its first turn's index); None: no sessions
+    think_time: np.ndarray | None = None  # float64 s a closed-loop client pauses after each request ends (else None)
+    send_delay: np.ndarray | None = None  # float64 s from that client's next send to its arrival (closed loop)
 
     def __len__(self) -> int:
         return len(self.arrival_time)
@@ -172,6 +184,63 @@ class TraceArrivals:
         if duration_s is not None:
             times = times[times < duration_s]
         return times[:num_requests] if num_requests is not None else times
+
+
+@register_arrival("offline")
+class OfflineArrivals:
+    """Offline batch inference: every request arrives at t=0 (``num_requests`` of them)."""
+
+    rate = math.inf
+
+    def __init__(self, cfg: OfflineArrival, scenario: Scenario) -> None:
+        _need_num_requests(cfg, scenario, "every request arrives at t=0")
+
+    def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
+        assert num_requests is not None   # checked in __init__
+        return np.zeros(num_requests)
+
+
+@register_arrival("closed_loop")
+class ClosedLoopArrivals:
+    """A closed loop of ``concurrency`` clients (:class:`simulator.run.clients.ClosedLoopClients`).
+
+    Arrival instants depend on when earlier requests end, so they are not drawn here: the
+    requests' lengths are drawn up front as for any process and each arrival instant is NaN until
+    the run sends that request.
+    """
+
+    rate = math.nan
+
+    def __init__(self, cfg: ClosedLoopArrival, scenario: Scenario) -> None:
+        _need_num_requests(cfg, scenario, "the lengths of every request are drawn up front")
+        self.cfg = cfg
+
+    def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
+        assert num_requests is not None   # checked in __init__
+        return np.full(num_requests, np.nan)
+
+    def think_times(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """For each request, the pause (s) after it ends before its client sends the next one, and
+        the delay (s) until that next request reaches the engine (:data:`SEND_DELAY_S`)."""
+        z = self.cfg.think_time_s
+        think = rng.exponential(z, n) if self.cfg.think_time_dist == "exponential" and z > 0 else np.full(n, z)
+        return think, rng.uniform(*SEND_DELAY_S, n)
+
+
+SEND_DELAY_S = (0.5e-6, 1e-6)
+"""A closed-loop request reaches the engine between these many seconds after its client sends it
+(uniform, drawn per request: a network's jitter). With a constant cost model and a fixed think
+time every instant of a closed loop would lie on one lattice, requests would arrive exactly on step
+boundaries, and rounding (step ends accumulated step by step or in closed form over a decode run
+differ by ~1e-14 s) would decide whether one joins the step starting there, or whether a timeout
+passes at a boundary. The jitter moves every arrival off the lattice, far beyond rounding and above
+the deadlines' 1 ns tolerance, yet far below any step time."""
+
+
+def _need_num_requests(cfg: OfflineArrival | ClosedLoopArrival, scenario: Scenario, why: str) -> None:
+    if scenario.num_requests is None:
+        raise ScenarioError("num_requests", None, f"workload.arrival.process {cfg.process!r} needs num_requests "
+                            f"({why}; duration_s alone does not say how many)")
 
 
 def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
@@ -318,8 +387,11 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     if wl.tiers is not None:
         shares = np.array([t.share for t in wl.tiers])
         tier = rngs["tier"].choice(len(shares), size=n, p=shares / shares.sum()).astype(np.int16)
+    think = delay = None
+    if isinstance(arrivals, ClosedLoopArrivals):
+        think, delay = arrivals.think_times(n, rngs["think"])
     return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
-                    tier=tier, block_hashes=block_hashes, session=session)
+                    tier=tier, block_hashes=block_hashes, session=session, think_time=think, send_delay=delay)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:

@@ -1,0 +1,111 @@
+"""A benchmark's closed loop: ``concurrency`` clients, each with at most one request outstanding.
+
+This is how serving benchmarks load an engine (vLLM's ``benchmark_serving --max-concurrency``,
+a pool of locust users): a client sends a request, waits until its answer ends, pauses for a
+think time and sends the next. An answer *ends* when the engine finishes the request, whether it
+completed or was dropped (shed or rejected by admission control, or aborted after the client's
+timeout, at the step boundary where the engine records the abort). All clients start at t=0.
+
+Clients are interchangeable, so no client identities are kept: every request that ends frees one
+client, which sends the next request id ``think_time[rid]`` seconds after request ``rid`` ended;
+that request reaches the engine ``send_delay`` later (0.5 to 1 us of network jitter, see
+:data:`simulator.workload.traffic.SEND_DELAY_S`), its recorded arrival time; the clients freed by
+one engine step share one delay (that of the step's lowest request id), so with a fixed think time
+their requests arrive together, as they would at an idle engine. The first ``concurrency`` requests
+all arrive at t=0. Both arrays are drawn up front from the ``think`` random stream and belong to
+the requests that ended, so the instants do not depend on the order in which replicas report their
+completions. Requests arrive in request-id order.
+
+**Exactness with fast-forward.** A replica applies decode steps ahead of the clock while nothing
+outside it can act before they end (:mod:`simulator.engine.replica`). Here the only outside
+events are clients waking up, and a client wakes only after some request ended. So the horizon a
+replica may run to (:meth:`ClosedLoopClients.horizon`) is the earliest of the pending wake-ups and,
+for every *other* replica holding requests, the end of the step it is in (none of its requests can
+end sooner) plus the shortest possible think time and delay; the replica re-reads it after each of
+its own completions. With one replica decode runs are as long as in an open loop; with several and no
+think time they shorten towards one step per event, which keeps step-by-step results.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from simulator.workload.traffic import SEND_DELAY_S
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.replica import Replica
+    from simulator.engine.request import RequestTable
+    from simulator.scenario.config import ClosedLoopArrival
+
+
+class ClosedLoopClients:
+    """The clients of a closed loop: when each sends, and how far replicas may run ahead.
+
+    State: ``sent`` (requests arrived so far: ids ``0 .. sent - 1``) and a heap of the instants at
+    which the requests freed clients have sent will arrive. One is pushed when a request ends
+    (:meth:`ended`), none for a send at or after ``send_until_s`` (``duration_s``); when it fires
+    the next request id arrives, unless all have. Ends may be reported out of time order (a replica
+    applies steps ahead of the clock), so which requests exist is decided at arrival, in time order.
+    """
+
+    def __init__(self, env: simpy.Environment, cfg: ClosedLoopArrival, table: RequestTable,
+                 think_time_s: np.ndarray, send_delay_s: np.ndarray, send: Callable[[int], None], *,
+                 send_until_s: float | None, stop_time: float) -> None:
+        self.env = env
+        self.table = table
+        self.think_time_s, self.send_delay_s = think_time_s, send_delay_s
+        self.min_pause_s = (cfg.think_time_s if cfg.think_time_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
+        """The shortest time from a request's end to the next arrival (what a horizon adds to a step's end)."""
+        self.send = send
+        self.send_until_s = math.inf if send_until_s is None else send_until_s
+        self.stop_time = stop_time
+        self.total = len(table)
+        self.sent = 0
+        self.replicas: Sequence[Replica] = ()
+        """Every replica of the run (set by the run once built), for :meth:`horizon`."""
+        self._arrivals: list[float] = []
+        for _ in range(min(cfg.concurrency, self.total)):
+            self._send_at(0.0, 0.0)
+
+    def _send_at(self, t: float, delay: float) -> None:
+        """A client sends at ``t``: its request (the next id) arrives at ``t + delay``."""
+        if t >= self.send_until_s:
+            return
+        heapq.heappush(self._arrivals, t + delay)
+        self.env.timeout(t + delay - self.env.now).callbacks.append(self._arrive)
+
+    def _arrive(self, _event: simpy.Event) -> None:
+        # Events fire in time order, so the earliest pending arrival is this one (its exact value,
+        # not the clock's now + delay, becomes the arrival time).
+        t = heapq.heappop(self._arrivals)
+        if self.sent == self.total:
+            return
+        rid = self.sent
+        self.sent += 1
+        self.table.arrival_time[rid] = t
+        self.send(rid)
+
+    def ended(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
+        """Requests ``ids`` ended at instant ``at`` (>= now; one engine step's ends, or one drop):
+        their clients send again after thinking."""
+        think = self.think_time_s
+        delay = float(self.send_delay_s[min(ids)])   # one network delay for one step's clients
+        for rid in ids:
+            self._send_at(at + float(think[rid]), delay)
+
+    def horizon(self, replica: Replica) -> float:
+        """The earliest instant at which a request can reach any replica, as ``replica`` sees it now
+        (the closed loop's ``next_event_time``; see the module docstring)."""
+        if self.sent == self.total:
+            return self.stop_time
+        t = self._arrivals[0] if self._arrivals else math.inf
+        now = self.env.now
+        for r in self.replicas:   # an end on another replica can send a request sooner
+            if r is not replica and r.num_outstanding:
+                t = min(t, max(r.planned_until, now) + self.min_pause_s)
+        return min(t, self.stop_time)
