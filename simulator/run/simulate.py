@@ -276,7 +276,9 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
     if scenario.speculative_config is not None:
         assert proposal_time_s is not None   # _proposal_time gives one whenever speculation is on
         spec_cls = ChunkedSpeculativeScheduler if cfg.policy == "chunked_prefill" else SpeculativeScheduler
-        sched = spec_cls(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"],
+        # Each replica draws acceptances from its own child stream (spawned in replica order), so
+        # the draws do not depend on how the replicas' events interleave.
+        sched = spec_cls(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"].spawn(1)[0],
                          proposal_time_s=proposal_time_s)
     else:
         sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
