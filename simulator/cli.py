@@ -25,7 +25,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.errors import ScenarioError
-from simulator.scenario.config import load_scenario, parse_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -153,6 +152,7 @@ def simulate(
 ) -> None:
     """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
     from simulator.run.simulate import simulate as run_simulation
+    from simulator.scenario.config import load_scenario, parse_overrides
 
     overrides = parse_overrides(set_)
     if seed is not None:

@@ -1,0 +1,32 @@
+"""Interactive speed (issue 22): what must stay cheap, checked by behaviour rather than timing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEAVY = ("pandas", "pyarrow", "scipy", "plotly", "streamlit", "torch", "simulator.run.simulate", "simpy")
+
+
+def _modules_after(code: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('\\n'.join(sys.modules))"],
+                         cwd=ROOT, capture_output=True, text=True, check=True, env=env)
+    return set(out.stdout.split())
+
+
+def test_the_cli_imports_no_heavy_module_until_a_command_needs_it():
+    """``llmplan --help`` only builds the command tree: pandas, scipy, the engine stay unloaded."""
+    loaded = _modules_after("import simulator.cli")
+    assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}
+
+
+def test_the_package_exports_resolve_on_first_use():
+    import simulator
+
+    for name in simulator.__all__:
+        assert getattr(simulator, name) is not None
+    assert set(simulator.__all__) <= set(dir(simulator))
