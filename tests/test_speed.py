@@ -30,3 +30,19 @@ def test_the_package_exports_resolve_on_first_use():
     for name in simulator.__all__:
         assert getattr(simulator, name) is not None
     assert set(simulator.__all__) <= set(dir(simulator))
+
+
+def test_critical_values_equal_scipy_stats():
+    """The summary's t and binomial quantiles, computed without importing scipy.stats, are the
+    same floats scipy.stats gives (so every confidence interval is unchanged)."""
+    from scipy import stats
+
+    from simulator.critical_values import binom_ppf, t_ppf
+
+    for df in [1, 2, 3, 7, 8, 29, 30, 31, 99, 100, 1234, 9999, 10**6]:
+        for q in (0.975, 0.99, 0.5, 0.025):
+            assert t_ppf(q, df) == float(stats.t.ppf(q, df))
+    for n in [1, 2, 5, 19, 20, 99, 100, 101, 1000, 2999, 10_000, 123_457]:
+        for p in (0.5, 0.9, 0.95, 0.99):
+            for q in (0.025, 0.975):
+                assert binom_ppf(q, n, p) == float(stats.binom.ppf(q, n, p))
