@@ -334,8 +334,12 @@ class Scheduler:
             if self.pad_rows:
                 self.pad_context += self.pad_rows
         self.num_remaining_tokens[: self.n] -= 1      # every scheduled row emitted one token
-        if out.admitted_first:
-            self.table.first_token_time[out.admitted_first] = now
+        first = out.admitted_first
+        if first:
+            if len(first) == 1:
+                self.table.first_token_time[first[0]] = now
+            else:
+                self.table.first_token_time[first] = now
         done = self._finish(now)
         if self.num_scheduler_steps > 1:
             self._multi_step(0 if out.admitted else 1)
@@ -424,11 +428,14 @@ class Scheduler:
 
     def _finish_row(self, row: int, now: float) -> np.ndarray:
         """The common case of one request finishing: scalar bookkeeping, shift the tail up."""
-        n = self.n
+        n, table = self.n, self.table
         ids = self.req_id[row:row + 1].copy()
+        rid = int(ids[0])
         computed = int(self.num_computed_tokens[row])
-        self._record_finished(ids, now)
-        self.kv.release(int(ids[0]), computed)
+        table.finish_time[rid] = now            # _record_finished for one id, without fancy indexing
+        table.num_output_tokens[rid] = table.max_tokens[rid]
+        table.status[rid] = _DONE
+        self.kv.release(rid, computed)
         self.context_total -= computed
         if row < n - 1:
             for arr in self._row_arrays:

@@ -129,7 +129,8 @@ class _Run:
                  table: RequestTable, steps: StepLog, rngs: dict[str, np.random.Generator],
                  on_progress: ProgressCallback | None, fast_forward: bool) -> None:
         self.env, self.table = env, table
-        self.times = workload.arrival_time
+        # Python floats, not numpy scalars: every SimPy and engine time sum derives from these.
+        self.times: list[float] = workload.arrival_time.tolist()
         self.total = len(workload)
         self.next_index = 0
         self.done = 0
