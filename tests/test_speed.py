@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 HEAVY = ("pandas", "pyarrow", "scipy", "plotly", "streamlit", "torch", "simulator.run.simulate", "simpy")
@@ -46,3 +48,40 @@ def test_critical_values_equal_scipy_stats():
         for p in (0.5, 0.9, 0.95, 0.99):
             for q in (0.025, 0.975):
                 assert binom_ppf(q, n, p) == float(stats.binom.ppf(q, n, p))
+
+
+SPEED = ROOT / "benchmarks" / "scenarios" / "speed-10k.yaml"
+SPEC = {"method": "draft", "draft_model": "llama-3.2-1b", "num_speculative_tokens": 4, "acceptance_rate": 0.7}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6}
+
+
+def _same_run(a, b) -> None:
+    """Two results are the same run: every request and step column equal bit for bit, same counters."""
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    assert a.engine_stats == b.engine_stats
+    assert a.prefix_cache == b.prefix_cache
+
+
+@pytest.mark.parametrize("overrides", [
+    {"speculative_config": SPEC},
+    {"speculative_config": NGRAM, "deployment.replicas": 2, "deployment.router": "least_outstanding",
+     "workload.arrival.rate_per_s": 12},
+    {"speculative_config": NGRAM, "scheduler.num_gpu_blocks_override": 300, "workload.arrival.rate_per_s": 20,
+     "workload.output_tokens": {"dist": "geometric", "mean": 300, "max": 1000}},   # 317 preemptions
+    {"speculative_config": SPEC, "client.timeout_s": 5, "workload.arrival.rate_per_s": 15},   # 65 time out
+])
+def test_the_verification_fast_path_is_the_step_by_step_loop(overrides, monkeypatch):
+    """Speculative steps that end before the next event are planned and applied by
+    ``advance_verify_steps`` on plain lists; the result is the same run, bit for bit, as the
+    engine loop planning and applying each of them through ``schedule``/``update_from_output``."""
+    from simulator import load_scenario, simulate
+    from simulator.engine.speculative import SpeculativeScheduler
+
+    sc = load_scenario(SPEED, {"num_requests": 600, **overrides})
+    fast = simulate(sc)
+    assert fast.engine_stats["num_verify_steps"] > 0
+    monkeypatch.setattr(SpeculativeScheduler, "advance_verify_steps", None)
+    _same_run(fast, simulate(sc))

@@ -309,7 +309,11 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
     assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
+    overheads: dict[int, float] = {}        # the draft's CPU overhead by batch size (a pure function of n)
+
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
-        overhead = draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s
+        overhead = overheads.get(n)
+        if overhead is None:
+            overhead = overheads[n] = draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s
         return sum(draft_cost.decode_step_time_s(n, ctx + n * j) - overhead for j in range(k))
     return draft
