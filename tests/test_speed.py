@@ -85,3 +85,31 @@ def test_the_verification_fast_path_is_the_step_by_step_loop(overrides, monkeypa
     assert fast.engine_stats["num_verify_steps"] > 0
     monkeypatch.setattr(SpeculativeScheduler, "advance_verify_steps", None)
     _same_run(fast, simulate(sc))
+
+
+SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
+PREFIX = {"num_prefixes": 4, "prefix_tokens": 512, "share": 0.8, "short_prompt": "clip"}
+MANY = {"num_requests": 1500, "deployment.replicas": 4, "workload.arrival.rate_per_s": 20.0,
+        "deployment.router": "least_outstanding"}
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"deployment.router": "round_robin", "scheduler.num_gpu_blocks_override": 6000},   # preemptions
+    {"scheduler.policy": "chunked_prefill", "scheduler.long_prefill_token_threshold": 512},
+    {"scheduler.policy": "static"},
+    {"scheduler.policy": "disaggregated", "deployment.prefill_replicas": 2, "deployment.decode_replicas": 2},
+    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True, "deployment.router": "prefix_affinity"},
+    {"client.timeout_s": 20, "scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4},
+])
+def test_a_decode_run_that_follows_on_is_the_one_schedule_would_plan(overrides, monkeypatch):
+    """After an event that left a replica's batch as it was (an arrival sent to another replica),
+    the next decode run is planned from the last one (``plan_decode_continuation``); the run is the
+    same, bit for bit, as the one ``schedule`` + ``plan_decode_run`` plan from the batch."""
+    from simulator import load_scenario, simulate
+    from simulator.engine.scheduler import Scheduler
+
+    sc = load_scenario(SHAREGPT, {**MANY, **overrides})
+    fast = simulate(sc)
+    monkeypatch.setattr(Scheduler, "plan_decode_continuation", lambda self, *args: None)
+    _same_run(fast, simulate(sc))

@@ -48,6 +48,8 @@ class Replica:
         """End of the last step (or run) this replica has planned."""
         self.on_step_planned: Callable[[SchedulerOutput, float], None] | None = None
         """Called with each single step's plan and end instant (disaggregated prefill pools)."""
+        self._continue_from: DecodeRun | None = None
+        """A decode run applied when the clock passed the next event, which the next one may follow on from."""
         self._verify_steps = getattr(scheduler, "advance_verify_steps", None) if fast_forward else None
         """Speculative decoding's fast path for steps that end before the next event (see ``_fast_steps``)."""
         self.process = env.process(self.engine_loop())
@@ -127,6 +129,8 @@ class Replica:
                     continue
                 yield env.timeout(end - now)
                 self._apply(apply, end)
+                if isinstance(apply, DecodeRun) and not apply.finishes:
+                    self._continue_from = apply
                 break
             if env.now < t:   # the replica emptied mid-horizon: catch the clock up
                 yield env.timeout(t - env.now)
@@ -150,9 +154,18 @@ class Replica:
             self.planned_until = end
         return end, done
 
-    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput, float, Any]:
+    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput | None, float, Any]:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
+        prev, self._continue_from = self._continue_from, None
+        if prev is not None and not sched.waiting and sched.n == prev.num_seqs - prev.num_padded:
+            # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch as
+            # it was: the next run follows on from ``prev`` without re-reading the batch.
+            run = sched.plan_decode_continuation(prev, t, horizon, cost)
+            if run is not None:
+                self.steps.add_run(self.index, t, run, 0)
+                self.planned_until = t + run.total_s
+                return None, t + run.total_s, run
         if sched.sort_pending:
             sched.sort_rows()
         out = sched.schedule(t)

@@ -132,6 +132,8 @@ class DecodeRun:
     durations: np.ndarray | None
     num_padded: int = 0
     """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
+    steps_to_finish: int = 0
+    """Steps until the first running request emits its last token, counted from the run's start."""
 
     def durations_s(self) -> np.ndarray:
         if self.durations is not None:
@@ -355,13 +357,42 @@ class Scheduler:
         requests cannot be admitted during the run: the budget and seat count are unchanged and
         free blocks only shrink, so the step-by-step scheduler would make the same decisions.
         """
-        n, bs = out.num_decode, self.block_size
-        residues = cast(np.ndarray, out.residues)   # set: a pure-decode step
-        k_fin = int(self.num_remaining_tokens[:n].min())
+        n = out.num_decode
         nc = n + self.pad_rows      # rows that compute: padded slots of a static batch do too
         decode_affine = getattr(cost, "decode_affine", None)
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
+        k_fin = int(self.num_remaining_tokens[:n].min())
+        residues = cast(np.ndarray, out.residues)   # set: a pure-decode step
+        return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost)
+
+    def plan_decode_continuation(self, prev: DecodeRun, now: float, next_event_time: float,
+                                 cost: Any) -> DecodeRun | None:
+        """The run :meth:`schedule` + :meth:`plan_decode_run` would plan right after ``prev`` was
+        applied, when nothing else changed the batch since (same rows, nobody waiting, ``prev``
+        finished no request): the next step's blocks are allocated as :meth:`_schedule_running`
+        allocates them, and the run is planned from ``prev`` in closed form instead of re-reading
+        the batch (its residues turned by ``prev``'s steps, its finish and context moved on).
+        Returns None, changing nothing, when those blocks are not free (``schedule`` preempts).
+        """
+        n, bs, k = prev.num_seqs - prev.num_padded, self.block_size, prev.num_steps
+        s = k % bs
+        residues = prev.residues if s == 0 else np.concatenate((prev.residues[-s:], prev.residues[:-s]))
+        need = int(residues[0])     # rows whose blocks are exactly full need one more
+        if need > self.kv.num_free_blocks:
+            return None
+        ok = self.kv.allocate(need)
+        assert ok
+        return self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
+                                prev.affine, now, next_event_time, cost)
+
+    def _decode_run(self, n: int, residues: np.ndarray, k_fin: int, ctx1: int, affine: tuple[float, float] | None,
+                    now: float, next_event_time: float, cost: Any) -> DecodeRun:
+        """The run of ``n`` decoding rows (``residues``: their ``num_computed_tokens % block_size``
+        histogram; ``k_fin``: steps until one finishes; ``ctx1``: the first step's context sum)
+        starting at ``now``; see :meth:`plan_decode_run`."""
+        bs = self.block_size
+        nc = n + self.pad_rows
         k = k_fin
         if self.num_scheduler_steps > 1:             # a multi-step run ends at its last step
             k = min(k, self.num_scheduler_steps - self.steps_into_run)
@@ -388,7 +419,7 @@ class Scheduler:
             durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
             total = float(durations.sum())
         return DecodeRun(k, nc, total, extra, k == k_fin, self.kv.num_used_blocks, residues, ctx1,
-                         affine, durations, self.pad_rows)
+                         affine, durations, self.pad_rows, k_fin)
 
     def advance_decode(self, run: DecodeRun, now: float) -> np.ndarray:
         """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
