@@ -158,7 +158,8 @@ class Replica:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
         prev, self._continue_from = self._continue_from, None
-        if prev is not None and not sched.waiting and sched.n == prev.num_seqs - prev.num_padded:
+        if (prev is not None and not sched.waiting and not sched.sort_pending
+                and sched.n == prev.num_seqs - prev.num_padded):
             # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch as
             # it was: the next run follows on from ``prev`` without re-reading the batch.
             run = sched.plan_decode_continuation(prev, t, horizon, cost)

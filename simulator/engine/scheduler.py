@@ -364,7 +364,8 @@ class Scheduler:
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
         k_fin = int(self.num_remaining_tokens[:n].min())
         residues = cast(np.ndarray, out.residues)   # set: a pure-decode step
-        return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost)
+        return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
+                                self.kv.num_free_blocks, self.kv.num_used_blocks)
 
     def plan_decode_continuation(self, prev: DecodeRun, now: float, next_event_time: float,
                                  cost: Any) -> DecodeRun | None:
@@ -375,22 +376,34 @@ class Scheduler:
         the batch (its residues turned by ``prev``'s steps, its finish and context moved on).
         Returns None, changing nothing, when those blocks are not free (``schedule`` preempts).
         """
+        kv = self.kv
+        planned = self.follow_on(prev, kv.num_free_blocks, kv.num_used_blocks, now, next_event_time, cost)
+        if planned is None:
+            return None
+        ok = kv.allocate(planned[0])
+        assert ok
+        return planned[1]
+
+    def follow_on(self, prev: DecodeRun, free_blocks: int, used_blocks: int, now: float, next_event_time: float,
+                  cost: Any) -> tuple[int, DecodeRun] | None:
+        """:meth:`plan_decode_continuation` without touching the cache: the blocks the run's first
+        step allocates and the run, given the KV cache's free and used blocks when ``prev`` has
+        been applied (None: those blocks are not free)."""
         n, bs, k = prev.num_seqs - prev.num_padded, self.block_size, prev.num_steps
         s = k % bs
         residues = prev.residues if s == 0 else np.concatenate((prev.residues[-s:], prev.residues[:-s]))
         need = int(residues[0])     # rows whose blocks are exactly full need one more
-        if need > self.kv.num_free_blocks:
+        if need > free_blocks:
             return None
-        ok = self.kv.allocate(need)
-        assert ok
-        return self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
-                                prev.affine, now, next_event_time, cost)
+        return need, self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
+                                      prev.affine, now, next_event_time, cost, free_blocks - need, used_blocks + need)
 
     def _decode_run(self, n: int, residues: np.ndarray, k_fin: int, ctx1: int, affine: tuple[float, float] | None,
-                    now: float, next_event_time: float, cost: Any) -> DecodeRun:
+                    now: float, next_event_time: float, cost: Any, free: int, used: int) -> DecodeRun:
         """The run of ``n`` decoding rows (``residues``: their ``num_computed_tokens % block_size``
         histogram; ``k_fin``: steps until one finishes; ``ctx1``: the first step's context sum)
-        starting at ``now``; see :meth:`plan_decode_run`."""
+        starting at ``now``, its first step's blocks allocated (``free``, ``used``: the cache's
+        blocks then); see :meth:`plan_decode_run`."""
         bs = self.block_size
         nc = n + self.pad_rows
         k = k_fin
@@ -398,7 +411,6 @@ class Scheduler:
             k = min(k, self.num_scheduler_steps - self.steps_into_run)
         if next_event_time != np.inf and k > 1:
             k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
-        free = self.kv.num_free_blocks
         if k > 1 and n * (-(-(k - 1) // bs)) > free:     # every row's blocks for k - 1 more tokens
             # The KV cache may run out during the run: find the last step whose blocks fit.
             prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
@@ -418,8 +430,8 @@ class Scheduler:
         else:
             durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
             total = float(durations.sum())
-        return DecodeRun(k, nc, total, extra, k == k_fin, self.kv.num_used_blocks, residues, ctx1,
-                         affine, durations, self.pad_rows, k_fin)
+        return DecodeRun(k, nc, total, extra, k == k_fin, used, residues, ctx1, affine, durations, self.pad_rows,
+                         k_fin)
 
     def advance_decode(self, run: DecodeRun, now: float) -> np.ndarray:
         """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
