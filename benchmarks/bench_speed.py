@@ -6,12 +6,14 @@ checkout (``--baseline PATH`` measures that tree too, interleaved run by run wit
 reports the ratio: compare figures measured in one invocation, since a shared machine's load
 drifts between invocations). Rows:
 
-* ``--help``, ``import simulator.cli``: process wall time.
+* ``--help``, ``import simulator.cli``: process wall time (process rows also record CPU time,
+  user + system with worker processes: less disturbed by other jobs than wall time).
 * ``simulate speed-10k`` (whole process): ``llmplan simulate benchmarks/scenarios/speed-10k.yaml
   --json`` (10k requests, A100-80GB, Llama 3 8B, fixed 512/128 tokens, Poisson 5 req/s).
 * engine: simulated requests per wall second of ``simulate()`` alone (imports excluded), on
-  speed-10k and on ShareGPT-like traffic (examples/sharegpt-h100.yaml) at 90% of its capacity
-  with 100k requests (10k with ``--quick``); capacity is measured by a saturated simulation.
+  speed-10k, on ShareGPT-like traffic (examples/sharegpt-h100.yaml) at 90% of its capacity
+  with 100k requests (10k with ``--quick``; capacity is measured by a saturated simulation), and
+  on 8 round-robin replicas of examples/chat-h100.yaml (6,000 requests at 56 req/s).
 * feature cost: CPU time of speed-10k with speculative decoding (draft llama-3.2-1b, k=4,
   acceptance 0.8), chunked prefill (vLLM's default threshold, and 256-token chunks) or prefix
   caching (4 shared 256-token system prompts for 80% of requests, caching on vs off) over the
@@ -24,7 +26,7 @@ Each figure is the median of ``--repeats`` runs (``--plan-repeats`` for the plan
 load average is read before and after every run (``os.getloadavg``) and reported with the row.
 
     python benchmarks/bench_speed.py [--quick] [--repeats 3] [--plan] [--app] [--baseline PATH]
-                                     [--out benchmarks/results/speed.json]
+                                     [--only cli,engine,features,plan,app] [--out benchmarks/results/speed.json]
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,6 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEED_SCENARIO = ROOT / "benchmarks" / "scenarios" / "speed-10k.yaml"
 SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
 PLAN = ROOT / "examples" / "plan-fy27.yaml"
+CHAT = ROOT / "examples" / "chat-h100.yaml"
+REPLICAS8 = {"num_requests": 6000, "deployment.replicas": 8, "workload.arrival.rate_per_s": 56.0}
+"""Eight round-robin replicas of examples/chat-h100.yaml at 7 req/s each (the planner's kind of run)."""
 
 #: The issue's targets: row key -> (comparison, value, unit).
 TARGETS: dict[str, tuple[str, float, str]] = {
@@ -122,15 +128,19 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
-def run_process(root: Path, argv: list[str], cwd: Path | None = None) -> tuple[float, str]:
-    """Wall time of one subprocess running ``argv`` with ``root`` first on the import path; its stdout."""
+def run_process(root: Path, argv: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
+    """Wall time and CPU time (user + system, with its worker processes) of one subprocess running
+    ``argv`` with ``root`` first on the import path; its stdout."""
     env = {**os.environ, "PYTHONPATH": str(root)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd or root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, done.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
 
 
 class Bench:
@@ -155,15 +165,16 @@ class Bench:
         for _ in range(repeats):
             for label, root in self.roots.items():
                 before = load1()
-                wall, _ = run_process(root, argv_for(root))
+                wall, cpu, _ = run_process(root, argv_for(root))
                 self.record(label, key, wall, (before, load1()))
+                self.record(label, key + "_cpu", cpu, (before, load1()))
 
     def engine(self, jobs: dict[str, tuple[str, dict[str, Any], float]], repeats: int) -> dict[str, dict[str, Any]]:
         """Run ``ENGINE_SCRIPT`` once per tree (each doing ``repeats`` round-robin rounds); per tree, its output."""
         outputs = {}
         for label, root in self.roots.items():
             before = load1()
-            _, stdout = run_process(root, [sys.executable, "-c", ENGINE_SCRIPT, json.dumps(jobs), str(repeats)])
+            _, _, stdout = run_process(root, [sys.executable, "-c", ENGINE_SCRIPT, json.dumps(jobs), str(repeats)])
             outputs[label] = (json.loads(stdout.strip().splitlines()[-1]), (before, load1()))
         return outputs
 
@@ -180,7 +191,7 @@ def main() -> None:
     ap.add_argument("--plan-repeats", type=int, default=1)
     ap.add_argument("--app", action="store_true", help="also time the dashboard's default What-if run, cold")
     ap.add_argument("--baseline", type=Path, help="another checkout to measure the same way, interleaved")
-    ap.add_argument("--skip-features", action="store_true", help="leave out the feature-cost rows")
+    ap.add_argument("--only", help="comma-separated groups to run: " + ",".join(GROUPS))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "speed.json")
     args = ap.parse_args()
     roots = {"this": ROOT}
@@ -188,25 +199,32 @@ def main() -> None:
         roots = {"baseline": args.baseline.resolve(), "this": ROOT}
     bench = Bench(roots)
     py = sys.executable
+    groups = set(args.only.split(",")) if args.only else {"cli", "engine", "features"} | (
+        {"plan"} if args.plan else set()) | ({"app"} if args.app else set())
+    unknown = groups - set(GROUPS)
+    if unknown:
+        ap.error(f"unknown --only groups {sorted(unknown)}; choose from {', '.join(GROUPS)}")
     started = time.time()
     load_start = os.getloadavg()
 
-    bench.processes("help", lambda root: [py, "-m", "simulator.cli", "--help"], args.repeats)
-    bench.processes("import", lambda root: [py, "-c", "import simulator.cli"], args.repeats)
-    bench.processes("whole", lambda root: [py, "-m", "simulator.cli", "simulate", str(SPEED_SCENARIO), "--json",
-                                           "--no-progress"], args.repeats)
+    if "cli" in groups:
+        bench.processes("help", lambda root: [py, "-m", "simulator.cli", "--help"], args.repeats)
+        bench.processes("import", lambda root: [py, "-c", "import simulator.cli"], args.repeats)
+        bench.processes("whole", lambda root: [py, "-m", "simulator.cli", "simulate", str(SPEED_SCENARIO), "--json",
+                                               "--no-progress"], args.repeats)
 
     sharegpt_n = 10_000 if args.quick else 100_000
     jobs = {"engine_speed10k": (str(SPEED_SCENARIO), {}, 0.0),
-            "engine_sharegpt": (str(SHAREGPT), {"num_requests": sharegpt_n, "warmup_s": 0, "cooldown_s": 0}, 0.9)}
-    for label, (out, loads) in bench.engine(jobs, args.repeats).items():
+            "engine_sharegpt": (str(SHAREGPT), {"num_requests": sharegpt_n, "warmup_s": 0, "cooldown_s": 0}, 0.9),
+            "engine_replicas8": (str(CHAT), REPLICAS8, 0.0)}
+    for label, (out, loads) in (bench.engine(jobs, args.repeats).items() if "engine" in groups else ()):
         for key, fig in out.items():
             for wall in fig["wall_s"]:
                 bench.record(label, key, fig["num_requests"] / wall, loads, num_requests=fig["num_requests"],
                              rate_per_s=fig["rate_per_s"], num_steps=fig["num_steps"],
                              num_entries=fig["num_entries"], wall_s=fig["wall_s"])
 
-    if not args.skip_features:
+    if "features" in groups:
         jobs = {name: (str(SPEED_SCENARIO), overrides, 0.0) for name, overrides in VARIANTS.items()}
         for label, (out, loads) in bench.engine(jobs, args.repeats).items():
             for key, (variant, base) in COSTS.items():
@@ -216,17 +234,17 @@ def main() -> None:
                                  num_steps=out[variant]["num_steps"], num_entries=out[variant]["num_entries"],
                                  ratio_of_medians=median(out[variant]["cpu_s"]) / median(out[base]["cpu_s"]))
 
-    if args.plan:
+    if "plan" in groups:
         with tempfile.TemporaryDirectory() as tmp:
             bench.processes("plan", lambda root: [py, "-m", "simulator.cli", "plan", str(PLAN), "--workers", "2",
                                                   "--no-progress", "--out", tmp], args.plan_repeats,
                             warm=False)
 
-    if args.app:
+    if "app" in groups:
         for _ in range(args.repeats):
             for label, root in roots.items():
                 before = load1()
-                _, stdout = run_process(root, [py, "-c", APP_SCRIPT, str(root / "app.py")])
+                _, _, stdout = run_process(root, [py, "-c", APP_SCRIPT, str(root / "app.py")])
                 fig = json.loads(stdout.strip().splitlines()[-1])
                 bench.record(label, "app_open", fig["open"], (before, load1()))
                 bench.record(label, "app_run", fig["run"], (before, load1()))
@@ -234,15 +252,19 @@ def main() -> None:
     report(bench, args, started, load_start)
 
 
+GROUPS = ("cli", "engine", "features", "plan", "app")
+
 LABELS = {
     "help": "llmplan --help (process)", "import": "import simulator.cli (process)",
-    "whole": "simulate speed-10k --json (whole process)",
+    "whole": "simulate speed-10k --json (whole process)", "whole_cpu": "  the same, CPU s",
     "engine_speed10k": "engine, speed-10k (simulated req/s)",
     "engine_sharegpt": "engine, ShareGPT 90% load (simulated req/s)",
+    "engine_replicas8": "engine, 8 replicas, chat-h100 (simulated req/s)",
     "cost_spec": "speculative decoding / off (CPU)", "cost_chunked": "chunked prefill / off (CPU)",
     "cost_chunked_256": "chunked prefill 256-token chunks / off (CPU)",
     "cost_prefix": "prefix caching on / off (CPU)",
-    "plan": "FY27 example plan, 2 workers (process)", "app_open": "dashboard: open What-if (AppTest, process)",
+    "plan": "FY27 example plan, 2 workers (process)", "plan_cpu": "  the same, CPU s (all processes)",
+    "app_open": "dashboard: open What-if (AppTest, process)",
     "app_run": "dashboard: default What-if run, cold",
 }
 
@@ -256,6 +278,8 @@ def verdict(key: str, value: float) -> str:
 
 
 def fmt(key: str, value: float) -> str:
+    if key.endswith("_cpu"):
+        return f"{value:.2f} s"
     if key.startswith("engine"):
         return f"{value:,.0f}"
     if key.startswith("cost"):
@@ -301,7 +325,8 @@ def report(bench: Bench, args: argparse.Namespace, started: float, load_start: t
         "quick": args.quick, "roots": {k: str(v) for k, v in bench.roots.items()},
         "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
         "load_average_start": load_start, "load_average_end": load_end,
-        "targets": TARGETS, "rows": summary}, indent=2) + "\n")
+        "targets": TARGETS, "rows": summary,
+        "all_runs": {label: bench.rows[label] for label in labels}}, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 
