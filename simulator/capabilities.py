@@ -124,6 +124,12 @@ FEATURES: dict[str, Feature] = {
     "offline": Feature("offline batches", "workload.arrival.process: offline", lambda sc: _on(
         "workload.arrival.process", sc.workload.arrival.process if sc.workload.arrival.process == "offline"
         else None)),
+    "pipeline": Feature("processing stages", "pipeline", lambda sc: _on("pipeline", _set(sc.pipeline))),
+    "response_cache": Feature("response caches", "response_cache", lambda sc: _on(
+        "response_cache.kind", sc.response_cache.kind if sc.response_cache else None)),
+    "coalescing": Feature("request coalescing", "coalescing", lambda sc: _on("coalescing", _set(sc.coalescing))),
+    "prompt_popularity": Feature("repeated prompts", "workload.prompt_popularity", lambda sc: _on(
+        "workload.prompt_popularity", _set(sc.workload.prompt_popularity))),
 }
 """Every feature the table speaks of, in the order they are checked."""
 
@@ -207,6 +213,17 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
               "requests, but they are applied after the run", "simulate one region"),
     Exclusion("closed_loop", "autoscaler", "decode runs do not stop at the autoscaler's ticks in a closed loop",
               "fix deployment.replicas"),
+    *(Exclusion(path, other, "the request path is planned for arrivals known before the run", hint)
+      for path in ("pipeline", "response_cache", "coalescing")
+      for other, hint in (("closed_loop", "use an open-loop arrival process"),
+                          ("sessions", "drop workload.sessions"))),
+    *(Exclusion(path, other, "answered and merged requests never reach a region or pool", "simulate one "
+                "deployment") for path in ("response_cache", "coalescing") for other in ("fleet", "model_pools")),
+    Exclusion("prompt_popularity", "sessions", "a session's prompts grow with its turns", "drop workload.sessions"),
+    Exclusion("coalescing", "shared_prefixes", "coalescing needs workload.prompt_popularity, whose prompt "
+              "lengths are drawn per distinct prompt", "drop workload.prefix"),
+    Exclusion("prompt_popularity", "shared_prefixes", "prompt lengths are drawn per distinct prompt",
+              "drop workload.prefix"),
 )
 """Features not modelled together, whatever the policy and cost model."""
 

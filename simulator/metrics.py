@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from simulator.run.records import SimulationResult
 
 PERCENTILES = (50, 90, 95, 99)
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
-CLIENT_LATENCIES = ("client_ttft_s", "client_e2e_s")
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s", "ttua_s")
+CLIENT_LATENCIES = ("client_ttft_s", "client_e2e_s", "client_ttua_s")
 
 
 def describe(values: np.ndarray) -> dict[str, Any]:
@@ -153,7 +153,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         summary[metric] = describe(measured[metric].to_numpy())
     if "client_ttft_s" in measured:
         for metric in CLIENT_LATENCIES:
-            summary[metric] = describe(measured[metric].to_numpy())
+            if metric in measured:
+                summary[metric] = describe(measured[metric].to_numpy())
     judged_frame = req   # the judge picks the window's arrivals and the client-perceived latencies itself
     values, weights = itl_samples(steps, (start, end))
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
@@ -192,6 +193,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
                      **_slo_summary(t.slo or sc.slo, judged_frame[judged_frame["tier"] == t.name], (start, end),
                                     stable)}
             for t in sc.workload.tiers}
+    if result.request_path is not None:
+        summary["request_path"] = result.request_path.summary(req, in_window.to_numpy())
     if "region" in req:   # scenario.fleet: per-region breakdown
         from simulator.cluster.fleet import fleet_summary
         summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())

@@ -50,6 +50,10 @@ ON: dict[str, dict[str, Any]] = {
     "multi_step": {"scheduler.num_scheduler_steps": 4},
     "closed_loop": {"workload.arrival": {"process": "closed_loop", "concurrency": 4, "think_time_s": 0.01}},
     "offline": {"workload.arrival": {"process": "offline"}},
+    "pipeline": {"pipeline": {"pre": [{"name": "tokenize", "latency_ms": 1.0}]}},
+    "response_cache": {"response_cache": {"kind": "semantic", "hit_rate": 0.3}},
+    "coalescing": {"coalescing": {"window_ms": 100}, "workload.prompt_popularity": {"distinct_prompts": 50}},
+    "prompt_popularity": {"workload.prompt_popularity": {"distinct_prompts": 50}},
 }
 """Settings that turn each feature on in the small test scenario."""
 

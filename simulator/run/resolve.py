@@ -18,7 +18,7 @@ from simulator.scenario.profiles import HardwareProfile, load_profile
 from simulator.scenario.quantization import Precision, check_kv_head_split, resolve_precision
 
 STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network",
-           "think")
+           "think", "pipeline", "popularity")
 """Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
 
 

@@ -215,6 +215,17 @@ class TierConfig(Frozen):
     """This tier's objectives (default: the scenario's ``slo``)."""
 
 
+class PromptPopularityConfig(Frozen):
+    """Prompts drawn from a fixed set of distinct prompts with Zipf popularity: prompt ``i`` (0 the
+    most popular) is asked with probability proportional to ``1 / (i + 1) ** zipf_s``. Requests
+    that ask the same prompt have the same prompt length (drawn once per distinct prompt)."""
+
+    distinct_prompts: int = Field(ge=1, le=100_000_000)
+    """How many different prompts there are."""
+    zipf_s: float = Field(default=1.0, ge=0, le=10, allow_inf_nan=False)
+    """Zipf exponent: 0 = all equally popular; about 1 for web-like popularity."""
+
+
 class WorkloadConfig(Frozen):
     arrival: ArrivalConfig
     prompt_tokens: LengthConfig | None = None
@@ -228,6 +239,9 @@ class WorkloadConfig(Frozen):
     """Multi-turn sessions (see :class:`SessionsConfig`); not with trace arrivals."""
     tiers: list[TierConfig] | None = None
     """Request tiers, drawn independently per request with the given shares (None: one tier)."""
+    prompt_popularity: PromptPopularityConfig | None = None
+    """Repeated prompts (see :class:`PromptPopularityConfig`): what an exact response cache and
+    request coalescing find identical. None: every prompt is distinct."""
 
     @model_validator(mode="after")
     def _tiers(self) -> WorkloadConfig:
@@ -462,6 +476,77 @@ class RequestClientConfig(Frozen):
     """Cap on output tokens per request (vLLM ``SamplingParams.max_tokens``)."""
     max_prompt_tokens: int | None = Field(default=None, ge=1)
     """Trim longer prompts to their last this-many tokens (vLLM ``truncate_prompt_tokens``)."""
+    usable_answer_tokens: int | None = Field(default=None, ge=1)
+    """When the client can use the answer (TTUA, ``ttua_s``): after this many streamed tokens
+    (and the post-processing stages); None: the whole answer (and always without streaming)."""
+
+
+class StageLatencyConfig(Frozen):
+    """A stage's service time per request."""
+
+    dist: Literal["fixed", "exponential", "lognormal"] = "fixed"
+    mean_ms: float = Field(ge=0, le=3_600_000, allow_inf_nan=False)
+    cv: float = Field(default=1.0, gt=0, le=20, allow_inf_nan=False)
+    """lognormal: coefficient of variation of the service time."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _number(cls, data: Any) -> Any:
+        return {"mean_ms": data} if isinstance(data, (int, float)) and not isinstance(data, bool) else data
+
+
+class StageConfig(Frozen):
+    """One processing stage outside the engine (tokenization, retrieval, rerank, safety filter,
+    detokenization, output filter): a FCFS queue with ``workers`` servers."""
+
+    name: str = Field(min_length=1, max_length=64)
+    latency_ms: StageLatencyConfig
+    """Service time per request: a number (fixed, ms) or ``{dist, mean_ms, cv}``."""
+    workers: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Servers of the stage (it queues when they are all busy); None: unlimited (a pure delay)."""
+
+
+class PipelineConfig(Frozen):
+    """Stages before the engine (``pre``: their time is in TTFT) and after it (``post``: in E2E and
+    TTUA), each a queue of its own (see ``simulator.cluster.request_path``)."""
+
+    pre: list[StageConfig] = Field(default_factory=list, max_length=16)
+    post: list[StageConfig] = Field(default_factory=list, max_length=16)
+
+
+class ResponseCacheConfig(Frozen):
+    """A cache of whole answers in front of the engine: a hit is answered after the lookup without
+    reaching the engine; a miss pays the lookup and goes on."""
+
+    kind: Literal["exact", "semantic"]
+    """exact: identical prompts (``workload.prompt_popularity``) hit an answer cached by an earlier
+    request that completed, within ``ttl_s`` and ``capacity_entries`` (LRU); the hit rate is an
+    outcome. semantic: each request hits with probability ``hit_rate`` (an input)."""
+    hit_rate: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    """semantic: share of requests answered from the cache."""
+    lookup_ms: float = Field(default=1.0, ge=0, le=60_000, allow_inf_nan=False)
+    """Time of a lookup, paid by hits and misses."""
+    ttl_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """exact: an entry expires this long after it was stored (None: never)."""
+    capacity_entries: int | None = Field(default=None, ge=1)
+    """exact: most answers held; the least recently used goes first (None: unbounded)."""
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> ResponseCacheConfig:
+        if self.kind == "semantic" and self.hit_rate is None:
+            raise ValueError("kind semantic needs hit_rate (the share of requests answered from the cache)")
+        if self.kind == "exact" and self.hit_rate is not None:
+            raise ValueError("kind exact finds its hits from repeated prompts (workload.prompt_popularity); "
+                             "drop hit_rate, or use kind: semantic")
+        return self
+
+
+class CoalescingConfig(Frozen):
+    """Identical prompts (``workload.prompt_popularity``) in flight share one engine request: a
+    request whose prompt was sent to the engine at most ``window_ms`` earlier and has not finished
+    waits for that answer instead."""
+
+    window_ms: float = Field(gt=0, le=3_600_000, allow_inf_nan=False)
 
 
 class AdmissionConfig(Frozen):
@@ -527,6 +612,12 @@ class SLOConfig(Frozen):
     queue_delay_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     queue_delay_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     queue_delay_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttua_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Time to usable answer (``client.usable_answer_tokens``; client-perceived with a network),
+    p50 threshold; ``_p90``, ``_p95``, ``_p99`` likewise."""
+    ttua_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttua_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttua_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     attainment: float = Field(default=0.0, ge=0, le=1)
     """Least share of the judged requests that complete within every metric's per-request limit
     (the threshold of the highest percentile set for it); 0 = only the percentiles are held."""
@@ -633,6 +724,12 @@ class Scenario(Frozen):
     slo: SLOConfig = SLOConfig()
     client: RequestClientConfig = RequestClientConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    pipeline: PipelineConfig | None = None
+    """Pre- and post-processing stages around the engine (None: none)."""
+    response_cache: ResponseCacheConfig | None = None
+    """A cache of whole answers in front of the engine (None: none)."""
+    coalescing: CoalescingConfig | None = None
+    """Identical prompts in flight share one engine request (None: off)."""
     engine: EngineConfig | None = None
     """Engine preset (``vllm-v1``, ``vllm-v0.6``, ``sglang``, ``trtllm``): fills in the scheduler
     fields left out; None: the scheduler fields' own defaults."""
@@ -650,6 +747,20 @@ class Scenario(Frozen):
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise ValueError("give num_requests or duration_s")
+        return self
+
+    @model_validator(mode="after")
+    def _prompt_identity(self) -> Scenario:
+        arrival = self.workload.arrival
+        if self.workload.prompt_popularity is not None and getattr(arrival, "use_trace_lengths", False):
+            raise ValueError("workload.prompt_popularity draws prompt lengths per distinct prompt, but the trace "
+                             "gives every request's length: set workload.arrival.use_trace_lengths: false")
+        if self.workload.prompt_popularity is None:
+            if self.response_cache is not None and self.response_cache.kind == "exact":
+                raise ValueError("response_cache kind exact hits repeated prompts: give workload.prompt_popularity "
+                                 "(distinct_prompts, zipf_s), or use kind: semantic with a hit_rate")
+            if self.coalescing is not None:
+                raise ValueError("coalescing merges identical prompts: give workload.prompt_popularity")
         return self
 
     @model_validator(mode="after")

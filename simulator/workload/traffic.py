@@ -50,6 +50,7 @@ class Workload:
     tier: np.ndarray | None = None  # int16 index into workload.tiers (None: no tiers)
     block_hashes: Any = None      # prefix_cache.BlockHashes when prefix caching (or prefix routing) is on
     session: np.ndarray | None = None  # int64 session of each request (its first turn's index); None: no sessions
+    prompt_id: np.ndarray | None = None  # int64 distinct prompt each request asks (workload.prompt_popularity)
     think_time: np.ndarray | None = None  # float64 s a closed-loop client pauses after each request ends (else None)
     send_delay: np.ndarray | None = None  # float64 s from that client's next send to its arrival (closed loop)
 
@@ -342,6 +343,7 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     """Draw every request of a run: arrival instants and token counts, checked against
     ``max_model_len`` according to ``workload.over_length``."""
     wl = scenario.workload
+    prompt_id = None
     arrivals = ARRIVALS.lookup(wl.arrival.process)(wl.arrival, scenario)
     times = arrivals.sample(rngs["arrivals"], scenario.num_requests, scenario.duration_s)
     n = len(times)
@@ -361,6 +363,10 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
             prompt, output = prompt_dist.values[rows], output_dist.values[rows]
         else:
             output = output_dist.sample(n, rngs["output"])
+        if wl.prompt_popularity is not None:     # identical prompts: one length per distinct prompt
+            from simulator.cluster.request_path import zipf_prompts
+            prompt_id = zipf_prompts(wl.prompt_popularity, n, rngs["popularity"])
+            prompt = prompt_dist.sample(wl.prompt_popularity.distinct_prompts, rngs["popularity"])[prompt_id]
         if scenario.client.max_prompt_tokens is None and scenario.client.max_tokens is None:
             _check_static_max(wl, prompt_dist, output_dist, max_model_len)   # caps may make it fit
     prompt, output = cap_lengths(scenario, prompt, output)   # client.max_prompt_tokens / max_tokens
@@ -391,7 +397,8 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     if isinstance(arrivals, ClosedLoopArrivals):
         think, delay = arrivals.think_times(n, rngs["think"])
     return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
-                    tier=tier, block_hashes=block_hashes, session=session, think_time=think, send_delay=delay)
+                    tier=tier, block_hashes=block_hashes, session=session, think_time=think, send_delay=delay,
+                    prompt_id=prompt_id)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:
