@@ -230,8 +230,10 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI", "n"):
         table.add_column(col, justify="right" if col != "metric" else "left")
-    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s",
-                   *(m for m in ("client_ttft_s", "client_e2e_s") if m in summary)):
+    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s", "ttua_s",
+                   *(m for m in ("client_ttft_s", "client_e2e_s", "client_ttua_s") if m in summary)):
+        if metric not in summary:
+            continue
         s = summary[metric]
         ci = (s.get("ci95") or {}).get("p99")
         table.add_row(metric.removesuffix("_s"), _ms(s.get("mean")), *(_ms(s.get(f"p{p}")) for p in (50, 90, 95, 99)),
@@ -259,6 +261,18 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     if pc is not None:
         out_console.print(f"prefix cache: hit rate {100 * (pc['hit_rate'] or 0):.1f}% "
                           f"({pc['hit_tokens']:,} of {pc['queries']:,} prompt tokens), {pc['evictions']:,} evictions")
+    path = summary.get("request_path") or {}
+    if "response_cache" in path:
+        rc = path["response_cache"]
+        out_console.print(f"response cache ({rc['kind']}): hit rate {100 * (rc['hit_rate'] or 0):.1f}% "
+                          f"({rc['hits']:,} of {rc['lookups']:,}), {rc['engine_requests']:,} requests reached the "
+                          f"engine, {rc['output_tokens_saved']:,} output tokens not computed")
+    if "coalescing" in path:
+        out_console.print(f"coalescing: {path['coalescing']['merged']:,} requests shared an identical prompt in flight")
+    if "stages" in path:
+        st_ = path["stages"]
+        out_console.print(f"stages: mean {1000 * (st_['pre_s'] or 0):.1f} ms before the engine, "
+                          f"{1000 * (st_['post_s'] or 0):.1f} ms after it")
     slo = summary.get("slo") or {}
     if "passed" in slo:
         checks = ", ".join(f"{c['name']} {'met' if c['met'] else '[red]MISSED[/]'}" for c in slo["checks"])

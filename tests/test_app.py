@@ -43,8 +43,9 @@ def test_what_if_runs_and_matches_the_library(app):
     ok(app.run())
     ok(app.button(key="wi_run").click().run())
     cards = metrics(app)
-    assert len(cards) == 10
+    assert len(cards) == 11
     expected = simulate(load_scenario(EXAMPLE, {"num_requests": 1500, "seed": 3})).summary
+    assert cards["TTUA p99 (s)"] == f"{expected['ttua_s']['p99']:,.2f}"
     assert cards["TTFT p99 (ms)"] == f"{expected['ttft_s']['p99'] * 1e3:,.1f}"
     assert cards["E2E p50 (s)"] == f"{expected['e2e_s']['p50']:,.2f}"
     price = 3.0  # h100-sxm's assumed $/GPU-hour
@@ -67,7 +68,7 @@ def test_what_if_shows_each_model_pool():
     assert "**small**: llama-3.2-1b on 1 × h100-sxm" in line and "**big**: llama-3-8b on 2 × h100-sxm" in line
     at.number_input(key="wi_num_requests").set_value(800)
     ok(at.button(key="wi_run").click().run())
-    assert len(metrics(at)) == 10
+    assert len(metrics(at)) == 11
 
 
 def test_baseline_compare_shows_deltas(app):
@@ -121,7 +122,7 @@ def test_bad_uploads_show_errors_and_the_page_keeps_working(app):
     ok(app.run())
     assert not app.error
     ok(app.button(key="wi_run").click().run())
-    assert len(metrics(app)) == 10
+    assert len(metrics(app)) == 11
 
 
 def test_time_limit_cancels_a_run(app):
@@ -134,7 +135,7 @@ def test_time_limit_cancels_a_run(app):
     app.number_input(key="wi_time_limit_s").set_value(60.0)
     app.number_input(key="wi_num_requests").set_value(500)
     ok(app.button(key="wi_run").click().run())
-    assert len(metrics(app)) == 10
+    assert len(metrics(app)) == 11
 
 
 def test_query_parameters_restore_a_view():
@@ -368,7 +369,7 @@ def test_swap_preemption_knob(app):
     ok(app.run())
     app.number_input(key="wi_swap_gib").set_value(16.0)
     ok(app.button(key="wi_run").click().run())
-    assert len(metrics(app)) == 10
+    assert len(metrics(app)) == 11
     assert app.query_params["preempt"] == "swap" and app.query_params["swap"] == "16.0"
     yaml_text = app.code[-1].value
     assert "preemption_mode: swap" in yaml_text and "swap_space_gib: 16.0" in yaml_text
