@@ -139,9 +139,9 @@ def read_csv(path: Path, source: str, **kwargs: Any) -> Any:
                                 "or drop the .gz from its name")
     try:
         return pd.read_csv(path, **kwargs)
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(source, str(path), f"not UTF-8 text (byte {exc.start} of a block; save it as "
-                            "UTF-8)") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(source, str(path), f"not UTF-8 text ({_first_bad_line(path)}); save it as UTF-8") \
+            from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ScenarioError(source, str(path), f"not a readable CSV ({type(exc).__name__})") from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
@@ -149,3 +149,38 @@ def read_csv(path: Path, source: str, **kwargs: Any) -> Any:
     except OSError as exc:
         raise ScenarioError(source, str(path), f"cannot read the file ({exc.strerror or type(exc).__name__})") \
             from None
+
+
+def _first_bad_line(path: Path) -> str:
+    """Where the first byte that is not UTF-8 is (decompressing a ``.gz``), for the error message."""
+    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        data = fh.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return f"line {line}, byte {exc.start}"
+    return "an invalid byte"
+
+
+def trace_timestamps(text: Any, path: Path) -> Any:
+    """A trace's timestamps (a pandas Series of text) as datetimes, NaT where unreadable: ISO 8601 with or
+    without fractional seconds (other layouts guessed row by row), all with a time zone (then converted to
+    UTC) or all without; a mix of the two is ambiguous and an error naming the first row that differs."""
+    import numpy as np
+    import pandas as pd
+
+    text = text.astype("string").str.strip()
+    aware = text.str.contains(r"(?:Z|[+-]\d{2}:?\d{2})$", regex=True).fillna(False).to_numpy(dtype=bool)
+    if aware.any() and not aware.all():
+        i = int(np.flatnonzero(aware != aware[0])[0])
+        which = "has a time zone and row 2 does not" if aware[i] else "lacks the time zone row 2 has"
+        raise ScenarioError(f"{path} row {i + 2} column TIMESTAMP", text.iloc[i],
+                            f"{which}; give every timestamp an offset (e.g. +00:00) or none")
+    utc = bool(aware.all())
+    ts = pd.to_datetime(text, errors="coerce", format="ISO8601", utc=utc)
+    retry = ts.isna() & text.notna()
+    if retry.any():   # not ISO 8601: let pandas guess each layout (slower, so only for those rows)
+        ts[retry] = pd.to_datetime(text[retry], errors="coerce", format="mixed", utc=utc)
+    return ts

@@ -9,6 +9,7 @@ cannot fit in memory or time; ``docs/scenario-reference.md`` ("Limits") lists th
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import numpy as np
@@ -42,7 +43,14 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
-FiniteFloat = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+def _finite(value: Any) -> Any:
+    # Checked before the bounds, so that .nan is called what it is rather than "not >= 0".
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        raise PydanticCustomError("finite_number", "Input should be a finite number")
+    return _not_bool(value)
+
+
+FiniteFloat = Annotated[float, BeforeValidator(_finite), Field(allow_inf_nan=False)]
 """A float that is finite (no ``.inf``/``.nan``) and not a boolean; add bounds with ``Field(gt=...)``."""
 Integer = Annotated[int, BeforeValidator(_not_bool)]
 """An integer that is not a boolean (a float such as ``3.0`` is taken; ``3.5`` is refused)."""

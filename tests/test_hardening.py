@@ -1,0 +1,269 @@
+"""Issue 19: every bad input a clean error, every output whole.
+
+Regressions for the inputs that used to hang, exhaust memory, crash with "internal error" or give
+silently wrong numbers: YAML alias bombs and deep nesting, non-finite and boolean numbers, sizes past
+the limits, files that are not what they claim (encoding, compression, time zones, trace rows, per-op
+tables). Each must end in one :class:`ScenarioError` naming the field (or file, row and column), fast.
+Outputs (atomic folders, --force, CSV cells) and interrupts are checked further down.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from simulator import ScenarioError, load_profile, load_scenario, scenario_from_dict, simulate
+from simulator.planner import load_plan
+from simulator.scenario.config import parse_overrides
+from simulator.scenario.io import scenario_from_yaml_bytes
+from simulator.scenario.limits import MAX_NUM_REQUESTS, MAX_REPLICAS, MAX_YAML_BYTES, MAX_YAML_DEPTH
+
+REPO = Path(__file__).resolve().parents[1]
+CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01}
+ROOFLINE_HW = {"cost_model": "roofline", "memory_bytes": 80e9, "memory_bandwidth_bytes_per_s": 3.35e12,
+               "peak_flops": {"bf16": 9.89e14}}
+BASE: dict[str, Any] = {
+    "name": "h", "num_requests": 20, "model": "tiny-llama", "hardware": CONSTANT_HW,
+    "workload": {"arrival": {"process": "poisson", "rate_per_s": 5.0},
+                 "prompt_tokens": {"dist": "fixed", "value": 32},
+                 "output_tokens": {"dist": "fixed", "value": 4}},
+}
+
+
+def base(**top: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    data.update(top)
+    return data
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """A ~1 KB YAML document whose aliases expand to 9**levels strings."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def raises(fn: Any, *needles: str, within_s: float = 5.0) -> ScenarioError:
+    """``fn()`` raises one ScenarioError whose text holds every needle, within ``within_s`` seconds."""
+    t0 = time.perf_counter()
+    with pytest.raises(ScenarioError) as info:
+        fn()
+    assert time.perf_counter() - t0 < within_s
+    text = str(info.value)
+    assert "\n" not in text
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in {text!r}"
+    return info.value
+
+
+# -- YAML: aliases, nesting, size, encoding -----------------------------------------------------------
+def test_alias_bomb_is_refused_by_every_yaml_reader(tmp_path: Path) -> None:
+    """The same 1 KB alias bomb, alone or inside an otherwise valid scenario, plan or profile, is refused
+    at once by the CLI's loaders and the upload path (it used to run for minutes and take gigabytes)."""
+    bomb = alias_bomb()
+    assert len(bomb) < 1024
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(BASE) + "extra:\n  " + bomb.replace("\n", "\n  "))
+    raises(lambda: load_scenario(scenario), "scenario.yaml", "YAML aliases are not accepted")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: p\n" + bomb)
+    raises(lambda: load_plan(plan), "plan.yaml", "aliases")
+    profile = tmp_path / "prof"
+    profile.mkdir()
+    (profile / "profile.yaml").write_text("cost_model: constant\nstep_time_s: 0.01\n" + bomb)
+    raises(lambda: load_profile(str(profile)), "profile.yaml", "aliases")
+    raises(lambda: scenario_from_yaml_bytes(bomb.encode()), "aliases")
+    raises(lambda: parse_overrides(["name=[&a [1, 2], *a]"]), "--set name", "aliases")
+
+
+def test_deep_nesting_and_large_files_are_refused(tmp_path: Path) -> None:
+    """A 5,000-deep nested list (a RecursionError before) and a file over the size limit (a 2 MB
+    scenario took 24 s to parse) are one-line errors naming the file."""
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    raises(lambda: load_scenario(deep), "deep.yaml", f"nested more than {MAX_YAML_DEPTH} levels")
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(BASE) + "pad: [" + ",".join(["1"] * 1_000_000) + "]\n")
+    raises(lambda: load_scenario(big), "big.yaml", "file too large", f"{MAX_YAML_BYTES:,} bytes", within_s=1.0)
+
+
+def test_files_that_are_not_utf8_name_the_line(tmp_path: Path) -> None:
+    """Scenario, profile and upload bytes that are not UTF-8 are named with the line of the bad byte."""
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(yaml.safe_dump(BASE).encode() + "name: caf\xe9\n".encode("latin-1"))
+    raises(lambda: load_scenario(bad), "latin1.yaml", "not UTF-8 text (line")
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    (prof / "profile.yaml").write_bytes(b"cost_model: constant\nstep_time_s: 0.01\ndevice: \xff\n")
+    raises(lambda: load_profile(str(prof)), "profile.yaml", "not UTF-8 text (line 3)")
+    raises(lambda: scenario_from_yaml_bytes(b"name: \xff\n", source="up.yaml"), "up.yaml", "not UTF-8")
+
+
+# -- numbers: finite, not booleans, within the limits -----------------------------------------------------
+NUMBER_CASES = [
+    ({"workload.arrival.rate_per_s": float("inf")}, "workload.arrival.rate_per_s", "finite number"),
+    ({"workload.arrival.rate_per_s": 1e-300}, "workload.arrival.rate_per_s", "longest simulated span"),
+    ({"workload.arrival.rate_per_s": 1e-20}, "workload.arrival.rate_per_s", "longest simulated span"),
+    ({"warmup_s": float("inf")}, "warmup_s", ""),
+    ({"num_requests": True}, "num_requests", "not true/false"),
+    ({"num_requests": 10**12}, "num_requests", f"at most {MAX_NUM_REQUESTS:,}"),
+    ({"num_requests": None, "duration_s": 1e15}, "duration_s", "at most"),
+    ({"num_requests": None, "duration_s": 1e7, "workload.arrival.rate_per_s": 1000.0}, "duration_s",
+     "a run holds at most"),
+    ({"deployment.replicas": 10_000_000}, "deployment.replicas", f"at most {MAX_REPLICAS:,}"),
+    ({"hardware": {"cost_model": "constant", "step_time_s": float("inf")}}, "hardware.step_time_s", "finite"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": -1e15}}}, "hardware.peak_flops.bf16", "greater than 0"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": 0}}}, "hardware.peak_flops.bf16", "greater than 0"),
+    ({"hardware": {**ROOFLINE_HW, "memory_bytes": float("inf")}}, "hardware.memory_bytes", "finite"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": True}}}, "hardware.peak_flops.bf16", "not true/false"),
+    ({"workload.sessions": {"turns": 10**9, "turn_gap_s": 1}}, "workload.sessions.turns", "turns"),
+    ({"scheduler.max_wait_ms": float("nan")}, "scheduler.max_wait_ms", "finite"),
+    ({"slo.attainment": True}, "slo.attainment", "not true/false"),
+]
+
+
+@pytest.mark.parametrize("overrides, field, words", NUMBER_CASES, ids=[next(iter(c[0])) + f"-{i}"
+                                                                      for i, c in enumerate(NUMBER_CASES)])
+def test_bad_numbers_are_one_error_naming_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
+    """Non-finite numbers, booleans and sizes past the limits are refused before anything runs (they used
+    to crash with MemoryError or an assertion, loop, or report plausible latencies)."""
+    def run() -> None:
+        data = base()
+        for key, value in overrides.items():
+            node = data
+            *parents, last = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            if value is None:
+                node.pop(last, None)
+            else:
+                node[last] = value
+        simulate(scenario_from_dict(data))
+
+    err = raises(run, words)
+    assert err.field == field
+
+
+def test_speedup_and_plan_numbers_must_be_finite(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,4\n")
+    data = base(workload={"arrival": {"process": "trace", "path": str(trace), "format": "azure",
+                                      "speedup": float("inf")}})
+    assert raises(lambda: scenario_from_dict(data), "finite").field == "workload.arrival.speedup"
+    plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": float("inf")}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": "Q1", "region": "r", "peak_rps": 1}]}
+    assert raises(lambda: load_plan(plan), "finite").field == "candidates[0].price_per_gpu_hour"
+    plan["candidates"] = [{"name": "c", "price_per_gpu_hour": 1.0}]
+    plan["forecast"] = [{"quarter": "Q1", "region": "r", "peak_rps": float("nan")}]
+    assert raises(lambda: load_plan(plan), "finite").field == "forecast[0].peak_rps"
+
+
+def test_a_forecast_missing_a_quarter_region_row_is_an_error() -> None:
+    """Already an error before issue 19; verified here: every region needs a row in every quarter."""
+    plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
+            "slo": {"ttft_p99_ms": 100},
+            "regions": [{"name": "a", "rtt_ms": {"a": 1}}, {"name": "b", "rtt_ms": {"b": 1}}],
+            "forecast": [{"quarter": q, "region": r, "peak_rps": 1}
+                         for q, r in (("Q1", "a"), ("Q1", "b"), ("Q2", "a"))]}
+    assert raises(lambda: load_plan(plan), "missing row").field == "forecast (quarter Q2, region b)"
+
+
+# -- files that are not what they claim ------------------------------------------------------------------
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def trace_run(tmp_path: Path, name: str, content: str | bytes, fmt: str) -> Any:
+    path = tmp_path / name
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    data = base(workload={"arrival": {"process": "trace", "path": name, "format": fmt}})
+    del data["num_requests"]
+    return lambda: simulate(scenario_from_dict(data, base_dir=tmp_path))
+
+
+def test_azure_timestamps_with_and_without_fractional_seconds_are_read(tmp_path: Path) -> None:
+    """A timestamp without fractional seconds among others with them is valid (it used to be refused),
+    and so are timestamps that all carry an offset (converted to UTC)."""
+    rows = "2023-11-16 18:15:46.6805900,10,4\n2023-11-16 18:15:50,10,4\n2023-11-16 18:15:51.5,10,4\n"
+    result = trace_run(tmp_path, "plain.csv", AZURE_HEADER + rows, "azure")()
+    assert result.requests["arrival_time"].tolist() == pytest.approx([0.0, 50 - 46.68059, 51.5 - 46.68059])
+    zoned = "2023-11-16 18:15:46+01:00,10,4\n2023-11-16 17:15:50Z,10,4\n"
+    result = trace_run(tmp_path, "zoned.csv", AZURE_HEADER + zoned, "azure")()
+    assert result.requests["arrival_time"].tolist() == pytest.approx([0.0, 4.0])
+
+
+@pytest.mark.parametrize("name, content, fmt, words", [
+    ("mixed_tz.csv", AZURE_HEADER + "2023-11-16 18:15:46+00:00,10,4\n2023-11-16 18:15:50,10,4\n", "azure",
+     ("mixed_tz.csv row 3 column TIMESTAMP", "time zone")),
+    ("latin1.csv", AZURE_HEADER.encode() + b"2023-11-16 18:15:46,1\xe90,4\n", "azure",
+     ("latin1.csv", "not UTF-8", "line 2")),
+    ("huge_tokens.csv", AZURE_HEADER + "2023-11-16 18:15:46,1e30,4\n", "azure",
+     ("huge_tokens.csv row 2 column ContextTokens",)),
+    ("nan.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4}\n'
+                  '{"timestamp": NaN, "input_length": 10, "output_length": 4}\n', "mooncake",
+     ("nan.jsonl line 2", "finite")),
+    ("inf.jsonl", '{"timestamp": Infinity, "input_length": 10, "output_length": 4}\n', "mooncake",
+     ("inf.jsonl line 1", "finite")),
+    ("far.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4}\n'
+                  '{"timestamp": 1e300, "input_length": 10, "output_length": 4}\n', "mooncake",
+     ("far.jsonl line 2 column timestamp", "span at most")),
+    ("hash.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": "abc"}\n', "mooncake",
+     ("hash.jsonl line 1", "hash_ids must be a list of integers")),
+    ("hash2.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": [1.5, true]}\n',
+     "mooncake", ("hash2.jsonl line 1", "hash_ids")),
+    ("latin1.jsonl", b'{"timestamp": 0, "input_length": 10, "output_length": 4, "x": "\xe9"}\n', "mooncake",
+     ("latin1.jsonl line 1", "UnicodeDecodeError")),
+])
+def test_bad_trace_files_name_file_row_and_column(tmp_path: Path, name: str, content: str | bytes, fmt: str,
+                                                   words: tuple[str, ...]) -> None:
+    """Mixed time zones, encodings, non-finite or far-off timestamps (1e300 ms used to loop forever),
+    hash_ids that are not integers: one error naming the file and the row or line."""
+    raises(trace_run(tmp_path, name, content, fmt), *words)
+
+
+@pytest.mark.parametrize("name, content, words", [
+    ("big.csv", "n\n100\n1e30\n", ("big.csv row 3 column n", "integers from 1")),
+    ("inf.csv", "n\n100\ninf\n", ("inf.csv row 3 column n",)),
+    ("frac.csv", "n\n100\n100.5\n", ("frac.csv row 3 column n",)),
+    ("fake.csv.gz", "n\n100\n", ("fake.csv.gz", "not gzip-compressed")),
+    ("cut.csv.gz", gzip.compress(b"n\n" + b"100\n" * 1000)[:40], ("cut.csv.gz", "damaged compressed file")),
+])
+def test_bad_empirical_length_files(tmp_path: Path, name: str, content: str | bytes, words: tuple[str, ...]) -> None:
+    """Empirical lengths of 1e30 or inf (an internal assertion before), fractional lengths (silently
+    truncated before) and a .csv.gz that is not gzip are errors naming the file, row and column."""
+    (tmp_path / name).write_bytes(content.encode() if isinstance(content, str) else content)
+    data = base()
+    data["workload"]["prompt_tokens"] = {"dist": "empirical", "path": name, "column": "n"}
+    raises(lambda: simulate(scenario_from_dict(data, base_dir=tmp_path)), *words)
+
+
+@pytest.mark.parametrize("column, value, words", [("tokens", 0, "column tokens = 0: must be an integer >= 1"),
+                                                   ("width", -5, "column width = -5"),
+                                                   ("n", 1.5, "column n = 1.5")])
+def test_bad_per_op_table_rows_name_the_row_and_column(tmp_path: Path, column: str, value: float,
+                                                        words: str) -> None:
+    """An ops.csv row with 0 tokens, a negative width or a fractional GEMM width is refused, naming the
+    file, row and column (they used to reach the interpolants)."""
+    import shutil
+
+    from simulator.cost.op_table import file_sha256
+
+    folder = tmp_path / "prof"
+    shutil.copytree(REPO / "hwprofiles" / "cpu-amd-epyc-tiny-llama", folder)
+    df = pd.read_csv(folder / "ops.csv")
+    op = "qkv_proj" if column == "n" else "rmsnorm"
+    i = int(df.index[df["op"] == op][0])
+    df[column] = df[column].astype(float)
+    df.loc[i, column] = value
+    df.to_csv(folder / "ops.csv", index=False)
+    prof = yaml.safe_load((folder / "profile.yaml").read_text())
+    prof["table_sha256"] = file_sha256(folder / "ops.csv")
+    (folder / "profile.yaml").write_text(yaml.safe_dump(prof))
+    data = base(hardware=str(folder))
+    raises(lambda: simulate(scenario_from_dict(data)), f"ops.csv row {i + 2}", words)
