@@ -3,7 +3,8 @@
 * ``local`` (default): ``ProcessPoolExecutor`` on this machine (``workers=1`` runs in-process).
 * ``dask``: an existing Dask distributed cluster, ``Client(address).get_executor()`` (the
   ``cluster`` extra: ``pip install 'llmplan[cluster]'``). An address that does not answer is an
-  error after ``timeout_s``, never a hang.
+  error after ``timeout_s``, never a hang; one that is not an address is an error at once
+  (:func:`check_backend`, called before the plan is read).
 
 Each task is a pure function of its inputs (seeded), so results are identical whichever backend
 and however many workers run them.
@@ -11,6 +12,7 @@ and however many workers run them.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator
@@ -34,6 +36,37 @@ class InlineExecutor(Executor):
         return fut
 
 
+def check_backend(backend: str, *, workers: int | None = None, address: str | None = None,
+                  timeout_s: float = 10.0) -> None:
+    """Refuse bad ``--backend``, ``--workers``, ``--address`` and ``--timeout`` values before any work."""
+    if backend not in BACKENDS:
+        raise ScenarioError("--backend", backend, f"unknown backend; allowed: {', '.join(BACKENDS)}")
+    if workers is not None and workers < 1:
+        raise ScenarioError("--workers", workers, "must be >= 1")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ScenarioError("--timeout", timeout_s, "must be a positive number of seconds")
+    if backend == "dask":
+        if not address:
+            raise ScenarioError("--address", address, "the dask backend needs a scheduler address, e.g. tcp://host:8786")
+        _check_address(address)
+
+
+def _check_address(address: str) -> None:
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:
+        raise ScenarioError("--backend", "dask", "needs the cluster extra: pip install 'llmplan[cluster]' "
+                            "(dask distributed)") from None
+    try:
+        if any(c.isspace() for c in address):
+            raise ValueError("spaces")
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls"):
+            parse_host_port(location)
+    except ValueError:
+        raise ScenarioError("--address", address, "not a Dask scheduler address; e.g. tcp://host:8786") from None
+
+
 @contextlib.contextmanager
 def open_executor(backend: str = "local", *, workers: int | None = None, address: str | None = None,
                   timeout_s: float = 10.0) -> Iterator[Executor]:
@@ -48,8 +81,7 @@ def open_executor(backend: str = "local", *, workers: int | None = None, address
             yield pool
         return
     if backend == "dask":
-        if not address:
-            raise ScenarioError("--address", address, "the dask backend needs a scheduler address, e.g. tcp://host:8786")
+        check_backend(backend, workers=workers, address=address, timeout_s=timeout_s)
         try:
             from distributed import Client
         except ImportError:
