@@ -6,6 +6,11 @@ Set ``LLMPLAN_DEBUG=1`` to see the traceback of an unexpected internal error.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m simulator.cli`: a Ctrl-C during the imports below ends in one line
+    from simulator.launch import guard_startup
+
+    _restore_interrupts = guard_startup()
+
 import json
 import math
 import os
@@ -631,8 +636,14 @@ def plan(
 
 
 def main() -> None:
-    app()
+    """Run the CLI. A Ctrl-C outside a command (while the arguments are parsed) also ends in one line."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("[bold red]error:[/] interrupted", highlight=False)
+        sys.exit(130)
 
 
 if __name__ == "__main__":  # pragma: no cover
+    _restore_interrupts()
     main()

@@ -267,3 +267,258 @@ def test_bad_per_op_table_rows_name_the_row_and_column(tmp_path: Path, column: s
     (folder / "profile.yaml").write_text(yaml.safe_dump(prof))
     data = base(hardware=str(folder))
     raises(lambda: simulate(scenario_from_dict(data)), f"ops.csv row {i + 2}", words)
+
+
+# -- outputs: whole folders, --force, spreadsheet-safe cells ----------------------------------------------
+def test_output_folder_is_all_or_nothing(tmp_path: Path) -> None:
+    """An error or Ctrl-C while writing leaves the previous results (or nothing, not even the parent
+    folders made for it); a finished write replaces the folder whole, only with force."""
+    from simulator.output import output_folder
+
+    out = tmp_path / "a" / "b" / "run"
+    for exc in (OSError(28, "No space left on device"), KeyboardInterrupt()):
+        with pytest.raises((ScenarioError, KeyboardInterrupt)) as info, output_folder(out) as stage:
+            (stage / "requests.csv").write_text("half a file")
+            raise exc
+        assert sorted(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
+        if isinstance(exc, OSError):
+            assert "No space left on device" in str(info.value)
+    with output_folder(out) as stage:
+        (stage / "summary.json").write_text("{}")
+        (stage / "steps.csv").write_text("old steps")
+    with pytest.raises(ScenarioError, match=r"already holds results .*pass --force"), output_folder(out):
+        pass
+    with pytest.raises(RuntimeError), output_folder(out, force=True) as stage:
+        (stage / "summary.json").write_text("new")
+        raise RuntimeError("simulated crash")
+    assert (out / "summary.json").read_text() == "{}" and (out / "steps.csv").exists()
+    with output_folder(out, force=True) as stage:
+        (stage / "summary.json").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]   # no stale steps.csv beside it
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run"]      # no staging or old folder left
+
+
+def test_simulate_out_refuses_existing_results_and_writes_whole_with_force(tmp_path: Path) -> None:
+    from test_errors import assert_one_error_line, run_cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(base()))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "steps.csv").write_text("stale steps of an earlier run\n")
+    proc = run_cli("simulate", str(scenario), "--json", "--out", str(out))
+    assert_one_error_line(proc, "--out", "already holds results (steps.csv)", "--force")
+    proc = run_cli("simulate", str(scenario), "--json", "--out", str(out), "--force")
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["requests.csv", "requests.parquet", "scenario.yaml", "steps.csv", "steps.parquet",
+                     "summary.json"]
+    assert "stale" not in (out / "steps.csv").read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_failed_write_leaves_no_partial_simulate_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write error after the first file (a full disk) is one error naming --out, and the folder is not
+    created at all: no truncated requests.csv beside a missing summary.json."""
+    from simulator import cli
+
+    result = simulate(scenario_from_dict(base()))
+    calls = []
+
+    def failing(df: pd.DataFrame, path: Path, **kw: Any) -> None:
+        calls.append(path)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "write_csv", failing)
+    with pytest.raises(ScenarioError, match=r"cannot write the results \(No space left"):
+        cli.write_outputs(result, {}, tmp_path / "run")
+    assert calls and list(tmp_path.iterdir()) == []
+
+
+def test_csv_cells_are_neutralised_everywhere() -> None:
+    """Formula starts get an apostrophe; a bare carriage return (it split the row) and every other control
+    character become visible escapes; numbers and plain text are untouched."""
+    from simulator.output import csv_text, safe_cell
+
+    assert safe_cell("\r=3+4") == "'\\r=3+4"
+    assert safe_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and safe_cell("-2") == "'-2"
+    assert safe_cell("a\nb\x1bc\x00\u2028") == "a\\nb\\x1bc\\x00\\u2028"
+    assert safe_cell("plain name") == "plain name" and safe_cell(3.5) == 3.5 and safe_cell(None) is None
+    frame = pd.DataFrame({"tier": pd.Categorical(["\r=3+4", "ok"]), "n": [1, 2], "\r=h": ["x", "@y"]})
+    text = csv_text(frame)
+    assert "\r" not in text and text.splitlines() == ["tier,n,'\\r=h", "'\\r=3+4,1,x", "ok,2,'@y"]
+
+
+def test_tier_names_in_requests_csv_are_neutralised(tmp_path: Path) -> None:
+    from simulator import cli
+
+    data = base()
+    data["workload"]["tiers"] = [{"name": "\r=3+4", "share": 0.5}, {"name": "@batch", "share": 0.5}]
+    result = simulate(scenario_from_dict(data))
+    cli.write_outputs(result, {}, tmp_path / "run")
+    back = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert len(back) == 20   # one row per request: the carriage return no longer splits rows
+    assert set(back["tier"]) == {"'\\r=3+4", "'@batch"}
+    assert set(pd.read_parquet(tmp_path / "run" / "requests.parquet")["tier"]) == {"\r=3+4", "@batch"}  # raw
+
+
+def test_plan_out_refuses_existing_worksheets_without_force(tmp_path: Path) -> None:
+    from simulator.planner.worksheet import check_out
+
+    folder = tmp_path / "plan-out"
+    folder.mkdir()
+    (folder / "worksheet.csv").write_text("q\n")
+    raises(lambda: check_out(folder), "already holds results (worksheet.csv)", "--force")
+    check_out(folder, force=True)
+    (tmp_path / "w-totals.csv").write_text("q\n")
+    raises(lambda: check_out(tmp_path / "w.csv"), "already exists (w-totals.csv)", "--force")
+    check_out(tmp_path / "w.csv", force=True)
+
+
+# -- interrupts and arguments ------------------------------------------------------------------------------
+def test_ctrl_c_in_a_one_worker_plan_stops_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one worker the searches run in-process: a Ctrl-C in the first one ends the plan (it used to be
+    stored in that search's future while every remaining search ran on)."""
+    from simulator.planner import run as plan_run
+    from simulator.planner.backends import InlineExecutor
+
+    calls = []
+
+    def interrupted(task: Any) -> Any:
+        calls.append(task)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        InlineExecutor().submit(interrupted, None)
+    calls.clear()
+    monkeypatch.setattr(plan_run, "search_replicas", interrupted)
+    plan = {"scenario": base(), "candidates": [{"name": "a", "price_per_gpu_hour": 1.0},
+                                               {"name": "b", "price_per_gpu_hour": 2.0}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": q, "region": "r", "peak_rps": 1} for q in ("Q1", "Q2", "Q3")]}
+    with pytest.raises(KeyboardInterrupt):
+        plan_run.plan(plan, workers=1)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--backend", "dask", "--address", "not a url"), ("--address = 'not a url'", "not a Dask scheduler address")),
+    (("--workers", "0"), ("--workers = 0", "must be >= 1")),
+    (("--timeout", "nan"), ("--timeout = nan",)),
+    (("--backend", "spark"), ("--backend = 'spark'", "allowed: local, dask")),
+])
+def test_plan_arguments_are_checked_first(tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    """Bad --backend/--address/--workers/--timeout are one line before the plan is read (the bad dask
+    address used to print a Client.__del__ traceback 20 s after the error); nothing is written."""
+    from test_errors import assert_one_error_line, run_cli
+
+    plan = tmp_path / "missing-plan.yaml"   # never read: the arguments fail first
+    t0 = time.perf_counter()
+    proc = run_cli("plan", str(plan), "--out", str(tmp_path / "out"), *args)
+    assert time.perf_counter() - t0 < 15
+    assert_one_error_line(proc, *words)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_requests": 0}, "--num-requests = 0"), ({"max_num_seqs": 0}, "--max-num-seqs = 0"),
+    ({"prompt_mean": -5.0}, "--prompt-mean = -5.0"), ({"device": "tpu"}, "--device = 'tpu'"),
+    ({"prompt_max": 5000}, "--prompt-max = 5000"), ({"profile": "no-such-profile"}, "--profile"),
+    ({"output_mean": float("inf")}, "--output-mean = inf"),
+])
+def test_validate_settings_are_checked_before_any_work(change: dict[str, Any], words: str) -> None:
+    """`llmplan validate` checked these only after minutes of calibration, and a pydantic error leaked as a
+    multi-line internal error; now each names its flag at once."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from calibrate.validate import ValidateSettings, check_settings
+
+    raises(lambda: check_settings(replace(ValidateSettings(), **change)), words, within_s=10)
+
+
+def test_validate_and_calibrate_arguments_fail_fast_and_create_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from test_errors import assert_one_error_line, run_cli
+
+    out = tmp_path / "v"
+    assert_one_error_line(run_cli("validate", "--out", str(out), "--max-num-seqs", "0"), "--max-num-seqs = 0")
+    assert_one_error_line(run_cli("calibrate", "--out", str(out), "--max-tokens", "0", "--quick"),
+                          "--max-tokens = 0", "must be >= 1")
+    assert not out.exists()
+    out.mkdir()
+    (out / "profile.yaml").write_text("name: x\n")
+    assert_one_error_line(run_cli("calibrate", "--out", str(out), "--quick", "--device", "cpu"),
+                          "already holds a finished profile", "--force")
+
+
+def _interrupt(args: list[str], after_s: float) -> tuple[int, str, float, list[int]]:
+    """Run ``python -m simulator.cli ARGS`` in its own process group, send SIGINT to the whole group after
+    ``after_s`` (as a terminal's Ctrl-C does); return the exit status, stderr, the seconds it took to exit
+    and the child processes it had when interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from test_errors import cli_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *args], cwd=REPO, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(after_s)
+    children = _children(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.perf_counter()
+    stdout, stderr = proc.communicate(timeout=60)
+    assert "Traceback" not in stdout + stderr, stderr
+    return proc.returncode, stderr, time.perf_counter() - t0, children
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
+    """A Ctrl-C while the CLI imports pandas and scipy printed the traceback of that import."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(base()))
+    returncode, stderr, _, _ = _interrupt(["simulate", str(scenario)], 0.15)
+    assert returncode == 130, (returncode, stderr)
+    assert stderr.strip().splitlines() == ["error: interrupted"]
+
+
+def test_ctrl_c_in_a_two_worker_plan_is_one_line_and_ends_the_workers(tmp_path: Path) -> None:
+    """With two worker processes a Ctrl-C printed dozens of worker tracebacks and waited for the running
+    searches; now the workers ignore it, the parent ends them, and one line is printed."""
+    plan = {"scenario": base(num_requests=100),
+            "candidates": [{"name": f"c{i}", "price_per_gpu_hour": 1.0, "set": {"scheduler.max_num_seqs": 2 + i}}
+                           for i in range(6)],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": q, "region": "r", "peak_rps": 50} for q in ("Q1", "Q2", "Q3")],
+            "simulation": {"num_requests": 3000, "max_replicas": 64}}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    out = tmp_path / "out"
+    returncode, stderr, delay, children = _interrupt(["plan", str(path), "--workers", "2", "--no-progress",
+                                                      "--out", str(out)], 6.0)
+    assert returncode == 130, (returncode, stderr)
+    assert stderr.strip().splitlines() == ["error: interrupted"], stderr
+    assert delay < 10 and not out.exists()
+    assert len(children) >= 2   # the worker processes were running ...
+    time.sleep(0.5)
+    assert not [pid for pid in children if _alive(pid)]   # ... and are gone
