@@ -118,13 +118,32 @@ NUMBER_CASES = [
      "a run holds at most"),
     ({"deployment.replicas": 10_000_000}, "deployment.replicas", f"at most {MAX_REPLICAS:,}"),
     ({"hardware": {"cost_model": "constant", "step_time_s": float("inf")}}, "hardware.step_time_s", "finite"),
-    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": -1e15}}}, "hardware.peak_flops.bf16", "greater than 0"),
-    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": 0}}}, "hardware.peak_flops.bf16", "greater than 0"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": -1e15}}}, "hardware.peak_flops.bf16", "at least 1e+06"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": 0}}}, "hardware.peak_flops.bf16", "at least 1e+06"),
     ({"hardware": {**ROOFLINE_HW, "memory_bytes": float("inf")}}, "hardware.memory_bytes", "finite"),
     ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": True}}}, "hardware.peak_flops.bf16", "not true/false"),
-    ({"workload.sessions": {"turns": 10**9, "turn_gap_s": 1}}, "workload.sessions.turns", "turns"),
+    ({"workload.sessions": {"turns": 10**6, "turn_gap_s": 1}}, "workload.sessions.turns", "turns"),
     ({"scheduler.max_wait_ms": float("nan")}, "scheduler.max_wait_ms", "finite"),
     ({"slo.attainment": True}, "slo.attainment", "not true/false"),
+    # found by tests/test_fuzz_inputs.py-style runs: overflows, arrays of absurd size, a clock that never moves
+    ({"workload.arrival": {"process": "gamma", "rate_per_s": 5, "cv": 1e300}}, "workload.arrival.cv", "100"),
+    ({"workload.arrival": {"process": "gamma", "rate_per_s": 5, "cv": 1e-300}}, "workload.arrival.cv", "0.01"),
+    ({"workload.prompt_tokens": {"dist": "lognormal", "mean": 32, "sigma": 1e300}}, "workload.prompt_tokens.sigma",
+     "10"),
+    ({"workload.output_tokens": {"dist": "geometric", "mean": 1e300}}, "workload.output_tokens.mean", "at most"),
+    ({"hardware": {**ROOFLINE_HW, "memory_bandwidth_bytes_per_s": 1e-300}},
+     "hardware.memory_bandwidth_bytes_per_s", "at least 1e+06"),
+    ({"hardware": {**ROOFLINE_HW, "efficiency": {"gemm_max": 1e-300}}}, "hardware.efficiency.gemm_max",
+     "at least 0.001"),
+    ({"deployment.autoscaler": {"max_replicas": 2, "target_outstanding_per_replica": 4, "interval_s": 1e-300}},
+     "deployment.autoscaler.interval_s", "0.01"),
+    ({"scheduler.block_size": 10**12}, "scheduler.block_size", "at most 4,096"),
+    ({"scheduler.max_num_seqs": 10**12, "scheduler.max_num_batched_tokens": 10**12}, "scheduler.max_num_seqs",
+     "at most 65,536"),
+    ({"workload.prefix": {"prefix_tokens": 8, "num_prefixes": 10**12}}, "workload.prefix.num_prefixes",
+     "at most 1,000,000"),
+    ({"client.max_tokens": 2**63}, "client.max_tokens", "2^62"),
+    ({"workload.tiers": [{"name": "a", "share": 1.0, "priority": 2**63}]}, "workload.tiers.0.priority", ""),
 ]
 
 
@@ -163,6 +182,8 @@ def test_speedup_and_plan_numbers_must_be_finite(tmp_path: Path) -> None:
     plan["candidates"] = [{"name": "c", "price_per_gpu_hour": 1.0}]
     plan["forecast"] = [{"quarter": "Q1", "region": "r", "peak_rps": float("nan")}]
     assert raises(lambda: load_plan(plan), "finite").field == "forecast[0].peak_rps"
+    plan["forecast"] = [{"quarter": "Q1", "region": "r", "peak_rps": 1e15}]   # tokens a day overflowed an int64
+    assert raises(lambda: load_plan(plan), "at most 1e+06").field == "forecast[0].peak_rps"
 
 
 def test_a_forecast_missing_a_quarter_region_row_is_an_error() -> None:

@@ -20,9 +20,17 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from simulator.errors import ScenarioError
 from simulator.planner.fleet_hours import plan_shapes
 from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
-from simulator.scenario.files import read_yaml
+from simulator.scenario.files import read_csv, read_yaml
 from simulator.scenario.frozen import Frozen
-from simulator.scenario.limits import MAX_NUM_REQUESTS, MAX_REPLICAS, FiniteFloat, Integer, limit_message
+from simulator.scenario.limits import (
+    MAX_MODEL_LEN,
+    MAX_NUM_REQUESTS,
+    MAX_PEAK_RPS,
+    MAX_REPLICAS,
+    FiniteFloat,
+    Integer,
+    limit_message,
+)
 from simulator.slo import thresholds_s
 
 
@@ -101,10 +109,10 @@ class SimulationSettings(Frozen):
 class ForecastRow(Frozen):
     quarter: str = Field(min_length=1)
     region: str = Field(min_length=1)
-    peak_rps: FiniteFloat = Field(gt=0)
-    avg_prompt_tokens: FiniteFloat | None = Field(default=None, ge=1)
+    peak_rps: FiniteFloat = Field(gt=0, le=MAX_PEAK_RPS)
+    avg_prompt_tokens: FiniteFloat | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Mean prompt length (rescales the base scenario's prompt distribution); default: unchanged."""
-    avg_output_tokens: FiniteFloat | None = Field(default=None, ge=1)
+    avg_output_tokens: FiniteFloat | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
 
 
 class PlanConfig(Frozen):
@@ -257,10 +265,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
         path = Path(config.base_dir) / path
     if not path.is_file():
         raise ScenarioError("forecast", config.forecast, "CSV file not found")
-    try:
-        raw = pd.read_csv(path, dtype={"quarter": str, "region": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ScenarioError("forecast", config.forecast, f"not a readable CSV ({type(exc).__name__})") from None
+    raw = read_csv(path, "forecast", dtype={"quarter": str, "region": str})
     unknown = [c for c in raw.columns if c not in FORECAST_COLUMNS]
     if unknown:
         hint = difflib.get_close_matches(str(unknown[0]), FORECAST_COLUMNS, n=1)
@@ -282,7 +287,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
             err = exc.errors(include_url=False)[0]
             col = str(err["loc"][0]) if err["loc"] else "row"
             msg = "required value is missing" if err["type"] in ("missing", "string_type", "float_type") \
-                and clean.get(col) is None else err["msg"]
+                and clean.get(col) is None else limit_message(err) or err["msg"]
             raise ScenarioError(f"{path.name} row {i + 2} column {col}", clean.get(col), msg) from None
     return pd.DataFrame(rows, columns=list(FORECAST_COLUMNS))
 

@@ -21,11 +21,14 @@ from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.files import parse_yaml_value, read_yaml
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
+    MAX_BLOCK_SIZE,
     MAX_MODEL_LEN,
     MAX_NUM_REQUESTS,
+    MAX_NUM_SEQS,
     MAX_REPLICAS,
     MAX_SESSION_TURNS_DRAWN,
     MAX_TIME_S,
+    MIN_DEVICE_RATE,
     FiniteFloat,
     Integer,
     limit_message,
@@ -47,7 +50,7 @@ class GammaArrival(Frozen):
 
     process: Literal["gamma"] = "gamma"
     rate_per_s: FiniteFloat = Field(gt=0)
-    cv: FiniteFloat = Field(gt=0)
+    cv: FiniteFloat = Field(ge=0.01, le=100)
     """Coefficient of variation of the inter-arrival gaps (1 = Poisson)."""
 
 
@@ -128,32 +131,32 @@ class LognormalLength(Frozen):
     """Lognormal token counts with the given mean, truncated to [min, max] by resampling."""
 
     dist: Literal["lognormal"] = "lognormal"
-    mean: FiniteFloat = Field(gt=0)
-    sigma: FiniteFloat = Field(gt=0)
+    mean: FiniteFloat = Field(gt=0, le=MAX_MODEL_LEN)
+    sigma: FiniteFloat = Field(gt=0, le=10)
     """Standard deviation of the underlying normal (0.8 is a typical chat prompt spread)."""
-    min: Integer = Field(default=1, ge=1)
-    max: Integer | None = Field(default=None, ge=1)
+    min: Integer = Field(default=1, ge=1, le=MAX_MODEL_LEN)
+    max: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
 
 
 class GeometricLength(Frozen):
     """Geometric token counts on 1, 2, ... with the given mean (memoryless output lengths)."""
 
     dist: Literal["geometric"] = "geometric"
-    mean: FiniteFloat = Field(ge=1)
-    max: Integer | None = Field(default=None, ge=1)
+    mean: FiniteFloat = Field(ge=1, le=MAX_MODEL_LEN)
+    max: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
 
 
 class FixedLength(Frozen):
     dist: Literal["fixed"] = "fixed"
-    value: Integer = Field(ge=1)
+    value: Integer = Field(ge=1, le=MAX_MODEL_LEN)
 
 
 class UniformLength(Frozen):
     """Integer uniform on [min, max] inclusive."""
 
     dist: Literal["uniform"] = "uniform"
-    min: Integer = Field(ge=1)
-    max: Integer = Field(ge=1)
+    min: Integer = Field(ge=1, le=MAX_MODEL_LEN)
+    max: Integer = Field(ge=1, le=MAX_MODEL_LEN)
 
     @model_validator(mode="after")
     def _order(self) -> UniformLength:
@@ -185,8 +188,8 @@ class PrefixConfig(Frozen):
     with one of ``num_prefixes`` system prompts of ``prefix_tokens`` tokens (equally likely). The
     prefix is part of the drawn prompt length, not added to it."""
 
-    num_prefixes: Integer = Field(default=1, ge=1)
-    prefix_tokens: Integer = Field(ge=1)
+    num_prefixes: Integer = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)
+    prefix_tokens: Integer = Field(ge=1, le=MAX_MODEL_LEN)
     share: FiniteFloat = Field(default=1.0, ge=0, le=1)
     short_prompt: Literal["error", "clip"] = "error"
     """A prefixed request whose prompt is not longer than ``prefix_tokens``: stop with an error
@@ -219,7 +222,7 @@ class TierConfig(Frozen):
     name: str = Field(min_length=1)
     share: FiniteFloat = Field(gt=0, le=1)
     """Fraction of requests in this tier (shares sum to 1)."""
-    priority: Integer = 0
+    priority: Integer = Field(default=0, ge=-(2**31), le=2**31 - 1)
     """vLLM's request priority: lower is served first under ``scheduling_policy: priority``."""
     slo: SLOConfig | None = None
     """This tier's objectives (default: the scenario's ``slo``)."""
@@ -298,11 +301,11 @@ class AutoscalerConfig(Frozen):
     """Active at t = 0 (default ``min_replicas``)."""
     target_outstanding_per_replica: FiniteFloat = Field(gt=0)
     """Desired requests waiting + running per active replica (Knative's concurrency target)."""
-    interval_s: FiniteFloat = Field(default=10.0, gt=0)
+    interval_s: FiniteFloat = Field(default=10.0, ge=0.01)
     """How often the autoscaler looks at the load."""
     scale_down_delay_s: FiniteFloat = Field(default=60.0, ge=0)
     """Scale down only to the largest count wanted over this trailing window."""
-    load_bandwidth_bytes_per_s: FiniteFloat = Field(default=1.5e9, gt=0)
+    load_bandwidth_bytes_per_s: FiniteFloat = Field(default=1.5e9, ge=MIN_DEVICE_RATE)
     """Weights load rate of a cold start (storage/network to GPU); the weights per GPU divide by it."""
     engine_start_s: FiniteFloat = Field(default=20.0, ge=0)
     """Engine start on top of the weights load (process, CUDA graphs, warm-up)."""
@@ -347,11 +350,11 @@ class PoolConfig(Frozen):
     tensor_parallel_size: Integer | None = Field(default=None, ge=1)
     quantization: str | None = None
     kv_cache_dtype: str | None = None
-    max_num_seqs: Integer | None = Field(default=None, ge=1)
+    max_num_seqs: Integer | None = Field(default=None, ge=1, le=MAX_NUM_SEQS)
 
 
 class PromptThreshold(Frozen):
-    max_prompt_tokens: Integer = Field(ge=1)
+    max_prompt_tokens: Integer = Field(ge=1, le=MAX_MODEL_LEN)
     """Requests with at most this many prompt tokens (and more than the previous threshold's) ..."""
     pool: str = Field(min_length=1)
     """... go to this pool."""
@@ -383,7 +386,7 @@ class DeploymentConfig(Frozen):
     prefill_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     decode_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
-    kv_transfer_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, gt=0)
+    kv_transfer_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Prefill-to-decode KV link per GPU, one direction (default: the profile's interconnect)."""
     kv_transfer_latency_s: FiniteFloat | None = Field(default=None, ge=0)
     """Fixed cost of one KV transfer (default: the interconnect's latency)."""
@@ -402,11 +405,11 @@ class SchedulerConfig(Frozen):
 
     policy: str = "continuous"
     """Batching policy (see ``simulator.engine.scheduler.POLICIES``)."""
-    max_num_seqs: Integer = Field(default=256, ge=1)
+    max_num_seqs: Integer = Field(default=256, ge=1, le=MAX_NUM_SEQS)
     """Most requests in the running batch."""
-    max_num_batched_tokens: Integer = Field(default=8192, ge=1)
+    max_num_batched_tokens: Integer = Field(default=8192, ge=1, le=MAX_MODEL_LEN)
     """Token budget of one engine step (prefill tokens + one per decoding request)."""
-    block_size: Integer = Field(default=16, ge=1)
+    block_size: Integer = Field(default=16, ge=1, le=MAX_BLOCK_SIZE)
     """Tokens per KV-cache block."""
     gpu_memory_utilization: FiniteFloat = Field(default=0.9, gt=0, le=1)
     """Fraction of device memory the engine may use for weights, activations and KV cache."""
@@ -414,7 +417,7 @@ class SchedulerConfig(Frozen):
     """Longest prompt + output served; defaults to the model's context length."""
     num_gpu_blocks_override: Integer | None = Field(default=None, ge=1)
     """Use this many KV blocks instead of deriving them from memory (tests, what-ifs)."""
-    long_prefill_token_threshold: Integer | None = Field(default=None, ge=1)
+    long_prefill_token_threshold: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
     max_wait_ms: FiniteFloat = Field(default=50.0, ge=0)
     """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
@@ -482,9 +485,9 @@ class RequestClientConfig(Frozen):
     timeout_s: FiniteFloat | None = Field(default=None, gt=0)
     """The client abandons a request this long after it arrived (waiting or running); the engine
     frees its seat and KV blocks at the next step boundary. Counted in ``requests.timed_out``."""
-    max_tokens: Integer | None = Field(default=None, ge=1)
+    max_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Cap on output tokens per request (vLLM ``SamplingParams.max_tokens``)."""
-    max_prompt_tokens: Integer | None = Field(default=None, ge=1)
+    max_prompt_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Trim longer prompts to their last this-many tokens (vLLM ``truncate_prompt_tokens``)."""
     usable_answer_tokens: int | None = Field(default=None, ge=1)
     """When the client can use the answer (TTUA, ``ttua_s``): after this many streamed tokens

@@ -13,7 +13,7 @@ import math
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 #: Largest YAML file read (scenario, plan, hardware profile): a scenario is a few hundred bytes;
@@ -32,14 +32,33 @@ MAX_REPLICAS = 4096
 #: would lose the clock's resolution (a float64 at 1e8 s still resolves 15 ns; at 1e20 s, steps
 #: of milliseconds vanish and every latency reads 0).
 MAX_TIME_S = 1.0e8
-#: Longest context (prompt + output), in tokens, of a model or a scheduler.
+#: Longest context (prompt + output), in tokens, of a model or a scheduler; also the largest token
+#: count anywhere (a length, a budget, a prefix).
 MAX_MODEL_LEN = 16 * 1024 * 1024
+#: Highest forecast peak of one region, requests/s (a day of it, in tokens, must fit an int64).
+MAX_PEAK_RPS = 1.0e6
+#: Most requests in one running batch (``max_num_seqs``; the engine keeps arrays of this size).
+MAX_NUM_SEQS = 65_536
+#: Largest KV-cache block, in tokens.
+MAX_BLOCK_SIZE = 4096
+#: Least bandwidth (bytes/s) or peak FLOP/s a hardware profile may state, and least efficiency: below
+#: them one engine step takes longer than the simulated clock can hold.
+MIN_DEVICE_RATE = 1.0e6
+MIN_EFFICIENCY = 1.0e-3
+#: Every integer lies within +-2^62, so that it fits the simulator's int64 arrays with room to add.
+INT_LIMIT = 2**62
 
 
 def _not_bool(value: Any) -> Any:
     # YAML reads `true` as a boolean and pydantic would take it as 1: a number field wants a number.
     if isinstance(value, (bool, np.bool_)):
         raise PydanticCustomError("bool_not_number", "a number is required, not true/false")
+    return value
+
+
+def _int64(value: int) -> int:
+    if not -INT_LIMIT <= value <= INT_LIMIT:
+        raise PydanticCustomError("int64_range", "must be between -2^62 and 2^62")
     return value
 
 
@@ -52,22 +71,25 @@ def _finite(value: Any) -> Any:
 
 FiniteFloat = Annotated[float, BeforeValidator(_finite), Field(allow_inf_nan=False)]
 """A float that is finite (no ``.inf``/``.nan``) and not a boolean; add bounds with ``Field(gt=...)``."""
-Integer = Annotated[int, BeforeValidator(_not_bool)]
-"""An integer that is not a boolean (a float such as ``3.0`` is taken; ``3.5`` is refused)."""
+# Bounds are validators, not Field(ge=..., le=...): a field's own Field(ge=1) would not override them.
+Integer = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_int64)]
+"""An integer that is not a boolean and lies within +-2^62 (a float such as ``3.0`` is taken; ``3.5`` is
+refused)."""
 
 
-_LIMITS: dict[float, str] = {
-    MAX_NUM_REQUESTS: f"{MAX_NUM_REQUESTS:,} (the most requests one run simulates)",
-    MAX_REPLICAS: f"{MAX_REPLICAS:,} (the most replicas of one deployment, pool or region)",
-    MAX_TIME_S: f"{MAX_TIME_S:.0e} s (the longest simulated span, about 3 years)",
-    MAX_MODEL_LEN: f"{MAX_MODEL_LEN:,} tokens (the longest context)",
-}
+# Bounds that are limits of this simulator (documented under Limits), not facts of the field.
+_CEILINGS = {MAX_NUM_REQUESTS, MAX_REPLICAS, MAX_TIME_S, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BLOCK_SIZE, MAX_PEAK_RPS}
+_FLOORS = {MIN_DEVICE_RATE, MIN_EFFICIENCY}
 
 
 def limit_message(error: Any) -> str | None:
-    """The message for a pydantic ``less_than_equal`` error at one of the limits above (else None)."""
-    if error.get("type") != "less_than_equal":
+    """The message for a pydantic bound error at one of the limits above (else None)."""
+    kind, ctx = error.get("type"), error.get("ctx") or {}
+    if kind == "less_than_equal" and ctx["le"] in _CEILINGS:
+        word, bound = "at most", ctx["le"]
+    elif kind == "greater_than_equal" and ctx["ge"] in _FLOORS:
+        word, bound = "at least", ctx["ge"]
+    else:
         return None
-    bound = (error.get("ctx") or {}).get("le")
-    text = _LIMITS.get(bound) if isinstance(bound, (int, float)) else None
-    return f"must be at most {text}; see Limits in docs/scenario-reference.md" if text else None
+    shown = f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+    return f"must be {word} {shown} (a limit of this simulator: see Limits in docs/scenario-reference.md)"

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 from simulator.errors import ScenarioError
 from simulator.scenario.files import read_yaml
 from simulator.scenario.frozen import Frozen
-from simulator.scenario.limits import FiniteFloat, Integer
+from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, limit_message
 
 GIB = 1024**3
 
@@ -26,7 +26,7 @@ class Interconnect(Frozen):
     """The link tensor-parallel all-reduces run over."""
 
     name: str = "unknown"
-    bandwidth_bytes_per_s: FiniteFloat = Field(gt=0)
+    bandwidth_bytes_per_s: FiniteFloat = Field(ge=MIN_DEVICE_RATE)
     """Per-direction bandwidth per GPU (what a ring all-reduce's bus bandwidth approaches)."""
     latency_s: FiniteFloat = Field(default=5e-6, ge=0)
     """Fixed cost of one collective call (launch + synchronisation)."""
@@ -39,12 +39,12 @@ class Efficiency(Frozen):
     ``gemm_max * T / (T + gemm_half_tokens)``: tiny GEMMs cannot fill the device.
     """
 
-    gemm_max: FiniteFloat = Field(default=0.75, gt=0, le=1)
+    gemm_max: FiniteFloat = Field(default=0.75, ge=MIN_EFFICIENCY, le=1)
     gemm_half_tokens: FiniteFloat = Field(default=64.0, ge=0)
-    memory: FiniteFloat = Field(default=0.80, gt=0, le=1)
+    memory: FiniteFloat = Field(default=0.80, ge=MIN_EFFICIENCY, le=1)
     """Fraction of peak memory bandwidth streaming kernels (weights, norms) reach."""
-    attention_compute: FiniteFloat = Field(default=0.50, gt=0, le=1)
-    attention_memory: FiniteFloat = Field(default=0.70, gt=0, le=1)
+    attention_compute: FiniteFloat = Field(default=0.50, ge=MIN_EFFICIENCY, le=1)
+    attention_memory: FiniteFloat = Field(default=0.70, ge=MIN_EFFICIENCY, le=1)
     """Fraction of bandwidth decode attention reaches while reading the KV cache."""
 
 
@@ -78,11 +78,11 @@ class HardwareProfile(Frozen):
     cost_model: str = "roofline"
     memory_bytes: FiniteFloat | None = Field(default=None, gt=0)
     """Device memory as the driver reports it (``torch.cuda.mem_get_info`` total)."""
-    memory_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, gt=0)
-    peak_flops: dict[str, Annotated[FiniteFloat, Field(gt=0)]] = Field(default_factory=dict)
+    memory_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
+    peak_flops: dict[str, Annotated[FiniteFloat, Field(ge=MIN_DEVICE_RATE)]] = Field(default_factory=dict)
     """Dense peak FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp32``)."""
     interconnect: Interconnect | None = None
-    host_link_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, gt=0)
+    host_link_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Device-host link, one direction (PCIe); what swapping KV to host memory runs at."""
     price_per_gpu_hour: FiniteFloat | None = Field(default=None, ge=0)
     """USD per GPU-hour used for cost figures (an assumption unless the profile says otherwise)."""
@@ -207,5 +207,6 @@ def _validate(data: dict[str, Any], field: str) -> HardwareProfile:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field; allowed: {', '.join(sorted(HardwareProfile.model_fields))}"
+        msg = limit_message(err) or msg
         return_value = err.get("input") if err["type"] != "missing" else None
         raise ScenarioError(where, return_value, msg) from None
