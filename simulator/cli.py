@@ -377,6 +377,9 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
     from simulator.scenario.profiles import load_profile
 
     p = load_profile(name, field="profile")
+    measured = p.cost_model == "table" and p.table is not None
+    # The per-op table is read (and checked) before anything is printed: a bad row is one error line.
+    ops, fam = (op_report(p), family_report(p)) if measured else (None, None)
     prov = p.provenance
     out_console.print(f"[bold]{escape(p.name)}[/]  {escape(p.device)}  source={p.source}  cost_model={p.cost_model}  "
                       f"date={prov.get('date', '-')}")
@@ -397,13 +400,12 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         out_console.print(f"  noise: p90-p10 spread {100 * n.get('median_rel_spread_p90_p10', 0):.0f}% of the median "
                           f"(median over benchmarks), reference drift {100 * n.get('reference_drift', 0):+.1f}%, "
                           f"load average {n.get('load_average_before', ['-'])[0]}", highlight=False)
-    if p.cost_model != "table" or p.table is None:
+    if ops is None or fam is None:
         eff = p.efficiency
         out_console.print(f"no per-op measurements: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
                           f"of peak, memory {eff.memory:.0%}, attention {eff.attention_compute:.0%}/"
                           f"{eff.attention_memory:.0%}); fit error: n/a")
         return
-    ops = op_report(p)
     table = Table(title="per op: leave-one-out error on held-out shapes, best efficiency vs the profile's peak",
                   title_justify="left")
     for col in ("op", "family", "points", "median |err|", "p90 |err|", "max |err|", "best", "of peak"):
@@ -413,7 +415,6 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         table.add_row(r["op"], r["family"], str(r["points"]), _pct(r["median_abs_error"]), _pct(r["p90_abs_error"]),
                       _pct(r["max_abs_error"]), best, _pct(r["efficiency"]))
     out_console.print(table)
-    fam = family_report(p)
     ftable = Table(title=f"per family (target: median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%})",
                    title_justify="left")
     for col in ("family", "points", "median |err|", "p90 |err|", "max |err|", "target"):

@@ -264,13 +264,9 @@ def test_bad_empirical_length_files(tmp_path: Path, name: str, content: str | by
     raises(lambda: simulate(scenario_from_dict(data, base_dir=tmp_path)), *words)
 
 
-@pytest.mark.parametrize("column, value, words", [("tokens", 0, "column tokens = 0: must be an integer >= 1"),
-                                                   ("width", -5, "column width = -5"),
-                                                   ("n", 1.5, "column n = 1.5")])
-def test_bad_per_op_table_rows_name_the_row_and_column(tmp_path: Path, column: str, value: float,
-                                                        words: str) -> None:
-    """An ops.csv row with 0 tokens, a negative width or a fractional GEMM width is refused, naming the
-    file, row and column (they used to reach the interpolants)."""
+def bad_table_profile(tmp_path: Path, column: str, value: float) -> tuple[Path, int]:
+    """A copy of the measured CPU profile with one ops.csv cell replaced (and the checksum updated);
+    returns the folder and the spreadsheet row of the cell."""
     import shutil
 
     from simulator.cost.op_table import file_sha256
@@ -280,14 +276,33 @@ def test_bad_per_op_table_rows_name_the_row_and_column(tmp_path: Path, column: s
     df = pd.read_csv(folder / "ops.csv")
     op = "qkv_proj" if column == "n" else "rmsnorm"
     i = int(df.index[df["op"] == op][0])
-    df[column] = df[column].astype(float)
+    if value % 1:
+        df[column] = df[column].astype(float)
     df.loc[i, column] = value
     df.to_csv(folder / "ops.csv", index=False)
     prof = yaml.safe_load((folder / "profile.yaml").read_text())
     prof["table_sha256"] = file_sha256(folder / "ops.csv")
     (folder / "profile.yaml").write_text(yaml.safe_dump(prof))
-    data = base(hardware=str(folder))
-    raises(lambda: simulate(scenario_from_dict(data)), f"ops.csv row {i + 2}", words)
+    return folder, i + 2
+
+
+@pytest.mark.parametrize("column, value, words", [("tokens", 0, "column tokens = 0: must be an integer >= 1"),
+                                                   ("width", -5, "column width = -5"),
+                                                   ("n", 1.5, "column n = 1.5")])
+def test_bad_per_op_table_rows_name_the_row_and_column(tmp_path: Path, column: str, value: float,
+                                                        words: str) -> None:
+    """An ops.csv row with 0 tokens, a negative width or a fractional GEMM width is refused, naming the
+    file, row and column (they used to reach the interpolants)."""
+    folder, row = bad_table_profile(tmp_path, column, value)
+    raises(lambda: simulate(scenario_from_dict(base(hardware=str(folder)))), f"ops.csv row {row}", words)
+
+
+def test_profiles_show_of_a_bad_table_is_one_line(tmp_path: Path) -> None:
+    """`profiles show` checks the table before printing anything (it printed the provenance, then failed)."""
+    from test_errors import assert_one_error_line, run_cli
+
+    folder, row = bad_table_profile(tmp_path, "tokens", 0)
+    assert_one_error_line(run_cli("profiles", "show", str(folder)), f"ops.csv row {row} column tokens")
 
 
 # -- outputs: whole folders, --force, spreadsheet-safe cells ----------------------------------------------
