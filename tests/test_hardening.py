@@ -144,6 +144,10 @@ NUMBER_CASES = [
      "at most 1,000,000"),
     ({"client.max_tokens": 2**63}, "client.max_tokens", "2^62"),
     ({"workload.tiers": [{"name": "a", "share": 1.0, "priority": 2**63}]}, "workload.tiers.0.priority", ""),
+    ({"workload.arrival": {"process": "closed_loop", "concurrency": True}}, "workload.arrival.concurrency",
+     "not true/false"),
+    ({"workload.arrival": {"process": "closed_loop", "concurrency": 1, "think_time_s": 1e7}},
+     "workload.arrival.think_time_s", "longest simulated span"),
 ]
 
 

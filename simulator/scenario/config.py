@@ -108,9 +108,9 @@ class ClosedLoopArrival(Frozen):
     needs ``num_requests`` (``duration_s`` may end the sending earlier)."""
 
     process: Literal["closed_loop"] = "closed_loop"
-    concurrency: int = Field(ge=1)
+    concurrency: Integer = Field(ge=1, le=MAX_NUM_REQUESTS)
     """Clients, each with at most one request outstanding."""
-    think_time_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    think_time_s: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TIME_S)
     """Mean pause between an answer's end and the same client's next request (0: at once)."""
     think_time_dist: Literal["fixed", "exponential"] = "fixed"
     """``fixed``: every pause is ``think_time_s``; ``exponential``: pauses drawn with that mean."""
@@ -434,7 +434,7 @@ class SchedulerConfig(Frozen):
     enable_prefix_caching: bool = False
     """vLLM's automatic prefix caching: reuse cached full KV blocks of identical prompt prefixes
     (block hashes, ref counts, LRU eviction; see ``simulator.engine.prefix_cache``)."""
-    num_scheduler_steps: int = Field(default=1, ge=1, le=64)
+    num_scheduler_steps: Integer = Field(default=1, ge=1, le=64)
     """vLLM 0.6's multi-step scheduling (``--num-scheduler-steps``, continuous policy): a decode
     batch runs this many steps per scheduling decision, so a new prompt waits for the run to end,
     and the engine's per-step CPU overhead is paid once per run. 1: schedule every step."""
@@ -840,12 +840,32 @@ def check_run_size(scenario: Scenario) -> None:
     ``MAX_TIME_S``. Trace arrivals are checked when the trace is read.
 
     Raises:
-        ScenarioError: naming the rate, ``duration_s`` or the session turns.
+        ScenarioError: naming the rate, ``duration_s``, the think time or the session turns.
     """
-    arrival = scenario.workload.arrival
-    if isinstance(arrival, (PoissonArrival, GammaArrival)):
-        name, rate, per_s = "rate_per_s", arrival.rate_per_s, arrival.rate_per_s
-    elif isinstance(arrival, DiurnalArrival):
+    arrival, first = scenario.workload.arrival, scenario.num_requests
+    if isinstance(arrival, (PoissonArrival, GammaArrival, DiurnalArrival)):
+        first = _check_rate(scenario, arrival)
+    elif isinstance(arrival, ClosedLoopArrival) and first is not None:
+        # Each client sends one request per think time at least: the sending spans about this long.
+        span = first / arrival.concurrency * arrival.think_time_s
+        if span > MAX_TIME_S:
+            raise ScenarioError("workload.arrival.think_time_s", arrival.think_time_s,
+                                f"{first:,} requests from {arrival.concurrency:,} clients pausing this long span "
+                                f"about {span:.3g} s; the longest simulated span is {MAX_TIME_S:.0e} s")
+    sessions = scenario.workload.sessions
+    if sessions is not None and first is not None:
+        turns = _mean_of(sessions.turns)
+        if first * turns > MAX_SESSION_TURNS_DRAWN:
+            raise ScenarioError("workload.sessions.turns", sessions.turns.model_dump(exclude_none=True),
+                                f"{first:,} sessions of about {turns:,.3g} turns each would draw "
+                                f"{first * turns:,.0f} turns; at most {MAX_SESSION_TURNS_DRAWN:,}: fewer turns "
+                                "per session or fewer requests")
+
+
+def _check_rate(scenario: Scenario, arrival: PoissonArrival | GammaArrival | DiurnalArrival) -> int:
+    """The first turns a renewal or diurnal process draws (``num_requests``, or the expected count over
+    ``duration_s``), refusing a span over ``MAX_TIME_S`` or a count over ``MAX_NUM_REQUESTS``."""
+    if isinstance(arrival, DiurnalArrival):
         name, rate = "mean_rate_per_s", arrival.mean_rate_per_s
         peak = max(arrival.hourly) * 24 / sum(arrival.hourly) if arrival.hourly else arrival.peak_to_mean or 1.0
         window = scenario.duration_s or MAX_TIME_S
@@ -853,31 +873,22 @@ def check_run_size(scenario: Scenario) -> None:
         extra = sum((b.multiplier - 1) * peak * min(b.duration_s, window) for b in arrival.bursts if b.multiplier > 1)
         per_s = rate * (1 + extra / window)
     else:
-        return
-    where = f"workload.arrival.{name}"
-    first = scenario.num_requests
-    if first is not None:
-        span = first / rate
+        name, rate, per_s = "rate_per_s", arrival.rate_per_s, arrival.rate_per_s
+    if scenario.num_requests is not None:
+        span = scenario.num_requests / rate
         if span > MAX_TIME_S:
-            raise ScenarioError(where, rate, f"{first:,} requests at this rate arrive over about {span:.3g} s; "
-                                f"the longest simulated span is {MAX_TIME_S:.0e} s (about 3 years): raise the rate "
-                                "or lower num_requests")
-    else:
-        assert scenario.duration_s is not None   # the model requires one of the two
-        expected = per_s * scenario.duration_s
-        if expected > MAX_NUM_REQUESTS:
-            raise ScenarioError("duration_s", scenario.duration_s,
-                                f"about {expected:,.0f} requests arrive in it at {name}={rate:g}; a run holds at most "
-                                f"{MAX_NUM_REQUESTS:,}: shorten duration_s, lower the rate or give num_requests")
-        first = int(expected)
-    sessions = scenario.workload.sessions
-    if sessions is not None:
-        turns = _mean_of(sessions.turns)
-        if first * turns > MAX_SESSION_TURNS_DRAWN:
-            raise ScenarioError("workload.sessions.turns", sessions.turns.model_dump(exclude_none=True),
-                                f"{first:,} sessions of about {turns:,.3g} turns each would draw "
-                                f"{first * turns:,.0f} turns; at most {MAX_SESSION_TURNS_DRAWN:,}: fewer turns "
-                                "per session or fewer requests")
+            raise ScenarioError(f"workload.arrival.{name}", rate,
+                                f"{scenario.num_requests:,} requests at this rate arrive over about {span:.3g} s; "
+                                f"the longest simulated span is {MAX_TIME_S:.0e} s (about 3 years): raise the "
+                                "rate or lower num_requests")
+        return scenario.num_requests
+    assert scenario.duration_s is not None   # the model requires one of the two
+    expected = per_s * scenario.duration_s
+    if expected > MAX_NUM_REQUESTS:
+        raise ScenarioError("duration_s", scenario.duration_s,
+                            f"about {expected:,.0f} requests arrive in it at {name}={rate:g}; a run holds at most "
+                            f"{MAX_NUM_REQUESTS:,}: shorten duration_s, lower the rate or give num_requests")
+    return int(expected)
 
 
 def _mean_of(dist: Any) -> float:
