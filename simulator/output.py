@@ -67,12 +67,16 @@ def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
 
 
 # -- folders ------------------------------------------------------------------------------------------
-def check_output_folder(out: Path, *, force: bool = False, option: str = "--out") -> None:
+def check_output_folder(out: Path, *, force: bool = False, option: str = "--out", whole: bool = True) -> None:
     """Fail before any work when ``out`` could not receive the results: it is a file, it already holds
-    files (unless ``force``), or its nearest existing ancestor is not a writable folder."""
+    files (unless ``force``), or its nearest existing ancestor is not a writable folder. ``whole=False``:
+    ``out`` only receives files beside others (a plan's ``.csv`` name), it is not replaced."""
     if out.exists() and not out.is_dir():
         raise ScenarioError(option, str(out), "exists and is not a directory")
-    if out.is_dir() and not force:
+    here = Path.cwd().resolve()
+    if whole and out.resolve() in (here, *here.parents):   # replaced whole: it cannot be one you are in
+        raise ScenarioError(option, str(out), "is the working folder or holds it; name a folder for the results")
+    if whole and out.is_dir() and not force:
         held = sorted(p.name for p in out.iterdir())
         if held:
             shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")

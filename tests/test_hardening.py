@@ -338,6 +338,17 @@ def test_output_folder_is_all_or_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.parent.iterdir()) == ["run"]      # no staging or old folder left
 
 
+def test_the_working_folder_is_not_an_output_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out .` (or a folder holding the working folder) cannot be replaced whole: refused before the run."""
+    from simulator.output import check_output_folder
+    from simulator.planner.worksheet import check_out
+
+    monkeypatch.chdir(tmp_path)
+    for out in (Path("."), tmp_path, tmp_path.parent):
+        raises(lambda out=out: check_output_folder(out, force=True), "is the working folder or holds it")
+    check_out(Path("w.csv"))   # a plan's .csv name writes beside other files in the working folder: fine
+
+
 def test_simulate_out_refuses_existing_results_and_writes_whole_with_force(tmp_path: Path) -> None:
     from test_errors import assert_one_error_line, run_cli
 

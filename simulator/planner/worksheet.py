@@ -40,7 +40,7 @@ def check_out(out: Path, force: bool = False) -> None:
     if not _is_csv_name(out):
         check_output_folder(out, force=force)
         return
-    check_output_folder(out.parent, force=True)   # the folder may hold other files
+    check_output_folder(out.parent, whole=False)   # the folder may hold other files
     if not force:
         existing = [p.name for p in companion_paths(out).values() if p.exists()]
         if existing:
