@@ -233,9 +233,9 @@ class PromptPopularityConfig(Frozen):
     most popular) is asked with probability proportional to ``1 / (i + 1) ** zipf_s``. Requests
     that ask the same prompt have the same prompt length (drawn once per distinct prompt)."""
 
-    distinct_prompts: int = Field(ge=1, le=100_000_000)
+    distinct_prompts: Integer = Field(ge=1, le=100_000_000)
     """How many different prompts there are."""
-    zipf_s: float = Field(default=1.0, ge=0, le=10, allow_inf_nan=False)
+    zipf_s: FiniteFloat = Field(default=1.0, ge=0, le=10)
     """Zipf exponent: 0 = all equally popular; about 1 for web-like popularity."""
 
 
@@ -489,7 +489,7 @@ class RequestClientConfig(Frozen):
     """Cap on output tokens per request (vLLM ``SamplingParams.max_tokens``)."""
     max_prompt_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Trim longer prompts to their last this-many tokens (vLLM ``truncate_prompt_tokens``)."""
-    usable_answer_tokens: int | None = Field(default=None, ge=1)
+    usable_answer_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """When the client can use the answer (TTUA, ``ttua_s``): after this many streamed tokens
     (and the post-processing stages); None: the whole answer (and always without streaming)."""
 
@@ -498,8 +498,8 @@ class StageLatencyConfig(Frozen):
     """A stage's service time per request."""
 
     dist: Literal["fixed", "exponential", "lognormal"] = "fixed"
-    mean_ms: float = Field(ge=0, le=3_600_000, allow_inf_nan=False)
-    cv: float = Field(default=1.0, gt=0, le=20, allow_inf_nan=False)
+    mean_ms: FiniteFloat = Field(ge=0, le=3_600_000)
+    cv: FiniteFloat = Field(default=1.0, gt=0, le=20)
     """lognormal: coefficient of variation of the service time."""
 
     @model_validator(mode="before")
@@ -515,7 +515,7 @@ class StageConfig(Frozen):
     name: str = Field(min_length=1, max_length=64)
     latency_ms: StageLatencyConfig
     """Service time per request: a number (fixed, ms) or ``{dist, mean_ms, cv}``."""
-    workers: int | None = Field(default=None, ge=1, le=1_000_000)
+    workers: Integer | None = Field(default=None, ge=1, le=1_000_000)
     """Servers of the stage (it queues when they are all busy); None: unlimited (a pure delay)."""
 
 
@@ -535,13 +535,13 @@ class ResponseCacheConfig(Frozen):
     """exact: identical prompts (``workload.prompt_popularity``) hit an answer cached by an earlier
     request that completed, within ``ttl_s`` and ``capacity_entries`` (LRU); the hit rate is an
     outcome. semantic: each request hits with probability ``hit_rate`` (an input)."""
-    hit_rate: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    hit_rate: FiniteFloat | None = Field(default=None, ge=0, le=1)
     """semantic: share of requests answered from the cache."""
-    lookup_ms: float = Field(default=1.0, ge=0, le=60_000, allow_inf_nan=False)
+    lookup_ms: FiniteFloat = Field(default=1.0, ge=0, le=60_000)
     """Time of a lookup, paid by hits and misses."""
-    ttl_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttl_s: FiniteFloat | None = Field(default=None, gt=0)
     """exact: an entry expires this long after it was stored (None: never)."""
-    capacity_entries: int | None = Field(default=None, ge=1)
+    capacity_entries: Integer | None = Field(default=None, ge=1)
     """exact: most answers held; the least recently used goes first (None: unbounded)."""
 
     @model_validator(mode="after")
@@ -559,7 +559,7 @@ class CoalescingConfig(Frozen):
     request whose prompt was sent to the engine at most ``window_ms`` earlier and has not finished
     waits for that answer instead."""
 
-    window_ms: float = Field(gt=0, le=3_600_000, allow_inf_nan=False)
+    window_ms: FiniteFloat = Field(gt=0, le=3_600_000)
 
 
 class AdmissionConfig(Frozen):
