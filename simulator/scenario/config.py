@@ -233,7 +233,7 @@ class PromptPopularityConfig(Frozen):
     most popular) is asked with probability proportional to ``1 / (i + 1) ** zipf_s``. Requests
     that ask the same prompt have the same prompt length (drawn once per distinct prompt)."""
 
-    distinct_prompts: Integer = Field(ge=1, le=100_000_000)
+    distinct_prompts: Integer = Field(ge=1, le=10 * MAX_NUM_REQUESTS)
     """How many different prompts there are."""
     zipf_s: FiniteFloat = Field(default=1.0, ge=0, le=10)
     """Zipf exponent: 0 = all equally popular; about 1 for web-like popularity."""
