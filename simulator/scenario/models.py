@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from simulator.scenario.limits import MAX_MODEL_LEN, Integer
+
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 
 #: Bytes per element of each storage dtype.
@@ -29,16 +31,16 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "custom"
-    num_layers: int = Field(gt=0)
+    num_layers: Integer = Field(gt=0)
     """Transformer blocks (``num_hidden_layers``)."""
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
+    hidden_size: Integer = Field(gt=0)
+    num_attention_heads: Integer = Field(gt=0)
+    num_key_value_heads: Integer = Field(gt=0)
     """KV heads; fewer than attention heads means grouped-query attention."""
-    intermediate_size: int = Field(gt=0)
+    intermediate_size: Integer = Field(gt=0)
     """Width of the gated MLP (gate/up projections)."""
-    vocab_size: int = Field(gt=0)
-    max_model_len: int = Field(default=8192, gt=0)
+    vocab_size: Integer = Field(gt=0)
+    max_model_len: Integer = Field(default=8192, gt=0, le=MAX_MODEL_LEN)
     """Context length in tokens (``max_position_embeddings``): prompt + output must fit."""
     dtype: DType = "bf16"
     """Dtype of weights and activations as served."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from simulator.errors import ScenarioError
+from simulator.scenario.files import read_yaml
 from simulator.scenario.frozen import Frozen
+from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, limit_message
 
 GIB = 1024**3
 
@@ -25,9 +26,9 @@ class Interconnect(Frozen):
     """The link tensor-parallel all-reduces run over."""
 
     name: str = "unknown"
-    bandwidth_bytes_per_s: float = Field(gt=0)
+    bandwidth_bytes_per_s: FiniteFloat = Field(ge=MIN_DEVICE_RATE)
     """Per-direction bandwidth per GPU (what a ring all-reduce's bus bandwidth approaches)."""
-    latency_s: float = Field(default=5e-6, ge=0)
+    latency_s: FiniteFloat = Field(default=5e-6, ge=0)
     """Fixed cost of one collective call (launch + synchronisation)."""
 
 
@@ -38,23 +39,23 @@ class Efficiency(Frozen):
     ``gemm_max * T / (T + gemm_half_tokens)``: tiny GEMMs cannot fill the device.
     """
 
-    gemm_max: float = Field(default=0.75, gt=0, le=1)
-    gemm_half_tokens: float = Field(default=64.0, ge=0)
-    memory: float = Field(default=0.80, gt=0, le=1)
+    gemm_max: FiniteFloat = Field(default=0.75, ge=MIN_EFFICIENCY, le=1)
+    gemm_half_tokens: FiniteFloat = Field(default=64.0, ge=0)
+    memory: FiniteFloat = Field(default=0.80, ge=MIN_EFFICIENCY, le=1)
     """Fraction of peak memory bandwidth streaming kernels (weights, norms) reach."""
-    attention_compute: float = Field(default=0.50, gt=0, le=1)
-    attention_memory: float = Field(default=0.70, gt=0, le=1)
+    attention_compute: FiniteFloat = Field(default=0.50, ge=MIN_EFFICIENCY, le=1)
+    attention_memory: FiniteFloat = Field(default=0.70, ge=MIN_EFFICIENCY, le=1)
     """Fraction of bandwidth decode attention reaches while reading the KV cache."""
 
 
 class Overhead(Frozen):
     """Engine time that is not GPU kernels: scheduling, input preparation, sampling, detokenising."""
 
-    step_s: float = Field(default=0.0015, ge=0)
+    step_s: FiniteFloat = Field(default=0.0015, ge=0)
     """Fixed CPU cost of every engine step."""
-    per_seq_s: float = Field(default=1.0e-5, ge=0)
+    per_seq_s: FiniteFloat = Field(default=1.0e-5, ge=0)
     """Extra cost per request in the step (bookkeeping, sampling, output processing)."""
-    per_token_s: float = Field(default=0.0, ge=0)
+    per_token_s: FiniteFloat = Field(default=0.0, ge=0)
     """Extra cost per token computed in the step (input preparation, gathers, cache copies); 0
     unless measured on a real engine (``llmplan validate`` fits it)."""
     async_scheduling: bool = False
@@ -75,23 +76,23 @@ class HardwareProfile(Frozen):
     source: Literal["datasheet", "measured", "imported", "inline"] = "inline"
     device: str = ""
     cost_model: str = "roofline"
-    memory_bytes: float | None = Field(default=None, gt=0)
+    memory_bytes: FiniteFloat | None = Field(default=None, gt=0)
     """Device memory as the driver reports it (``torch.cuda.mem_get_info`` total)."""
-    memory_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
-    peak_flops: dict[str, float] = Field(default_factory=dict)
+    memory_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
+    peak_flops: dict[str, Annotated[FiniteFloat, Field(ge=MIN_DEVICE_RATE)]] = Field(default_factory=dict)
     """Dense peak FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp32``)."""
     interconnect: Interconnect | None = None
-    host_link_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    host_link_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Device-host link, one direction (PCIe); what swapping KV to host memory runs at."""
-    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    price_per_gpu_hour: FiniteFloat | None = Field(default=None, ge=0)
     """USD per GPU-hour used for cost figures (an assumption unless the profile says otherwise)."""
     efficiency: Efficiency = Efficiency()
     overhead: Overhead = Overhead()
-    non_torch_memory_bytes: float = Field(default=1.0 * GIB, ge=0)
+    non_torch_memory_bytes: FiniteFloat = Field(default=1.0 * GIB, ge=0)
     """Memory the engine cannot use for tensors: CUDA context, NCCL buffers, CUDA graphs."""
-    step_time_s: float | None = Field(default=None, gt=0)
+    step_time_s: FiniteFloat | None = Field(default=None, gt=0)
     """``constant`` cost model: every engine step takes this long."""
-    prefill_time_per_token_s: float = Field(default=0.0, ge=0)
+    prefill_time_per_token_s: FiniteFloat = Field(default=0.0, ge=0)
     """``constant`` cost model: added per prompt token computed in the step."""
     provenance: dict[str, Any] = Field(default_factory=dict)
     """Where the numbers came from: documents, dates, measurement details, assumptions."""
@@ -100,7 +101,7 @@ class HardwareProfile(Frozen):
     folder; :func:`load_profile` makes it absolute."""
     table_sha256: str | None = None
     """Checksum of ``table`` as written; a mismatch on load means the file was edited or corrupted."""
-    table_schema: int | None = None
+    table_schema: Integer | None = None
     """Version of the table's columns (:data:`simulator.cost.op_table.TABLE_SCHEMA`)."""
 
     @model_validator(mode="after")
@@ -171,10 +172,7 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
     if path is None:
         known = ", ".join(sorted(available_profiles())) or "none"
         raise ScenarioError(field, ref, f"no such hardware profile; known: {known} (or give a path)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        raise ScenarioError(field, str(path), "profile is not valid YAML") from None
+    data = read_yaml(path, f"{field} ({path})", what="a hardware profile")
     if not isinstance(data, dict):
         raise ScenarioError(field, str(path), "profile must be a YAML mapping")
     data.setdefault("name", path.parent.name)
@@ -209,5 +207,6 @@ def _validate(data: dict[str, Any], field: str) -> HardwareProfile:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field; allowed: {', '.join(sorted(HardwareProfile.model_fields))}"
+        msg = limit_message(err) or msg
         return_value = err.get("input") if err["type"] != "missing" else None
         raise ScenarioError(where, return_value, msg) from None
