@@ -7,7 +7,7 @@ Set ``LLMPLAN_DEBUG=1`` to see the traceback of an unexpected internal error.
 from __future__ import annotations
 
 if __name__ == "__main__":  # `python -m simulator.cli`: a Ctrl-C during the imports below ends in one line
-    from simulator.launch import guard_startup
+    from simulator.startup import guard_startup
 
     _restore_interrupts = guard_startup()
 
