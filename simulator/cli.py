@@ -325,7 +325,7 @@ def profiles(ctx: typer.Context) -> None:
     for name, path in available_profiles().items():
         try:
             p = load_profile(str(path))
-            fit = fit_headline(p) if p.cost_model == "table" else f"- ({p.cost_model}, no measurements)"
+            fit = fit_headline(p) if p.table is not None else f"- ({p.cost_model}, no measurements)"
         except ScenarioError as exc:
             table.add_row(escape(name), "[red]invalid[/]", "-", "-", escape(str(exc)))
             continue
@@ -362,7 +362,7 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         out_console.print(f"  noise: p90-p10 spread {100 * n.get('median_rel_spread_p90_p10', 0):.0f}% of the median "
                           f"(median over benchmarks), reference drift {100 * n.get('reference_drift', 0):+.1f}%, "
                           f"load average {n.get('load_average_before', ['-'])[0]}", highlight=False)
-    if p.cost_model != "table" or p.table is None:
+    if p.table is None:
         eff = p.efficiency
         out_console.print(f"no per-op measurements: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
                           f"of peak, memory {eff.memory:.0%}, attention {eff.attention_compute:.0%}/"

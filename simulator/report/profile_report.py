@@ -81,7 +81,7 @@ def family_report(profile: HardwareProfile) -> pd.DataFrame:
 
 def fit_headline(profile: HardwareProfile) -> str:
     """One cell for the profile list: the worst family's held-out median/p90 error, or why none."""
-    if profile.cost_model != "table" or profile.table is None:
+    if profile.table is None:
         return "- (no measurements)"
     fam = family_report(profile)
     if fam.empty:

@@ -45,6 +45,10 @@ class Efficiency(Frozen):
     attention_compute: float = Field(default=0.50, gt=0, le=1)
     attention_memory: float = Field(default=0.70, gt=0, le=1)
     """Fraction of bandwidth decode attention reaches while reading the KV cache."""
+    kernel_latency_s: float = Field(default=0.0, ge=0)
+    """Fixed GPU time of one streaming kernel (launch and tail) on top of its bytes: the
+    ``kernel_table`` cost model adds it to each elementwise op it has no rows for; the roofline
+    leaves it out."""
 
 
 class Overhead(Frozen):
@@ -109,10 +113,10 @@ class HardwareProfile(Frozen):
                 missing.append("peak_flops")
             if missing:
                 raise ValueError(f"cost_model 'roofline' needs {', '.join(missing)}")
-        if self.cost_model == "table":
+        if self.cost_model in ("table", "kernel_table"):
             missing = [f for f in ("table", "memory_bytes") if getattr(self, f) is None]
             if missing:
-                raise ValueError(f"cost_model 'table' needs {', '.join(missing)}")
+                raise ValueError(f"cost_model {self.cost_model!r} needs {', '.join(missing)}")
         return self
 
     def peak_flops_for(self, dtype: str) -> float:
