@@ -468,26 +468,33 @@ def calibrate(
 @app.command("import-profile")
 @guarded
 def import_profile(
-    source: str = typer.Argument(..., help="vidur or aiconfigurator."),
+    source: str = typer.Argument(..., help="vidur, aiconfigurator, or default (the shipped GPU profiles: "
+                                 "AIConfigurator + Vidur, compact, fitted efficiencies)."),
     out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
     gpu: str = typer.Option("h100", "--gpu", help="vidur: h100 or a100."),
-    data: Path | None = typer.Option(None, "--data", help="vidur: folder of its CSVs "
+    data: Path | None = typer.Option(None, "--data", help="vidur, default: folder of Vidur's CSVs "
                                         "(default: shared/data/llm_traces/vidur_profiling beside the repo)."),
     system: str = typer.Option("h100_sxm", "--system",
-                               help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
+                               help="aiconfigurator, default: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
     framework: str = typer.Option("vllm", "--framework", help="aiconfigurator: vllm, sglang or trtllm tables."),
-    name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
+    wheel: Path | None = typer.Option(None, "--wheel", help="aiconfigurator, default: the aiconfigurator-core "
+                                      "wheel or a folder it was unpacked into (default: the installed package)."),
+    compact: bool = typer.Option(False, "--compact", help="aiconfigurator: keep only the compact grid."),
+    name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>; default: <gpu>)."),
 ) -> None:
     """Convert someone else's per-op measurements into a `source: imported` profile."""
-    from calibrate.importers import import_aiconfigurator, import_vidur
+    from calibrate.importers import import_aiconfigurator, import_default, import_vidur
 
+    vidur_data = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     if source == "vidur":
-        folder = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
-        path = import_vidur(folder, gpu, out, name)
+        path = import_vidur(vidur_data, gpu, out, name)
     elif source == "aiconfigurator":
-        path = import_aiconfigurator(system, out, framework, name)
+        path = import_aiconfigurator(system, out, framework, name, source=wheel, compact=compact)
+    elif source == "default":
+        path = import_default(system, out, source=wheel, vidur_dir=vidur_data if vidur_data.is_dir() else None,
+                              name=name, command="llmplan " + " ".join(sys.argv[1:]))
     else:
-        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator")
+        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator, default")
     out_console.print(f"wrote {path}; use it with `hardware: {path.parent}`")
 
 

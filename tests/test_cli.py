@@ -211,14 +211,17 @@ def test_models_lists_the_presets() -> None:
 
 
 def test_profiles_lists_the_profiles_and_their_source() -> None:
-    """``llmplan profiles`` lists every hardware profile with its source (datasheet here) on a
-    terminal wide enough for the table."""
+    """``llmplan profiles`` lists every hardware profile with its source on a terminal wide enough
+    for the table: the default ``h100-sxm`` is imported (measured kernels), ``h100-sxm-datasheet``
+    the vendor-peak roofline."""
     proc = run_cli("profiles", COLUMNS="200")
     assert proc.returncode == 0, proc.stderr
     for name in available_profiles():
         assert name in proc.stdout, name
-    row = next(line for line in proc.stdout.splitlines() if " h100-sxm " in line)
+    row = next(line for line in proc.stdout.splitlines() if " h100-sxm-datasheet " in line)
     assert "datasheet" in row and "79.6" in row
+    row = next(line for line in proc.stdout.splitlines() if " h100-sxm " in line)
+    assert "imported" in row and "79.6" in row and "median <=" in row
 
 
 def test_profiles_piped_without_a_terminal_keeps_names_whole() -> None:
@@ -243,7 +246,7 @@ def test_profiles_fit_in_100_columns_piped_and_on_a_100_column_terminal() -> Non
         assert "…" not in proc.stdout   # nothing cut short
         for name in available_profiles():
             assert any(line.split()[:1] == [name] for line in lines), name
-        row = next(line for line in lines if line.split()[:1] == ["h100-sxm"])
+        row = next(line for line in lines if line.split()[:1] == ["h100-sxm-datasheet"])
         assert "datasheet" in row and "79.6" in row
         row = next(line for line in lines if line.split()[:1] == ["cpu-amd-epyc-tiny-llama"])
         assert "measured" in row and "median <=" in row and "worst:" in row
