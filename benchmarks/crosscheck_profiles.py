@@ -32,7 +32,8 @@ from simulator.report.studies import crosscheck  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3-8b")
-    ap.add_argument("--hardware", default="h100-sxm", help="the GPU's default profile; its roofline is <name>-datasheet")
+    ap.add_argument("--hardware", default="h100-sxm",
+                    help="the GPU's default profile; its roofline is <name>-datasheet")
     ap.add_argument("--vidur", default="h100-sxm-vidur", help="a Vidur import of the same GPU, or 'none'")
     ap.add_argument("--wheel", default=None, help="the aiconfigurator-core wheel (default: the installed package)")
     ap.add_argument("--measured", default=None, help="a measured profile of the same GPU, if you have one")
