@@ -415,8 +415,19 @@ def calibrate(
     name: str | None = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
+    max_drift: float = typer.Option(0.25, "--max-drift", help="Noise bound: the reference kernel's largest "
+                                    "change from the start of the run (fraction; benchmarks timed past it are "
+                                    "timed again, 3 times at most, then the run is refused)."),
+    max_spread: float = typer.Option(0.5, "--max-spread", help="Noise bound: the reference kernel's largest "
+                                     "(p90 - p10) / median over one probe."),
+    max_load: float | None = typer.Option(None, "--max-load", help="Noise bound: the largest 1-minute load "
+                                          "average per CPU (default: 3 on the thread clock, 1.5 on the wall "
+                                          "clock, not checked on a GPU)."),
 ) -> None:
-    """Time real torch kernels over the model's shapes and write a measured hardware profile."""
+    """Time real torch kernels over the model's shapes and write a measured hardware profile.
+
+    The machine's noise is probed throughout (a reference kernel and the load average): benchmarks
+    timed during a noisy stretch are timed again, and a machine that stays noisy is refused (exit 2)."""
     try:
         from calibrate.runner import run_calibration
     except ModuleNotFoundError as exc:
@@ -445,7 +456,9 @@ def calibrate(
                                    max_seqs=max_seqs, max_context=max_context, threads=threads,
                                    memory_limit_bytes=memory_limit_gib * 2**30 if memory_limit_gib else None,
                                    fresh=fresh, clock=clock, name=name, on_progress=progress, on_start=started,
-                                   command="llmplan " + " ".join(sys.argv[1:]))
+                                   command="llmplan " + " ".join(sys.argv[1:]),
+                                   noise={"max_drift": max_drift, "max_spread": max_spread,
+                                          **({"max_load_per_cpu": max_load} if max_load is not None else {})})
         except KeyboardInterrupt:
             _fail(f"interrupted: {state['done']} of {state['total']} benchmarks kept in {out}/ops.partial.csv; "
                   "run the same command again to resume", code=130)
@@ -460,6 +473,13 @@ def calibrate(
                    if (model, measured_dtype) == ("tiny-llama", "fp32") else "")
         out_console.print(f"  kernels timed in {measured_dtype}: serve the scenario's model in "
                           f"{measured_dtype}{example}", highlight=False)
+    noise = p.provenance.get("noise", {}).get("monitor", {})
+    if noise:
+        out_console.print(f"  noise: {len(noise['probes'])} probes of the reference kernel, largest drift "
+                          f"{100 * noise['max_abs_drift']:.0f}% (bound {100 * noise['bounds']['max_drift']:.0f}%), "
+                          f"{noise['benchmarks_remeasured']} benchmarks timed again", highlight=False)
+    for warning in p.provenance.get("fit_warnings", []):
+        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     for r in family_report(p).to_dict("records"):
         out_console.print(f"  {r['family']:<13} held-out error: median {_pct(r['median_abs_error'])}, "
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
