@@ -121,11 +121,12 @@ AIC_SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "
 """AIConfigurator system folder -> the name of our profile of that GPU."""
 AIC_PACKAGE = "aiconfigurator_core"
 AIC_GEMM_KERNELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "bf16": ("bfloat16", ("torch.nn.functional.linear", "vllm_default")),
-    "fp8": ("fp8", ("CutlassFP8ScaledMMLinearKernel",)),
+    "bf16": ("bfloat16", ("torch.nn.functional.linear", "vllm_default", "torch_flow")),
+    "fp8": ("fp8", ("CutlassFP8ScaledMMLinearKernel", "torch_flow")),
 }
 """Our dtype -> (AIConfigurator ``gemm_dtype``, kernel sources in order of preference): 16-bit
-``F.linear`` (cuBLAS) and vLLM's W8A8 per-tensor fp8 GEMM (what an fp8 checkpoint runs on Hopper/Ada)."""
+``F.linear`` (cuBLAS) and vLLM's W8A8 per-tensor fp8 GEMM (what an fp8 checkpoint runs on Hopper/Ada);
+``torch_flow`` is TensorRT-LLM's (``--framework trtllm``)."""
 AIC_KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 
 #: The compact grid the shipped profiles keep (``--compact``): GEMM rows ``m`` (AIConfigurator also
@@ -366,8 +367,9 @@ def _aic_all_reduce(db: AicDatabase, base: str, framework: str, spec: dict[str, 
 
 def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name: str | None = None,
                           source: str | Path | None = None, compact: bool = False) -> Path:
-    """Convert one system's tables (:func:`aiconfigurator_tables`) into an imported ``table``
-    profile in ``out`` (on top of the datasheet profile of the same GPU)."""
+    """Convert one system's tables (:func:`aiconfigurator_tables`) into an imported ``kernel_table``
+    profile in ``out`` (on top of the datasheet profile of the same GPU; its efficiencies are the
+    datasheet's assumptions, unlike :func:`import_default`'s fitted ones)."""
     if system not in AIC_SYSTEMS:
         raise ScenarioError("--system", system, f"known: {', '.join(AIC_SYSTEMS)}")
     db = AicDatabase(source)
@@ -380,7 +382,7 @@ def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name:
                      "without cached prefix; generation attention per batch x context; attention rows' dtype is "
                      "the KV-cache dtype; all-reduce message_size converted from elements to bytes"}
     base = f"{AIC_SYSTEMS[system]}-datasheet"
-    return _write(out, name or f"{AIC_SYSTEMS[system]}-aiconfigurator", base, table, prov)
+    return _write(out, name or f"{AIC_SYSTEMS[system]}-aiconfigurator", base, table, prov, cost_model="kernel_table")
 
 
 def _dedupe(table: pd.DataFrame) -> pd.DataFrame:

@@ -218,6 +218,17 @@ def test_default_import_writes_a_loadable_kernel_table_profile(tmp_path: Path) -
     assert text.startswith("# Default profile of the NVIDIA H100") and yaml.safe_load(text)["table"] == "ops.csv"
 
 
+def test_an_aiconfigurator_import_is_a_kernel_table_profile_that_models_fp8(tmp_path: Path) -> None:
+    from calibrate.importers import import_aiconfigurator
+
+    path = import_aiconfigurator("h100_sxm", tmp_path / "aic", source=_synthetic_database(tmp_path / "db"))
+    p = load_profile(str(path.parent))
+    assert p.cost_model == "kernel_table" and p.name == "h100-sxm-aiconfigurator"
+    m = MODEL_PRESETS["llama-3-8b"]
+    cm = make_cost_model(p, m, 1, resolve_precision(m, p, "fp8", "fp8"))
+    assert cm.sources["qkv_proj"].endswith("(fp8)") and "not measured" not in cm.sources["attn_decode"]
+
+
 AIC_WHEEL = os.environ.get("AIC_WHEEL")
 
 
