@@ -184,6 +184,7 @@ COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
     "constant": _all_but(COST_MODEL_FEATURES),   # fixed step times; the KV plan follows the bytes
     "roofline": _all_but(COST_MODEL_FEATURES),
     "table": _all_but(COST_MODEL_FEATURES, quantization=_OWN_DTYPE, kv_cache_dtype=_OWN_DTYPE),
+    "kernel_table": _all_but(COST_MODEL_FEATURES),   # rows per precision, else the 16-bit rows scaled
 }
 """A profile's ``cost_model`` -> feature -> ``YES`` or :class:`No` (missing: none supported)."""
 

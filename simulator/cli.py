@@ -374,7 +374,7 @@ def profiles(ctx: typer.Context) -> None:
     for name, path in available_profiles().items():
         try:
             p = load_profile(str(path))
-            fit = fit_headline(p) if p.cost_model == "table" else f"- ({p.cost_model}, no measurements)"
+            fit = fit_headline(p) if p.table is not None else f"- ({p.cost_model}, no measurements)"
         except ScenarioError as exc:
             table.add_row(escape(name), "[red]invalid[/]", "-", "-", escape(str(exc)))
             continue
@@ -391,7 +391,7 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
     from simulator.scenario.profiles import load_profile
 
     p = load_profile(name, field="profile")
-    measured = p.cost_model == "table" and p.table is not None
+    measured = p.table is not None
     # The per-op table is read (and checked) before anything is printed: a bad row is one error line.
     ops, fam = (op_report(p), family_report(p)) if measured else (None, None)
     prov = p.provenance
@@ -467,8 +467,19 @@ def calibrate(
     name: str | None = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
+    max_drift: float = typer.Option(0.25, "--max-drift", help="Noise bound: the reference kernel's largest "
+                                    "change from the start of the run (fraction; benchmarks timed past it are "
+                                    "timed again, 3 times at most, then the run is refused)."),
+    max_spread: float = typer.Option(0.5, "--max-spread", help="Noise bound: the reference kernel's largest "
+                                     "(p90 - p10) / median over one probe."),
+    max_load: float | None = typer.Option(None, "--max-load", help="Noise bound: the largest 1-minute load "
+                                          "average per CPU (default: 3 on the thread clock, 1.5 on the wall "
+                                          "clock, not checked on a GPU)."),
 ) -> None:
-    """Time real torch kernels over the model's shapes and write a measured hardware profile."""
+    """Time real torch kernels over the model's shapes and write a measured hardware profile.
+
+    The machine's noise is probed throughout (a reference kernel and the load average): benchmarks
+    timed during a noisy stretch are timed again, and a machine that stays noisy is refused (exit 2)."""
     try:
         from calibrate.runner import run_calibration
     except ModuleNotFoundError as exc:
@@ -504,7 +515,9 @@ def calibrate(
                                    max_seqs=max_seqs, max_context=max_context, threads=threads,
                                    memory_limit_bytes=memory_limit_gib * 2**30 if memory_limit_gib else None,
                                    fresh=fresh, clock=clock, name=name, on_progress=progress, on_start=started,
-                                   command="llmplan " + " ".join(sys.argv[1:]))
+                                   command="llmplan " + " ".join(sys.argv[1:]),
+                                   noise={"max_drift": max_drift, "max_spread": max_spread,
+                                          **({"max_load_per_cpu": max_load} if max_load is not None else {})})
         except KeyboardInterrupt:
             _fail(f"interrupted: {state['done']} of {state['total']} benchmarks kept in {out}/ops.partial.csv; "
                   "run the same command again to resume", code=130)
@@ -519,6 +532,13 @@ def calibrate(
                    if (model, measured_dtype) == ("tiny-llama", "fp32") else "")
         out_console.print(f"  kernels timed in {measured_dtype}: serve the scenario's model in "
                           f"{measured_dtype}{example}", highlight=False)
+    noise = p.provenance.get("noise", {}).get("monitor", {})
+    if noise:
+        out_console.print(f"  noise: {len(noise['probes'])} probes of the reference kernel, largest drift "
+                          f"{100 * noise['max_abs_drift']:.0f}% (bound {100 * noise['bounds']['max_drift']:.0f}%), "
+                          f"{noise['benchmarks_remeasured']} benchmarks timed again", highlight=False)
+    for warning in p.provenance.get("fit_warnings", []):
+        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     for r in family_report(p).to_dict("records"):
         out_console.print(f"  {r['family']:<13} held-out error: median {_pct(r['median_abs_error'])}, "
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
@@ -527,28 +547,37 @@ def calibrate(
 @app.command("import-profile")
 @guarded
 def import_profile(
-    source: str = typer.Argument(..., help="vidur or aiconfigurator."),
+    source: str = typer.Argument(..., help="vidur, aiconfigurator, or default (the shipped GPU profiles: "
+                                 "AIConfigurator + Vidur, compact, fitted efficiencies)."),
     out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
     gpu: str = typer.Option("h100", "--gpu", help="vidur: h100 or a100."),
-    data: Path | None = typer.Option(None, "--data", help="vidur: folder of its CSVs "
+    data: Path | None = typer.Option(None, "--data", help="vidur, default: folder of Vidur's CSVs "
                                         "(default: shared/data/llm_traces/vidur_profiling beside the repo)."),
     system: str = typer.Option("h100_sxm", "--system",
-                               help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
+                               help="aiconfigurator, default: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
     framework: str = typer.Option("vllm", "--framework", help="aiconfigurator: vllm, sglang or trtllm tables."),
-    name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
+    wheel: Path | None = typer.Option(None, "--wheel", help="aiconfigurator, default: the aiconfigurator-core "
+                                      "wheel or a folder it was unpacked into (default: the installed package)."),
+    compact: bool = typer.Option(False, "--compact", help="aiconfigurator: keep only the compact grid."),
+    name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>; default: <gpu>)."),
     force: bool = typer.Option(False, "--force", help="Replace a profile already in --out."),
 ) -> None:
     """Convert someone else's per-op measurements into a `source: imported` profile."""
-    from calibrate.importers import import_aiconfigurator, import_vidur
+    from calibrate.importers import import_aiconfigurator, import_default, import_vidur
 
-    if source not in ("vidur", "aiconfigurator"):
-        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator")
+    if source not in ("vidur", "aiconfigurator", "default"):
+        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator, default")
     check_profile_out(out, force)
+    vidur_data = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     if source == "vidur":
-        folder = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
-        path = import_vidur(folder, gpu, out, name)
+        path = import_vidur(vidur_data, gpu, out, name)
+    elif source == "aiconfigurator":
+        path = import_aiconfigurator(system, out, framework, name, source=wheel, compact=compact)
+    elif source == "default":
+        path = import_default(system, out, source=wheel, vidur_dir=vidur_data if vidur_data.is_dir() else None,
+                              name=name, command="llmplan " + " ".join(sys.argv[1:]))
     else:
-        path = import_aiconfigurator(system, out, framework, name)
+        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator, default")
     out_console.print(f"wrote {path}; use it with `hardware: {path.parent}`")
 
 

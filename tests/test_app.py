@@ -184,7 +184,8 @@ def test_hardware_page(app):
     ok(app.switch_page("app_pages/hardware.py").run())
     table = app.dataframe[0].value
     assert set(table["profile"]) == set(available_profiles())
-    assert table.set_index("profile").loc["h100-sxm", "source"] == "datasheet"
+    assert table.set_index("profile").loc["h100-sxm", "source"] == "imported"
+    assert table.set_index("profile").loc["h100-sxm-datasheet", "source"] == "datasheet"
     assert len(app.get("plotly_chart")) == 2                 # step times; measured vs fitted
     app.selectbox(key="hw_model").set_value("llama-3-70b")
     app.selectbox(key="hw_tp").set_value(8)
@@ -202,7 +203,7 @@ def test_hardware_page(app):
     app.selectbox(key="hw_detail").set_value("l40s")
     ok(app.run())
     provenance = app.dataframe[2].value
-    assert "document" in set(provenance["field"])
+    assert {"imported_from", "license", "measured", "extrapolated"} <= set(provenance["field"])
     # A profile that cannot time the chosen model is listed with the reason, not drawn.
     app.multiselect(key="hw_profiles").set_value(["cpu-amd-epyc-tiny-llama"])
     ok(app.run())

@@ -27,7 +27,10 @@ from calibrate.runner import run_calibration  # noqa: E402
 from simulator.scenario.models import MODEL_PRESETS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = dict(model="tiny-llama", device="cpu", quick=True, threads=1, max_tokens=16, max_seqs=4, max_context=128)
+SMALL = dict(model="tiny-llama", device="cpu", quick=True, threads=1, max_tokens=16, max_seqs=4, max_context=128,
+             noise={"max_drift": 1e6, "max_spread": 1e6, "max_load_per_cpu": None})
+"""A tiny grid; its tests are about the run's structure (resume, passes, merging), so the noise
+monitor never re-times or refuses here (tests/test_calibration_noise.py tests it)."""
 
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -60,8 +60,8 @@ ON: dict[str, dict[str, Any]] = {
 POLICY_BASE: dict[str, dict[str, Any]] = {"disaggregated": ON["pool_sizes"]}
 """What a policy needs to resolve at all (disaggregated: both pool sizes)."""
 
-PROFILE = {"constant": dict(CONSTANT_HW, host_link_bandwidth_bytes_per_s=6.4e10), "roofline": "h100-sxm",
-           "table": "h100-sxm-vidur"}
+PROFILE = {"constant": dict(CONSTANT_HW, host_link_bandwidth_bytes_per_s=6.4e10), "roofline": "h100-sxm-datasheet",
+           "table": "h100-sxm-vidur", "kernel_table": "h100-sxm"}
 """A hardware profile of each cost model (h100-sxm has the interconnect and host link the
 disaggregated policy and swap preemption need)."""
 
@@ -143,7 +143,7 @@ def test_a_pool_is_checked_against_its_own_cost_model() -> None:
         resolve(scenario("continuous", "model_pools", **{"deployment.pools": [short, {"name": "long"}]}))
     assert info.value.field == "deployment.pools.short.quantization"
     assert "h100-sxm-vidur" in info.value.message
-    roofline = {**short, "hardware": "h100-sxm"}
+    roofline = {**short, "hardware": "h100-sxm-datasheet"}
     resolve(scenario("continuous", "model_pools", **{"deployment.pools": [roofline, {"name": "long"}]}))
 
 

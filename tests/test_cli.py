@@ -211,14 +211,17 @@ def test_models_lists_the_presets() -> None:
 
 
 def test_profiles_lists_the_profiles_and_their_source() -> None:
-    """``llmplan profiles`` lists every hardware profile with its source (datasheet here) on a
-    terminal wide enough for the table."""
+    """``llmplan profiles`` lists every hardware profile with its source on a terminal wide enough
+    for the table: the default ``h100-sxm`` is imported (measured kernels), ``h100-sxm-datasheet``
+    the vendor-peak roofline."""
     proc = run_cli("profiles", COLUMNS="200")
     assert proc.returncode == 0, proc.stderr
     for name in available_profiles():
         assert name in proc.stdout, name
-    row = next(line for line in proc.stdout.splitlines() if " h100-sxm " in line)
+    row = next(line for line in proc.stdout.splitlines() if " h100-sxm-datasheet " in line)
     assert "datasheet" in row and "79.6" in row
+    row = next(line for line in proc.stdout.splitlines() if " h100-sxm " in line)
+    assert "imported" in row and "79.6" in row and "median <=" in row
 
 
 def test_profiles_piped_without_a_terminal_keeps_names_whole() -> None:
@@ -243,7 +246,7 @@ def test_profiles_fit_in_100_columns_piped_and_on_a_100_column_terminal() -> Non
         assert "…" not in proc.stdout   # nothing cut short
         for name in available_profiles():
             assert any(line.split()[:1] == [name] for line in lines), name
-        row = next(line for line in lines if line.split()[:1] == ["h100-sxm"])
+        row = next(line for line in lines if line.split()[:1] == ["h100-sxm-datasheet"])
         assert "datasheet" in row and "79.6" in row
         row = next(line for line in lines if line.split()[:1] == ["cpu-amd-epyc-tiny-llama"])
         assert "measured" in row and "median <=" in row and "worst:" in row
@@ -353,13 +356,15 @@ def test_simulate_prints_progress_lines_when_stderr_is_not_a_terminal() -> None:
 def test_calibrate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     args = ("calibrate", "--device", "cpu", "--model", "tiny-llama", "--quick", "--threads", "1",
-            "--max-tokens", "4", "--max-seqs", "2", "--max-context", "64")
+            "--max-tokens", "4", "--max-seqs", "2", "--max-context", "64",
+            "--max-drift", "1000", "--max-spread", "1000", "--max-load", "1000")   # progress, not noise, is tested
     proc = run_cli(*args, "--out", str(tmp_path / "a"))
     assert proc.returncode == 0, proc.stderr
-    last = proc.stderr.splitlines()[-1]
-    assert re.match(r"calibrating: (\d+)/\1 benchmarks \(100%\), \d+ s; \w+", last), proc.stderr
+    progress = [line for line in proc.stderr.splitlines() if not line.startswith("warning: ")]
+    assert re.match(r"calibrating: (\d+)/\1 benchmarks \(100%\), \d+ s; \w+", progress[-1]), proc.stderr
     quiet = run_cli(*args, "--no-progress", "--out", str(tmp_path / "b"))
-    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert quiet.returncode == 0, quiet.stderr
+    assert all(line.startswith("warning: ") for line in quiet.stderr.splitlines()), quiet.stderr   # fit warnings only
 
 
 # -- plan --out ---------------------------------------------------------------------------------------------

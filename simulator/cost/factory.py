@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from simulator.cost import analytic as _analytic  # noqa: F401  (registers constant, roofline)
+from simulator.cost import kernel_table as _kernel_table  # noqa: F401  (registers kernel_table)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
 from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime
 from simulator.scenario.models import ModelSpec

@@ -478,9 +478,10 @@ def measured_vs_fitted(profile: Any) -> pd.DataFrame:
     from simulator.report.profile_report import profile_table as read_ops
     from simulator.scenario.models import DTYPE_BYTES
 
-    if profile.cost_model != "table" or profile.table is None:
+    if profile.table is None:
         raise ScenarioError("hardware.cost_model", profile.cost_model,
-                            f"profile {profile.name!r} has no measurements (only 'table' profiles do)")
+                            f"profile {profile.name!r} has no measurements (only 'table' and 'kernel_table' "
+                            "profiles do)")
     ops = read_ops(profile)
     dtype = str(ops["dtype"].iloc[0]) if len(ops) else "bf16"
     peak = float(profile.peak_flops_for(dtype)) if profile.peak_flops else 1e12

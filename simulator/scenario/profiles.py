@@ -46,6 +46,10 @@ class Efficiency(Frozen):
     attention_compute: FiniteFloat = Field(default=0.50, ge=MIN_EFFICIENCY, le=1)
     attention_memory: FiniteFloat = Field(default=0.70, ge=MIN_EFFICIENCY, le=1)
     """Fraction of bandwidth decode attention reaches while reading the KV cache."""
+    kernel_latency_s: float = Field(default=0.0, ge=0)
+    """Fixed GPU time of one streaming kernel (launch and tail) on top of its bytes: the
+    ``kernel_table`` cost model adds it to each elementwise op it has no rows for; the roofline
+    leaves it out."""
 
 
 class Overhead(Frozen):
@@ -114,10 +118,10 @@ class HardwareProfile(Frozen):
                 missing.append("peak_flops")
             if missing:
                 raise ValueError(f"cost_model 'roofline' needs {', '.join(missing)}")
-        if self.cost_model == "table":
+        if self.cost_model in ("table", "kernel_table"):
             missing = [f for f in ("table", "memory_bytes") if getattr(self, f) is None]
             if missing:
-                raise ValueError(f"cost_model 'table' needs {', '.join(missing)}")
+                raise ValueError(f"cost_model {self.cost_model!r} needs {', '.join(missing)}")
         return self
 
     def peak_flops_for(self, dtype: str) -> float:
