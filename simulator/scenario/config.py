@@ -394,7 +394,7 @@ class DeploymentConfig(Frozen):
     """KV-cache element dtype (vLLM ``--kv-cache-dtype``): auto, bf16, fp16, fp8 (fp8_e4m3, fp8_e5m2)."""
     prefill_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     decode_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
-    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
+    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP x PP)."""
     kv_transfer_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Prefill-to-decode KV link per GPU, one direction (default: the profile's interconnect)."""
     kv_transfer_latency_s: FiniteFloat | None = Field(default=None, ge=0)
