@@ -230,9 +230,10 @@ class GeneralRooflineCostModel(RooflineCostModel):
       expert; with EP each holds ``E/EP`` whole experts and the busiest rank, with
       ``moe_load_imbalance`` times the mean share of pairs and of touched experts, sets the time.
       The shared experts, the router, the dense layers and attention stay in :meth:`_linear_s`.
-    * **MLA** (:meth:`_init_attention`): decode attention in the absorbed form vLLM's MLA decode
-      kernels use: each head scores the query against the cached latent and rotary key
-      (``2 (kv_lora_rank + qk_rope_head_dim)`` FLOPs per pair) and sums the latent
+    * **MLA** (:meth:`_init_attention`; vLLM's two forms, ``vllm/v1/attention/backends/mla/common.py``):
+      decode attention in the absorbed form vLLM's MLA decode kernels use: each head scores the
+      query against the cached latent and rotary key (``2 (kv_lora_rank + qk_rope_head_dim)``
+      FLOPs per pair) and sums the latent
       (``2 kv_lora_rank``), reading ``kv_lora_rank + qk_rope_head_dim`` elements per cached token and
       layer, shared by every head (not split over TP ranks); prefill in vLLM's compute-friendly form:
       the cached context's latents are up-projected to per-head keys and values (a GEMM over the
@@ -243,7 +244,8 @@ class GeneralRooflineCostModel(RooflineCostModel):
       are then not affine in the context (``decode_affine`` is None).
     * **Communication** (:meth:`_init_comm`): with EP the MoE block's all-reduce becomes an
       all-to-all dispatch and a combine, each moving ``T x hidden x act_bytes x (EP-1)/EP`` bytes per
-      GPU over the stage's link; each of the ``PP - 1`` stage boundaries sends the step's hidden
+      GPU over the stage's link (vLLM with one data-parallel rank keeps the all-reduce: the same
+      bytes, one call fewer); each of the ``PP - 1`` stage boundaries sends the step's hidden
       states and residual (``2 T x hidden x act_bytes``, as vLLM's pipeline does) over its link
       (:func:`~simulator.scenario.parallel.stage_links`).
     * **Pipeline** (``PP`` stages): one batch in flight, so a step traverses every stage: the compute

@@ -72,8 +72,8 @@ def collective_link(profile: HardwareProfile, group_gpus: int) -> Link | None:
 
 def stage_links(profile: HardwareProfile, par: Parallelism) -> list[Link | None]:
     """The link of each of the ``PP - 1`` stage boundaries: a point-to-point send inside a domain,
-    or over ``inter_node`` where the boundary is also a domain boundary (stage ``s`` ends at GPU
-    ``(s + 1) x TP - 1``). None where the needed link is missing."""
+    or over ``inter_node`` where the boundary is also a domain boundary (boundary ``s`` lies between
+    GPUs ``s x TP - 1`` and ``s x TP``). None where the needed link is missing."""
     ic = profile.interconnect
     links: list[Link | None] = []
     for s in range(1, par.pipeline):
