@@ -240,6 +240,14 @@ def test_multi_node_replicas_need_an_inter_node_link() -> None:
         send = cm.breakdown(BatchShape.decode(T, 0)).comm_s - tp8.breakdown(BatchShape.decode(T, 0)).comm_s
         lat = 1e-5 if gpu.startswith("mi300x") else 5e-6
         assert send == pytest.approx(lat + 2 * T * 8192 * 2 / link_bw), gpu
+        # TP 16: the all-reduces themselves leave an MI300X board, not a GB200 NVL72's NVLink domain.
+        tp16 = RooflineCostModel(load_profile(gpu), MODEL_PRESETS["llama-3-70b"], 16)
+        assert tp16._ar_bytes_per_token == pytest.approx(2 * 15 / 16 * 8192 * 2 / link_bw), gpu
+
+
+def test_models_beyond_the_dense_shape_say_what_they_have() -> None:
+    assert MODEL_PRESETS["llama-3.1-70b"].beyond_dense == []
+    assert MODEL_PRESETS["gpt-oss-120b"].beyond_dense == ["experts", "a sliding window"]
 
 
 def test_infinity_fabric_mesh_gives_a_small_group_fewer_links() -> None:

@@ -257,6 +257,14 @@ class ModelSpec(BaseModel):
         return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
 
     @property
+    def beyond_dense(self) -> list[str]:
+        """What this model has beyond the dense Llama shape (experts, latent attention, a sliding
+        window); empty for a dense model. Code that builds or times a dense model refuses the others."""
+        found = [("experts", self.is_moe), ("latent attention (MLA)", self.is_mla),
+                 ("a sliding window", self.num_sliding_layers > 0)]
+        return [name for name, present in found if present]
+
+    @property
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements per token in one layer, whole model: K and V of every KV head, or MLA's
         latent plus its rotary key (one for all heads)."""
