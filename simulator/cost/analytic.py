@@ -288,7 +288,7 @@ class GeneralRooflineCostModel(RooflineCostModel):
         if not m.is_moe:
             return
         whole = ep > 1                          # EP: whole experts; else a 1/TP slice of each
-        share = m.moe_load_imbalance / ep if whole else 1.0
+        share = min(m.moe_load_imbalance, ep) / ep if whole else 1.0   # the busiest rank takes at most all
         self._expert_params_gpu = m.params_per_expert / (1 if whole else self.tp)
         self._experts_local = m.num_experts / ep
         self._expert_share = share              # of the (token, expert) pairs and of the touched experts

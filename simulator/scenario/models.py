@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.scenario.limits import MAX_MODEL_LEN, Integer
+from simulator.scenario.limits import MAX_MODEL_LEN, FiniteFloat, Integer
 
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 
@@ -63,46 +63,46 @@ class ModelSpec(BaseModel):
     attention_bias: bool = False
     """Qwen2-style bias on the QKV projections (a rounding error in weight bytes)."""
 
-    head_dim: int = Field(default=0, ge=0)
+    head_dim: Integer = Field(default=0, ge=0)
     """Width of one attention head (``head_dim``); 0: ``hidden_size / num_attention_heads``.
     Qwen3 and gpt-oss set it (their heads are not ``hidden_size`` wide in total)."""
 
     # -- mixture of experts (all 0: a dense model) -------------------------------------------------
-    num_experts: int = Field(default=0, ge=0)
+    num_experts: Integer = Field(default=0, ge=0)
     """Routed experts per MoE layer (``num_local_experts``, ``num_experts``, ``n_routed_experts``);
     0: a dense model."""
-    num_experts_per_tok: int = Field(default=0, ge=0)
+    num_experts_per_tok: Integer = Field(default=0, ge=0)
     """Routed experts each token goes to (top-k)."""
-    num_shared_experts: int = Field(default=0, ge=0)
+    num_shared_experts: Integer = Field(default=0, ge=0)
     """Experts every token goes to besides the routed ones (DeepSeek ``n_shared_experts``)."""
-    moe_intermediate_size: int = Field(default=0, ge=0)
+    moe_intermediate_size: Integer = Field(default=0, ge=0)
     """Width of one expert's gated MLP; 0: ``intermediate_size`` (Mixtral's config has no separate one)."""
-    first_k_dense_replace: int = Field(default=0, ge=0)
+    first_k_dense_replace: Integer = Field(default=0, ge=0)
     """The first k layers keep a dense MLP ``intermediate_size`` wide (DeepSeek-V3: 3)."""
-    moe_layer_freq: int = Field(default=1, ge=1)
+    moe_layer_freq: Integer = Field(default=1, ge=1)
     """After those, layer ``i`` is MoE when ``i % moe_layer_freq == 0`` (DeepSeek's rule)."""
-    moe_load_imbalance: float = Field(default=1.0, ge=1.0)
+    moe_load_imbalance: FiniteFloat = Field(default=1.0, ge=1.0)
     """Routed tokens on the busiest expert-parallel rank over the mean (1: perfect balance). Used
     only with ``deployment.expert_parallel_size`` > 1: the busiest rank sets the step time. The
     default 1.0 is assumed (the balance an expert-parallel load balancer such as DeepSeek's EPLB
     aims for), not measured; set it from the engine's expert-load statistics."""
 
     # -- multi-head latent attention (kv_lora_rank 0: grouped-query attention) ---------------------
-    kv_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: Integer = Field(default=0, ge=0)
     """Width of the compressed KV latent (DeepSeek MLA); 0: ordinary (grouped-query) attention."""
-    q_lora_rank: int = Field(default=0, ge=0)
+    q_lora_rank: Integer = Field(default=0, ge=0)
     """Width of the compressed query (MLA); 0: queries are projected from the hidden state directly."""
-    qk_nope_head_dim: int = Field(default=0, ge=0)
+    qk_nope_head_dim: Integer = Field(default=0, ge=0)
     """MLA: per-head query/key width without rotary embedding."""
-    qk_rope_head_dim: int = Field(default=0, ge=0)
+    qk_rope_head_dim: Integer = Field(default=0, ge=0)
     """MLA: per-head query/key width with rotary embedding (its key part is cached beside the latent)."""
-    v_head_dim: int = Field(default=0, ge=0)
+    v_head_dim: Integer = Field(default=0, ge=0)
     """MLA: per-head value width."""
 
     # -- sliding-window attention ------------------------------------------------------------------
-    sliding_window: int = Field(default=0, ge=0)
+    sliding_window: Integer = Field(default=0, ge=0)
     """Tokens a sliding-window layer attends to (its query's own included); 0: none."""
-    sliding_window_layers: int | None = Field(default=None, ge=0)
+    sliding_window_layers: Integer | None = Field(default=None, ge=0)
     """How many layers use the window (gpt-oss: every other one, 18 of 36); None: all of them
     (Mistral 7B v0.1)."""
 
@@ -184,7 +184,9 @@ class ModelSpec(BaseModel):
         and ``i % moe_layer_freq == 0``); 0 for a dense model."""
         if not self.num_experts:
             return 0
-        return sum(1 for i in range(self.first_k_dense_replace, self.num_layers) if i % self.moe_layer_freq == 0)
+        # Multiples of moe_layer_freq in [first_k_dense_replace, num_layers - 1], in closed form.
+        freq = self.moe_layer_freq
+        return max(0, (self.num_layers - 1) // freq - (self.first_k_dense_replace - 1) // freq)
 
     @property
     def expert_intermediate_size(self) -> int:
