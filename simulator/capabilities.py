@@ -164,10 +164,20 @@ POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", 
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
-def _all_but(features: tuple[str, ...], **refused: No) -> dict[str, bool | No]:
-    """A full row: ``YES`` for every feature but the ``refused`` ones."""
+ARCHITECTURE_FEATURES = ("expert_parallel", "pipeline_parallel", "moe", "mla", "sliding_window")
+"""Model shapes and splits a cost model must declare it models (``_all_but(..., also=...)``): a row
+written without them refuses them, so a cost model that times dense operators on one
+tensor-parallel group cannot time an MoE model or a pipeline as if it were one."""
+
+_UNDECLARED = No("the cost model does not declare that it models it", "use a roofline profile")
+
+
+def _all_but(features: tuple[str, ...], also: tuple[str, ...] = (), **refused: No) -> dict[str, bool | No]:
+    """A full row: ``YES`` for every feature but the ``refused`` ones, and but the
+    :data:`ARCHITECTURE_FEATURES` not named in ``also``."""
     assert set(refused) <= set(features), set(refused) - set(features)
-    return {key: refused.get(key, YES) for key in features}
+    return {key: refused.get(key, YES if key not in ARCHITECTURE_FEATURES or key in also else _UNDECLARED)
+            for key in features}
 
 
 _EITHER = "use one or the other"
@@ -209,8 +219,9 @@ _DENSE_OPS = No("its per-op tables time a dense model's GEMMs and attention on o
                 "use a roofline profile (e.g. the GPU's datasheet one)")
 
 COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
-    "constant": _all_but(COST_MODEL_FEATURES),   # fixed step times; the KV plan follows the bytes
-    "roofline": _all_but(COST_MODEL_FEATURES),
+    # constant: fixed step times, whatever the model (the KV plan still follows its bytes)
+    "constant": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
+    "roofline": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
     "table": _all_but(COST_MODEL_FEATURES, quantization=_OWN_DTYPE, kv_cache_dtype=_OWN_DTYPE, moe=_DENSE_OPS,
                       mla=_DENSE_OPS, sliding_window=_DENSE_OPS, expert_parallel=_DENSE_OPS,
                       pipeline_parallel=_DENSE_OPS),

@@ -199,3 +199,13 @@ def test_docs_show_every_cell() -> None:
     for ex in EXCLUSIONS:
         a, b = FEATURES[ex.feature], FEATURES[ex.other]
         assert f"| {a.title} (`{a.yaml}`) | {b.title} (`{b.yaml}`) |" in text
+
+
+def test_a_row_written_without_the_architecture_features_refuses_them() -> None:
+    """A cost model's row that does not name experts, MLA, sliding windows, EP or PP in ``also``
+    refuses them: a new cost model cannot time an MoE model as a dense one by omission."""
+    from simulator.capabilities import ARCHITECTURE_FEATURES, _all_but
+
+    row = _all_but(COST_MODEL_FEATURES)
+    assert all(row[k] is not YES for k in ARCHITECTURE_FEATURES)
+    assert all(row[k] is YES for k in COST_MODEL_FEATURES if k not in ARCHITECTURE_FEATURES)
