@@ -518,11 +518,14 @@ def _fp8_supported(dev: torch.device) -> bool:
 
 
 def _model(model: str | ModelSpec) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    if model not in MODEL_PRESETS:
-        raise ScenarioError("--model", model, f"unknown model preset; known: {', '.join(MODEL_PRESETS)}")
-    return MODEL_PRESETS[model]
+    if not isinstance(model, ModelSpec):
+        if model not in MODEL_PRESETS:
+            raise ScenarioError("--model", model, f"unknown model preset; known: {', '.join(MODEL_PRESETS)}")
+        model = MODEL_PRESETS[model]
+    if model.beyond_dense:
+        raise ScenarioError("--model", model.name, f"has {', '.join(model.beyond_dense)}: calibration times the "
+                            "dense Llama-shaped operators only; use a datasheet (roofline) profile for this model")
+    return model
 
 
 def _now() -> str:

@@ -243,7 +243,10 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
                           f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}")
     dep = summary.get("deployment")
     if dep:
-        out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']})  "
+        split = (f" x PP {dep['pipeline_parallel_size']}" if "pipeline_parallel_size" in dep else "") + (
+            f", EP {dep['expert_parallel_size']}" if "expert_parallel_size" in dep else "")
+        out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']}"
+                          f"{split})  "
                           f"weights {dep['quantization']} (GEMMs in {dep['compute_dtype']}), "
                           f"KV {dep['kv_cache_dtype']}, "
                           f"max concurrency {dep['max_concurrency']:.1f}x at max_model_len"
@@ -336,16 +339,26 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
 @app.command()
 @guarded
 def models() -> None:
-    """List model presets with their sizes."""
+    """List model presets: total and active parameters, experts, attention, context, KV per token."""
     from simulator.scenario.models import MODEL_PRESETS
 
-    table = Table()
-    for col in ("name", "params (B)", "layers", "hidden", "heads/kv", "context", "KV KiB/token"):
-        table.add_column(col)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True, caption_justify="left",
+                  caption="total/active: billions of weights (all experts / those one token uses); experts: "
+                  "routed/top-k (+shared); attention: heads/KV heads, MLA latent+rope, SW window (x layers "
+                  "when not all); KiB/token: KV cache per token, whole model, model dtype. docs/models.md")
+    for col in ("name", "total", "active", "layers", "experts", "attention", "context", "KiB/token"):
+        table.add_column(col, justify="left" if col in ("name", "experts", "attention") else "right")
     for name, m in MODEL_PRESETS.items():
-        table.add_row(name, f"{m.num_params / 1e9:.2f}", str(m.num_layers), str(m.hidden_size),
-                      f"{m.num_attention_heads}/{m.num_key_value_heads}", str(m.max_model_len),
-                      f"{m.kv_bytes_per_token() / 1024:.0f}")
+        experts = (f"{m.num_experts}/{m.num_experts_per_tok}" + (f"+{m.num_shared_experts}" if m.num_shared_experts
+                                                                 else "")) if m.is_moe else "-"
+        attention = f"{m.num_attention_heads}/{m.num_key_value_heads}"
+        if m.is_mla:
+            attention += f" MLA {m.kv_lora_rank}+{m.qk_rope_head_dim}"
+        if m.num_sliding_layers:
+            attention += f" SW {m.sliding_window}" + (f"x{m.num_sliding_layers}" if m.num_sliding_layers < m.num_layers
+                                                      else "")
+        table.add_row(name, f"{m.num_params / 1e9:.2f}", f"{m.num_active_params / 1e9:.2f}", str(m.num_layers),
+                      experts, attention, str(m.max_model_len), f"{m.kv_bytes_per_token() / 1024:.1f}")
     out_console.print(table)
 
 

@@ -257,7 +257,7 @@ def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:
 
 
 def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
-    """GPU count and the model-level levers as served (quantization, KV dtype, TP)."""
+    """GPU count and the model-level levers as served (quantization, KV dtype, TP, PP, EP)."""
     sc, system = result.scenario, result.system
     dep, p, plan = sc.deployment, system.precision, system.kv_plan
     replicas = dep.replicas
@@ -267,15 +267,18 @@ def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
         replicas = sum(r.replicas for r in sc.fleet.regions)
     elif dep.autoscaler is not None:      # provisioned ceiling; the autoscaler's own stats say how many ran
         replicas = dep.autoscaler.max_replicas
-    num_gpus = replicas * dep.tensor_parallel_size
+    num_gpus = replicas * dep.gpus_per_replica
     if dep.pools is not None:             # model routing: the sum over pools (each its own TP)
         from simulator.cluster.pools import pool_tp
         replicas = sum(pl.replicas for pl in dep.pools)
         num_gpus = sum(pl.replicas * pool_tp(sc, pl) for pl in dep.pools)
+    # Pipeline and expert parallelism are listed only when used (the summary of a TP-only run is unchanged).
+    split = {f"{kind}_parallel_size": size for kind, size in (("pipeline", dep.pipeline_parallel_size),
+                                                              ("expert", dep.expert_parallel_size)) if size > 1}
     return {
         "num_gpus": num_gpus,
         "deployment": {
-            "replicas": replicas, "tensor_parallel_size": dep.tensor_parallel_size,
+            "replicas": replicas, "tensor_parallel_size": dep.tensor_parallel_size, **split,
             "num_gpus": num_gpus,
             "quantization": p.quantization if p is not None else "none",
             "compute_dtype": p.compute_dtype if p is not None else system.model.dtype,

@@ -57,6 +57,16 @@ def test_what_if_runs_and_matches_the_library(app):
     assert app.query_params["example"] == "chat-h100.yaml" and app.query_params["n"] == "1500"
 
 
+def test_what_if_lists_the_moe_and_long_context_models(app):
+    """The model knob offers the MoE, MLA and 128k presets; the DeepSeek-V3 example names its split."""
+    options = app.selectbox(key="wi_model").options
+    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "llama-3.1-8b", "llama-3.1-70b"):
+        assert name in options, name
+    ok(app.selectbox(key="wi_example").select("deepseek-v3-h200.yaml").run())
+    line = app.markdown[0].value
+    assert "deepseek-v3" in line and "8 × h200-datasheet" in line and "TP 8, EP 8" in line
+
+
 def test_what_if_shows_each_model_pool():
     """A scenario with model pools names every pool, its model and GPUs, and runs."""
     st.cache_data.clear()

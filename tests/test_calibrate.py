@@ -307,3 +307,15 @@ def test_gpu_timer_excludes_launch_gaps_and_sees_big_gemms() -> None:
 
 def family_ok(table: pd.DataFrame) -> bool:
     return {"gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"} <= set(table["family"])
+
+
+def test_calibration_and_the_reference_engine_refuse_models_beyond_the_dense_shape(tmp_path: Path) -> None:
+    """Experts, latent attention and sliding windows are timed by the roofline only: calibrating
+    or building the reference engine for such a model is an error naming what it has."""
+    from calibrate.engine import LlamaModel
+
+    with pytest.raises(ScenarioError) as info:
+        run_calibration(tmp_path / "x", "mixtral-8x7b")
+    assert info.value.field == "--model" and "experts" in info.value.message
+    with pytest.raises(ScenarioError, match="latent attention"):
+        LlamaModel(MODEL_PRESETS["deepseek-v3"])

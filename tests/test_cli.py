@@ -201,13 +201,20 @@ def test_plain_simulate_prints_a_table(baseline: dict[str, Any]) -> None:
 
 # -- models, profiles ----------------------------------------------------------------------------------
 def test_models_lists_the_presets() -> None:
-    """``llmplan models`` lists every preset with its context length."""
-    proc = run_cli("models")
-    assert proc.returncode == 0, proc.stderr
-    for name in MODEL_PRESETS:
-        assert name in proc.stdout, name
-    row = next(line for line in proc.stdout.splitlines() if " llama-3-8b " in line)
-    assert "8192" in row and "32/8" in row
+    """``llmplan models`` lists every preset with its total and active parameters and context
+    length, in 100 columns piped and on a 100-column terminal."""
+    for proc in (run_cli("models"), run_cli("models", COLUMNS="100", TTY_COMPATIBLE="1", FORCE_TERMINAL="1")):
+        assert proc.returncode == 0, proc.stderr
+        lines = ANSI.sub("", proc.stdout).splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= 100, proc.stdout
+        for name in MODEL_PRESETS:
+            assert any(line.split()[:1] == [name] for line in lines), name
+        row = next(line for line in lines if line.split()[:1] == ["llama-3-8b"])
+        assert "8192" in row and "32/8" in row
+        row = next(line for line in lines if line.split()[:1] == ["deepseek-v3"])
+        assert row.split()[1:3] == ["671.03", "37.55"] and "163840" in row and "MLA" in row
+        row = next(line for line in lines if line.split()[:1] == ["llama-3.1-70b"])
+        assert "131072" in row
 
 
 def test_profiles_lists_the_profiles_and_their_source() -> None:

@@ -373,10 +373,10 @@ def check_columns(chosen: dict[str, Any]) -> dict[str, Any]:
 def _row(task: SearchTask, runs: dict[int, dict[str, Any]], chosen: dict[str, Any], status: str,
          binding: str, below: str, saturation: float, extra: dict[str, Any]) -> dict[str, Any]:
     n = chosen["replicas"]
-    tp = task.scenario.deployment.tensor_parallel_size
+    per_replica = task.scenario.deployment.gpus_per_replica
     return {
         "quarter": task.quarter, "region": task.region, "candidate": task.candidate, "status": status,
-        "replicas": n, "gpus": n * tp, "pool_replicas": "", "pool_gpus": "", "pool_share": "",
+        "replicas": n, "gpus": n * per_replica, "pool_replicas": "", "pool_gpus": "", "pool_share": "",
         "pool_utilization": "", "pool_saturation_rps_per_replica": "",
         "analytic_estimate_replicas": task.start,
         "utilization": task.design_rps / (n * saturation) if task.design_rps else math.nan,

@@ -46,11 +46,12 @@ def measured_requests(result: SimulationResult) -> pd.DataFrame:
 
 
 def num_gpus(scenario: Scenario) -> int:
-    """GPUs the deployment holds: replicas x tensor-parallel size (summed over model pools)."""
+    """GPUs the deployment holds: replicas x tensor-parallel x pipeline-parallel size (summed over
+    model pools)."""
     dep = scenario.deployment
     if dep.pools:
         return sum(p.replicas * (p.tensor_parallel_size or dep.tensor_parallel_size) for p in dep.pools)
-    return dep.replicas * dep.tensor_parallel_size
+    return dep.replicas * dep.gpus_per_replica
 
 
 def cost_per_million_tokens(summary: dict[str, Any], price_per_gpu_hour: float | None,

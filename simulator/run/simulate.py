@@ -36,6 +36,7 @@ from simulator.run.clients import ClosedLoopClients
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
 from simulator.scenario.config import ClosedLoopArrival, Scenario
+from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import GIB
 from simulator.workload.levers import apply_client_view
 from simulator.workload.traffic import Workload, generate_workload
@@ -156,7 +157,7 @@ class _Run:
         dep, sch = scenario.deployment, scenario.scheduler
         self.scenario_deployment = dep
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
-                                          system.precision if _levers_on(dep) else None)
+                                          system.precision if _levers_on(dep) else None, Parallelism.of(dep))
         proposal = _proposal_time(scenario, system, cost)
         self.fleet: DisaggregatedFleet | None = None
         self.pool_router = None
@@ -192,7 +193,8 @@ class _Run:
                 for sub, sub_system in system.pools:
                     sub_cost = make_cost_model(sub_system.profile, sub_system.model,
                                                sub.deployment.tensor_parallel_size,
-                                               sub_system.precision if _levers_on(sub.deployment) else None)
+                                               sub_system.precision if _levers_on(sub.deployment) else None,
+                                               Parallelism.of(sub.deployment))
                     sub_proposal = _proposal_time(sub, sub_system, sub_cost)
                     self.replicas += [
                         Replica(env, len(self.replicas) + i,

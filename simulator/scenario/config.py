@@ -374,18 +374,27 @@ class PoolRoutingConfig(Frozen):
 
 class DeploymentConfig(Frozen):
     replicas: Integer = Field(default=1, ge=1, le=MAX_REPLICAS)
-    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size."""
+    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size x pipeline_parallel_size."""
     tensor_parallel_size: Integer = Field(default=1, ge=1)
+    pipeline_parallel_size: Integer = Field(default=1, ge=1)
+    """Pipeline stages per replica (vLLM ``--pipeline-parallel-size``): the layers are split over
+    the stages, each a tensor-parallel group; a step traverses every stage (one batch in flight,
+    see ``docs/models.md``)."""
+    expert_parallel_size: Integer = Field(default=1, ge=1)
+    """GPUs the routed experts of an MoE model are split over, each expert whole on one GPU. As in
+    vLLM (``--enable-expert-parallel``: EP = TP x DP), the expert-parallel ranks are the
+    tensor-parallel ranks of a stage: 1 or ``tensor_parallel_size`` (attention data parallelism,
+    which would make EP larger, is not modelled)."""
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.cluster.router.ROUTERS``)."""
     quantization: str | None = None
     """Weight quantization of the linear layers (vLLM ``--quantization``): none, bf16, fp16, fp8,
-    int8, int4 (see ``simulator.scenario.quantization.QUANTIZATIONS``); None serves the model's dtype."""
+    int8, int4, mxfp4 (see ``simulator.scenario.quantization.QUANTIZATIONS``); None serves the model's dtype."""
     kv_cache_dtype: str = "auto"
     """KV-cache element dtype (vLLM ``--kv-cache-dtype``): auto, bf16, fp16, fp8 (fp8_e4m3, fp8_e5m2)."""
     prefill_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     decode_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
-    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
+    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP x PP)."""
     kv_transfer_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Prefill-to-decode KV link per GPU, one direction (default: the profile's interconnect)."""
     kv_transfer_latency_s: FiniteFloat | None = Field(default=None, ge=0)
@@ -398,6 +407,21 @@ class DeploymentConfig(Frozen):
     """Several model pools (model routing, see ``simulator.cluster.pools``); replaces ``replicas``."""
     pool_routing: PoolRoutingConfig | None = None
     """Which pool each request goes to (required with ``pools``)."""
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica holds: ``tensor_parallel_size x pipeline_parallel_size`` (expert
+        parallelism reuses the tensor-parallel ranks)."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @model_validator(mode="after")
+    def _expert_ranks(self) -> DeploymentConfig:
+        ep, tp = self.expert_parallel_size, self.tensor_parallel_size
+        if ep not in (1, tp):
+            raise ValueError(f"expert_parallel_size={ep} must be 1 or tensor_parallel_size={tp}: the experts are "
+                             "split over a stage's tensor-parallel ranks, as vLLM's --enable-expert-parallel does "
+                             "(a larger EP needs data-parallel attention, which is not modelled)")
+        return self
 
 
 class SchedulerConfig(Frozen):

@@ -30,6 +30,20 @@ class Interconnect(Frozen):
     """Per-direction bandwidth per GPU (what a ring all-reduce's bus bandwidth approaches)."""
     latency_s: FiniteFloat = Field(default=5e-6, ge=0)
     """Fixed cost of one collective call (launch + synchronisation)."""
+    domain_gpus: Integer = Field(default=8, ge=1)
+    """GPUs the link joins directly (an HGX or MI300X board: 8; a GB200 NVL72 rack: 72). A replica
+    with more GPUs than this needs the profile's ``inter_node`` link."""
+    topology: Literal["switch", "mesh"] = "switch"
+    """``switch`` (NVSwitch): every GPU reaches any group at ``bandwidth_bytes_per_s``; ``mesh``
+    (AMD Infinity Fabric): one direct link per peer, so a group of ``g`` GPUs uses ``g - 1`` of the
+    ``domain_gpus - 1`` links and ``bandwidth_bytes_per_s`` is the whole domain's figure."""
+
+    def group_bandwidth_bytes_per_s(self, group_gpus: int) -> float:
+        """Per-GPU, per-direction bandwidth a collective over ``group_gpus`` GPUs of one domain
+        reaches (a point-to-point send: ``group_gpus`` = 2)."""
+        if self.topology == "switch" or self.domain_gpus <= 1:
+            return self.bandwidth_bytes_per_s
+        return self.bandwidth_bytes_per_s * (min(group_gpus, self.domain_gpus) - 1) / (self.domain_gpus - 1)
 
 
 class Efficiency(Frozen):
@@ -86,6 +100,10 @@ class HardwareProfile(Frozen):
     peak_flops: dict[str, Annotated[FiniteFloat, Field(ge=MIN_DEVICE_RATE)]] = Field(default_factory=dict)
     """Dense peak FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp32``)."""
     interconnect: Interconnect | None = None
+    inter_node: Interconnect | None = None
+    """The scale-out link between interconnect domains (InfiniBand or RoCE, per GPU, one
+    direction), used by replicas spanning more than ``interconnect.domain_gpus`` GPUs; None: such
+    replicas are refused."""
     host_link_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Device-host link, one direction (PCIe); what swapping KV to host memory runs at."""
     price_per_gpu_hour: FiniteFloat | None = Field(default=None, ge=0)
