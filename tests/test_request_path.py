@@ -181,3 +181,34 @@ def test_bad_request_path_settings_are_clear_errors(over, needle):
     with pytest.raises(ScenarioError) as info:
         resolve(make_scenario(**over))
     assert needle in str(info.value)
+
+
+# -- sizing the stages ---------------------------------------------------------------------------------
+def test_erlang_c_and_the_stage_sizing_rule():
+    from simulator.cluster.request_path import erlang_c_wait_s, stage_workers_needed
+    for c, rate, service in ((1, 10.0, 0.05), (4, 80.0, 0.04), (30, 600.0, 0.04)):
+        assert erlang_c_wait_s(c, rate, service) == pytest.approx(erlang_c_wait(c, rate, service), rel=1e-9)
+    # 100 req/s of 40 ms retrievals: 4 erlangs of work; at most 80% busy needs 5 workers, and the
+    # M/M/c wait must stay within 4 ms: 5 workers wait 22 ms on average, 6 wait 5.9 ms, 7 wait 1.8 ms.
+    assert stage_workers_needed(100.0, 0.040) == 7
+    assert erlang_c_wait(6, 100.0, 0.04) > 0.004 >= erlang_c_wait(7, 100.0, 0.04)
+    assert stage_workers_needed(0.0, 0.04) == 1
+
+
+def test_the_planner_reports_the_workers_each_stage_needs():
+    from test_planner import base_plan
+
+    from simulator.planner.config import load_plan
+    from simulator.planner.run import build_tasks, search_replicas
+    plan = base_plan()
+    plan["scenario"]["pipeline"] = {"pre": [{"name": "retrieval", "latency_ms": 40}],
+                                    "post": [{"name": "filter", "latency_ms": 5}]}
+    task = build_tasks(load_plan(plan))[0]
+    row = search_replicas(task)
+    assert row["stage_workers"] == (f"retrieval={stage_workers_needed_at(task.design_rps, 0.040)};"
+                                    f"filter={stage_workers_needed_at(task.design_rps, 0.005)}")
+
+
+def stage_workers_needed_at(rate: float, service: float) -> int:
+    from simulator.cluster.request_path import stage_workers_needed
+    return stage_workers_needed(rate, service)

@@ -64,6 +64,46 @@ def through_stages(stages: list[Any], arrival: np.ndarray, rng: np.random.Genera
     return t
 
 
+STAGE_MAX_UTILIZATION = 0.8
+"""Stage sizing: the busiest a stage's workers may be."""
+STAGE_MAX_WAIT_SHARE = 0.1
+"""Stage sizing: the mean queueing wait allowed, as a share of the stage's mean service time."""
+
+
+def erlang_c_wait_s(servers: int, rate_per_s: float, mean_service_s: float) -> float:
+    """Mean wait in an M/M/c queue (Erlang C); inf at or above saturation."""
+    a = rate_per_s * mean_service_s
+    if a >= servers:
+        return float("inf")
+    term, total = 1.0, 1.0                   # a^k / k!, summed for k < c (iteratively: no overflow)
+    for k in range(1, servers):
+        term *= a / k
+        total += term
+    top = term * a / servers / (1 - a / servers)
+    return top / (total + top) * mean_service_s / (servers - a)
+
+
+def stage_workers_needed(rate_per_s: float, mean_service_s: float) -> int:
+    """Fewest workers that keep a stage at most :data:`STAGE_MAX_UTILIZATION` busy with a mean wait
+    of at most :data:`STAGE_MAX_WAIT_SHARE` of its service time, as an M/M/c queue (Poisson
+    arrivals, exponential service: a conservative reading of a less variable stage)."""
+    if rate_per_s <= 0 or mean_service_s <= 0:
+        return 1
+    c = max(1, int(np.ceil(rate_per_s * mean_service_s / STAGE_MAX_UTILIZATION)))
+    while erlang_c_wait_s(c, rate_per_s, mean_service_s) > STAGE_MAX_WAIT_SHARE * mean_service_s:
+        c += 1
+    return c
+
+
+def stage_workers_text(scenario: Any, rate_per_s: float) -> str | None:
+    """``name=workers;...`` each pipeline stage needs at ``rate_per_s`` (None without stages). Every
+    stage is sized for the whole rate (post stages too: conservative when a cache answers some)."""
+    if scenario.pipeline is None:
+        return None
+    stages = [*scenario.pipeline.pre, *scenario.pipeline.post]
+    return ";".join(f"{st.name}={stage_workers_needed(rate_per_s, st.latency_ms.mean_ms / 1000.0)}" for st in stages)
+
+
 def zipf_prompts(cfg: Any, n: int, rng: np.random.Generator) -> np.ndarray:
     """Which of ``cfg.distinct_prompts`` prompts each of ``n`` requests asks (Zipf popularity)."""
     k = np.arange(1, cfg.distinct_prompts + 1, dtype=float)
