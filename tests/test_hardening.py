@@ -560,8 +560,8 @@ def test_ctrl_c_in_a_two_worker_plan_is_one_line_and_ends_the_workers(tmp_path: 
             "candidates": [{"name": f"c{i}", "price_per_gpu_hour": 1.0, "set": {"scheduler.max_num_seqs": 2 + i}}
                            for i in range(6)],
             "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
-            "forecast": [{"quarter": q, "region": "r", "peak_rps": 50} for q in ("Q1", "Q2", "Q3")],
-            "simulation": {"num_requests": 3000, "max_replicas": 64}}
+            "forecast": [{"quarter": q, "region": "r", "peak_rps": 50} for q in ("Q1", "Q2", "Q3", "Q4", "Q5", "Q6")],
+            "simulation": {"num_requests": 50000, "max_replicas": 64}}   # minutes of work: still running at the Ctrl-C
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(plan))
     out = tmp_path / "out"
