@@ -13,18 +13,17 @@ streamlit or plotly. The sub-packages read in the order a run flows through them
 * ``metrics``: latency, throughput and SLO statistics of a run; ``report/``: what the dashboard
   and notebooks show; ``planner/``: GPUs per region and quarter; ``cli``: the command line.
 
-The names below are imported on first use (PEP 562): importing one sub-module (the ``llmplan``
-command's :mod:`simulator.launch`) does not import them all, so the command can take charge of a
-Ctrl-C before its slow imports start.
+The public names below are imported on first use (PEP 562), so that ``import simulator.cli``
+(``llmplan --help``) does not pay for pandas, scipy and the engine, and the ``llmplan`` command's
+:mod:`simulator.launch` can take charge of a Ctrl-C before the slow imports start.
 """
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from simulator.errors import ScenarioError
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.errors import ScenarioError
     from simulator.run.records import SimulationResult
     from simulator.run.resolve import resolve
     from simulator.run.simulate import simulate
@@ -32,9 +31,10 @@ if TYPE_CHECKING:
     from simulator.scenario.models import MODEL_PRESETS, ModelSpec
     from simulator.scenario.profiles import HardwareProfile, available_profiles, load_profile
 
-_HOME = {
-    "SimulationResult": "simulator.run.records", "resolve": "simulator.run.resolve",
-    "simulate": "simulator.run.simulate",
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "ScenarioError": "simulator.errors", "SimulationResult": "simulator.run.records",
+    "resolve": "simulator.run.resolve", "simulate": "simulator.run.simulate",
     "Scenario": "simulator.scenario.config", "load_scenario": "simulator.scenario.config",
     "scenario_from_dict": "simulator.scenario.config", "MODEL_PRESETS": "simulator.scenario.models",
     "ModelSpec": "simulator.scenario.models", "HardwareProfile": "simulator.scenario.profiles",
@@ -45,14 +45,15 @@ __all__ = [
     "MODEL_PRESETS", "HardwareProfile", "ModelSpec", "Scenario", "ScenarioError", "SimulationResult",
     "available_profiles", "load_profile", "load_scenario", "resolve", "scenario_from_dict", "simulate",
 ]
+assert sorted(__all__) == sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
+    module = _EXPORTS.get(name)
+    if module is None:
         raise AttributeError(f"module 'simulator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value     # later look-ups skip this function
     return value
 
 

@@ -31,7 +31,6 @@ from rich.table import Table
 
 from simulator.errors import ScenarioError
 from simulator.output import check_output_folder, output_folder, write_csv
-from simulator.scenario.config import load_scenario, parse_overrides
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -176,6 +175,7 @@ def simulate(
 ) -> None:
     """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
     from simulator.run.simulate import simulate as run_simulation
+    from simulator.scenario.config import load_scenario, parse_overrides
 
     overrides = parse_overrides(set_)
     if seed is not None:

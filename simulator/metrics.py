@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from simulator.critical_values import binom_ppf, t_ppf
 from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
 from simulator.slo import has_objectives, judge, per_request_limits_s, stability
 
@@ -50,7 +50,7 @@ def describe(values: np.ndarray) -> dict[str, Any]:
     for p in PERCENTILES:
         out[f"p{p}"] = float(np.quantile(x, p / 100.0))
     ci: dict[str, list[float] | None] = {}
-    half = float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    half = float(t_ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
     ci["mean"] = [out["mean"] - half, out["mean"] + half] if n > 1 else None
     for p in PERCENTILES:
         ci[f"p{p}"] = quantile_ci(x, p / 100.0)
@@ -62,8 +62,8 @@ def quantile_ci(sorted_x: np.ndarray, q: float, level: float = 0.95) -> list[flo
     """Distribution-free CI for the ``q`` quantile: order statistics at binomial rank bounds."""
     n = len(sorted_x)
     a = (1 - level) / 2
-    lo = int(stats.binom.ppf(a, n, q)) - 1
-    hi = int(stats.binom.ppf(1 - a, n, q))
+    lo = int(binom_ppf(a, n, q)) - 1
+    hi = int(binom_ppf(1 - a, n, q))
     if lo < 0 or hi >= n:
         return None
     return [float(sorted_x[lo]), float(sorted_x[hi])]
@@ -346,5 +346,5 @@ def summarize_replications(summaries: Sequence[dict[str, Any]], metric: str, sta
     xs = np.array([s[metric][stat] for s in summaries], dtype=float)
     n = len(xs)
     mean = float(xs.mean())
-    half = float(stats.t.ppf(0.975, n - 1) * xs.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    half = float(t_ppf(0.975, n - 1) * xs.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as _stats
+
+from simulator.critical_values import t_ppf
 
 SLO_METRICS = ("ttft", "tpot", "e2e", "queue_delay", "ttua")
 SLO_PERCENTILES = (50, 90, 95, 99)
@@ -309,7 +310,7 @@ def stability(requests: pd.DataFrame, window: tuple[float, float], *,
         wm = np.array([w[i:j].mean() for i, j in pairwise(edges)])
         am = np.array([a[i:j].mean() for i, j in pairwise(edges)])
         out["delay_trend_s_per_s"] = _trend(am, wm)[0]
-    critical = float(_stats.t.ppf(STABILITY_CONFIDENCE, batches - 2))
+    critical = float(t_ppf(STABILITY_CONFIDENCE, batches - 2))
     grows = slope / rate > STABILITY_GROWTH_FRACTION and t > critical
     out["stable"] = not grows
     return out

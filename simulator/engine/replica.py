@@ -22,6 +22,8 @@ from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.run.records import StepLog
 
+_NO_IDS = np.zeros(0, dtype=np.int64)
+
 
 class Replica:
     """Owns a scheduler (waiting/running queues + KV blocks) and runs ``engine_loop``."""
@@ -46,6 +48,10 @@ class Replica:
         """End of the last step (or run) this replica has planned."""
         self.on_step_planned: Callable[[SchedulerOutput, float], None] | None = None
         """Called with each single step's plan and end instant (disaggregated prefill pools)."""
+        self._continue_from: DecodeRun | None = None
+        """A decode run applied when the clock passed the next event, which the next one may follow on from."""
+        self._verify_steps = getattr(scheduler, "advance_verify_steps", None) if fast_forward else None
+        """Speculative decoding's fast path for steps that end before the next event (see ``_fast_steps``)."""
         self.process = env.process(self.engine_loop())
 
     @property
@@ -103,6 +109,16 @@ class Replica:
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
+                if self._verify_steps is not None and sched.n and not sched.waiting:
+                    end, done = self._fast_steps(t, horizon)
+                    if end != t:                  # steps were applied, exactly as the branch below would
+                        if len(done):
+                            self.on_finish(done, end)
+                            horizon = min(horizon, self.next_event_time())
+                        t = end
+                        if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
+                            break
+                        continue
                 _out, end, apply = self._plan_step(t, horizon)
                 if end < horizon and self.fast_forward:
                     if self._apply(apply, end):   # a closed-loop client may now send before the horizon
@@ -113,13 +129,44 @@ class Replica:
                     continue
                 yield env.timeout(end - now)
                 self._apply(apply, end)
+                if isinstance(apply, DecodeRun) and not apply.finishes:
+                    self._continue_from = apply
                 break
             if env.now < t:   # the replica emptied mid-horizon: catch the clock up
                 yield env.timeout(t - env.now)
 
-    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput, float, Any]:
+    def _fast_steps(self, t: float, horizon: float) -> tuple[float, np.ndarray]:
+        """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end
+        before ``horizon`` and change nothing outside the batch); returns the last one's end (``t``
+        when there was none) and the requests it finished."""
+        sched = self.scheduler
+        if sched.sort_pending or self.on_step_planned is not None:
+            return t, _NO_IDS
+        steps, index, n = self.steps, self.index, sched.n
+
+        def log(start: float, duration: float, kv_used: int) -> None:
+            # As add_step logs a verification step: its cost shape has no plain decode rows.
+            steps.add_plain_step(index, start, duration, 0, n, kv_used, 0)
+
+        assert self._verify_steps is not None
+        end, done = self._verify_steps(t, horizon, self.cost, log)
+        if end != t:
+            self.planned_until = end
+        return end, done
+
+    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput | None, float, Any]:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
+        prev, self._continue_from = self._continue_from, None
+        if (prev is not None and not sched.waiting and not sched.sort_pending
+                and sched.n == prev.num_seqs - prev.num_padded):
+            # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch as
+            # it was: the next run follows on from ``prev`` without re-reading the batch.
+            run = sched.plan_decode_continuation(prev, t, horizon, cost)
+            if run is not None:
+                self.steps.add_run(self.index, t, run, 0)
+                self.planned_until = t + run.total_s
+                return None, t + run.total_s, run
         if sched.sort_pending:
             sched.sort_rows()
         out = sched.schedule(t)

@@ -132,6 +132,8 @@ class DecodeRun:
     durations: np.ndarray | None
     num_padded: int = 0
     """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
+    steps_to_finish: int = 0
+    """Steps until the first running request emits its last token, counted from the run's start."""
 
     def durations_s(self) -> np.ndarray:
         if self.durations is not None:
@@ -334,8 +336,12 @@ class Scheduler:
             if self.pad_rows:
                 self.pad_context += self.pad_rows
         self.num_remaining_tokens[: self.n] -= 1      # every scheduled row emitted one token
-        if out.admitted_first:
-            self.table.first_token_time[out.admitted_first] = now
+        first = out.admitted_first
+        if first:
+            if len(first) == 1:
+                self.table.first_token_time[first[0]] = now
+            else:
+                self.table.first_token_time[first] = now
         done = self._finish(now)
         if self.num_scheduler_steps > 1:
             self._multi_step(0 if out.admitted else 1)
@@ -351,19 +357,60 @@ class Scheduler:
         requests cannot be admitted during the run: the budget and seat count are unchanged and
         free blocks only shrink, so the step-by-step scheduler would make the same decisions.
         """
-        n, bs = out.num_decode, self.block_size
-        residues = cast(np.ndarray, out.residues)   # set: a pure-decode step
-        k_fin = int(self.num_remaining_tokens[:n].min())
+        n = out.num_decode
         nc = n + self.pad_rows      # rows that compute: padded slots of a static batch do too
         decode_affine = getattr(cost, "decode_affine", None)
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
+        k_fin = int(self.num_remaining_tokens[:n].min())
+        residues = cast(np.ndarray, out.residues)   # set: a pure-decode step
+        return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
+                                self.kv.num_free_blocks, self.kv.num_used_blocks)
+
+    def plan_decode_continuation(self, prev: DecodeRun, now: float, next_event_time: float,
+                                 cost: Any) -> DecodeRun | None:
+        """The run :meth:`schedule` + :meth:`plan_decode_run` would plan right after ``prev`` was
+        applied, when nothing else changed the batch since (same rows, nobody waiting, ``prev``
+        finished no request): the next step's blocks are allocated as :meth:`_schedule_running`
+        allocates them, and the run is planned from ``prev`` in closed form instead of re-reading
+        the batch (its residues turned by ``prev``'s steps, its finish and context moved on).
+        Returns None, changing nothing, when those blocks are not free (``schedule`` preempts).
+        """
+        kv = self.kv
+        planned = self.follow_on(prev, kv.num_free_blocks, kv.num_used_blocks, now, next_event_time, cost)
+        if planned is None:
+            return None
+        ok = kv.allocate(planned[0])
+        assert ok
+        return planned[1]
+
+    def follow_on(self, prev: DecodeRun, free_blocks: int, used_blocks: int, now: float, next_event_time: float,
+                  cost: Any) -> tuple[int, DecodeRun] | None:
+        """:meth:`plan_decode_continuation` without touching the cache: the blocks the run's first
+        step allocates and the run, given the KV cache's free and used blocks when ``prev`` has
+        been applied (None: those blocks are not free)."""
+        n, bs, k = prev.num_seqs - prev.num_padded, self.block_size, prev.num_steps
+        s = k % bs
+        residues = prev.residues if s == 0 else np.concatenate((prev.residues[-s:], prev.residues[:-s]))
+        need = int(residues[0])     # rows whose blocks are exactly full need one more
+        if need > free_blocks:
+            return None
+        return need, self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
+                                      prev.affine, now, next_event_time, cost, free_blocks - need, used_blocks + need)
+
+    def _decode_run(self, n: int, residues: np.ndarray, k_fin: int, ctx1: int, affine: tuple[float, float] | None,
+                    now: float, next_event_time: float, cost: Any, free: int, used: int) -> DecodeRun:
+        """The run of ``n`` decoding rows (``residues``: their ``num_computed_tokens % block_size``
+        histogram; ``k_fin``: steps until one finishes; ``ctx1``: the first step's context sum)
+        starting at ``now``, its first step's blocks allocated (``free``, ``used``: the cache's
+        blocks then); see :meth:`plan_decode_run`."""
+        bs = self.block_size
+        nc = n + self.pad_rows
         k = k_fin
         if self.num_scheduler_steps > 1:             # a multi-step run ends at its last step
             k = min(k, self.num_scheduler_steps - self.steps_into_run)
         if next_event_time != np.inf and k > 1:
             k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
-        free = self.kv.num_free_blocks
         if k > 1 and n * (-(-(k - 1) // bs)) > free:     # every row's blocks for k - 1 more tokens
             # The KV cache may run out during the run: find the last step whose blocks fit.
             prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
@@ -383,8 +430,8 @@ class Scheduler:
         else:
             durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
             total = float(durations.sum())
-        return DecodeRun(k, nc, total, extra, k == k_fin, self.kv.num_used_blocks, residues, ctx1,
-                         affine, durations, self.pad_rows)
+        return DecodeRun(k, nc, total, extra, k == k_fin, used, residues, ctx1, affine, durations, self.pad_rows,
+                         k_fin)
 
     def advance_decode(self, run: DecodeRun, now: float) -> np.ndarray:
         """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
@@ -424,11 +471,14 @@ class Scheduler:
 
     def _finish_row(self, row: int, now: float) -> np.ndarray:
         """The common case of one request finishing: scalar bookkeeping, shift the tail up."""
-        n = self.n
+        n, table = self.n, self.table
         ids = self.req_id[row:row + 1].copy()
+        rid = int(ids[0])
         computed = int(self.num_computed_tokens[row])
-        self._record_finished(ids, now)
-        self.kv.release(int(ids[0]), computed)
+        table.finish_time[rid] = now            # _record_finished for one id, without fancy indexing
+        table.num_output_tokens[rid] = table.max_tokens[rid]
+        table.status[rid] = _DONE
+        self.kv.release(rid, computed)
         self.context_total -= computed
         if row < n - 1:
             for arr in self._row_arrays:

@@ -51,8 +51,31 @@ class CapacityBound:
 
 def saturation_rps(scenario: Scenario, num_requests: int = 2000) -> float:
     """Requests/s ``scenario``'s deployment completes with a full queue (see the module docstring)."""
-    req = simulate(_saturated(scenario, num_requests)).requests
-    return _steady_rate(req)
+    saturated = _saturated(scenario, num_requests)
+    key = _run_key(saturated)
+    rate = _SATURATION.get(key)
+    if rate is None:
+        rate = _steady_rate(simulate(saturated).requests)
+        _remember(_SATURATION, key, rate)
+    return rate
+
+
+_SATURATION: dict[str, float] = {}
+_POOL_SATURATION: dict[str, dict[str, PoolLoad]] = {}
+"""Saturation figures already simulated in this process, by :func:`_run_key`: the planner's cells
+of one candidate often differ only in their arrival rate, which a saturated run overrides."""
+_MAX_REMEMBERED = 256
+
+
+def _run_key(scenario: Scenario) -> str:
+    """Everything a run depends on: the scenario but its name (a label the requests never see)."""
+    return scenario.model_copy(update={"name": ""}).model_dump_json()
+
+
+def _remember(cache: dict, key: str, value: object) -> None:
+    if len(cache) >= _MAX_REMEMBERED:
+        cache.clear()
+    cache[key] = value
 
 
 @dataclass(frozen=True)
@@ -71,9 +94,15 @@ def pool_saturation(scenario: Scenario, num_requests_per_pool: int = 2000) -> di
     pool's steady completion rate is read as :func:`saturation_rps` reads one deployment's."""
     assert scenario.deployment.pools is not None
     names = [p.name for p in scenario.deployment.pools]
-    req = simulate(_saturated(scenario, num_requests_per_pool * len(names))).requests
-    pool = req["pool"].astype(str).to_numpy()
-    return {name: PoolLoad(float((pool == name).mean()), _steady_rate(req[pool == name])) for name in names}
+    saturated = _saturated(scenario, num_requests_per_pool * len(names))
+    key = _run_key(saturated)
+    loads = _POOL_SATURATION.get(key)
+    if loads is None:
+        req = simulate(saturated).requests
+        pool = req["pool"].astype(str).to_numpy()
+        loads = {name: PoolLoad(float((pool == name).mean()), _steady_rate(req[pool == name])) for name in names}
+        _remember(_POOL_SATURATION, key, loads)
+    return dict(loads)
 
 
 def _saturated(scenario: Scenario, num_requests: int) -> Scenario:

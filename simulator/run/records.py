@@ -39,6 +39,13 @@ class StepLog:
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)
 
+    def add_plain_step(self, replica: int, start: float, duration: float, num_seqs: int, num_decode: int,
+                       kv_used: int, num_waiting: int) -> None:
+        """A step that neither prefills nor preempts, logged exactly as :meth:`add_step` logs it
+        (for engine fast paths that plan such steps without a :class:`SchedulerOutput`)."""
+        self._entries.append((start, 1, replica, num_seqs, 0, num_decode, num_waiting, kv_used, 0, 0, duration, 0.0))
+        self._replicas.add(replica)
+
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)
         self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded,

@@ -141,12 +141,14 @@ class _Run:
                  on_progress: ProgressCallback | None, fast_forward: bool, path: RequestPath | None = None) -> None:
         self.env, self.table = env, table
         self.path = path
-        self.times = workload.arrival_time
+        times = workload.arrival_time
         self.order: list[int] | None = None
         """Request ids in the order they reach the engine, when processing stages reorder them."""
-        if path is not None and len(self.times) > 1 and bool((np.diff(self.times) < 0).any()):
-            order = np.argsort(self.times, kind="stable")
-            self.order, self.times = order.tolist(), self.times[order]
+        if path is not None and len(times) > 1 and bool((np.diff(times) < 0).any()):
+            order = np.argsort(times, kind="stable")
+            self.order, times = order.tolist(), times[order]
+        # Python floats, not numpy scalars: every SimPy and engine time sum derives from these.
+        self.times: list[float] = times.tolist()
         self.total = len(workload)
         self.next_index = 0
         self.done = 0
@@ -360,7 +362,11 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
     assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
+    overheads: dict[int, float] = {}        # the draft's CPU overhead by batch size (a pure function of n)
+
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
-        overhead = draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s
+        overhead = overheads.get(n)
+        if overhead is None:
+            overhead = overheads[n] = draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s
         return sum(draft_cost.decode_step_time_s(n, ctx + n * j) - overhead for j in range(k))
     return draft

@@ -1,0 +1,115 @@
+"""Interactive speed (issue 22): what must stay cheap, checked by behaviour rather than timing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEAVY = ("pandas", "pyarrow", "scipy", "plotly", "streamlit", "torch", "simulator.run.simulate", "simpy")
+
+
+def _modules_after(code: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('\\n'.join(sys.modules))"],
+                         cwd=ROOT, capture_output=True, text=True, check=True, env=env)
+    return set(out.stdout.split())
+
+
+def test_the_cli_imports_no_heavy_module_until_a_command_needs_it():
+    """``llmplan --help`` only builds the command tree: pandas, scipy, the engine stay unloaded."""
+    loaded = _modules_after("import simulator.cli")
+    assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}
+
+
+def test_the_package_exports_resolve_on_first_use():
+    import simulator
+
+    for name in simulator.__all__:
+        assert getattr(simulator, name) is not None
+    assert set(simulator.__all__) <= set(dir(simulator))
+
+
+def test_critical_values_equal_scipy_stats():
+    """The summary's t and binomial quantiles, computed without importing scipy.stats, are the
+    same floats scipy.stats gives (so every confidence interval is unchanged)."""
+    from scipy import stats
+
+    from simulator.critical_values import binom_ppf, t_ppf
+
+    for df in [1, 2, 3, 7, 8, 29, 30, 31, 99, 100, 1234, 9999, 10**6]:
+        for q in (0.975, 0.99, 0.5, 0.025):
+            assert t_ppf(q, df) == float(stats.t.ppf(q, df))
+    for n in [1, 2, 5, 19, 20, 99, 100, 101, 1000, 2999, 10_000, 123_457]:
+        for p in (0.5, 0.9, 0.95, 0.99):
+            for q in (0.025, 0.975):
+                assert binom_ppf(q, n, p) == float(stats.binom.ppf(q, n, p))
+
+
+SPEED = ROOT / "benchmarks" / "scenarios" / "speed-10k.yaml"
+SPEC = {"method": "draft", "draft_model": "llama-3.2-1b", "num_speculative_tokens": 4, "acceptance_rate": 0.7}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6}
+
+
+def _same_run(a, b) -> None:
+    """Two results are the same run: every request and step column equal bit for bit, same counters."""
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    assert a.engine_stats == b.engine_stats
+    assert a.prefix_cache == b.prefix_cache
+
+
+@pytest.mark.parametrize("overrides", [
+    {"speculative_config": SPEC},
+    {"speculative_config": NGRAM, "deployment.replicas": 2, "deployment.router": "least_outstanding",
+     "workload.arrival.rate_per_s": 12},
+    {"speculative_config": NGRAM, "scheduler.num_gpu_blocks_override": 300, "workload.arrival.rate_per_s": 20,
+     "workload.output_tokens": {"dist": "geometric", "mean": 300, "max": 1000}},   # 317 preemptions
+    {"speculative_config": SPEC, "client.timeout_s": 5, "workload.arrival.rate_per_s": 15},   # 65 time out
+])
+def test_the_verification_fast_path_is_the_step_by_step_loop(overrides, monkeypatch):
+    """Speculative steps that end before the next event are planned and applied by
+    ``advance_verify_steps`` on plain lists; the result is the same run, bit for bit, as the
+    engine loop planning and applying each of them through ``schedule``/``update_from_output``."""
+    from simulator import load_scenario, simulate
+    from simulator.engine.speculative import SpeculativeScheduler
+
+    sc = load_scenario(SPEED, {"num_requests": 600, **overrides})
+    fast = simulate(sc)
+    assert fast.engine_stats["num_verify_steps"] > 0
+    monkeypatch.setattr(SpeculativeScheduler, "advance_verify_steps", None)
+    _same_run(fast, simulate(sc))
+
+
+SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
+PREFIX = {"num_prefixes": 4, "prefix_tokens": 512, "share": 0.8, "short_prompt": "clip"}
+MANY = {"num_requests": 1500, "deployment.replicas": 4, "workload.arrival.rate_per_s": 20.0,
+        "deployment.router": "least_outstanding"}
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"deployment.router": "round_robin", "scheduler.num_gpu_blocks_override": 6000},   # preemptions
+    {"scheduler.policy": "chunked_prefill", "scheduler.long_prefill_token_threshold": 512},
+    {"scheduler.policy": "static"},
+    {"scheduler.policy": "disaggregated", "deployment.prefill_replicas": 2, "deployment.decode_replicas": 2},
+    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True, "deployment.router": "prefix_affinity"},
+    {"client.timeout_s": 20, "scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4},
+])
+def test_a_decode_run_that_follows_on_is_the_one_schedule_would_plan(overrides, monkeypatch):
+    """After an event that left a replica's batch as it was (an arrival sent to another replica),
+    the next decode run is planned from the last one (``plan_decode_continuation``); the run is the
+    same, bit for bit, as the one ``schedule`` + ``plan_decode_run`` plan from the batch."""
+    from simulator import load_scenario, simulate
+    from simulator.engine.scheduler import Scheduler
+
+    sc = load_scenario(SHAREGPT, {**MANY, **overrides})
+    fast = simulate(sc)
+    monkeypatch.setattr(Scheduler, "plan_decode_continuation", lambda self, *args: None)
+    _same_run(fast, simulate(sc))
