@@ -22,11 +22,12 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import ScenarioError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
@@ -46,6 +47,8 @@ def safe_cell(value: Any) -> Any:
 
 def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``df`` whose text cells and column names are safe in a spreadsheet (see :func:`safe_cell`)."""
+    import pandas as pd  # here, not at the top: `llmplan --help` imports this module and no pandas
+
     out = df.copy()
     for col in out.columns:
         dtype = out[col].dtype
