@@ -10,6 +10,7 @@ import streamlit as st
 from app_pages.charts import plan_figure
 from app_pages.common import EXAMPLES, fmt, interrupted_run, restore_widgets, save_widgets, show_error
 from simulator import ScenarioError
+from simulator.output import csv_text
 from simulator.planner.config import load_plan
 from simulator.planner.run import plan
 from simulator.report.analysis import RunCancelled
@@ -170,7 +171,7 @@ st.markdown("**Worksheet** (one row per quarter and region: the cheapest candida
             "`gpus_peak` to buy, `gpu_hours` and cost as provisioned; the file `llmplan plan` writes as "
             "worksheet.csv)")
 st.dataframe(summary, hide_index=True)
-st.download_button("Download worksheet CSV", summary.to_csv(index=False), file_name="capacity-worksheet.csv",
+st.download_button("Download worksheet CSV", csv_text(summary), file_name="capacity-worksheet.csv",
                    mime="text/csv", key=f"{P}_download", icon=":material/download:")
 st.markdown("**Totals** (per quarter, per region over all quarters, overall)")
 st.dataframe(totals, hide_index=True)

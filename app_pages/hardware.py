@@ -73,9 +73,10 @@ if skipped:
     st.caption("Not shown: " + "; ".join(skipped))
 
 st.subheader("Measured vs fitted")
-measured = [n for n, p in profiles.items() if p.cost_model == "table" and p.table is not None]
+measured = [n for n, p in profiles.items() if p.table is not None]
 if not measured:
-    st.caption("No profile here carries measurements (cost_model: table); calibrate one with `python -m calibrate`.")
+    st.caption("No profile here carries measurements (cost_model: table or kernel_table); calibrate one with "
+               "`python -m calibrate`.")
 else:
     name = st.selectbox("Profile with measurements", measured, key=f"{P}_fit_profile")
     try:

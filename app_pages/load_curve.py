@@ -21,6 +21,7 @@ from app_pages.common import (
 )
 from simulator import ScenarioError, resolve
 from simulator.metrics import slo_thresholds_s
+from simulator.output import csv_text
 from simulator.report.analysis import (
     RunCancelled,
     max_load_meeting_slo,
@@ -181,5 +182,5 @@ for col in [c for c in table.columns if c.endswith(("_p50_s", "_p99_s", "_mean_s
 flags = ("SLO met", "stable", "completed", "rejected", "dropped", "preemptions", "clients")
 st.dataframe(table, hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g")
                                                    for c in table.columns if c not in flags})
-st.download_button("Download sweep CSV", sweep.to_csv(index=False), file_name="load_curve.csv", mime="text/csv",
+st.download_button("Download sweep CSV", csv_text(sweep), file_name="load_curve.csv", mime="text/csv",
                    key=f"{P}_download", icon=":material/download:")

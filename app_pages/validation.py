@@ -9,6 +9,7 @@ import streamlit as st
 from app_pages.charts import validation_figure
 from app_pages.common import ROOT, show_error
 from simulator import ScenarioError
+from simulator.output import csv_text
 from simulator.report.validation_report import (
     MAX_VALIDATION_BYTES,
     error_matrix,
@@ -97,7 +98,7 @@ st.dataframe(table, hide_index=True, key=f"{P}_table", column_config={
     "noise": st.column_config.NumberColumn("noise (±)", format="percent"),
     "target": st.column_config.NumberColumn("target", format="percent"),
 })
-st.download_button("Download table CSV", table.to_csv(index=False), file_name="validation_table.csv",
+st.download_button("Download table CSV", csv_text(table), file_name="validation_table.csv",
                    key=f"{P}_download")
 
 st.subheader("Provenance")

@@ -353,8 +353,11 @@ def system_line(sc: Any) -> str:
                 + " · the System knobs set what a pool leaves unset; edit the pools in the scenario file")
     p = sysm.profile
     price = f"\\${p.price_per_gpu_hour:.2f}/GPU-h (assumed)" if p.price_per_gpu_hour is not None else "no price"
-    return (f"**{sysm.model.name}** on **{num_gpus(sc)} × {p.name}** ({p.source}; {sc.deployment.replicas} replica(s) "
-            f"× TP {sc.deployment.tensor_parallel_size}) · KV cache {sysm.kv_plan.num_gpu_blocks:,} blocks × "
+    dep = sc.deployment
+    split = (f" × PP {dep.pipeline_parallel_size}" if dep.pipeline_parallel_size > 1 else "") + (
+        f", EP {dep.expert_parallel_size}" if dep.expert_parallel_size > 1 else "")
+    return (f"**{sysm.model.name}** on **{num_gpus(sc)} × {p.name}** ({p.source}; {dep.replicas} replica(s) "
+            f"× TP {dep.tensor_parallel_size}{split}) · KV cache {sysm.kv_plan.num_gpu_blocks:,} blocks × "
             f"{sysm.kv_plan.block_size} = {sysm.kv_plan.num_token_slots:,} tokens per replica · "
             f"max_model_len {sysm.max_model_len:,} · {price}")
 

@@ -10,8 +10,12 @@ hardware, TP and precision as the only candidate, headroom 0, no failover) and c
   SLO in our model (bisection on the rate, every run simulated with the plan's seed and length)
   vs the published rate.
 
-These are checks, not fits: nothing here tunes the model or the profiles. Prints a markdown table
-and writes JSON.
+* **offline** (where the deployment lists its Offline run): the steady throughput of the published
+  replicas with every request queued at once (the Offline scenario's samples/s), against the
+  published one, at the Offline run's batch limit and tokens per sample.
+
+Every metric's error is tabulated per deployment (``metrics_table``). These are checks, not fits:
+nothing here tunes the model or the profiles. Prints markdown tables and writes JSON.
 
     python benchmarks/published_checks.py [--only mlperf-v4.1-h100x8.yaml] [--prompt-tokens 256,1024,fixed:1024]
                                           [--seeds 1,2] [--out benchmarks/results/published.json]
@@ -39,6 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from simulator import simulate  # noqa: E402
 from simulator.planner import load_plan, plan  # noqa: E402
 from simulator.planner.config import LoadedPlan  # noqa: E402
 from simulator.planner.run import build_tasks, cell_scenario  # noqa: E402
@@ -116,6 +121,32 @@ def max_rate(loaded: LoadedPlan, replicas: int, guess: float, rel_tol: float = 0
             {k: runs[hi][k] for k in ("ttft_p99_s", "tpot_p99_s", "binding")}}
 
 
+def offline(entry: dict[str, Any], loaded: LoadedPlan, waves: int = 4) -> dict[str, Any] | None:
+    """The published system's Offline throughput in our model: ``waves`` x (replicas x batch limit)
+    requests queued at t = 0 on the published replicas (the plan's candidate: hardware, TP,
+    precision; the Offline run's batch limit and tokens per sample), the steady rate taken between
+    the 25th and 75th percentile of the completion times (the ramp-up and the drain of the last
+    batch are not the steady state MLPerf's 200,000-sample runs measure). None without an Offline run."""
+    off = entry.get("offline")
+    if not off:
+        return None
+    cfg = loaded.config
+    row = {**loaded.forecast.iloc[0].to_dict(), "avg_output_tokens": off["tokens_per_s"] / off["samples_per_s"]}
+    n = waves * int(off["replicas"]) * int(off["max_num_seqs"])
+    sc = cell_scenario(loaded.candidate_scenarios[cfg.candidates[0].name], row, 1e6, cfg, 0)
+    sc = sc.with_overrides({"deployment.replicas": int(off["replicas"]), "num_requests": n, "warmup_s": 0,
+                            "scheduler.max_num_seqs": int(off["max_num_seqs"]), "cooldown_s": 0})
+    t0 = time.perf_counter()
+    res = simulate(sc)
+    done = np.sort(res.requests["finish_time"].dropna().to_numpy())
+    lo, hi = done[len(done) // 4], done[3 * len(done) // 4]
+    sps = (3 * len(done) // 4 - len(done) // 4) / (hi - lo)
+    return {"published_samples_per_s": float(off["samples_per_s"]), "samples_per_s": float(sps),
+            "error": (sps - off["samples_per_s"]) / off["samples_per_s"], "requests": n,
+            "mean_batch": float(res.summary["batch"]["mean_num_seqs"]),
+            "result_url": off["result_url"], "wall_s": time.perf_counter() - t0}
+
+
 def effective_means(loaded: LoadedPlan, n: int = 200_000) -> tuple[float, float]:
     """Sample means of the prompt and output lengths the plan's cell actually draws (truncation
     by resampling makes a truncated lognormal's mean lower than its ``mean`` parameter)."""
@@ -155,6 +186,7 @@ def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | N
     tokens_per_sample = entry["tokens_per_s"] / entry["samples_per_s"]
     conv = max_rate(loaded, int(entry["replicas"]), guess=float(entry["samples_per_s"]))
     at_pub = run_at(loaded, float(entry["samples_per_s"]), int(entry["replicas"]))
+    off = offline(entry, loaded) if prompt_tokens is None and seed is None else None
     wall = time.perf_counter() - t0
     pred_gpus = None if ws["status"] != "ok" else int(ws["gpus"])
     max_rps = conv["max_rps"]
@@ -186,7 +218,7 @@ def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | N
         entry["samples_per_s"] * entry["measured_mean_latency_ms"] / 1000.0 / entry["replicas"],
         "at_published_point": {"ttft_p99_ms": 1000 * at_pub["ttft_p99_s"], "tpot_p99_ms": 1000 * at_pub["tpot_p99_s"],
                                "batching_factor": at_pub["batching_factor"], "passed": bool(at_pub["passed"])},
-        "converse": conv, "wall_s": wall,
+        "converse": conv, "offline": off, "wall_s": wall,
     }
 
 
@@ -226,6 +258,34 @@ def latency_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def metrics_table(rows: list[dict[str, Any]]) -> str:
+    """One row per deployment and metric: published, ours, error; then the median |error| per metric."""
+    lines = ["| deployment | metric | published | ours | error |", "|---|---|---|---|---|"]
+    per: dict[str, list[float]] = {}
+
+    def add(dep: str, metric: str, pub: float | None, ours: float | None, fmt: str) -> None:
+        err = None if pub in (None, 0) or ours is None else (ours - pub) / pub
+        if err is not None:
+            per.setdefault(metric, []).append(abs(err))
+        lines.append(f"| {dep} | {metric} | {'–' if pub is None else format(pub, fmt)} "
+                     f"| {'–' if ours is None else format(ours, fmt)} | {_pct(err)} |")
+
+    for r in rows:
+        dep, a = r["deployment"], r["at_published_point"]
+        add(dep, "Server: max rate on the published GPUs (req/s)", r["published_samples_per_s"],
+            r["max_rps_on_published_gpus"], ",.2f")
+        add(dep, "Server: GPUs for the published rate", r["published_gpus"], r["predicted_gpus"], ",.0f")
+        add(dep, "Server: TTFT p99 at the published rate (ms)", r["published_ttft_p99_ms"], a["ttft_p99_ms"], ",.0f")
+        add(dep, "Server: TPOT p99 at the published rate (ms)", r["published_tpot_p99_ms"], a["tpot_p99_ms"], ",.0f")
+        if r.get("offline"):
+            o = r["offline"]
+            add(dep, "Offline: throughput (req/s)", o["published_samples_per_s"], o["samples_per_s"], ",.2f")
+    lines += ["", "| metric | deployments | median abs error | largest abs error |", "|---|---|---|---|"]
+    for metric, errs in per.items():
+        lines.append(f"| {metric} | {len(errs)} | {100 * float(np.median(errs)):.0f}% | {100 * max(errs):.0f}% |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=None, help="run only this plan file name")
@@ -244,6 +304,8 @@ def main() -> None:
     print(table(rows))
     print("\nAt the published operating point (published rate on the published replicas):\n")
     print(latency_table(rows))
+    print("\nError per metric (checks, not fits):\n")
+    print(metrics_table(rows))
     sens = []
     for p in (x.strip() for x in args.prompt_tokens.split(",") if x.strip()):
         sens += [check(e, prompt_tokens=p, workers=args.workers) for e in entries]

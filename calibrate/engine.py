@@ -60,6 +60,10 @@ class LlamaModel:
 
     def __init__(self, spec: ModelSpec, *, device: str | torch.device = "cpu", dtype: str | None = None,
                  seed: int = 0) -> None:
+        if spec.beyond_dense:
+            from simulator.errors import ScenarioError
+            raise ScenarioError("model", spec.name, f"has {', '.join(spec.beyond_dense)}: the reference engine "
+                                "builds dense Llama-shaped models only")
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = TORCH_DTYPES[dtype or ("fp32" if self.device.type == "cpu" else "bf16")]

@@ -6,19 +6,25 @@
   (``network/<node>/all_reduce.csv``). Its attention tables are not in that copy, so imported
   Vidur profiles time attention with the datasheet roofline of the GPU (the ``table`` cost model
   says so in its ``sources``).
-* **AIConfigurator** (``aiconfigurator-core`` on PyPI, Apache-2.0, optional): NVIDIA's per-op
-  kernel database (GEMM ``m x n x k``, context and generation attention, NCCL collectives) for
-  H100/H200/B200/A100/L40S, read from the installed package; the converted table is written to
-  your ``--out`` folder and never copied into this repository.
+* **AIConfigurator** (``aiconfigurator-core`` on PyPI, Apache-2.0): NVIDIA's per-op kernel
+  database (GEMM ``m x n x k`` in bf16 and fp8, context and generation attention with 16-bit and
+  fp8 KV caches, the frameworks' all-reduce and NCCL) for H100/H200/B200/A100/L40S, read from the
+  wheel file, an unpacked wheel or the installed package (:class:`AicDatabase`).
+* **The shipped defaults** (:func:`import_default`): a compact grid of the AIConfigurator tables
+  plus Vidur's elementwise tables where Vidur measured the GPU, with roofline efficiencies fitted
+  to the measured rows for what neither measured (``cost_model: kernel_table``).
 
-No torch here: importing needs pandas only. Each importer takes a datasheet profile for the same
-GPU as the base (memory, peaks, interconnect, price), adds the table, and records where every
-number came from.
+No torch here: importing needs pandas only. Each importer takes the datasheet profile of the same
+GPU (``<gpu>-datasheet``) as the base (memory, peaks, interconnect, price), adds the table, and
+records where every number came from.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import os
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,110 +112,277 @@ def import_vidur(data_dir: Path, gpu: str, out: Path, name: str | None = None) -
             "notes": "per-layer op times measured by Vidur on real GPUs (fp16, 20 runs, CUDA timers); p10_s/p90_s "
                      "hold Vidur's min/max. No attention, LM head, KV-write or sampling tables in this copy: "
                      "those ops come from the datasheet roofline (or are scaled from the nearest measured GEMM)."}
-    return _write(out, name or f"{VIDUR_GPUS[gpu]}-vidur", VIDUR_GPUS[gpu], table, prov)
+    return _write(out, name or f"{VIDUR_GPUS[gpu]}-vidur", f"{VIDUR_GPUS[gpu]}-datasheet", table, prov)
 
 
 # -- AIConfigurator ---------------------------------------------------------------------------------------
-AIC_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}
 AIC_SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80gb",
                "l40s": "l40s"}
+"""AIConfigurator system folder -> the name of our profile of that GPU."""
+AIC_PACKAGE = "aiconfigurator_core"
+AIC_GEMM_KERNELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "bf16": ("bfloat16", ("torch.nn.functional.linear", "vllm_default", "torch_flow")),
+    "fp8": ("fp8", ("CutlassFP8ScaledMMLinearKernel", "torch_flow")),
+}
+"""Our dtype -> (AIConfigurator ``gemm_dtype``, kernel sources in order of preference): 16-bit
+``F.linear`` (cuBLAS) and vLLM's W8A8 per-tensor fp8 GEMM (what an fp8 checkpoint runs on Hopper/Ada);
+``torch_flow`` is TensorRT-LLM's (``--framework trtllm``)."""
+AIC_KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+#: The compact grid the shipped profiles keep (``--compact``): GEMM rows ``m`` (AIConfigurator also
+#: measures ``m + 1`` beside most of these, and every 256 up to 4,352), GEMM widths ``n`` and ``k``
+#: (both from this list), attention shapes per shard ``(heads, kv_heads, head_dim)``: the GQA
+#: layouts of Llama-3 8B/70B, Mistral and Qwen2.5 at TP 1-8, and MHA for prefill).
+COMPACT_GEMM_M = (1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+                  4096, 8192, 16384, 32768)
+COMPACT_GEMM_NK = (1024, 2048, 3072, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 16384, 65536)
+COMPACT_HEADS = ((4, 1, 128), (8, 1, 128), (8, 2, 128), (16, 2, 128), (16, 4, 128), (32, 4, 128), (32, 8, 128),
+                 (64, 8, 128), (8, 8, 128), (16, 16, 128), (32, 32, 128), (64, 64, 128),
+                 (32, 8, 64))
+COMPACT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+                  12288, 16384, 24576, 32768)
+"""Token counts kept from Vidur's elementwise tables (it measures every 8 up to 4,096 or 32,768)."""
 
 
-def aiconfigurator_dir(system: str, framework: str) -> Path:
-    """The installed package's data folder for ``system`` and ``framework`` (newest version)."""
-    try:
-        import importlib.util
+class AicDatabase:
+    """NVIDIA AIConfigurator's kernel database (``aiconfigurator-core`` on PyPI, Apache-2.0), read
+    where it lies: the wheel file itself (a zip: nothing is installed, its Rust extension is never
+    loaded), a folder the wheel was unpacked into, or the installed package. Paths are relative to
+    the package folder, e.g. ``systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet``.
 
-        spec = importlib.util.find_spec("aiconfigurator_core")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise ScenarioError("aiconfigurator", "aiconfigurator-core", "not installed: "
-                            "pip install aiconfigurator-core (an optional extra: pip install -e .[aiconfigurator])")
-    base = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data" / system
-    if not base.is_dir():
-        known = sorted(p.name for p in base.parent.iterdir() if p.is_dir())
+    Raises:
+        ScenarioError: the source is not a wheel or folder of the package, or (no source given)
+            the package is not installed.
+    """
+
+    def __init__(self, source: str | Path | None = None) -> None:
+        self._zip: zipfile.ZipFile | None = None
+        self.sha256: str | None = None
+        if source is None:
+            import importlib.util
+
+            spec = importlib.util.find_spec(AIC_PACKAGE)
+            if spec is None or not spec.submodule_search_locations:
+                raise ScenarioError("--source", None, "aiconfigurator-core is not installed: give its wheel "
+                                    "(pip download aiconfigurator-core --no-deps -d DIR) or pip install it")
+            self.root = Path(next(iter(spec.submodule_search_locations)))
+            from importlib.metadata import version
+
+            self.version, self.origin = version("aiconfigurator-core"), f"installed package at {self.root}"
+            return
+        path = Path(source)
+        if path.is_file() and path.suffix == ".whl":
+            self._zip = zipfile.ZipFile(path)
+            self._names = {n[len(AIC_PACKAGE) + 1:] for n in self._zip.namelist() if n.startswith(AIC_PACKAGE + "/")}
+            meta = next((n for n in self._zip.namelist() if n.endswith(".dist-info/METADATA")), None)
+            text = self._zip.read(meta).decode() if meta else ""
+            self.sha256 = file_sha256(path)
+            self.origin = f"wheel {path.name} (sha256 {self.sha256})"
+        elif path.is_dir():
+            self.root = path / AIC_PACKAGE if (path / AIC_PACKAGE).is_dir() else path
+            metas = sorted(self.root.parent.glob("aiconfigurator_core-*.dist-info/METADATA"))
+            text = metas[-1].read_text() if metas else ""
+            self.origin = f"unpacked wheel at {path}"
+        else:
+            raise ScenarioError("--source", str(source), "not an aiconfigurator-core wheel (.whl) or a folder")
+        found = [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Version:")]
+        self.version = found[0] if found else "unknown"
+        if not self.exists("systems/data"):
+            raise ScenarioError("--source", str(source), "has no systems/data folder: not aiconfigurator-core")
+
+    def exists(self, rel: str) -> bool:
+        if self._zip is not None:
+            return rel in self._names or any(n.startswith(rel.rstrip("/") + "/") for n in self._names)
+        return (self.root / rel).exists()
+
+    def listdir(self, rel: str) -> list[str]:
+        """Names directly under folder ``rel`` (sorted)."""
+        if self._zip is not None:
+            pre = rel.rstrip("/") + "/"
+            return sorted({n[len(pre):].split("/", 1)[0] for n in self._names if n.startswith(pre)})
+        d = self.root / rel
+        return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+    def read_bytes(self, rel: str) -> bytes:
+        if self._zip is not None:
+            return self._zip.read(f"{AIC_PACKAGE}/{rel}")
+        return (self.root / rel).read_bytes()
+
+    def read_parquet(self, rel: str) -> pd.DataFrame:
+        return pd.read_parquet(io.BytesIO(self.read_bytes(rel)))
+
+    def read_yaml(self, rel: str) -> Any:
+        return yaml.safe_load(self.read_bytes(rel).decode())
+
+    def versions(self, rel: str) -> list[str]:
+        """Version folders under ``rel``, oldest first (PEP 440 order; unparsable names first)."""
+        from packaging.version import InvalidVersion, Version
+
+        def key(name: str) -> Any:
+            try:
+                return Version(name)
+            except InvalidVersion:
+                return Version("0")
+        return sorted(self.listdir(rel), key=key)
+
+    def newest(self, rel: str) -> str:
+        """The newest version folder under ``rel``, as a path relative to the package."""
+        versions = self.versions(rel)
+        if not versions:
+            raise ScenarioError("aiconfigurator", rel, "no versions in the package data")
+        return f"{rel}/{versions[-1]}"
+
+
+def _main_kernel(df: pd.DataFrame) -> str:
+    """The kernel with the most rows: the engine's default path (others are partial sweeps)."""
+    return str(df["kernel_source"].value_counts().idxmax())
+
+
+@dataclass
+class AicTables:
+    """One system's tables from the database, filtered to what a dense Llama-style model runs."""
+
+    system: str
+    framework: str
+    device: str
+    rows: list[dict[str, Any]]
+    files: list[str]
+    kernels: dict[str, str]
+    """Table -> the kernel source its rows come from."""
+    versions: dict[str, str]
+    """Table -> framework (or NCCL) version of the measurement."""
+    spec: dict[str, Any]
+    """The system's YAML (AIConfigurator's hardware facts and empirical constants)."""
+    full_gemm: pd.DataFrame
+    """Every GEMM row of the chosen kernels (ours: ``dtype, tokens, n, k, median_s``), before any thinning."""
+
+
+def aiconfigurator_tables(db: AicDatabase, system: str, framework: str = "vllm", compact: bool = False) -> AicTables:
+    """GEMMs (16-bit ``F.linear`` and W8A8 fp8), context attention (batch 1, no sliding window, no
+    cached prefix) and generation attention (batch x context) with 16-bit and fp8 KV caches, and the
+    framework's all-reduce (vLLM's custom all-reduce under CUDA graphs; NCCL where the framework
+    has no table), converted to our rows: milliseconds to seconds, all-reduce ``message_size``
+    (elements of a 16-bit tensor) to bytes. ``compact`` keeps only the grid of :data:`COMPACT_GEMM_M`,
+    :data:`COMPACT_GEMM_NK` and :data:`COMPACT_HEADS`.
+
+    Raises:
+        ScenarioError: an unknown system or a framework without GEMM tables for it.
+    """
+    base = f"systems/data/{system}"
+    if not db.exists(base):
+        known = [s for s in db.listdir("systems/data") if s in AIC_SYSTEMS] or db.listdir("systems/data")
         raise ScenarioError("--system", system, f"not in aiconfigurator-core; known: {', '.join(known)}")
-    return base
-
-
-def _newest(folder: Path) -> Path:
-    from packaging.version import InvalidVersion, Version
-
-    def key(p: Path) -> Any:
-        try:
-            return Version(p.name)
-        except InvalidVersion:
-            return Version("0")
-    versions = sorted((p for p in folder.iterdir() if p.is_dir()), key=key)
-    if not versions:
-        raise ScenarioError("aiconfigurator", str(folder), "no versions in the package data")
-    return versions[-1]
-
-
-def aiconfigurator_rows(system: str, framework: str = "vllm",
-                        dtype: str = "bfloat16") -> tuple[list[dict[str, Any]], list[str]]:
-    """GEMM (``torch.nn.functional.linear`` kernels), context/generation attention (no sliding
-    window, 16-bit KV) and NCCL all-reduce rows from the package's parquet tables (latency in ms)."""
-    base = aiconfigurator_dir(system, framework)
-    ours = AIC_DTYPES[dtype]
     rows: list[dict[str, Any]] = []
-    used: list[str] = []
-    gdir = base / "gemm" / framework
-    if gdir.is_dir():
-        f = _newest(gdir) / "gemm_perf.parquet"
-        g = pd.read_parquet(f)
-        g = g[(g["gemm_dtype"] == dtype) & (g["kernel_source"] == "torch.nn.functional.linear")]
+    files: list[str] = []
+    kernels: dict[str, str] = {}
+    versions: dict[str, str] = {}
+    spec = db.read_yaml(f"systems/{system}.yaml") if db.exists(f"systems/{system}.yaml") else {}
+    if not db.exists(f"{base}/gemm/{framework}"):
+        have = ", ".join(db.listdir(f"{base}/gemm"))
+        raise ScenarioError("--framework", framework, f"no GEMM tables for {system} ({have})")
+    vdir = db.newest(f"{base}/gemm/{framework}")
+    g = db.read_parquet(f"{vdir}/gemm_perf.parquet")
+    device = str(g["device"].iloc[0])
+    files.append(f"{vdir}/gemm_perf.parquet")
+    full = []
+    for ours, (aic_dtype, preferred) in AIC_GEMM_KERNELS.items():
+        sel = g[g["gemm_dtype"] == aic_dtype]
+        kernel = next((k for k in preferred if (sel["kernel_source"] == k).any()), None)
+        if kernel is None:
+            continue
+        sel = sel[sel["kernel_source"] == kernel]
+        kernels[f"gemm {ours}"], versions[f"gemm {ours}"] = kernel, str(sel["version"].iloc[0])
+        full.append(pd.DataFrame({"dtype": ours, "tokens": sel["m"], "n": sel["n"], "k": sel["k"],
+                                  "median_s": sel["latency"] / 1e3}))
+        if compact:
+            sel = sel[sel["m"].isin(COMPACT_GEMM_M) & sel["n"].isin(COMPACT_GEMM_NK) & sel["k"].isin(COMPACT_GEMM_NK)]
         rows += [_row("gemm", "gemm", ours, r["latency"] / 1e3, tokens=r["m"], n=r["n"], k=r["k"])
-                 for r in g.to_dict("records")]
-        used.append(str(f.relative_to(base.parents[2])))
-    adir = base / "attention" / framework
-    if adir.is_dir():
-        v = _newest(adir)
-        c = pd.read_parquet(v / "context_attention_perf.parquet")
-        c = c[(c["window_size"] == 0) & (c["kv_cache_dtype"] == dtype) & (c["batch_size"] == 1)]
-        c = c.groupby(["isl", "num_heads", "num_key_value_heads", "head_dim"], as_index=False)["latency"].min()
-        rows += [_row("attn_prefill", "attn_prefill", ours, r["latency"] / 1e3, tokens=r["isl"], batch=1, context=0,
-                      num_heads=r["num_heads"], num_kv_heads=r["num_key_value_heads"], head_dim=r["head_dim"])
-                 for r in c.to_dict("records")]
-        gen = pd.read_parquet(v / "generation_attention_perf.parquet")
-        gen = gen[(gen["window_size"] == 0) & (gen["kv_cache_dtype"] == dtype)]
-        gen = gen.groupby(["batch_size", "step", "num_heads", "num_key_value_heads", "head_dim"],
-                          as_index=False)["latency"].min()
-        rows += [_row("attn_decode", "attn_decode", ours, r["latency"] / 1e3, tokens=r["batch_size"],
-                      batch=r["batch_size"], context=r["step"] + 1, num_heads=r["num_heads"],
-                      num_kv_heads=r["num_key_value_heads"], head_dim=r["head_dim"])
-                 for r in gen.to_dict("records")]
-        used += [str((v / n).relative_to(base.parents[2])) for n in
-                 ("context_attention_perf.parquet", "generation_attention_perf.parquet")]
-    ndir = base / "comm" / "nccl"
-    if ndir.is_dir():
-        f = _newest(ndir) / "nccl_perf.parquet"
-        n = pd.read_parquet(f)
-        n = n[(n["op_name"] == "all_reduce") & (n["nccl_dtype"] == "half")]
-        rows += [_row("all_reduce", "comm", ours, r["latency"] / 1e3, message_bytes=r["message_size"],
-                      world_size=r["num_gpus"], tokens=max(1, int(r["message_size"]) // 2))
-                 for r in n.to_dict("records")]
-        used.append(str(f.relative_to(base.parents[2])))
-    if not rows:
-        raise ScenarioError("--framework", framework, f"no tables for it under {base}")
-    return rows, used
+                 for r in sel.to_dict("records")]
+    if db.exists(f"{base}/attention/{framework}"):
+        vdir = db.newest(f"{base}/attention/{framework}")
+        for table, op in (("context_attention_perf", "attn_prefill"), ("generation_attention_perf", "attn_decode")):
+            a = db.read_parquet(f"{vdir}/{table}.parquet")
+            files.append(f"{vdir}/{table}.parquet")
+            if "window_size" in a:
+                a = a[a["window_size"] == 0]
+            if op == "attn_prefill":
+                a = a[(a["batch_size"] == 1) & (a["step"] == 0)]
+            if compact:
+                keep = pd.Series(list(zip(a["num_heads"], a["num_key_value_heads"], a["head_dim"], strict=True)),
+                                 index=a.index).isin(COMPACT_HEADS)
+                a = a[keep]
+            for aic_kv, ours in AIC_KV_DTYPES.items():
+                sel = a[a["kv_cache_dtype"] == aic_kv]
+                if sel.empty:
+                    continue
+                kernel = _main_kernel(sel)
+                sel = sel[sel["kernel_source"] == kernel]
+                kernels[f"{op} kv {ours}"], versions[f"{op} kv {ours}"] = kernel, str(sel["version"].iloc[0])
+                keys = ["batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim"]
+                sel = sel.groupby(keys, as_index=False)["latency"].median()
+                for r in sel.to_dict("records"):
+                    if op == "attn_prefill":
+                        rows.append(_row(op, op, ours, r["latency"] / 1e3, tokens=r["isl"], batch=1, context=0,
+                                         num_heads=r["num_heads"], num_kv_heads=r["num_key_value_heads"],
+                                         head_dim=r["head_dim"]))
+                    else:   # a decode after ``step`` generated tokens of a 1-token prompt: step + 1 cached
+                        rows.append(_row(op, op, ours, r["latency"] / 1e3, tokens=r["batch_size"],
+                                         batch=r["batch_size"], context=r["step"] + 1, num_heads=r["num_heads"],
+                                         num_kv_heads=r["num_key_value_heads"], head_dim=r["head_dim"]))
+    rows += _aic_all_reduce(db, base, framework, spec, files, kernels, versions)
+    return AicTables(system, framework, device, rows, files, kernels, versions, spec,
+                     pd.concat(full, ignore_index=True))
 
 
-def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name: str | None = None) -> Path:
+def _aic_all_reduce(db: AicDatabase, base: str, framework: str, spec: dict[str, Any], files: list[str],
+                    kernels: dict[str, str], versions: dict[str, str]) -> list[dict[str, Any]]:
+    """The framework's own all-reduce (vLLM: its custom all-reduce replayed in CUDA graphs, which
+    hands large messages to NCCL itself), else NCCL's, 16-bit; ``message_size`` counts elements."""
+    comm = f"{base}/comm/{framework}"
+    vdir = next((f"{comm}/{v}" for v in reversed(db.versions(comm))
+                 if db.exists(f"{comm}/{v}/custom_allreduce_perf.parquet")), None)
+    if vdir is not None:
+        c = db.read_parquet(f"{vdir}/custom_allreduce_perf.parquet")
+        graph = c[c["kernel_source"].str.contains("graph")]
+        c = graph if not graph.empty else c
+        files.append(f"{vdir}/custom_allreduce_perf.parquet")
+        kernels["all_reduce"], versions["all_reduce"] = _main_kernel(c), str(c["version"].iloc[0])
+        c = c[c["kernel_source"] == kernels["all_reduce"]]
+        return [_row("all_reduce", "comm", "bf16", r["latency"] / 1e3, message_bytes=2 * r["message_size"],
+                     world_size=r["num_gpus"], tokens=max(1, int(r["message_size"])))
+                for r in c.to_dict("records")]
+    if not db.exists(f"{base}/comm/nccl"):
+        return []
+    wanted = str((spec.get("misc") or {}).get("nccl_version", ""))
+    vdir = f"{base}/comm/nccl/{wanted}" if wanted and db.exists(f"{base}/comm/nccl/{wanted}") else \
+        db.newest(f"{base}/comm/nccl")
+    n = db.read_parquet(f"{vdir}/nccl_perf.parquet")
+    n = n[(n["op_name"] == "all_reduce") & (n["nccl_dtype"] == "half")]
+    files.append(f"{vdir}/nccl_perf.parquet")
+    kernels["all_reduce"], versions["all_reduce"] = "NCCL", f"NCCL {vdir.rsplit('/', 1)[-1]}"
+    return [_row("all_reduce", "comm", "bf16", r["latency"] / 1e3, message_bytes=2 * r["message_size"],
+                 world_size=r["num_gpus"], tokens=max(1, int(r["message_size"])))
+            for r in n.to_dict("records")]
+
+
+def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name: str | None = None,
+                          source: str | Path | None = None, compact: bool = False) -> Path:
+    """Convert one system's tables (:func:`aiconfigurator_tables`) into an imported ``kernel_table``
+    profile in ``out`` (on top of the datasheet profile of the same GPU; its efficiencies are the
+    datasheet's assumptions, unlike :func:`import_default`'s fitted ones)."""
     if system not in AIC_SYSTEMS:
         raise ScenarioError("--system", system, f"known: {', '.join(AIC_SYSTEMS)}")
-    rows, used = aiconfigurator_rows(system, framework)
-    table = _dedupe(pd.DataFrame(rows, columns=list(TABLE_COLUMNS)))
-    from importlib.metadata import version
-
-    prov = {"imported_from": f"aiconfigurator-core {version('aiconfigurator-core')} kernel database "
-                             f"({system}, {framework})",
-            "license": "Apache-2.0 (c) NVIDIA; data read from the installed package, not redistributed here",
-            "files": used,
-            "notes": "GEMMs keyed by m x n x k (torch.nn.functional.linear kernels), context attention at batch 1 "
-                     "without cached prefix, generation attention per batch x context, NCCL all-reduce"}
-    return _write(out, name or f"{AIC_SYSTEMS[system]}-aiconfigurator", AIC_SYSTEMS[system], table, prov)
+    db = AicDatabase(source)
+    t = aiconfigurator_tables(db, system, framework, compact=compact)
+    table = _dedupe(pd.DataFrame(t.rows, columns=list(TABLE_COLUMNS)))
+    prov = {"imported_from": f"aiconfigurator-core {db.version} kernel database ({system}, {framework}); {db.origin}",
+            "license": "Apache-2.0 (c) NVIDIA; derived from the package's data",
+            "files": t.files, "kernels": t.kernels, "versions": t.versions, "device_reported": t.device,
+            "notes": "GEMMs keyed by m x n x k (bf16 F.linear, fp8 W8A8 per-tensor); context attention at batch 1 "
+                     "without cached prefix; generation attention per batch x context; attention rows' dtype is "
+                     "the KV-cache dtype; all-reduce message_size converted from elements to bytes"}
+    base = f"{AIC_SYSTEMS[system]}-datasheet"
+    return _write(out, name or f"{AIC_SYSTEMS[system]}-aiconfigurator", base, table, prov, cost_model="kernel_table")
 
 
 def _dedupe(table: pd.DataFrame) -> pd.DataFrame:
@@ -220,7 +393,12 @@ def _dedupe(table: pd.DataFrame) -> pd.DataFrame:
     return table.groupby(keys, as_index=False, sort=False).agg(agg)[list(TABLE_COLUMNS)]
 
 
-def _write(out: Path, name: str, base_profile: str, table: pd.DataFrame, prov: dict[str, Any]) -> Path:
+def _write(out: Path, name: str, base_profile: str, table: pd.DataFrame, prov: dict[str, Any],
+           cost_model: str = "table", efficiency: dict[str, float] | None = None,
+           header: str | None = None) -> Path:
+    """``ops.csv`` and ``profile.yaml`` into ``out`` (each written under a temporary name, then
+    renamed): the base profile's numbers with the table, ``source: imported``, the provenance and,
+    when given, efficiencies that replace the base's assumed ones."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "ops.csv.tmp"
@@ -228,13 +406,221 @@ def _write(out: Path, name: str, base_profile: str, table: pd.DataFrame, prov: d
     os.replace(tmp, out / "ops.csv")
     base = load_profile(base_profile)
     data = base.model_dump(mode="json", exclude_none=True)
-    data.update(name=name, source="imported", cost_model="table", table="ops.csv",
+    data.update(name=name, source="imported", cost_model=cost_model, table="ops.csv",
                 table_sha256=file_sha256(out / "ops.csv"), table_schema=TABLE_SCHEMA)
+    if efficiency:
+        data["efficiency"] = {**data.get("efficiency", {}), **efficiency}
+    kept = "efficiencies fitted to the rows (provenance.roofline_fit)" if efficiency else \
+        "efficiencies for ops without rows"
     data["provenance"] = {**prov, "base_profile": f"{base_profile} (datasheet: memory, peaks, interconnect, price, "
-                                                  "efficiencies for ops without rows)",
+                                                  f"engine overhead; {kept})",
                           "date": _dt.date.today().isoformat(), "rows": len(table)}
     tmp = out / "profile.yaml.tmp"
-    tmp.write_text(f"# Imported per-op measurements (see provenance); base numbers from {base_profile}.\n"
-                   + yaml.safe_dump(data, sort_keys=False, width=110))
+    head = header or f"# Imported per-op measurements (see provenance); base numbers from {base_profile}.\n"
+    tmp.write_text(head + yaml.safe_dump(data, sort_keys=False, width=110))
     os.replace(tmp, out / "profile.yaml")
     return out / "profile.yaml"
+
+
+# -- the shipped defaults -----------------------------------------------------------------------------------
+VIDUR_FOR_AIC = {"h100_sxm": "h100", "a100_sxm": "a100"}
+"""AIConfigurator systems Vidur also measured (its elementwise tables join the defaults)."""
+_FAMILY_ORDER = {"gemm": 0, "attn_prefill": 1, "attn_decode": 2, "elementwise": 3, "sampling": 4, "comm": 5}
+
+
+def vidur_elementwise_rows(data_dir: Path, gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Vidur's RMSNorm, rotary, SiLU-and-multiply and residual-add rows for ``gpu`` (fp16, every
+    model and TP degree Vidur measured), at the token counts of :data:`COMPACT_TOKENS`."""
+    files = sorted(Path(data_dir).glob(f"compute_{gpu}_*_mlp.csv"))
+    rows = [r for f in files for r in vidur_rows(f) if r["family"] == "elementwise" and r["tokens"] in COMPACT_TOKENS]
+    return rows, [f.name for f in files]
+
+
+def import_default(system: str, out: Path, source: str | Path | None = None, vidur_dir: Path | None = None,
+                   name: str | None = None, command: str | None = None) -> Path:
+    """Build the shipped profile of one GPU: AIConfigurator's vLLM tables on the compact grid
+    (bf16 and fp8 GEMMs, attention with 16-bit and fp8 KV, all-reduce), Vidur's elementwise rows
+    where Vidur measured the GPU, and the ``efficiency`` block fitted to those rows
+    (:mod:`calibrate.roofline_fit`) for whatever the ``kernel_table`` model must extrapolate.
+    Provenance records the sources, versions, kernels, licences, what is measured and what is
+    extrapolated, the held-out error of the table and what the compact grid costs."""
+    from calibrate.roofline_fit import fit_efficiency, streaming_errors
+    from simulator.cost.op_table import fit_summary, leave_one_out
+
+    if system not in AIC_SYSTEMS:
+        raise ScenarioError("--system", system, f"known: {', '.join(AIC_SYSTEMS)}")
+    gpu = AIC_SYSTEMS[system]
+    db = AicDatabase(source)
+    t = aiconfigurator_tables(db, system, "vllm", compact=True)
+    rows = list(t.rows)
+    vidur_files: list[str] = []
+    if vidur_dir is not None and system in VIDUR_FOR_AIC:
+        extra, vidur_files = vidur_elementwise_rows(Path(vidur_dir), VIDUR_FOR_AIC[system])
+        rows += extra
+    table, spikes = drop_spikes(_dedupe(pd.DataFrame(rows, columns=list(TABLE_COLUMNS))))
+    table = table.sort_values(["family", "dtype", "op", "num_heads", "num_kv_heads", "head_dim", "n", "k", "width",
+                               "world_size", "batch", "context", "tokens", "message_bytes"],
+                              key=lambda c: c.map(_FAMILY_ORDER) if c.name == "family" else c,
+                              kind="stable").reset_index(drop=True)
+    base_name = f"{gpu}-datasheet"
+    base = load_profile(base_name)
+    peak16 = float(base.peak_flops_for("bf16"))
+    bw = float(base.memory_bandwidth_bytes_per_s or 0.0)
+    eff, fit_report = fit_efficiency(table, peak16, bw)
+    latency = float(((t.spec.get("gpu") or {}).get("mem_empirical_constant_latency")) or 3e-6)
+    eff["kernel_latency_s"] = latency
+    elem = table[table["family"] == "elementwise"]
+    if len(elem):
+        fit_report["elementwise_fallback_vs_vidur"] = streaming_errors(elem, bw, eff["memory"], latency)
+    peaks = {d: float(base.peak_flops_for(d)) for d in ("bf16", "fp8")}
+    full = t.full_gemm[(t.full_gemm["n"] >= 1024) & (t.full_gemm["k"] >= 1024)]
+    compaction = gemm_compaction_errors(full, table, peaks, bw)
+    loo = fit_summary(leave_one_out(table, peak=peak16, bw=bw))
+    loo_report = {r["family"]: {"points": int(r["points"]), "median_abs_error": round(float(r["median_abs_error"]), 4),
+                                "p90_abs_error": round(float(r["p90_abs_error"]), 4)}
+                  for r in loo.to_dict("records")}
+    if command and source is not None:      # the wheel by its file name (provenance has its sha256), not a local path
+        command = command.replace(str(source), Path(source).name)
+    prov = _default_provenance(db, t, vidur_files, eff, fit_report, compaction, loo_report, command)
+    prov["dropped_spikes"] = {
+        "rule": f"a point more than {SPIKE_FACTOR}x both neighbours on its curve (drop_spikes)",
+        "rows": {f"{fam} {dt}": int(n) for (fam, dt), n in spikes.groupby(["family", "dtype"]).size().items()}}
+    header = (f"# Default profile of the {base.device}: measured kernel tables (NVIDIA AIConfigurator"
+              + (", Vidur" if vidur_files else "")
+              + f"),\n# built by `llmplan import-profile default --system {system}`. The vendor-peak roofline of the "
+              f"same GPU\n# is `{base_name}`. See provenance and hwprofiles/README.md.\n")
+    return _write(out, name or gpu, base_name, table, prov, cost_model="kernel_table", efficiency=eff, header=header)
+
+
+def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], eff: dict[str, float],
+                        fit_report: dict[str, Any], compaction: dict[str, Any], loo: dict[str, Any],
+                        command: str | None) -> dict[str, Any]:
+    measured = [f"GEMM {k.split()[1]}: m x n x k grid, m 1-32768, n and k 1024-65536 ({t.kernels[k]}, "
+                f"{t.framework} {t.versions[k]})" for k in t.kernels if k.startswith("gemm")]
+    measured += [f"{k.split()[0]} with a {k.split()[-1]} KV cache ({t.kernels[k]}, {t.framework} {t.versions[k]})"
+                 for k in t.kernels if k.startswith("attn")]
+    if "all_reduce" in t.kernels:
+        measured.append(f"all-reduce of 16-bit tensors on 2, 4 and 8 GPUs ({t.kernels['all_reduce']}, "
+                        f"{t.versions['all_reduce']})")
+    if vidur_files:
+        measured.append("RMSNorm, rotary, SiLU-and-multiply, residual add: Vidur (fp16, 20 runs each)")
+    extrapolated = [
+        "GEMM widths off the grid (e.g. Llama-3 MLP widths 14336/28672, the LM head's vocabulary): the nearest "
+        "measured n x k scaled by the roofline ratio of the two shapes (compaction.scaled_shape is that method's "
+        "error on AIConfigurator shapes left out of this table)",
+        "GEMM rows between grid points: log-log interpolation (compaction.thinned_m: its error on the rows left out)",
+        "prefill attention after cached tokens (chunked prefill, prefix-cache hits): the batch-1 no-prefix curve "
+        "times the roofline ratio of the two shapes",
+        "decode attention beyond the measured batch or context: the last segment continued",
+        "quantization int8/int4 and fp8 where the table has no fp8 rows: 16-bit rows x roofline ratio of the "
+        "precisions; fp8 KV without fp8 rows: 16-bit rows read at the same bytes",
+        "ops with no rows (KV-cache write, sampling" + ("" if vidur_files else ", RMSNorm, rotary, SiLU, residual add")
+        + "): kernel_latency_s + bytes / (bandwidth x efficiency.memory), efficiencies fitted to this table",
+        "engine CPU overhead (overhead.step_s, overhead.per_seq_s): assumed, from the datasheet profile; no kernel "
+        "table measures the scheduler (llmplan validate fits it on a real engine)",
+        "TP degrees other than 2, 4, 8 and tensor sizes beyond the all-reduce table: the interconnect roofline / "
+        "the table's last point",
+    ]
+    meta = db.read_bytes(t.files[0].rsplit("/", 1)[0] + "/collection_meta.yaml").decode() \
+        if db.exists(t.files[0].rsplit("/", 1)[0] + "/collection_meta.yaml") else ""
+    legacy = "provenance: legacy" in meta
+    prov: dict[str, Any] = {
+        "imported_from": f"NVIDIA AIConfigurator kernel database: aiconfigurator-core {db.version} (PyPI), {db.origin}",
+        "license": "AIConfigurator data: Apache-2.0 (c) NVIDIA Corporation & affiliates; this table is a derived "
+                   "subset (compact grid, ms -> s, elements -> bytes)"
+                   + ("; Vidur rows: MIT (c) Microsoft, microsoft/vidur @ 7d47513 data/profiling/" if vidur_files
+                      else ""),
+        "system": t.system, "device_reported": t.device, "framework": t.framework,
+        "versions": t.versions, "kernels": t.kernels, "files": t.files + vidur_files,
+        "date_measured": ("not recorded: the database's collection metadata for these tables says 'provenance: "
+                          "legacy' (no collection date); the measurements predate the package release"
+                          if legacy else "see the collection_meta.yaml of each file"),
+        "measured": measured, "extrapolated": extrapolated,
+        "compact_grid": {"gemm_m": ", ".join(map(str, COMPACT_GEMM_M)),
+                         "gemm_n_and_k": ", ".join(map(str, COMPACT_GEMM_NK)),
+                         "attention_heads/kv_heads/head_dim": ", ".join("/".join(map(str, h)) for h in COMPACT_HEADS),
+                         "elementwise_tokens": ", ".join(map(str, COMPACT_TOKENS)) if vidur_files else "-"},
+        "compaction": compaction,
+        "fit_leave_one_out": loo,
+        "roofline_fit": {"efficiency": eff, **fit_report,
+                         "kernel_latency_note": "kernel_latency_s is AIConfigurator's mem_empirical_constant_latency "
+                                                f"for {t.system} (its systems/{t.system}.yaml), not fitted here"},
+    }
+    if command:
+        prov["command"] = command
+    return prov
+
+
+def gemm_compaction_errors(full: pd.DataFrame, table: pd.DataFrame, peaks: dict[str, float],
+                           bandwidth: float) -> dict[str, dict[str, Any]]:
+    """How much the compact grid costs: every GEMM row of ``full`` (AIConfigurator's whole grid)
+    that ``table`` dropped, predicted from ``table`` the way the cost model predicts it: along
+    ``m`` by the log-log curve of its own ``n x k`` when that shape was kept (``thinned_m``), else
+    scaled from the nearest kept shape by the roofline ratio (``scaled_shape``: the error a model
+    whose widths are not in the table sees). Per dtype: rows, median and p90 |relative error|."""
+    from simulator.cost.op_table import LogCurve, gemm_roof
+    from simulator.cost.table import _nearest
+
+    out: dict[str, dict[str, Any]] = {}
+    for dtype, f in full.groupby("dtype"):
+        kept = table[(table["family"] == "gemm") & (table["dtype"] == dtype)]
+        if kept.empty:
+            continue
+        eb = 1.0 if dtype == "fp8" else 2.0
+        peak = peaks.get(dtype, peaks.get("bf16", 1e15))
+        curves = {}
+        for (n, k), g in kept.groupby(["n", "k"]):
+            pts = g.groupby("tokens")["median_s"].median()
+            curves[(n, k)] = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(),
+                                      gemm_roof(n, k, peak, bandwidth, eb))
+        shapes = pd.DataFrame(list(curves), columns=["n", "k"])
+        errs: dict[str, list[float]] = {"thinned_m": [], "scaled_shape": []}
+        for (n, k), g in f.groupby(["n", "k"]):
+            m, t = g["tokens"].to_numpy(np.float64), g["median_s"].to_numpy(np.float64)
+            if (n, k) in curves:
+                known = set(kept[(kept["n"] == n) & (kept["k"] == k)]["tokens"])
+                drop = np.array([x not in known for x in m])
+                pred = curves[(n, k)](m[drop])
+                errs["thinned_m"] += list(pred / t[drop] - 1.0)
+            else:
+                near = _nearest(shapes, ["n", "k"], [n, k])
+                n0, k0 = int(near["n"]), int(near["k"])
+                ratio = gemm_roof(n, k, peak, bandwidth, eb)(m) / gemm_roof(n0, k0, peak, bandwidth, eb)(m)
+                errs["scaled_shape"] += list(curves[(n0, k0)](m) * ratio / t - 1.0)
+        out[dtype] = {}
+        for what, e in errs.items():
+            a = np.abs(np.array(e))
+            if len(a):
+                out[dtype][what] = {"rows": len(a), "median_abs_error": round(float(np.median(a)), 4),
+                                    "p90_abs_error": round(float(np.percentile(a, 90)), 4)}
+    return out
+
+
+#: Per family: the size a curve runs along, and the factor by which a point must exceed both its
+#: neighbours on that curve to be dropped as a spike (a measurement hiccup, not a kernel).
+SPIKE_AXES = {"gemm": "tokens", "attn_prefill": "tokens", "attn_decode": "context", "comm": "message_bytes"}
+SPIKE_FACTOR = 1.5
+
+
+def drop_spikes(table: pd.DataFrame, factor: float = SPIKE_FACTOR) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``table`` without isolated spikes, and the dropped rows: a point of a curve (one shape,
+    along :data:`SPIKE_AXES`) more than ``factor`` times *both* its neighbours (the first point: both
+    points after it). A real
+    kernel change moves every later point; a spike moves one (A100 decode attention, batch 4 at
+    512 tokens of context: 93.7 us between 22.6 and 27.4). The ``table`` models' decode curves
+    are made non-decreasing along the context, so one spike would lift every longer context."""
+    shape = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
+             "world_size"]
+    drop: list[int] = []
+    for fam, axis in SPIKE_AXES.items():
+        sel = table[table["family"] == fam]
+        for _, g in sel.groupby([c for c in shape if c != axis], sort=False):
+            if len(g) < 3:
+                continue
+            g = g.sort_values(axis)
+            t = g["median_s"].to_numpy(np.float64)
+            spike = t[1:-1] > factor * np.maximum(t[:-2], t[2:])
+            drop += g.index[1:-1][spike].tolist()
+            if t[0] > factor * max(t[1], t[2]):       # the smallest size costing more than the next two
+                drop.append(g.index[0])
+    return table.drop(index=drop), table.loc[drop]

@@ -37,14 +37,17 @@ import torch
 import yaml
 
 from simulator.cost.factory import make_cost_model
+from simulator.errors import ScenarioError
+from simulator.output import output_folder, write_csv
 from simulator.run.resolve import resolve, resolve_model, spawn_rngs
 from simulator.run.simulate import simulate
-from simulator.scenario.config import Scenario
-from simulator.scenario.models import ModelSpec
+from simulator.scenario.config import Scenario, scenario_from_dict
+from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.profiles import load_profile
 from simulator.workload.traffic import Workload, generate_workload
 
-from .engine import EngineRun, LlamaModel, ServingEngine
+from .engine import ENGINE_POLICIES, EngineRun, LlamaModel, ServingEngine
+from .kernels import TORCH_DTYPES
 
 #: (metric column, percentile) pairs compared, in table order.
 METRICS: list[tuple[str, str, float]] = [
@@ -95,12 +98,53 @@ def build_scenario(s: ValidateSettings, hardware: str | dict[str, Any], rate_per
                                  max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len)
     if s.long_prefill_token_threshold:
         sched["long_prefill_token_threshold"] = s.long_prefill_token_threshold
-    return Scenario.model_validate(dict(
+    return scenario_from_dict(dict(
         name="validate", seed=seed, num_requests=num_requests, model=model_ref(s), hardware=hardware,
         scheduler=sched,
         workload=dict(arrival=dict(process="poisson", rate_per_s=rate_per_s),
                       prompt_tokens=dict(dist="lognormal", mean=s.prompt_mean, sigma=s.prompt_sigma, max=s.prompt_max),
                       output_tokens=dict(dist="geometric", mean=s.output_mean, max=s.output_max))))
+
+
+#: The scenario fields :func:`build_scenario` fills from each command-line flag, to name the flag in errors.
+_FLAGS = {"num_requests": "--num-requests", "seed": "--seed", "scheduler.policy": "--policy",
+          "scheduler.max_num_seqs": "--max-num-seqs", "scheduler.max_num_batched_tokens": "--max-num-batched-tokens",
+          "scheduler.max_model_len": "--max-model-len", "workload.prompt_tokens.mean": "--prompt-mean",
+          "workload.prompt_tokens.max": "--prompt-max", "workload.output_tokens.mean": "--output-mean",
+          "workload.output_tokens.max": "--output-max", "scheduler": "--max-num-batched-tokens"}
+
+
+def check_settings(s: ValidateSettings) -> None:
+    """Refuse bad settings before any work (the calibration alone takes minutes), each error naming its
+    command-line flag: the device, model, dtype, policy and counts, then the scenario both sides will serve
+    (built with a stand-in hardware profile, its workload drawn), then ``--profile``.
+
+    Raises:
+        ScenarioError: the first bad setting.
+    """
+    if s.device not in ("cpu", "cuda"):
+        raise ScenarioError("--device", s.device, "allowed: cpu, cuda")
+    if s.device == "cuda" and not torch.cuda.is_available():
+        raise ScenarioError("--device", s.device, f"no CUDA device visible to torch {torch.__version__}")
+    if s.model not in MODEL_PRESETS:
+        raise ScenarioError("--model", s.model, f"unknown model preset; known: {', '.join(MODEL_PRESETS)}")
+    if s.dtype is not None and s.dtype not in TORCH_DTYPES:
+        raise ScenarioError("--dtype", s.dtype, f"allowed: {', '.join(TORCH_DTYPES)}")
+    if s.policy not in ENGINE_POLICIES:
+        raise ScenarioError("--policy", s.policy, f"the reference engine runs {', '.join(ENGINE_POLICIES)}")
+    for flag, value in (("--repeats", s.repeats), ("--num-requests", s.num_requests),
+                        ("--capacity-requests", s.capacity_requests), ("--threads", s.threads)):
+        if value < 1:
+            raise ScenarioError(flag, value, "must be >= 1")
+    stand_in = {"cost_model": "constant", "step_time_s": 0.01}
+    for count, flag in ((s.num_requests, "--num-requests"), (s.capacity_requests, "--capacity-requests")):
+        try:
+            workload_of(build_scenario(s, stand_in, 1.0, count, s.seed))
+        except ScenarioError as exc:
+            raise ScenarioError(flag if exc.field == "num_requests" else _FLAGS.get(exc.field, exc.field),
+                                exc.value, exc.message) from None
+    if s.profile is not None:
+        load_profile(s.profile, field="--profile")
 
 
 def workload_of(scenario: Scenario) -> Workload:
@@ -207,9 +251,16 @@ def _target(metric: str) -> float:
 
 
 def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None] = print,
-                   command: str = "") -> dict[str, Any]:
-    """See the module docstring; returns the JSON document it writes."""
-    out.mkdir(parents=True, exist_ok=True)
+                   command: str = "", force: bool = False) -> dict[str, Any]:
+    """See the module docstring; returns the JSON document it writes. The folder ``out`` is written all
+    or nothing (:func:`simulator.output.output_folder`): an error or Ctrl-C leaves what was there before;
+    a folder already holding results is replaced only with ``force``."""
+    with output_folder(Path(out), force=force) as stage:
+        return _validate(s, stage, Path(out), log, command)
+
+
+def _validate(s: ValidateSettings, out: Path, final: Path, log: Callable[[str], None], command: str) -> dict[str, Any]:
+    """:func:`run_validation` writing into the staging folder ``out``; paths in the document name ``final``."""
     torch.set_num_threads(s.threads)
     ref = model_ref(s)
     spec: ModelSpec = resolve_model(s.model)
@@ -289,7 +340,7 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
             meas[load].append(stats(frame))
             engine_runs[load].append(run)
             if rep == 0:
-                frame.to_csv(out / f"requests_load{load:g}.csv", index=False)
+                write_csv(frame, out / f"requests_load{load:g}.csv")
                 _write_token_times(run, out / f"tokens_load{load:g}.csv")
     overhead = fit_overhead(oh_runs, cost)
     overhead["first_round"] = fit_overhead(oh_runs[:2], cost)
@@ -304,14 +355,14 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
         pred_res = simulate(sc)
         if not np.array_equal(pred_res.requests["arrival_time"].to_numpy(), wl.arrival_time):
             raise RuntimeError("the simulator served other requests than the engine")
-        pred_res.requests.to_csv(out / f"predicted_load{load:g}.csv", index=False)
+        write_csv(pred_res.requests, out / f"predicted_load{load:g}.csv")
         preds[load] = stats(pred_res.requests)
         errs = []
         for rep, run in enumerate(engine_runs[load]):
             steps = step_errors(run, cost_hw)
             errs.append(steps.attrs["summary"])
             if rep == 0:
-                steps.to_csv(out / f"steps_load{load:g}.csv", index=False)
+                write_csv(steps, out / f"steps_load{load:g}.csv")
         step_summary[f"{load:g}"] = {k: float(np.median([e[k] for e in errs])) for k in errs[0]}
     cases = [(load, rate, sc, wl, preds[load]) for load, rate, sc, wl in cases]
     cap_m = float(np.median(cap_meas))
@@ -335,7 +386,8 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
                          "measured_runs": vals})
         log(_load_line(load, rows))
     doc = {
-        "settings": asdict(s) | {"loads": list(s.loads)}, "command": command, "profile": str(prof_path),
+        "settings": asdict(s) | {"loads": list(s.loads)}, "command": command,
+        "profile": str(final / prof_path.relative_to(out)),
         "base_profile": base.name, "overhead": overhead, "capacity": capacity, "rows": rows,
         "step_error": step_summary,
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
@@ -343,10 +395,10 @@ def run_validation(s: ValidateSettings, out: Path, *, log: Callable[[str], None]
                     "load_average_after": list(os.getloadavg())},
         "wall_s": time.perf_counter() - t_start,
     }
-    pd.DataFrame([{k: v for k, v in r.items() if k != "measured_runs"} for r in rows]).to_csv(
-        out / "validation.csv", index=False)
+    write_csv(pd.DataFrame([{k: v for k, v in r.items() if k != "measured_runs"} for r in rows]),
+              out / "validation.csv")
     (out / "validation.json").write_text(json.dumps(doc, indent=1))
-    doc["plot"] = write_plot(rows, out / "validation.html")
+    doc["plot"] = write_plot(rows, out / "validation.html").replace(str(out), str(final))
     return doc
 
 
@@ -354,7 +406,7 @@ def _write_token_times(run: EngineRun, path: Path) -> None:
     rid = np.repeat(np.arange(len(run.token_times)), [len(t) for t in run.token_times])
     idx = np.concatenate([np.arange(len(t)) for t in run.token_times]) if len(rid) else np.zeros(0)
     times = np.concatenate([np.asarray(t) for t in run.token_times]) if len(rid) else np.zeros(0)
-    pd.DataFrame({"request_id": rid, "token_index": idx, "time_s": times}).to_csv(path, index=False)
+    write_csv(pd.DataFrame({"request_id": rid, "token_index": idx, "time_s": times}), path)
 
 
 def _load_line(load: float, rows: list[dict[str, Any]]) -> str:

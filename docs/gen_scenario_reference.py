@@ -53,7 +53,8 @@ when it is out of date). The scenario file is explained with examples in
 [scenario.md](scenario.md). A section per model; "where" gives the YAML keys at which it appears
 (`[]` marks a list item). Types are YAML types: `null` is YAML's empty value. Which features
 combine with which batching policy, cost model and other feature:
-[What combines with what](#what-combines-with-what).
+[What combines with what](#what-combines-with-what); the largest file, run and numbers accepted:
+[Limits](#limits).
 """
 
 
@@ -187,19 +188,26 @@ def link(model: type[BaseModel]) -> str:
     return f"[{model.__name__}](#{anchor(model)})"
 
 
+def number(x: Any) -> str:
+    """A bound as a reader writes it: 4,096 and 1,000,000; 1e+08 and 0.001 for floats."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
 def constraints(metadata: list[Any]) -> list[str]:
     out: list[str] = []
     for m in metadata:
         if isinstance(m, FieldInfo):
             out.extend(constraints(m.metadata))
         elif isinstance(m, annotated_types.Gt):
-            out.append(f"> {m.gt}")
+            out.append(f"> {number(m.gt)}")
         elif isinstance(m, annotated_types.Ge):
-            out.append(f"≥ {m.ge}")
+            out.append(f"≥ {number(m.ge)}")
         elif isinstance(m, annotated_types.Lt):
-            out.append(f"< {m.lt}")
+            out.append(f"< {number(m.lt)}")
         elif isinstance(m, annotated_types.Le):
-            out.append(f"≤ {m.le}")
+            out.append(f"≤ {number(m.le)}")
         elif isinstance(m, annotated_types.MinLen):
             out.append(f"at least {m.min_length} items" if m.min_length != 1 else "not empty")
         elif isinstance(m, annotated_types.MaxLen):
@@ -293,12 +301,47 @@ def render() -> str:
         if model.model_config.get("extra") == "allow":
             lines += ["", "Other fields are allowed here."]
         lines.append("")
+    lines.append(limits_section())
     lines.append(capability_table())
     lines += ["", "## Engine presets", "",
               "`engine: <preset>` fills in the `scheduler` fields a scenario leaves out "
               "(see [engines.md](engines.md)).",
               "", engine_presets()]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def limits_section() -> str:
+    """What every number must be and the largest sizes a run takes (``simulator.scenario.limits``)."""
+    from simulator.scenario import limits as lim
+
+    rows = [
+        ("scenario, plan or profile YAML file", f"at most {lim.MAX_YAML_BYTES:,} bytes, UTF-8, nested at most "
+         f"{lim.MAX_YAML_DEPTH} levels, no aliases (`*name`); safe tags only"),
+        ("`num_requests` (also `simulation.num_requests` of a plan, a trace's rows, the arrivals of "
+         "`duration_s`)", f"at most {lim.MAX_NUM_REQUESTS:,} requests a run"),
+        ("session turns drawn (`workload.sessions`: first turns x mean turns)",
+         f"at most {lim.MAX_SESSION_TURNS_DRAWN:,}"),
+        ("replicas (`deployment.replicas`, pools, regions, autoscaler, `simulation.max_replicas`)",
+         f"at most {lim.MAX_REPLICAS:,} each"),
+        ("simulated time span (`duration_s`, `warmup_s`, `cooldown_s`, `max_sim_time_s`, `num_requests / "
+         "rate_per_s`, a trace's span after `speedup`)", f"at most {lim.MAX_TIME_S:g} s (about 3 years)"),
+        ("token counts (`max_model_len`, lengths, budgets, prefixes, trace and table rows)",
+         f"at most {lim.MAX_MODEL_LEN:,}"),
+        ("`scheduler.max_num_seqs`", f"at most {lim.MAX_NUM_SEQS:,}"),
+        ("`scheduler.block_size`", f"at most {lim.MAX_BLOCK_SIZE:,} tokens"),
+        ("a forecast's `peak_rps`", f"at most {lim.MAX_PEAK_RPS:g} requests/s"),
+        ("bandwidths and peak FLOP/s of a hardware profile", f"at least {lim.MIN_DEVICE_RATE:g}"),
+        ("efficiencies of a hardware profile", f"at least {lim.MIN_EFFICIENCY:g}"),
+        ("every number", "finite (no `.inf`, `.nan`), not `true`/`false`; integers within ±2^62"),
+    ]
+    out = ["## Limits", "",
+           "Every input is checked before anything runs; past a limit the command prints one line, "
+           "`error: <field> = <value>: <what is allowed>`, and exits with status 2. The limits keep a small "
+           "file from asking for a run that cannot fit in memory or time, or that the simulated clock (a "
+           "float64) cannot resolve.", "",
+           "| what | allowed |", "|---|---|"]
+    out += [f"| {what} | {allowed} |" for what, allowed in rows]
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

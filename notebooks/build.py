@@ -44,7 +44,7 @@ the four batching policies the simulator models: `continuous` (vLLM's iteration-
 deadline) and `static` (padded request-level batching, FasterTransformer-style).
 
 The system is the reference scenario, `examples/sharegpt-h100.yaml`: Llama 3 8B on one H100 SXM
-(datasheet roofline profile), ShareGPT prompt and output lengths, Poisson arrivals. Load is
+(`h100-sxm`: measured kernel tables), ShareGPT prompt and output lengths, Poisson arrivals. Load is
 expressed as a fraction of the continuous-batching capacity, measured by a saturated simulation.
 
 **Knee** (computed by `studies.knees`): the load at which a metric reaches twice its value at the
@@ -206,7 +206,7 @@ fig.show()'''),
 ## Replayed against one deployment
 
 The deployment: Llama 3.1 8B (Llama 3 8B's dimensions with its 128k context, so Mooncake's long
-prompts fit; dimensions from its `config.json`) on H100 SXM (datasheet profile), TP 1, chunked
+prompts fit; dimensions from its `config.json`) on H100 SXM (`h100-sxm`, measured kernels), TP 1, chunked
 prefill with a 2048-token budget (vLLM v1's default policy), `least_outstanding` routing over the
 replicas. SLOs: p99 TTFT 2 s and p99 TPOT 100 ms for the Azure traces; for Mooncake, whose prompts
 reach 126k tokens (a 126k-token prefill alone takes several seconds on one H100), p99 TTFT 30 s
@@ -349,9 +349,10 @@ How good are the kernel tables behind the `table` cost model? Three views:
    table `benchmarks/crosscheck_profiles.py` prints).
 
 Profiles: `cpu-amd-epyc-tiny-llama` (measured here by `llmplan calibrate` on a shared 2-core CPU),
-`h100-sxm-vidur` (imported from Vidur's measured H100 tables, MIT) and, when the optional
-`aiconfigurator-core` package is installed, NVIDIA's AIConfigurator H100 database (converted into a
-temporary folder, never into the repository). No measured H100 profile is committed (no GPU was
+`h100-sxm-vidur` (imported from Vidur's measured H100 tables, MIT), the default `h100-sxm` (NVIDIA
+AIConfigurator's kernel tables on a compact grid, Apache-2.0) and, when the optional
+`aiconfigurator-core` package is installed, AIConfigurator's whole H100 grid (converted into a
+temporary folder, never into the repository). None is our own H100 measurement (no GPU was
 available): set `MEASURED_H100` to yours (`llmplan calibrate --device cuda --model llama-3-8b
 --out hwprofiles/my-h100`) to add it to the comparison."""),
     new_code_cell(SETUP + '''
@@ -406,23 +407,24 @@ fig.show()'''),
     new_markdown_cell("""\
 ## Datasheet against imported against measured, same device
 
-H100 SXM with llama-3-8b's shapes (TP 1): the datasheet roofline (`h100-sxm`, vendor peaks with
-assumed efficiencies) against the imported tables and, if given, your measured profile. Source
+H100 SXM with llama-3-8b's shapes (TP 1): the datasheet roofline (`h100-sxm-datasheet`, vendor
+peaks with assumed efficiencies) against the imported tables (the default `h100-sxm`, Vidur,
+AIConfigurator's whole grid) and, if given, your measured profile. Source
 `scaled ...` means the table had no row at this shape (llama-3-8b's MLP widths are not in Vidur's
 tables) and the nearest measured shape was scaled by the roofline ratio; `roofline` means the
 table has no rows for that op and falls back to the datasheet."""),
     new_code_cell('''\
-h100 = {"vidur (imported)": IMPORTED}
+h100 = {"default (measured kernels)": "h100-sxm", "vidur (imported)": IMPORTED}
 tmp = tempfile.TemporaryDirectory()
 if USE_AICONFIGURATOR:
     try:
         from calibrate.importers import import_aiconfigurator
-        h100["aiconfigurator (imported)"] = str(import_aiconfigurator("h100_sxm", Path(tmp.name) / "aic"))
+        h100["aiconfigurator, whole grid"] = str(import_aiconfigurator("h100_sxm", Path(tmp.name) / "aic"))
     except (ImportError, ScenarioError) as exc:
         print(f"AIConfigurator column left out: {exc}")
 if MEASURED_H100:
     h100["measured"] = MEASURED_H100
-cc = studies.crosscheck("llama-3-8b", "h100-sxm", h100)
+cc = studies.crosscheck("llama-3-8b", "h100-sxm-datasheet", h100)
 cc.pivot_table(index=["op", "shape"], columns="profile", values="time_us", sort=False).round(1)'''),
     new_code_cell('''\
 def ratio_figure(cc, title):
@@ -454,7 +456,8 @@ cpu.pivot_table(index=["op", "shape"], columns="profile", values="time_us", sort
     new_markdown_cell("""\
 Limits: the CPU profile was measured on a shared, loaded 2-core machine (its fit errors include
 that noise; see the README's calibration section); Vidur's copy has no attention tables, so its
-attention falls back to the datasheet roofline; no GPU profile was measured for this work."""),
+attention falls back to the datasheet roofline; the GPU tables are imported, none was measured
+for this work."""),
 ]
 
 NB5 = [
@@ -481,8 +484,8 @@ from simulator import scenario_from_dict"""),
     new_markdown_cell("""\
 ## Mooncake `hash_ids` against cache size
 
-Deployment: Llama 3.1 8B dimensions (128k context, as in notebook 2) on H100 SXM (datasheet
-profile), 4 replicas (notebook 2's answer for this trace at a 30 s p99 TTFT),
+Deployment: Llama 3.1 8B dimensions (128k context, as in notebook 2) on H100 SXM (`h100-sxm`,
+measured kernels), 4 replicas (notebook 2's answer for this trace at a 30 s p99 TTFT),
 `least_outstanding` routing, `continuous` batching (the policy prefix caching is modelled with;
 its token budget covers the longest prompt). The cache is per replica and hits are per replica
 (no cache-aware routing). An H100 holds about 28,100 blocks for this model (450k tokens, the
@@ -650,7 +653,7 @@ fig.show()"""),
 Limits (README "Capacity planning"): one seeded run per replica count (a borderline cell can move
 by one replica with another seed), steady Poisson peaks for the peak fleet, GPU-hours from the
 regions' diurnal shapes by an hour-level fluid model of the autoscaler (not a simulated day),
-datasheet hardware profiles with assumed efficiencies and prices."""),
+hardware profiles from imported kernel tables with an assumed engine overhead and assumed prices."""),
 ]
 
 NB7 = [

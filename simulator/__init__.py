@@ -14,7 +14,8 @@ streamlit or plotly. The sub-packages read in the order a run flows through them
   and notebooks show; ``planner/``: GPUs per region and quarter; ``cli``: the command line.
 
 The public names below are imported on first use (PEP 562), so that ``import simulator.cli``
-(``llmplan --help``) does not pay for pandas, scipy and the engine.
+(``llmplan --help``) does not pay for pandas, scipy and the engine, and the ``llmplan`` command's
+:mod:`simulator.launch` can take charge of a Ctrl-C before the slow imports start.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import ScenarioError
+from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.scenario.config import Scenario
@@ -86,6 +87,22 @@ def _kv_cache_dtype(sc: Scenario) -> tuple[str, Any] | None:
     return _on("deployment.kv_cache_dtype", kv if kv != "auto" else None)
 
 
+def _model_has(check: Callable[[ModelSpec], bool]) -> Callable[[Scenario], tuple[str, Any] | None]:
+    """A detector for a property of the scenario's model (a preset name or an inline spec; an
+    unknown name is left to :func:`simulator.run.resolve.resolve_model` to report)."""
+    def on(sc: Scenario) -> tuple[str, Any] | None:
+        spec = sc.model if isinstance(sc.model, ModelSpec) else MODEL_PRESETS.get(sc.model)
+        return ("model", spec.name) if spec is not None and check(spec) else None
+    return on
+
+
+def _above_one(field: str) -> Callable[[Scenario], tuple[str, Any] | None]:
+    def on(sc: Scenario) -> tuple[str, Any] | None:
+        size = getattr(sc.deployment, field)
+        return _on(f"deployment.{field}", size if size > 1 else None)
+    return on
+
+
 FEATURES: dict[str, Feature] = {
     "prefix_caching": Feature("prefix caching", "scheduler.enable_prefix_caching: true", lambda sc: _on(
         "scheduler.enable_prefix_caching", sc.scheduler.enable_prefix_caching)),
@@ -124,6 +141,20 @@ FEATURES: dict[str, Feature] = {
     "offline": Feature("offline batches", "workload.arrival.process: offline", lambda sc: _on(
         "workload.arrival.process", sc.workload.arrival.process if sc.workload.arrival.process == "offline"
         else None)),
+    "pipeline": Feature("processing stages", "pipeline", lambda sc: _on("pipeline", _set(sc.pipeline))),
+    "response_cache": Feature("response caches", "response_cache", lambda sc: _on(
+        "response_cache.kind", sc.response_cache.kind if sc.response_cache else None)),
+    "coalescing": Feature("request coalescing", "coalescing", lambda sc: _on("coalescing", _set(sc.coalescing))),
+    "prompt_popularity": Feature("repeated prompts", "workload.prompt_popularity", lambda sc: _on(
+        "workload.prompt_popularity", _set(sc.workload.prompt_popularity))),
+    "moe": Feature("mixture-of-experts models", "model with num_experts", _model_has(lambda m: m.is_moe)),
+    "mla": Feature("multi-head latent attention", "model with kv_lora_rank", _model_has(lambda m: m.is_mla)),
+    "sliding_window": Feature("sliding-window attention", "model with sliding_window",
+                              _model_has(lambda m: m.num_sliding_layers > 0)),
+    "expert_parallel": Feature("expert parallelism", "deployment.expert_parallel_size > 1",
+                               _above_one("expert_parallel_size")),
+    "pipeline_parallel": Feature("pipeline parallelism", "deployment.pipeline_parallel_size > 1",
+                                 _above_one("pipeline_parallel_size")),
 }
 """Every feature the table speaks of, in the order they are checked."""
 
@@ -133,10 +164,20 @@ POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", 
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
-def _all_but(features: tuple[str, ...], **refused: No) -> dict[str, bool | No]:
-    """A full row: ``YES`` for every feature but the ``refused`` ones."""
+ARCHITECTURE_FEATURES = ("expert_parallel", "pipeline_parallel", "moe", "mla", "sliding_window")
+"""Model shapes and splits a cost model must declare it models (``_all_but(..., also=...)``): a row
+written without them refuses them, so a cost model that times dense operators on one
+tensor-parallel group cannot time an MoE model or a pipeline as if it were one."""
+
+_UNDECLARED = No("the cost model does not declare that it models it", "use a roofline profile")
+
+
+def _all_but(features: tuple[str, ...], also: tuple[str, ...] = (), **refused: No) -> dict[str, bool | No]:
+    """A full row: ``YES`` for every feature but the ``refused`` ones, and but the
+    :data:`ARCHITECTURE_FEATURES` not named in ``also``."""
     assert set(refused) <= set(features), set(refused) - set(features)
-    return {key: refused.get(key, YES) for key in features}
+    return {key: refused.get(key, YES if key not in ARCHITECTURE_FEATURES or key in also else _UNDECLARED)
+            for key in features}
 
 
 _EITHER = "use one or the other"
@@ -168,16 +209,25 @@ POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
 """``scheduler.policy`` -> feature -> ``YES`` or :class:`No`. A policy missing here (a plug-in
 registered without a row) supports none of :data:`POLICY_FEATURES`."""
 
-COST_MODEL_FEATURES = ("quantization", "kv_cache_dtype")
+COST_MODEL_FEATURES = ("quantization", "kv_cache_dtype", "expert_parallel", "pipeline_parallel", "moe", "mla",
+                       "sliding_window")
 """The features whose support depends on the profile's ``cost_model``."""
 
 _OWN_DTYPE = No("it times the model in the dtype it was measured in",
                 "serve the model as calibrated, or use a roofline profile")
+_DENSE_OPS = No("its per-op tables time a dense model's GEMMs and attention on one tensor-parallel group",
+                "use a roofline profile (e.g. the GPU's datasheet one)")
 
 COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
-    "constant": _all_but(COST_MODEL_FEATURES),   # fixed step times; the KV plan follows the bytes
-    "roofline": _all_but(COST_MODEL_FEATURES),
-    "table": _all_but(COST_MODEL_FEATURES, quantization=_OWN_DTYPE, kv_cache_dtype=_OWN_DTYPE),
+    # constant: fixed step times, whatever the model (the KV plan still follows its bytes)
+    "constant": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
+    "roofline": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
+    "table": _all_but(COST_MODEL_FEATURES, quantization=_OWN_DTYPE, kv_cache_dtype=_OWN_DTYPE, moe=_DENSE_OPS,
+                      mla=_DENSE_OPS, sliding_window=_DENSE_OPS, expert_parallel=_DENSE_OPS,
+                      pipeline_parallel=_DENSE_OPS),
+    # kernel_table: measured dense kernels per precision (else the 16-bit rows scaled)
+    "kernel_table": _all_but(COST_MODEL_FEATURES, moe=_DENSE_OPS, mla=_DENSE_OPS, sliding_window=_DENSE_OPS,
+                             expert_parallel=_DENSE_OPS, pipeline_parallel=_DENSE_OPS),
 }
 """A profile's ``cost_model`` -> feature -> ``YES`` or :class:`No` (missing: none supported)."""
 
@@ -207,6 +257,21 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
               "requests, but they are applied after the run", "simulate one region"),
     Exclusion("closed_loop", "autoscaler", "decode runs do not stop at the autoscaler's ticks in a closed loop",
               "fix deployment.replicas"),
+    *(Exclusion(path, other, "the request path is planned for arrivals known before the run", hint)
+      for path in ("pipeline", "response_cache", "coalescing")
+      for other, hint in (("closed_loop", "use an open-loop arrival process"),
+                          ("sessions", "drop workload.sessions"))),
+    *(Exclusion(path, other, "answered and merged requests never reach a region or pool", "simulate one "
+                "deployment") for path in ("response_cache", "coalescing") for other in ("fleet", "model_pools")),
+    Exclusion("prompt_popularity", "sessions", "a session's prompts grow with its turns", "drop workload.sessions"),
+    Exclusion("coalescing", "shared_prefixes", "coalescing needs workload.prompt_popularity, whose prompt "
+              "lengths are drawn per distinct prompt", "drop workload.prefix"),
+    Exclusion("prompt_popularity", "shared_prefixes", "prompt lengths are drawn per distinct prompt",
+              "drop workload.prefix"),
+    Exclusion("pipeline_parallel", "model_pools", "a pool sizes its replicas by its tensor-parallel size only",
+              "give each pool its tensor_parallel_size, or serve one model"),
+    Exclusion("expert_parallel", "model_pools", "the pools would share one expert split whatever their models",
+              "serve one model"),
 )
 """Features not modelled together, whatever the policy and cost model."""
 
@@ -265,7 +330,7 @@ def _refusal(what: str, support: Any, key: str, kind: str, table: dict[str, dict
 
 def _systems(scenario: Scenario) -> list[tuple[str, Any, Scenario]]:
     """``(field prefix, hardware, scenario)`` of each served system: the scenario itself, or with
-    ``deployment.pools`` each pool's view (its hardware, quantization and KV-cache dtype)."""
+    ``deployment.pools`` each pool's view (its model, hardware, quantization and KV-cache dtype)."""
     dep = scenario.deployment
     if not dep.pools:
         return [("", scenario.hardware, scenario)]
@@ -275,7 +340,8 @@ def _systems(scenario: Scenario) -> list[tuple[str, Any, Scenario]]:
             "quantization": pool.quantization if pool.quantization is not None else dep.quantization,
             "kv_cache_dtype": pool.kv_cache_dtype if pool.kv_cache_dtype is not None else dep.kv_cache_dtype})
         hardware = pool.hardware if pool.hardware is not None else scenario.hardware
-        view = scenario.model_copy(update={"deployment": pool_dep})
+        model = pool.model if pool.model is not None else scenario.model
+        view = scenario.model_copy(update={"deployment": pool_dep, "model": model})
         out.append((f"deployment.pools.{pool.name}.", hardware, view))
     return out
 

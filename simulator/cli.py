@@ -6,6 +6,11 @@ Set ``LLMPLAN_DEBUG=1`` to see the traceback of an unexpected internal error.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m simulator.cli`: a Ctrl-C during the imports below ends in one line
+    from simulator.startup import guard_startup
+
+    _restore_interrupts = guard_startup()
+
 import json
 import math
 import os
@@ -25,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.errors import ScenarioError
+from simulator.output import check_output_folder, output_folder, write_csv
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -99,6 +105,22 @@ class PlainProgress:
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def at_least(flag: str, value: float | None, least: float) -> None:
+    """Refuse an option's value below ``least`` (or not a finite number) before any work; None is unset."""
+    if value is not None and not (math.isfinite(value) and value >= least):
+        raise ScenarioError(flag, value, f"must be >= {least:g}")
+
+
+def check_profile_out(out: Path, force: bool) -> None:
+    """A profile folder for ``calibrate``/``import-profile``: not a file, and no finished profile in it
+    unless ``--force`` (its ``profile.yaml`` and ``ops.csv`` are each replaced whole when written)."""
+    if out.exists() and not out.is_dir():
+        raise ScenarioError("--out", str(out), "exists and is not a directory")
+    if (out / "profile.yaml").is_file() and not force:
+        raise ScenarioError("--out", str(out), "already holds a finished profile (profile.yaml); pass --force "
+                            "to replace it, or choose another folder")
+
+
 def _fail(message: str, code: int = 2) -> None:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -146,7 +168,8 @@ def simulate(
     set_: list[str] | None = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
     seed: int | None = typer.Option(None, "--seed", help="Override the scenario's seed."),
     out: Path | None = typer.Option(None, "--out", help="Write requests/steps (parquet+csv), summary.json, "
-                                    "scenario.yaml here."),
+                                    "scenario.yaml here (all or nothing)."),
+    force: bool = typer.Option(False, "--force", help="Replace the results already in --out."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
 ) -> None:
@@ -158,6 +181,8 @@ def simulate(
     if seed is not None:
         overrides["seed"] = seed
     sc = load_scenario(scenario, overrides)
+    if out is not None:
+        check_output_folder(out, force=force)
     show = not no_progress and err_console.is_terminal
     plain = PlainProgress(f"simulating {sc.name}", "requests", err_console,
                           enabled=not no_progress and not show)
@@ -172,7 +197,7 @@ def simulate(
         result = run_simulation(sc, on_progress=progress)
     summary = jsonable(result.summary)
     if out is not None:
-        write_outputs(result, summary, out)
+        write_outputs(result, summary, out, force=force)
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
         if (summary.get("stability") or {}).get("stable") is False:
@@ -183,23 +208,19 @@ def simulate(
         out_console.print(f"wrote {out}/requests.{{parquet,csv}}, steps.{{parquet,csv}}, summary.json, scenario.yaml")
 
 
-def write_outputs(result: Any, summary: dict[str, Any], out: Path) -> None:
-    """Write the run's records and summary under ``out``; ``scenario.yaml`` keeps the absolute
-    ``base_dir`` so relative trace/profile paths still resolve when it is loaded again."""
-    if out.exists() and not out.is_dir():
-        raise ScenarioError("--out", str(out), "exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ScenarioError("--out", str(out), f"cannot create the directory ({exc.strerror})") from None
-    result.requests.to_parquet(out / "requests.parquet", index=False)
-    result.requests.to_csv(out / "requests.csv", index=False)
-    result.steps.to_parquet(out / "steps.parquet", index=False)
-    result.steps.to_csv(out / "steps.csv", index=False)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    scenario = result.scenario.model_dump(mode="json", exclude_none=True)
-    scenario["base_dir"] = str(Path(result.scenario.base_dir).resolve())
-    (out / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+def write_outputs(result: Any, summary: dict[str, Any], out: Path, *, force: bool = False) -> None:
+    """Write the run's records and summary as the folder ``out``, all or nothing (see
+    :mod:`simulator.output`); ``scenario.yaml`` keeps the absolute ``base_dir`` so relative trace/profile
+    paths still resolve when it is loaded again."""
+    with output_folder(out, force=force) as stage:
+        result.requests.to_parquet(stage / "requests.parquet", index=False)
+        write_csv(result.requests, stage / "requests.csv")
+        result.steps.to_parquet(stage / "steps.parquet", index=False)
+        write_csv(result.steps, stage / "steps.csv")
+        (stage / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        scenario = result.scenario.model_dump(mode="json", exclude_none=True)
+        scenario["base_dir"] = str(Path(result.scenario.base_dir).resolve())
+        (stage / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
 
 
 def _ms(x: Any) -> str:
@@ -222,7 +243,10 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
                           f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}")
     dep = summary.get("deployment")
     if dep:
-        out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']})  "
+        split = (f" x PP {dep['pipeline_parallel_size']}" if "pipeline_parallel_size" in dep else "") + (
+            f", EP {dep['expert_parallel_size']}" if "expert_parallel_size" in dep else "")
+        out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']}"
+                          f"{split})  "
                           f"weights {dep['quantization']} (GEMMs in {dep['compute_dtype']}), "
                           f"KV {dep['kv_cache_dtype']}, "
                           f"max concurrency {dep['max_concurrency']:.1f}x at max_model_len"
@@ -230,8 +254,10 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     table = Table(title="latency (ms)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p95", "p99", "p99 95% CI", "n"):
         table.add_column(col, justify="right" if col != "metric" else "left")
-    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s",
-                   *(m for m in ("client_ttft_s", "client_e2e_s") if m in summary)):
+    for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_delay_s", "ttua_s",
+                   *(m for m in ("client_ttft_s", "client_e2e_s", "client_ttua_s") if m in summary)):
+        if metric not in summary:
+            continue
         s = summary[metric]
         ci = (s.get("ci95") or {}).get("p99")
         table.add_row(metric.removesuffix("_s"), _ms(s.get("mean")), *(_ms(s.get(f"p{p}")) for p in (50, 90, 95, 99)),
@@ -259,6 +285,18 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     if pc is not None:
         out_console.print(f"prefix cache: hit rate {100 * (pc['hit_rate'] or 0):.1f}% "
                           f"({pc['hit_tokens']:,} of {pc['queries']:,} prompt tokens), {pc['evictions']:,} evictions")
+    path = summary.get("request_path") or {}
+    if "response_cache" in path:
+        rc = path["response_cache"]
+        out_console.print(f"response cache ({rc['kind']}): hit rate {100 * (rc['hit_rate'] or 0):.1f}% "
+                          f"({rc['hits']:,} of {rc['lookups']:,}), {rc['engine_requests']:,} requests reached the "
+                          f"engine, {rc['output_tokens_saved']:,} output tokens not computed")
+    if "coalescing" in path:
+        out_console.print(f"coalescing: {path['coalescing']['merged']:,} requests shared an identical prompt in flight")
+    if "stages" in path:
+        st_ = path["stages"]
+        out_console.print(f"stages: mean {1000 * (st_['pre_s'] or 0):.1f} ms before the engine, "
+                          f"{1000 * (st_['post_s'] or 0):.1f} ms after it")
     slo = summary.get("slo") or {}
     if "passed" in slo:
         checks = ", ".join(f"{c['name']} {'met' if c['met'] else '[red]MISSED[/]'}" for c in slo["checks"])
@@ -301,16 +339,26 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
 @app.command()
 @guarded
 def models() -> None:
-    """List model presets with their sizes."""
+    """List model presets: total and active parameters, experts, attention, context, KV per token."""
     from simulator.scenario.models import MODEL_PRESETS
 
-    table = Table()
-    for col in ("name", "params (B)", "layers", "hidden", "heads/kv", "context", "KV KiB/token"):
-        table.add_column(col)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True, caption_justify="left",
+                  caption="total/active: billions of weights (all experts / those one token uses); experts: "
+                  "routed/top-k (+shared); attention: heads/KV heads, MLA latent+rope, SW window (x layers "
+                  "when not all); KiB/token: KV cache per token, whole model, model dtype. docs/models.md")
+    for col in ("name", "total", "active", "layers", "experts", "attention", "context", "KiB/token"):
+        table.add_column(col, justify="left" if col in ("name", "experts", "attention") else "right")
     for name, m in MODEL_PRESETS.items():
-        table.add_row(name, f"{m.num_params / 1e9:.2f}", str(m.num_layers), str(m.hidden_size),
-                      f"{m.num_attention_heads}/{m.num_key_value_heads}", str(m.max_model_len),
-                      f"{m.kv_bytes_per_token() / 1024:.0f}")
+        experts = (f"{m.num_experts}/{m.num_experts_per_tok}" + (f"+{m.num_shared_experts}" if m.num_shared_experts
+                                                                 else "")) if m.is_moe else "-"
+        attention = f"{m.num_attention_heads}/{m.num_key_value_heads}"
+        if m.is_mla:
+            attention += f" MLA {m.kv_lora_rank}+{m.qk_rope_head_dim}"
+        if m.num_sliding_layers:
+            attention += f" SW {m.sliding_window}" + (f"x{m.num_sliding_layers}" if m.num_sliding_layers < m.num_layers
+                                                      else "")
+        table.add_row(name, f"{m.num_params / 1e9:.2f}", f"{m.num_active_params / 1e9:.2f}", str(m.num_layers),
+                      experts, attention, str(m.max_model_len), f"{m.kv_bytes_per_token() / 1024:.1f}")
     out_console.print(table)
 
 
@@ -339,7 +387,7 @@ def profiles(ctx: typer.Context) -> None:
     for name, path in available_profiles().items():
         try:
             p = load_profile(str(path))
-            fit = fit_headline(p) if p.cost_model == "table" else f"- ({p.cost_model}, no measurements)"
+            fit = fit_headline(p) if p.table is not None else f"- ({p.cost_model}, no measurements)"
         except ScenarioError as exc:
             table.add_row(escape(name), "[red]invalid[/]", "-", "-", escape(str(exc)))
             continue
@@ -356,6 +404,9 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
     from simulator.scenario.profiles import load_profile
 
     p = load_profile(name, field="profile")
+    measured = p.table is not None
+    # The per-op table is read (and checked) before anything is printed: a bad row is one error line.
+    ops, fam = (op_report(p), family_report(p)) if measured else (None, None)
     prov = p.provenance
     out_console.print(f"[bold]{escape(p.name)}[/]  {escape(p.device)}  source={p.source}  cost_model={p.cost_model}  "
                       f"date={prov.get('date', '-')}")
@@ -376,13 +427,12 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         out_console.print(f"  noise: p90-p10 spread {100 * n.get('median_rel_spread_p90_p10', 0):.0f}% of the median "
                           f"(median over benchmarks), reference drift {100 * n.get('reference_drift', 0):+.1f}%, "
                           f"load average {n.get('load_average_before', ['-'])[0]}", highlight=False)
-    if p.cost_model != "table" or p.table is None:
+    if ops is None or fam is None:
         eff = p.efficiency
         out_console.print(f"no per-op measurements: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
                           f"of peak, memory {eff.memory:.0%}, attention {eff.attention_compute:.0%}/"
                           f"{eff.attention_memory:.0%}); fit error: n/a")
         return
-    ops = op_report(p)
     table = Table(title="per op: leave-one-out error on held-out shapes, best efficiency vs the profile's peak",
                   title_justify="left")
     for col in ("op", "family", "points", "median |err|", "p90 |err|", "max |err|", "best", "of peak"):
@@ -392,7 +442,6 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         table.add_row(r["op"], r["family"], str(r["points"]), _pct(r["median_abs_error"]), _pct(r["p90_abs_error"]),
                       _pct(r["max_abs_error"]), best, _pct(r["efficiency"]))
     out_console.print(table)
-    fam = family_report(p)
     ftable = Table(title=f"per family (target: median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%})",
                    title_justify="left")
     for col in ("family", "points", "median |err|", "p90 |err|", "max |err|", "target"):
@@ -424,13 +473,26 @@ def calibrate(
     memory_limit_gib: float | None = typer.Option(None, "--memory-limit-gib",
                                                      help="Refuse a grid needing more (default: 80% of free memory)."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard partial results in --out and start over."),
+    force: bool = typer.Option(False, "--force", help="Measure again over a finished profile in --out (replacing "
+                               "it when the new one is written)."),
     clock: str = typer.Option("auto", "--clock", help="CPU timing: wall, thread (CPU time; needs --threads 1) "
                               "or auto (thread when single-threaded)."),
     name: str | None = typer.Option(None, "--name", help="Profile name (default: the folder's name)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
+    max_drift: float = typer.Option(0.25, "--max-drift", help="Noise bound: the reference kernel's largest "
+                                    "change from the start of the run (fraction; benchmarks timed past it are "
+                                    "timed again, 3 times at most, then the run is refused)."),
+    max_spread: float = typer.Option(0.5, "--max-spread", help="Noise bound: the reference kernel's largest "
+                                     "(p90 - p10) / median over one probe."),
+    max_load: float | None = typer.Option(None, "--max-load", help="Noise bound: the largest 1-minute load "
+                                          "average per CPU (default: 3 on the thread clock, 1.5 on the wall "
+                                          "clock, not checked on a GPU)."),
 ) -> None:
-    """Time real torch kernels over the model's shapes and write a measured hardware profile."""
+    """Time real torch kernels over the model's shapes and write a measured hardware profile.
+
+    The machine's noise is probed throughout (a reference kernel and the load average): benchmarks
+    timed during a noisy stretch are timed again, and a machine that stays noisy is refused (exit 2)."""
     try:
         from calibrate.runner import run_calibration
     except ModuleNotFoundError as exc:
@@ -438,6 +500,13 @@ def calibrate(
             _fail("torch is not installed: `llmplan calibrate` needs the calibrate extra "
                   "(pip install -e .[calibrate])")
         raise
+    for flag, value in (("--tp", tp), ("--max-tokens", max_tokens), ("--max-seqs", max_seqs),
+                        ("--max-context", max_context), ("--threads", threads)):
+        at_least(flag, value, 1)
+    if memory_limit_gib is not None and not (math.isfinite(memory_limit_gib) and memory_limit_gib > 0):
+        raise ScenarioError("--memory-limit-gib", memory_limit_gib, "must be a positive number of GiB")
+    check_profile_out(out, force)
+    fresh = fresh or force
     show = not no_progress and err_console.is_terminal
     plain = PlainProgress("calibrating", "benchmarks", err_console, enabled=not no_progress and not show)
     state = {"done": 0, "total": 0}
@@ -459,7 +528,9 @@ def calibrate(
                                    max_seqs=max_seqs, max_context=max_context, threads=threads,
                                    memory_limit_bytes=memory_limit_gib * 2**30 if memory_limit_gib else None,
                                    fresh=fresh, clock=clock, name=name, on_progress=progress, on_start=started,
-                                   command="llmplan " + " ".join(sys.argv[1:]))
+                                   command="llmplan " + " ".join(sys.argv[1:]),
+                                   noise={"max_drift": max_drift, "max_spread": max_spread,
+                                          **({"max_load_per_cpu": max_load} if max_load is not None else {})})
         except KeyboardInterrupt:
             _fail(f"interrupted: {state['done']} of {state['total']} benchmarks kept in {out}/ops.partial.csv; "
                   "run the same command again to resume", code=130)
@@ -474,6 +545,13 @@ def calibrate(
                    if (model, measured_dtype) == ("tiny-llama", "fp32") else "")
         out_console.print(f"  kernels timed in {measured_dtype}: serve the scenario's model in "
                           f"{measured_dtype}{example}", highlight=False)
+    noise = p.provenance.get("noise", {}).get("monitor", {})
+    if noise:
+        out_console.print(f"  noise: {len(noise['probes'])} probes of the reference kernel, largest drift "
+                          f"{100 * noise['max_abs_drift']:.0f}% (bound {100 * noise['bounds']['max_drift']:.0f}%), "
+                          f"{noise['benchmarks_remeasured']} benchmarks timed again", highlight=False)
+    for warning in p.provenance.get("fit_warnings", []):
+        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     for r in family_report(p).to_dict("records"):
         out_console.print(f"  {r['family']:<13} held-out error: median {_pct(r['median_abs_error'])}, "
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
@@ -482,26 +560,37 @@ def calibrate(
 @app.command("import-profile")
 @guarded
 def import_profile(
-    source: str = typer.Argument(..., help="vidur or aiconfigurator."),
+    source: str = typer.Argument(..., help="vidur, aiconfigurator, or default (the shipped GPU profiles: "
+                                 "AIConfigurator + Vidur, compact, fitted efficiencies)."),
     out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
     gpu: str = typer.Option("h100", "--gpu", help="vidur: h100 or a100."),
-    data: Path | None = typer.Option(None, "--data", help="vidur: folder of its CSVs "
+    data: Path | None = typer.Option(None, "--data", help="vidur, default: folder of Vidur's CSVs "
                                         "(default: shared/data/llm_traces/vidur_profiling beside the repo)."),
     system: str = typer.Option("h100_sxm", "--system",
-                               help="aiconfigurator: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
+                               help="aiconfigurator, default: h100_sxm, h200_sxm, b200_sxm, a100_sxm, l40s."),
     framework: str = typer.Option("vllm", "--framework", help="aiconfigurator: vllm, sglang or trtllm tables."),
-    name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>)."),
+    wheel: Path | None = typer.Option(None, "--wheel", help="aiconfigurator, default: the aiconfigurator-core "
+                                      "wheel or a folder it was unpacked into (default: the installed package)."),
+    compact: bool = typer.Option(False, "--compact", help="aiconfigurator: keep only the compact grid."),
+    name: str | None = typer.Option(None, "--name", help="Profile name (default: <gpu>-<source>; default: <gpu>)."),
+    force: bool = typer.Option(False, "--force", help="Replace a profile already in --out."),
 ) -> None:
     """Convert someone else's per-op measurements into a `source: imported` profile."""
-    from calibrate.importers import import_aiconfigurator, import_vidur
+    from calibrate.importers import import_aiconfigurator, import_default, import_vidur
 
+    if source not in ("vidur", "aiconfigurator", "default"):
+        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator, default")
+    check_profile_out(out, force)
+    vidur_data = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     if source == "vidur":
-        folder = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
-        path = import_vidur(folder, gpu, out, name)
+        path = import_vidur(vidur_data, gpu, out, name)
     elif source == "aiconfigurator":
-        path = import_aiconfigurator(system, out, framework, name)
+        path = import_aiconfigurator(system, out, framework, name, source=wheel, compact=compact)
+    elif source == "default":
+        path = import_default(system, out, source=wheel, vidur_dir=vidur_data if vidur_data.is_dir() else None,
+                              name=name, command="llmplan " + " ".join(sys.argv[1:]))
     else:
-        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator")
+        raise ScenarioError("source", source, "allowed: vidur, aiconfigurator, default")
     out_console.print(f"wrote {path}; use it with `hardware: {path.parent}`")
 
 
@@ -529,10 +618,11 @@ def validate(
                               "immune to time-slicing on a shared CPU)."),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads for engine and calibration."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)."),
+    force: bool = typer.Option(False, "--force", help="Replace the results already in --out."),
 ) -> None:
     """Run a real torch serving engine and the simulator on the same requests; compare tails."""
     try:
-        from calibrate.validate import ValidateSettings, format_table, run_validation
+        from calibrate.validate import ValidateSettings, check_settings, format_table, run_validation
     except ModuleNotFoundError as exc:
         if exc.name == "torch" or "torch" in str(exc):
             _fail("torch is not installed: `llmplan validate` needs the calibrate extra "
@@ -554,8 +644,10 @@ def validate(
                                 max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                                 prompt_mean=prompt_mean, prompt_max=prompt_max, output_mean=output_mean,
                                 output_max=output_max, clock=clock, threads=threads, dtype=dtype)
+    check_settings(settings)          # seconds, not the minutes the calibration takes before a late error
+    check_output_folder(out, force=force)
     doc = run_validation(settings, out, log=lambda m: err_console.print(escape(m), highlight=False),
-                         command="llmplan " + " ".join(sys.argv[1:]))
+                         command="llmplan " + " ".join(sys.argv[1:]), force=force)
     out_console.print(format_table(doc), highlight=False, soft_wrap=True)
     out_console.print(f"wrote {out}/validation.csv, {out}/validation.json; {doc['plot']}", highlight=False)
 
@@ -568,6 +660,7 @@ def plan(
                              help="Folder for worksheet.csv, worksheet-totals.csv and "
                              "worksheet-candidates.csv (created with its parents); a name ending in .csv is "
                              "the worksheet itself, the other two beside it."),
+    force: bool = typer.Option(False, "--force", help="Replace worksheets already at --out."),
     backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or dask."),
     address: str | None = typer.Option(None, "--address", help="Dask scheduler address, e.g. tcp://host:8786."),
     workers: int | None = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
@@ -578,17 +671,19 @@ def plan(
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
     from simulator.planner import load_plan, write_worksheets
     from simulator.planner import plan as run_plan
+    from simulator.planner.backends import check_backend
     from simulator.planner.report import PlanProgressDisplay, print_plan
     from simulator.planner.worksheet import check_out
 
+    check_backend(backend, workers=workers, address=address, timeout_s=timeout)
     loaded = load_plan(plan_file)
-    check_out(out)
+    check_out(out, force=force)
     show = not no_progress and err_console.is_terminal
     plain = PlainProgress("planning", "searches", err_console, enabled=not no_progress and not show)
     with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
                           timeout_s=timeout)
-    paths = write_worksheets(result, out)
+    paths = write_worksheets(result, out, force=force)
     print_plan(result, out_console)
     bad = result.worksheet[result.worksheet["status"] != "ok"]
     for r in bad.to_dict("records"):
@@ -598,8 +693,14 @@ def plan(
 
 
 def main() -> None:
-    app()
+    """Run the CLI. A Ctrl-C outside a command (while the arguments are parsed) also ends in one line."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("[bold red]error:[/] interrupted", highlight=False)
+        sys.exit(130)
 
 
 if __name__ == "__main__":  # pragma: no cover
+    _restore_interrupts()
     main()

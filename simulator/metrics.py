@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from simulator.run.records import SimulationResult
 
 PERCENTILES = (50, 90, 95, 99)
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
-CLIENT_LATENCIES = ("client_ttft_s", "client_e2e_s")
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s", "ttua_s")
+CLIENT_LATENCIES = ("client_ttft_s", "client_e2e_s", "client_ttua_s")
 
 
 def describe(values: np.ndarray) -> dict[str, Any]:
@@ -153,7 +153,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         summary[metric] = describe(measured[metric].to_numpy())
     if "client_ttft_s" in measured:
         for metric in CLIENT_LATENCIES:
-            summary[metric] = describe(measured[metric].to_numpy())
+            if metric in measured:
+                summary[metric] = describe(measured[metric].to_numpy())
     judged_frame = req   # the judge picks the window's arrivals and the client-perceived latencies itself
     values, weights = itl_samples(steps, (start, end))
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
@@ -192,6 +193,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
                      **_slo_summary(t.slo or sc.slo, judged_frame[judged_frame["tier"] == t.name], (start, end),
                                     stable)}
             for t in sc.workload.tiers}
+    if result.request_path is not None:
+        summary["request_path"] = result.request_path.summary(req, in_window.to_numpy())
     if "region" in req:   # scenario.fleet: per-region breakdown
         from simulator.cluster.fleet import fleet_summary
         summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
@@ -254,7 +257,7 @@ def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:
 
 
 def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
-    """GPU count and the model-level levers as served (quantization, KV dtype, TP)."""
+    """GPU count and the model-level levers as served (quantization, KV dtype, TP, PP, EP)."""
     sc, system = result.scenario, result.system
     dep, p, plan = sc.deployment, system.precision, system.kv_plan
     replicas = dep.replicas
@@ -264,15 +267,18 @@ def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
         replicas = sum(r.replicas for r in sc.fleet.regions)
     elif dep.autoscaler is not None:      # provisioned ceiling; the autoscaler's own stats say how many ran
         replicas = dep.autoscaler.max_replicas
-    num_gpus = replicas * dep.tensor_parallel_size
+    num_gpus = replicas * dep.gpus_per_replica
     if dep.pools is not None:             # model routing: the sum over pools (each its own TP)
         from simulator.cluster.pools import pool_tp
         replicas = sum(pl.replicas for pl in dep.pools)
         num_gpus = sum(pl.replicas * pool_tp(sc, pl) for pl in dep.pools)
+    # Pipeline and expert parallelism are listed only when used (the summary of a TP-only run is unchanged).
+    split = {f"{kind}_parallel_size": size for kind, size in (("pipeline", dep.pipeline_parallel_size),
+                                                              ("expert", dep.expert_parallel_size)) if size > 1}
     return {
         "num_gpus": num_gpus,
         "deployment": {
-            "replicas": replicas, "tensor_parallel_size": dep.tensor_parallel_size,
+            "replicas": replicas, "tensor_parallel_size": dep.tensor_parallel_size, **split,
             "num_gpus": num_gpus,
             "quantization": p.quantization if p is not None else "none",
             "compute_dtype": p.compute_dtype if p is not None else system.model.dtype,

@@ -47,7 +47,7 @@ import pandas as pd
 
 from simulator.critical_values import t_ppf
 
-SLO_METRICS = ("ttft", "tpot", "e2e", "queue_delay")
+SLO_METRICS = ("ttft", "tpot", "e2e", "queue_delay", "ttua")
 SLO_PERCENTILES = (50, 90, 95, 99)
 COMPLETED = "finished_length_capped"
 
@@ -89,8 +89,10 @@ def judged_latencies(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """The latency each metric is judged on (client-perceived TTFT/E2E when the frame has them)."""
     ttft = "client_ttft_s" if "client_ttft_s" in frame else "ttft_s"
     e2e = "client_e2e_s" if "client_e2e_s" in frame else "e2e_s"
+    ttua = "client_ttua_s" if "client_ttua_s" in frame else ("ttua_s" if "ttua_s" in frame else e2e)
     return {"ttft": frame[ttft].to_numpy(dtype=float), "tpot": frame["tpot_s"].to_numpy(dtype=float),
-            "e2e": frame[e2e].to_numpy(dtype=float), "queue_delay": frame["queue_delay_s"].to_numpy(dtype=float)}
+            "e2e": frame[e2e].to_numpy(dtype=float), "queue_delay": frame["queue_delay_s"].to_numpy(dtype=float),
+            "ttua": frame[ttua].to_numpy(dtype=float)}
 
 
 def quantile_with_drops(values: np.ndarray, q: float) -> float:

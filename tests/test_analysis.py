@@ -199,7 +199,8 @@ def test_profile_table_lists_every_profile():
     table = profiles_overview(profiles).set_index("profile")
     assert set(table.index) == set(profiles)
     assert table.loc["h100-sxm", "bandwidth_tb_s"] == pytest.approx(3.35)
-    assert table.loc["h100-sxm", "source"] == "datasheet"
+    assert table.loc["h100-sxm", "source"] == "imported"                  # measured kernels, the default
+    assert table.loc["h100-sxm-datasheet", "source"] == "datasheet"       # the vendor-peak fallback
     assert table.loc["h100-sxm", "usd_per_gpu_hour"] == 3.0
     assert set(table["source"]) <= {"datasheet", "measured", "imported", "inline"}
 
@@ -225,7 +226,7 @@ def test_measured_vs_fitted_matches_the_table_and_its_fit_report():
             == pytest.approx(mf.loc[ok, "rel_error"]))
     assert set(mf.loc[mf["family"] == "attn_decode", "size_unit"]) == {"context tokens"}
     with pytest.raises(ScenarioError):
-        measured_vs_fitted(load_profile("h100-sxm"))
+        measured_vs_fitted(load_profile("h100-sxm-datasheet"))
 
 
 def test_step_time_curves():

@@ -43,8 +43,9 @@ def test_what_if_runs_and_matches_the_library(app):
     ok(app.run())
     ok(app.button(key="wi_run").click().run())
     cards = metrics(app)
-    assert len(cards) == 10
+    assert len(cards) == 11
     expected = simulate(load_scenario(EXAMPLE, {"num_requests": 1500, "seed": 3})).summary
+    assert cards["TTUA p99 (s)"] == f"{expected['ttua_s']['p99']:,.2f}"
     assert cards["TTFT p99 (ms)"] == f"{expected['ttft_s']['p99'] * 1e3:,.1f}"
     assert cards["E2E p50 (s)"] == f"{expected['e2e_s']['p50']:,.2f}"
     price = 3.0  # h100-sxm's assumed $/GPU-hour
@@ -54,6 +55,16 @@ def test_what_if_runs_and_matches_the_library(app):
     assert app.download_button(key="wi_download").label == "Download scenario YAML"
     # Shareable: the URL now carries the example and the knobs.
     assert app.query_params["example"] == "chat-h100.yaml" and app.query_params["n"] == "1500"
+
+
+def test_what_if_lists_the_moe_and_long_context_models(app):
+    """The model knob offers the MoE, MLA and 128k presets; the DeepSeek-V3 example names its split."""
+    options = app.selectbox(key="wi_model").options
+    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "llama-3.1-8b", "llama-3.1-70b"):
+        assert name in options, name
+    ok(app.selectbox(key="wi_example").select("deepseek-v3-h200.yaml").run())
+    line = app.markdown[0].value
+    assert "deepseek-v3" in line and "8 × h200-datasheet" in line and "TP 8, EP 8" in line
 
 
 def test_what_if_shows_each_model_pool():
@@ -67,7 +78,7 @@ def test_what_if_shows_each_model_pool():
     assert "**small**: llama-3.2-1b on 1 × h100-sxm" in line and "**big**: llama-3-8b on 2 × h100-sxm" in line
     at.number_input(key="wi_num_requests").set_value(800)
     ok(at.button(key="wi_run").click().run())
-    assert len(metrics(at)) == 10
+    assert len(metrics(at)) == 11
 
 
 def test_baseline_compare_shows_deltas(app):
@@ -121,7 +132,7 @@ def test_bad_uploads_show_errors_and_the_page_keeps_working(app):
     ok(app.run())
     assert not app.error
     ok(app.button(key="wi_run").click().run())
-    assert len(metrics(app)) == 10
+    assert len(metrics(app)) == 11
 
 
 def test_time_limit_cancels_a_run(app):
@@ -134,7 +145,7 @@ def test_time_limit_cancels_a_run(app):
     app.number_input(key="wi_time_limit_s").set_value(60.0)
     app.number_input(key="wi_num_requests").set_value(500)
     ok(app.button(key="wi_run").click().run())
-    assert len(metrics(app)) == 10
+    assert len(metrics(app)) == 11
 
 
 def test_query_parameters_restore_a_view():
@@ -183,7 +194,8 @@ def test_hardware_page(app):
     ok(app.switch_page("app_pages/hardware.py").run())
     table = app.dataframe[0].value
     assert set(table["profile"]) == set(available_profiles())
-    assert table.set_index("profile").loc["h100-sxm", "source"] == "datasheet"
+    assert table.set_index("profile").loc["h100-sxm", "source"] == "imported"
+    assert table.set_index("profile").loc["h100-sxm-datasheet", "source"] == "datasheet"
     assert len(app.get("plotly_chart")) == 2                 # step times; measured vs fitted
     app.selectbox(key="hw_model").set_value("llama-3-70b")
     app.selectbox(key="hw_tp").set_value(8)
@@ -201,7 +213,7 @@ def test_hardware_page(app):
     app.selectbox(key="hw_detail").set_value("l40s")
     ok(app.run())
     provenance = app.dataframe[2].value
-    assert "document" in set(provenance["field"])
+    assert {"imported_from", "license", "measured", "extrapolated"} <= set(provenance["field"])
     # A profile that cannot time the chosen model is listed with the reason, not drawn.
     app.multiselect(key="hw_profiles").set_value(["cpu-amd-epyc-tiny-llama"])
     ok(app.run())
@@ -368,7 +380,7 @@ def test_swap_preemption_knob(app):
     ok(app.run())
     app.number_input(key="wi_swap_gib").set_value(16.0)
     ok(app.button(key="wi_run").click().run())
-    assert len(metrics(app)) == 10
+    assert len(metrics(app)) == 11
     assert app.query_params["preempt"] == "swap" and app.query_params["swap"] == "16.0"
     yaml_text = app.code[-1].value
     assert "preemption_mode: swap" in yaml_text and "swap_space_gib: 16.0" in yaml_text

@@ -93,7 +93,7 @@ def test_click_through_the_dashboard(server, browser):
     run.click()
     card = page.get_by_test_id("stMetric").filter(has_text="TTFT p99 (ms)")
     expect(card).to_be_visible()
-    expect(page.get_by_test_id("stMetric")).to_have_count(10)
+    expect(page.get_by_test_id("stMetric")).to_have_count(11)
     value = card.get_by_test_id("stMetricValue").inner_text()
     assert float(value.replace(",", "")) > 0
     expect(page.locator(".js-plotly-plot").first).to_be_visible()
@@ -110,7 +110,7 @@ def test_click_through_the_dashboard(server, browser):
     rate.press("Enter")
     expect(page.get_by_text("The knobs changed since this run")).to_be_visible()
     page.get_by_role("button", name="Run simulation").click()
-    expect(page.get_by_test_id("stMetricDelta")).to_have_count(10)
+    expect(page.get_by_test_id("stMetricDelta")).to_have_count(11)
     expect(card.get_by_test_id("stMetricDelta")).to_contain_text("+")
     page.get_by_role("tab", name="Compare with baseline").click()
     expect(page.get_by_text("Scenario changes from the baseline")).to_be_visible()

@@ -27,7 +27,10 @@ from calibrate.runner import run_calibration  # noqa: E402
 from simulator.scenario.models import MODEL_PRESETS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = dict(model="tiny-llama", device="cpu", quick=True, threads=1, max_tokens=16, max_seqs=4, max_context=128)
+SMALL = dict(model="tiny-llama", device="cpu", quick=True, threads=1, max_tokens=16, max_seqs=4, max_context=128,
+             noise={"max_drift": 1e6, "max_spread": 1e6, "max_load_per_cpu": None})
+"""A tiny grid; its tests are about the run's structure (resume, passes, merging), so the noise
+monitor never re-times or refuses here (tests/test_calibration_noise.py tests it)."""
 
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -304,3 +307,15 @@ def test_gpu_timer_excludes_launch_gaps_and_sees_big_gemms() -> None:
 
 def family_ok(table: pd.DataFrame) -> bool:
     return {"gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"} <= set(table["family"])
+
+
+def test_calibration_and_the_reference_engine_refuse_models_beyond_the_dense_shape(tmp_path: Path) -> None:
+    """Experts, latent attention and sliding windows are timed by the roofline only: calibrating
+    or building the reference engine for such a model is an error naming what it has."""
+    from calibrate.engine import LlamaModel
+
+    with pytest.raises(ScenarioError) as info:
+        run_calibration(tmp_path / "x", "mixtral-8x7b")
+    assert info.value.field == "--model" and "experts" in info.value.message
+    with pytest.raises(ScenarioError, match="latent attention"):
+        LlamaModel(MODEL_PRESETS["deepseek-v3"])

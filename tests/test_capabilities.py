@@ -26,6 +26,15 @@ from simulator.capabilities import (
 from simulator.cost.factory import COST_MODELS
 from simulator.engine.policies import POLICIES
 
+TINY = {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 8,
+        "intermediate_size": 688, "vocab_size": 4096, "max_model_len": 2048, "dtype": "fp32"}
+TINY_MOE = {**TINY, "name": "tiny-moe", "num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 1,
+            "moe_intermediate_size": 128, "first_k_dense_replace": 1}
+TINY_MLA = {**TINY, "name": "tiny-mla", "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+            "v_head_dim": 32}
+TINY_SWA = {**TINY, "name": "tiny-swa", "sliding_window": 64, "sliding_window_layers": 2}
+"""Tiny models with experts, latent attention, sliding-window layers (one feature each)."""
+
 ON: dict[str, dict[str, Any]] = {
     "prefix_caching": {"scheduler.enable_prefix_caching": True},
     "speculative_decoding": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2,
@@ -50,14 +59,24 @@ ON: dict[str, dict[str, Any]] = {
     "multi_step": {"scheduler.num_scheduler_steps": 4},
     "closed_loop": {"workload.arrival": {"process": "closed_loop", "concurrency": 4, "think_time_s": 0.01}},
     "offline": {"workload.arrival": {"process": "offline"}},
+    "pipeline": {"pipeline": {"pre": [{"name": "tokenize", "latency_ms": 1.0}]}},
+    "response_cache": {"response_cache": {"kind": "semantic", "hit_rate": 0.3}},
+    "coalescing": {"coalescing": {"window_ms": 100}, "workload.prompt_popularity": {"distinct_prompts": 50}},
+    "prompt_popularity": {"workload.prompt_popularity": {"distinct_prompts": 50}},
+    "moe": {"model": TINY_MOE},
+    "mla": {"model": TINY_MLA},
+    "sliding_window": {"model": TINY_SWA},
+    "expert_parallel": {"model": TINY_MOE, "deployment.tensor_parallel_size": 2,
+                        "deployment.expert_parallel_size": 2},
+    "pipeline_parallel": {"deployment.pipeline_parallel_size": 2},
 }
 """Settings that turn each feature on in the small test scenario."""
 
 POLICY_BASE: dict[str, dict[str, Any]] = {"disaggregated": ON["pool_sizes"]}
 """What a policy needs to resolve at all (disaggregated: both pool sizes)."""
 
-PROFILE = {"constant": dict(CONSTANT_HW, host_link_bandwidth_bytes_per_s=6.4e10), "roofline": "h100-sxm",
-           "table": "h100-sxm-vidur"}
+PROFILE = {"constant": dict(CONSTANT_HW, host_link_bandwidth_bytes_per_s=6.4e10), "roofline": "h100-sxm-datasheet",
+           "table": "h100-sxm-vidur", "kernel_table": "h100-sxm"}
 """A hardware profile of each cost model (h100-sxm has the interconnect and host link the
 disaggregated policy and swap preemption need)."""
 
@@ -139,7 +158,7 @@ def test_a_pool_is_checked_against_its_own_cost_model() -> None:
         resolve(scenario("continuous", "model_pools", **{"deployment.pools": [short, {"name": "long"}]}))
     assert info.value.field == "deployment.pools.short.quantization"
     assert "h100-sxm-vidur" in info.value.message
-    roofline = {**short, "hardware": "h100-sxm"}
+    roofline = {**short, "hardware": "h100-sxm-datasheet"}
     resolve(scenario("continuous", "model_pools", **{"deployment.pools": [roofline, {"name": "long"}]}))
 
 
@@ -180,3 +199,13 @@ def test_docs_show_every_cell() -> None:
     for ex in EXCLUSIONS:
         a, b = FEATURES[ex.feature], FEATURES[ex.other]
         assert f"| {a.title} (`{a.yaml}`) | {b.title} (`{b.yaml}`) |" in text
+
+
+def test_a_row_written_without_the_architecture_features_refuses_them() -> None:
+    """A cost model's row that does not name experts, MLA, sliding windows, EP or PP in ``also``
+    refuses them: a new cost model cannot time an MoE model as a dense one by omission."""
+    from simulator.capabilities import ARCHITECTURE_FEATURES, _all_but
+
+    row = _all_but(COST_MODEL_FEATURES)
+    assert all(row[k] is not YES for k in ARCHITECTURE_FEATURES)
+    assert all(row[k] is YES for k in COST_MODEL_FEATURES if k not in ARCHITECTURE_FEATURES)

@@ -19,7 +19,7 @@ from simulator.scenario.profiles import GIB, HardwareProfile, load_profile
 DATA = Path(__file__).parent / "data"
 
 
-def roofline(model="llama-3-8b", hw="h100-sxm", tp=1) -> RooflineCostModel:
+def roofline(model="llama-3-8b", hw="h100-sxm-datasheet", tp=1) -> RooflineCostModel:
     return RooflineCostModel(load_profile(hw), MODEL_PRESETS[model], tp)
 
 
@@ -123,7 +123,7 @@ def test_datasheet_roofline_against_measured_h100_linear_layers():
     d = d[d["num_tensor_parallel_workers"] == 1]
     ops = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
     measured = sum(d[f"time_stats.{o}.median"] for o in ops).to_numpy() / 1000 * 32
-    cm = RooflineCostModel(load_profile("h100-sxm"), MODEL_PRESETS["llama-2-7b"], 1)
+    cm = RooflineCostModel(load_profile("h100-sxm-datasheet"), MODEL_PRESETS["llama-2-7b"], 1)
     tokens = d["num_tokens"].to_numpy()
     predicted = np.array([max(cm._lin_flops_per_token * t / cm._gemm_rate(t), cm._lin_weight_bytes / cm._mem_bw)
                           for t in tokens])

@@ -37,7 +37,7 @@ scenarios = st.fixed_dictionaries({
         {"dist": "uniform", "min": 1, "max": 80}]),
     "hardware": st.sampled_from([
         {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-4},
-        "h100-sxm"]),
+        "h100-sxm-datasheet"]),
     # request-level levers: deadlines must end decode runs exactly like arrivals do
     "client.timeout_s": st.sampled_from([None, None, 0.3, 1.5]),
     "admission.max_queue_delay_s": st.sampled_from([None, None, 0.2]),
@@ -61,9 +61,9 @@ def fix_blocks(over: dict) -> dict:
     over = dict(over)
     bs = over["scheduler.block_size"]
     over["scheduler.num_gpu_blocks_override"] = max(over["scheduler.num_gpu_blocks_override"], -(-2048 // bs))
-    if over["hardware"] == "h100-sxm":
+    if over["hardware"] == "h100-sxm-datasheet":
         over["model"] = "tiny-llama"
-    if over["hardware"] != "h100-sxm" or over["scheduler.policy"] == "chunked_prefill":
+    if over["hardware"] != "h100-sxm-datasheet" or over["scheduler.policy"] == "chunked_prefill":
         over["scheduler.preemption_mode"] = "recompute"   # swap needs a host link; v1 chunking recomputes
     if over["scheduler.policy"] == "disaggregated":     # one prefill replica, the rest decode
         over["deployment.prefill_replicas"] = 1

@@ -33,7 +33,7 @@ def llama8b(**over):
     return sc.with_overrides(over) if over else sc
 
 
-def roofline(model: str, quantization=None, kv="auto", tp=1, hw=H100) -> RooflineCostModel:
+def roofline(model: str, quantization=None, kv="auto", tp=1, hw="h100-sxm-datasheet") -> RooflineCostModel:
     profile = load_profile(hw)
     m = MODEL_PRESETS[model]
     return RooflineCostModel(profile, m, tp, precision=resolve_precision(m, profile, quantization, kv))
@@ -42,7 +42,7 @@ def roofline(model: str, quantization=None, kv="auto", tp=1, hw=H100) -> Rooflin
 # -- model-level levers ----------------------------------------------------------------------------
 def test_default_precision_reproduces_the_unquantized_model():
     """No quantization and an auto KV dtype change nothing (same cost, same blocks as before)."""
-    p, m = load_profile(H100), MODEL_PRESETS["llama-3-8b"]
+    p, m = load_profile("h100-sxm-datasheet"), MODEL_PRESETS["llama-3-8b"]
     plain, explicit = RooflineCostModel(p, m, 1), roofline("llama-3-8b")
     for n, ctx in ((1, 100), (64, 64 * 1500), (256, 256 * 3000)):
         assert plain.decode_step_time_s(n, ctx) == explicit.decode_step_time_s(n, ctx)
@@ -83,7 +83,8 @@ def test_fp8_weights_compute_prefill_at_the_fp8_peak_where_the_profile_has_one()
     h_bf16, h_fp8 = roofline("llama-3-8b"), roofline("llama-3-8b", "fp8")
     assert h_fp8.precision.compute_dtype == "fp8"
     assert h_fp8.breakdown(prefill).linear_s < 0.55 * h_bf16.breakdown(prefill).linear_s
-    a_bf16, a_fp8 = roofline("llama-3-8b", hw="a100-80gb"), roofline("llama-3-8b", "fp8", hw="a100-80gb")
+    a100 = "a100-80gb-datasheet"
+    a_bf16, a_fp8 = roofline("llama-3-8b", hw=a100), roofline("llama-3-8b", "fp8", hw=a100)
     assert a_fp8.precision.compute_dtype == "bf16"
     assert a_fp8.step_time_s(prefill) == pytest.approx(a_bf16.step_time_s(prefill), rel=0.02)
     assert a_fp8.decode_step_time_s(8, 8000) < a_bf16.decode_step_time_s(8, 8000)

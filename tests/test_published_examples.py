@@ -60,3 +60,17 @@ def test_drawn_output_mean_is_the_published_tokens_per_sample(entry):
     drawn = make_length(sc.workload.output_tokens, sc, "output_tokens").sample(200_000, np.random.default_rng(1))
     assert drawn.mean() == pytest.approx(entry["tokens_per_s"] / entry["samples_per_s"], rel=0.01)
     assert drawn.max() + sc.workload.prompt_tokens.max <= resolve(sc).max_model_len
+
+
+@pytest.mark.parametrize("entry", SOURCES, ids=[e["plan"] for e in SOURCES])
+def test_offline_runs_are_the_same_system_and_dataset(entry):
+    """Each listed Offline run is the same system (its GPUs split into replicas of the Server's TP)
+    on the same dataset (tokens per sample within 2% of the Server run's)."""
+    off = entry.get("offline")
+    if off is None:
+        pytest.skip("no Offline run listed")
+    assert off["result_url"].startswith("https://") and "/Offline/" in off["result_url"]
+    assert off["replicas"] * entry["tensor_parallel_size"] == entry["gpus"]
+    per_sample = off["tokens_per_s"] / off["samples_per_s"]
+    assert per_sample == pytest.approx(entry["tokens_per_s"] / entry["samples_per_s"], rel=0.02)
+    assert off["max_num_seqs"] >= 1

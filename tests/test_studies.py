@@ -222,7 +222,9 @@ def test_speedup_sweep_compresses_both_streams_and_burst_cost_grows_with_load():
 
 # -- speculative decoding -----------------------------------------------------------------------------
 def test_speculative_sweep_follows_the_closed_form():
-    sc = make_scenario(num_requests=60, model="llama-3-8b", hardware="h100-sxm",
+    # The datasheet roofline: the speedup bounds below are its closed form (measured kernels of the
+    # small draft model are slower relative to the target: 1.85x at acceptance 0.9 on h100-sxm).
+    sc = make_scenario(num_requests=60, model="llama-3-8b", hardware="h100-sxm-datasheet",
                        **{"workload.arrival.rate_per_s": 1.0, "workload.output_tokens": {"dist": "fixed", "value": 200},
                           "scheduler.max_num_batched_tokens": 8192})
     sw = studies.speculative_sweep(sc, [0.1, 0.9], [4])                  # a llama-3.2-1b draft
@@ -255,7 +257,7 @@ def test_fit_points_predict_each_point_from_the_others():
 def test_crosscheck_reproduces_the_readme_table():
     """The README's cross-check: Vidur's qkv_proj at 2048 tokens 152.0 us (measured), the datasheet
     143.3 us; llama-3-8b's MLP widths are scaled from the nearest measured shape."""
-    cc = studies.crosscheck("llama-3-8b", "h100-sxm", {"vidur": "h100-sxm-vidur"})
+    cc = studies.crosscheck("llama-3-8b", "h100-sxm-datasheet", {"vidur": "h100-sxm-vidur"})
     t = cc.set_index(["op", "shape", "profile"])
     assert t.loc[("qkv_proj", "2048 tok", "vidur"), "time_us"] == pytest.approx(152.0, abs=0.05)
     assert t.loc[("qkv_proj", "2048 tok", "vidur"), "source"] == "measured"

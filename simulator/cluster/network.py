@@ -54,8 +54,8 @@ def client_overhead_s(rtt_s: np.ndarray, new_connection: np.ndarray, setup_round
 
 
 def add_client_latencies(requests, network: ClientNetwork, rng: np.random.Generator) -> None:
-    """Add ``client``, ``rtt_s``, ``new_connection``, ``client_ttft_s`` and ``client_e2e_s``
-    columns to a requests DataFrame (in place)."""
+    """Add ``client``, ``rtt_s``, ``new_connection``, ``client_ttft_s``, ``client_e2e_s`` (and
+    ``client_ttua_s``) columns to a requests DataFrame (in place)."""
     who, rtt, new = network.draw(len(requests), rng)
     extra = client_overhead_s(rtt, new, network.setup_round_trips)
     names = np.array([c.name for c in network.clients], dtype=object)
@@ -64,6 +64,8 @@ def add_client_latencies(requests, network: ClientNetwork, rng: np.random.Genera
     requests["new_connection"] = new
     requests["client_ttft_s"] = requests["ttft_s"].to_numpy() + extra
     requests["client_e2e_s"] = requests["e2e_s"].to_numpy() + extra
+    if "ttua_s" in requests:
+        requests["client_ttua_s"] = requests["ttua_s"].to_numpy() + extra
 
 
 def network_from_clients(clients: Sequence[tuple[str, float, float]], setup_round_trips: int,

@@ -15,13 +15,20 @@ An engine step runs the model once over every token scheduled in it: whole or pa
   with it the simulator reduces to textbook queues (M/D/1, M/G/1, M/G/c) for theory checks.
 
 Both expose ``decode_run_times`` so the engine can advance many decode steps in one event.
+
+Models beyond the dense Llama shape (mixture of experts, multi-head latent attention, sliding-window
+layers) and replicas split over pipeline stages or expert-parallel ranks get the roofline's
+:class:`GeneralRooflineCostModel`, which adds those terms as separate methods (``docs/models.md``);
+``RooflineCostModel(...)`` builds it by itself when the model or the split needs it.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from simulator.cost.base import BatchShape, StepTime, register
+from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
+from simulator.scenario.parallel import Parallelism, collective_link, stage_links
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
 
@@ -58,10 +65,18 @@ class RooflineCostModel:
 
     All quantities are per GPU: weights, heads and MLP width are divided by the TP degree, and
     each layer adds two all-reduces of the step's activations (after attention and after the MLP).
+    A model or split this class does not cover (:func:`needs_general_roofline`) is built as a
+    :class:`GeneralRooflineCostModel` instead.
     """
 
+    def __new__(cls, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
+                precision: Precision | None = None, parallel: Parallelism | None = None) -> RooflineCostModel:
+        if cls is RooflineCostModel and needs_general_roofline(model, parallel):
+            cls = GeneralRooflineCostModel
+        return super().__new__(cls)
+
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
-                 precision: Precision | None = None) -> None:
+                 precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
         tp = tensor_parallel_size
         eff = profile.efficiency
         p = precision or resolve_precision(model, profile)
@@ -94,13 +109,16 @@ class RooflineCostModel:
         self._attn_m = bw * eff.attention_memory
         ic = profile.interconnect
         if tp > 1 and ic is None:
-            from simulator.errors import ScenarioError
             raise ScenarioError("hardware.interconnect", None,
                                 f"tensor_parallel_size={tp} needs an interconnect in the profile")
+        link = collective_link(profile, tp) if tp > 1 else None
+        if tp > 1 and link is None:
+            raise ScenarioError("hardware.inter_node", None, f"tensor_parallel_size={tp} spans more GPUs than the "
+                                "interconnect joins (interconnect.domain_gpus): the profile needs an inter_node link")
         self._ar_count = 2 * L if tp > 1 else 0
-        self._ar_latency = ic.latency_s if ic else 0.0
-        self._ar_bytes_per_token = ((2.0 * (tp - 1) / tp) * h * abytes / ic.bandwidth_bytes_per_s
-                                    if ic and tp > 1 else 0.0)
+        self._ar_latency = link.latency_s if link else 0.0
+        self._ar_bytes_per_token = ((2.0 * (tp - 1) / tp) * h * abytes / link.bandwidth_bytes_per_s
+                                    if link and tp > 1 else 0.0)
         self._overhead_step = profile.overhead.step_s
         self._overhead_seq = profile.overhead.per_seq_s
         self._overhead_tok = profile.overhead.per_token_s
@@ -173,3 +191,220 @@ class RooflineCostModel:
         return self._decode_fixed_s(num_decodes), self._decode_attn_slope
 
 
+
+
+def needs_general_roofline(model: ModelSpec, parallel: Parallelism | None) -> bool:
+    """Whether ``model`` on ``parallel`` needs :class:`GeneralRooflineCostModel`'s terms: experts,
+    MLA, sliding-window layers, pipeline stages or expert-parallel ranks."""
+    return (model.is_moe or model.is_mla or model.num_sliding_layers > 0
+            or (parallel is not None and not parallel.is_tensor_only))
+
+
+def expected_distinct_experts(num_tokens: float, num_experts: int, top_k: int) -> float:
+    """Experts at least one of ``num_tokens`` tokens goes to, in expectation, when each token picks
+    ``top_k`` distinct experts of ``num_experts`` uniformly: ``E (1 - (1 - k/E)^B)`` (each expert is
+    missed by one token with probability ``1 - k/E``)."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
+
+
+def window_pairs(num_new: int, num_cached: int, window: int) -> float:
+    """(query, key) pairs of a chunk of ``num_new`` tokens after ``num_cached`` cached ones under a
+    causal sliding window: the query at position ``p`` (1-based) sees ``min(window, p)`` keys."""
+    c, n, w = num_cached, num_new, window
+    if c + n <= w:
+        return n * c + n * (n + 1) / 2.0
+    if c >= w:
+        return float(n * w)
+    m = w - c                       # queries still inside the first window
+    return m * c + m * (m + 1) / 2.0 + (n - m) * w
+
+
+class GeneralRooflineCostModel(RooflineCostModel):
+    """The roofline of :class:`RooflineCostModel` with the terms the dense Llama shape lacks.
+
+    * **Mixture of experts** (:meth:`_experts_s`): a step of ``T`` tokens computes ``T x top_k``
+      (token, expert) pairs, grouped per expert (FLOPs: the active weights' only), and reads the
+      weights of the experts some token goes to: ``E (1 - (1 - k/E)^T)`` per layer in expectation
+      (:func:`expected_distinct_experts`). The grouped GEMM's efficiency follows the rows per touched
+      expert, not the step's tokens. Without expert parallelism every GPU holds ``1/TP`` of every
+      expert; with EP each holds ``E/EP`` whole experts and the busiest rank, with
+      ``moe_load_imbalance`` times the mean share of pairs and of touched experts, sets the time.
+      The shared experts, the router, the dense layers and attention stay in :meth:`_linear_s`.
+    * **MLA** (:meth:`_init_attention`; vLLM's two forms, ``vllm/v1/attention/backends/mla/common.py``):
+      decode attention in the absorbed form vLLM's MLA decode kernels use: each head scores the
+      query against the cached latent and rotary key (``2 (kv_lora_rank + qk_rope_head_dim)``
+      FLOPs per pair) and sums the latent
+      (``2 kv_lora_rank``), reading ``kv_lora_rank + qk_rope_head_dim`` elements per cached token and
+      layer, shared by every head (not split over TP ranks); prefill in vLLM's compute-friendly form:
+      the cached context's latents are up-projected to per-head keys and values (a GEMM over the
+      cached tokens) and attention runs per head with ``qk_nope + qk_rope`` / ``v_head_dim`` widths.
+    * **Sliding window**: the ``sliding_window_layers`` attend to at most ``sliding_window`` keys
+      (:func:`window_pairs` in prefill; in decode ``min(context sum, decodes x window)``, exact when
+      every context is on the same side of the window and an over-estimate otherwise). Decode steps
+      are then not affine in the context (``decode_affine`` is None).
+    * **Communication** (:meth:`_init_comm`): with EP the MoE block's all-reduce becomes an
+      all-to-all dispatch and a combine, each moving ``T x hidden x act_bytes x (EP-1)/EP`` bytes per
+      GPU over the stage's link (vLLM with one data-parallel rank keeps the all-reduce: the same
+      bytes, one call fewer); each of the ``PP - 1`` stage boundaries sends the step's hidden
+      states and residual (``2 T x hidden x act_bytes``, as vLLM's pipeline does) over its link
+      (:func:`~simulator.scenario.parallel.stage_links`).
+    * **Pipeline** (``PP`` stages): one batch in flight, so a step traverses every stage: the compute
+      terms are the whole model's on one TP group (the sum of the stages') plus the sends. Engines
+      that keep ``PP`` micro-batches in flight (vLLM's virtual engines) reach up to ``PP`` times the
+      throughput at the same per-step latency; that overlap is not modelled.
+    """
+
+    def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
+                 precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
+        super().__init__(profile, model, tensor_parallel_size, precision)
+        self.parallel = parallel or Parallelism(tensor_parallel_size)
+        self._init_linear()
+        self._init_experts()
+        self._init_attention()
+        self._init_comm()
+        self._decode_fixed = {}
+
+    # -- set-up, one method per term ---------------------------------------------------------------
+    def _init_linear(self) -> None:
+        """Linear layers outside the routed experts: attention (MLA's down-projections whole on
+        every rank), dense MLPs, shared experts, the router."""
+        m, p, tp = self.model, self.precision, self.tp
+        L, h = m.num_layers, m.hidden_size
+        dense_layers = L - m.num_moe_layers
+        replicated = m.mla_replicated_params if m.is_mla else 0
+        sharded = (L * (m.attention_params - replicated) + dense_layers * 3 * h * m.intermediate_size
+                   + m.num_moe_layers * m.num_shared_experts * m.params_per_expert)
+        params = sharded / tp + L * replicated + m.num_moe_layers * h * m.num_experts
+        self._lin_flops_per_token = 2.0 * params
+        self._lin_weight_bytes = params * p.linear_weight_bytes
+        widths = (L * 4 * h + dense_layers * 3 * m.intermediate_size / tp
+                  + m.num_moe_layers * m.num_shared_experts * 3 * m.expert_intermediate_size / tp)
+        self._lin_act_bytes_per_token = widths * p.activation_bytes
+
+    def _init_experts(self) -> None:
+        """Per-GPU constants of the routed experts (see :meth:`_experts_s`)."""
+        m, p, ep = self.model, self.precision, self.parallel.expert
+        self._moe_layers = m.num_moe_layers
+        if not m.is_moe:
+            return
+        whole = ep > 1                          # EP: whole experts; else a 1/TP slice of each
+        share = min(m.moe_load_imbalance, ep) / ep if whole else 1.0   # the busiest rank takes at most all
+        self._expert_params_gpu = m.params_per_expert / (1 if whole else self.tp)
+        self._experts_local = m.num_experts / ep
+        self._expert_share = share              # of the (token, expert) pairs and of the touched experts
+        width = m.expert_intermediate_size / (1 if whole else self.tp)
+        self._expert_act_bytes_per_pair = (2 * m.hidden_size + 3 * width) * p.activation_bytes
+
+    def _init_attention(self) -> None:
+        """MLA's and the sliding window's attention constants (whole model, per GPU)."""
+        m, p = self.model, self.precision
+        L, heads = m.num_layers, m.num_attention_heads / self.tp
+        self._prefill_decompress_flops_per_token = 0.0
+        if m.is_mla:
+            latent = m.kv_lora_rank + m.qk_rope_head_dim
+            self._attn_flops_per_pair = 2.0 * L * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)   # absorbed
+            self._kv_bytes_per_token = L * latent * p.kv_bytes                                     # whole latent
+            self._prefill_flops_per_pair = 2.0 * L * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+            self._prefill_decompress_flops_per_token = 2.0 * L * m.mla_kv_up_params / self.tp
+        else:
+            self._prefill_flops_per_pair = self._attn_flops_per_pair
+        self._window = m.sliding_window
+        slide = m.num_sliding_layers / L
+        full = 1.0 - slide
+        self._decode_attn_slope = full * max(self._attn_flops_per_pair / self._attn_c,
+                                             self._kv_bytes_per_token / self._attn_m)
+        self._decode_window_slope = slide * max(self._attn_flops_per_pair / self._attn_c,
+                                                self._kv_bytes_per_token / self._attn_m)
+        self._attn_share = (full, slide)
+
+    def _init_comm(self) -> None:
+        """Collectives and sends: ``comm_s = _comm_fixed_s + _comm_s_per_token x tokens``."""
+        m, p, par, profile = self.model, self.precision, self.parallel, self.profile
+        h, abytes = m.hidden_size, p.activation_bytes
+        fixed, per_token = self._ar_count * self._ar_latency, self._ar_count * self._ar_bytes_per_token
+        if par.expert > 1:
+            link = collective_link(profile, par.expert)
+            assert link is not None        # the TP group's link, checked by the base class
+            # The MoE block's all-reduce is replaced by a dispatch and a combine all-to-all.
+            per_token -= m.num_moe_layers * self._ar_bytes_per_token
+            fixed -= m.num_moe_layers * self._ar_latency
+            a2a = 2 * m.num_moe_layers
+            fixed += a2a * link.latency_s
+            per_token += a2a * h * abytes * (par.expert - 1) / par.expert / link.bandwidth_bytes_per_s
+        for i, link in enumerate(stage_links(profile, par)):
+            if link is None:
+                raise ScenarioError("hardware.inter_node", None,
+                                    f"stage boundary {i + 1} of pipeline_parallel_size={par.pipeline} leaves the "
+                                    "interconnect's domain and the profile has no inter_node link")
+            fixed += link.latency_s
+            per_token += 2 * h * abytes / link.bandwidth_bytes_per_s      # hidden states + residual
+        self._comm_fixed_s, self._comm_s_per_token = fixed, per_token
+
+    # -- the terms ---------------------------------------------------------------------------------
+    def _experts_s(self, tokens: int) -> float:
+        """Routed experts of every MoE layer for ``tokens`` tokens, on the busiest GPU."""
+        if not self._moe_layers or tokens == 0:
+            return 0.0
+        m = self.model
+        touched = min(self._experts_local,
+                      self._expert_share * expected_distinct_experts(tokens, m.num_experts, m.num_experts_per_tok))
+        pairs = tokens * m.num_experts_per_tok * self._expert_share
+        flops = 2.0 * self._moe_layers * pairs * self._expert_params_gpu
+        nbytes = self._moe_layers * (touched * self._expert_params_gpu * self.precision.linear_weight_bytes
+                                     + pairs * self._expert_act_bytes_per_pair)
+        return max(flops / self._gemm_rate(pairs / touched), nbytes / self._mem_bw)
+
+    def _linear_s(self, tokens: int, sampled: int) -> float:
+        return super()._linear_s(tokens, sampled) + self._experts_s(tokens)
+
+    def _prefill_attention_s(self, new: int, ctx: int) -> float:
+        full, slide = self._attn_share
+        pairs = new * ctx + new * (new + 1) / 2.0
+        t = full * max(self._prefill_flops_per_pair * pairs / self._attn_c,
+                       self._kv_bytes_per_token * (ctx + new) / self._attn_m)
+        if slide:
+            keys = min(ctx + new, self._window + new)
+            t += slide * max(self._prefill_flops_per_pair * window_pairs(new, ctx, self._window) / self._attn_c,
+                             self._kv_bytes_per_token * keys / self._attn_m)
+        if ctx and self._prefill_decompress_flops_per_token:
+            t += self._prefill_decompress_flops_per_token * ctx / self._gemm_rate(ctx)
+        return t
+
+    def _decode_attention_s(self, num_decodes: int, context: float) -> float:
+        t = self._decode_attn_slope * context
+        if self._decode_window_slope:
+            t += self._decode_window_slope * min(context, num_decodes * self._window)
+        return t
+
+    # -- the cost-model protocol -------------------------------------------------------------------
+    def breakdown(self, shape: BatchShape) -> StepTime:
+        prefill_tokens, num_decodes = shape.prefill_tokens, shape.num_decodes
+        tokens = sum(prefill_tokens) + num_decodes
+        if tokens == 0:
+            return StepTime(overhead_s=self._overhead_step)
+        attn = sum(self._prefill_attention_s(n, c)
+                   for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False))
+        attn += self._decode_attention_s(num_decodes, shape.decode_context_tokens)
+        seqs = len(prefill_tokens) + num_decodes
+        return StepTime(linear_s=self._linear_s(tokens, shape.num_sampled_tokens), attention_s=attn,
+                        elementwise_s=self._elem_bytes_per_token * tokens / self._mem_bw,
+                        comm_s=self._comm_fixed_s + self._comm_s_per_token * tokens,
+                        overhead_s=self._overhead_step + self._overhead_seq * seqs + self._overhead_tok * tokens)
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        return self.breakdown(shape).total_s
+
+    def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
+        ctx = np.asarray(decode_context_tokens, dtype=np.float64)
+        t = self._decode_fixed_s(num_decodes) + self._decode_attn_slope * ctx
+        if self._decode_window_slope:
+            t = t + self._decode_window_slope * np.minimum(ctx, num_decodes * self._window)
+        return t
+
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+        return self._decode_fixed_s(num_decodes) + self._decode_attention_s(num_decodes, decode_context_tokens)
+
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:   # type: ignore[override]
+        if self._decode_window_slope:
+            return None                 # min(context, decodes x window) is not affine
+        return self._decode_fixed_s(num_decodes), self._decode_attn_slope

@@ -6,26 +6,34 @@ import dataclasses
 import numpy as np
 
 from simulator.cost import analytic as _analytic  # noqa: F401  (registers constant, roofline)
+from simulator.cost import kernel_table as _kernel_table  # noqa: F401  (registers kernel_table)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
 from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime
 from simulator.scenario.models import ModelSpec
+from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import HardwareProfile, Overhead
 from simulator.scenario.quantization import Precision
 
 
 def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int,
-                    precision: Precision | None = None) -> CostModel:
+                    precision: Precision | None = None, parallel: Parallelism | None = None) -> CostModel:
     """The profile's cost model for ``model`` on one tensor-parallel group; ``precision`` (weight
-    quantization, KV-cache dtype) is passed on only when given: only to cost models that
-    :data:`simulator.capabilities.COST_MODEL_SUPPORT` says model it (checked when the scenario resolves)."""
+    quantization, KV-cache dtype) is passed on only when given, and ``parallel`` (pipeline stages,
+    expert parallelism) only when it splits more than the tensor-parallel ranks: only to cost models
+    that :data:`simulator.capabilities.COST_MODEL_SUPPORT` says model it (checked when the scenario
+    resolves)."""
     factory = COST_MODELS.lookup(profile.cost_model)
     overhead = profile.overhead
     overlapped = overhead.async_scheduling and profile.cost_model != "constant"
     if overlapped:   # the GPU part alone, then max(GPU, CPU) per step
         profile = profile.model_copy(update={"overhead": overhead.model_copy(update={
             "step_s": 0.0, "per_seq_s": 0.0, "per_token_s": 0.0})})
-    inner = (factory(profile, model, tensor_parallel_size, precision=precision) if precision is not None
-             else factory(profile, model, tensor_parallel_size))
+    kwargs: dict[str, object] = {}
+    if precision is not None:
+        kwargs["precision"] = precision
+    if parallel is not None and not parallel.is_tensor_only:
+        kwargs["parallel"] = parallel
+    inner = factory(profile, model, tensor_parallel_size, **kwargs)
     return AsyncScheduled(inner, overhead) if overlapped else inner
 
 

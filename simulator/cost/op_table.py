@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError
+from simulator.scenario.files import read_csv
 
 TABLE_SCHEMA = 1
 SHAPE_COLUMNS = ("tokens", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
@@ -91,10 +92,7 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
     if sha256 is not None and file_sha256(path) != sha256:
         raise ScenarioError(field, str(path), "table does not match the sha256 in its profile.yaml: the file "
                             "was edited, truncated or corrupted; re-run `llmplan calibrate`")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ScenarioError(field, str(path), f"not a readable CSV table ({type(exc).__name__})") from None
+    df = read_csv(path, field)
     missing = [c for c in TABLE_COLUMNS if c not in df.columns]
     if missing:
         raise ScenarioError(field, str(path), f"table lacks columns {', '.join(missing)} (schema {TABLE_SCHEMA} "
@@ -102,17 +100,37 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
     unknown = sorted(set(df["op"].astype(str)) - set(OP_FAMILY))
     if unknown:
         raise ScenarioError(field, str(path), f"unknown ops {', '.join(unknown)}; known: {', '.join(OP_FAMILY)}")
-    try:
-        med = df["median_s"].astype(float).to_numpy()
-        for c in SHAPE_COLUMNS:
-            df[c] = df[c].astype(np.int64)
-    except (TypeError, ValueError):
-        raise ScenarioError(field, str(path), "non-numeric shape or time values") from None
+    med = pd.to_numeric(df["median_s"], errors="coerce").to_numpy(dtype=float)
     bad = ~(np.isfinite(med) & (med > 0))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ScenarioError(f"{field} row {row + 2}", df["median_s"].iloc[row], "median_s must be a positive number")
+        raise ScenarioError(f"{path} row {row + 2} column median_s", df["median_s"].iloc[row],
+                            "median_s must be a positive number")
+    family = df["op"].astype(str).map(OP_FAMILY).to_numpy()
+    for c in SHAPE_COLUMNS:
+        values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
+        least = np.where(np.isin(family, _USED_BY.get(c, ())), 1, 0)   # a column the op uses is >= 1, else 0
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(values) | (values % 1 != 0) | (values < least) | (values >= 2**62)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            allowed = f"an integer >= {least[row]}" + (f" ({family[row]} ops use it)" if least[row] else "")
+            shown = int(values[row]) if np.isfinite(values[row]) and values[row] % 1 == 0 else df[c].iloc[row]
+            raise ScenarioError(f"{path} row {row + 2} column {c}", shown, f"must be {allowed}")
+        df[c] = values.astype(np.int64)
     return df
+
+
+#: The shape columns each op family needs (>= 1); the others are 0 or more.
+_USED_BY: dict[str, tuple[str, ...]] = {
+    "tokens": FAMILIES,
+    "n": ("gemm",), "k": ("gemm",),
+    "batch": ("attn_prefill", "attn_decode"), "context": ("attn_decode",),
+    "num_heads": ("attn_prefill", "attn_decode"), "num_kv_heads": ("attn_prefill", "attn_decode"),
+    "head_dim": ("attn_prefill", "attn_decode"),
+    "width": ("elementwise", "sampling"),
+    "message_bytes": ("comm",), "world_size": ("comm",),
+}
 
 
 def compatible_dtype(table_dtype: str, model_dtype: str) -> bool:

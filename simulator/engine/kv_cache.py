@@ -17,6 +17,17 @@ Sizing (per GPU of a tensor-parallel group; the formula the README documents)::
     kv_bytes_per_block = block_size x 2 x num_layers x max(1, kv_heads / tp) x head_dim x kv_bytes
     (weight and KV bytes from deployment.quantization / kv_cache_dtype; simulator.scenario.quantization)
     num_gpu_blocks = floor((usable_bytes - weights_bytes - activation_bytes) / kv_bytes_per_block)
+
+Beyond a dense model on one tensor-parallel group (:func:`_extended_sizes`, ``docs/models.md``):
+a pipeline stage holds ``ceil(num_layers / PP)`` layers' weights and KV (the heaviest stage, with the
+embedding or the LM head, binds); MLA caches ``kv_lora_rank + qk_rope_head_dim`` elements per token
+per layer, whole on every tensor-parallel rank; MoE weights count every expert. Sliding-window layers
+keep at most a window of KV per request: when a model mixes them with full-attention layers, the
+window of every one of ``max_num_seqs`` seats is set aside up front (``reserved_bytes``, vLLM's
+hybrid allocator keeps ``ceil(window / block_size) + 1`` blocks per request for those layers) and
+blocks count the full-attention layers only, provided the cache then still holds a full batch of
+window-length requests; otherwise, and when every layer slides (Mistral 7B v0.1), sliding layers are
+charged per token like full ones (exact while a context is within the window, more beyond it).
 """
 from __future__ import annotations
 
@@ -42,6 +53,8 @@ class KVCachePlan:
     weights_bytes: float
     activation_bytes: float
     kv_bytes_per_block: float
+    reserved_bytes: float = 0.0
+    """KV of sliding-window layers set aside for every seat (``max_num_seqs`` windows); 0 without."""
 
     @property
     def num_token_slots(self) -> int:
@@ -51,11 +64,13 @@ class KVCachePlan:
 def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel_size: int,
                   block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                   max_num_seqs: int, max_model_len: int, num_gpu_blocks_override: int | None = None,
-                  kv_dtype: str | None = None, precision: Precision | None = None) -> KVCachePlan:
+                  kv_dtype: str | None = None, precision: Precision | None = None,
+                  pipeline_parallel_size: int = 1) -> KVCachePlan:
     """Derive ``num_gpu_blocks`` (see the module docstring for the formula).
 
     ``precision`` (weight quantization, KV-cache dtype; :mod:`simulator.scenario.quantization`) overrides
-    the model's own ``dtype`` for weight, activation and KV bytes.
+    the model's own ``dtype`` for weight, activation and KV bytes. ``pipeline_parallel_size`` splits
+    the layers over stages (the sizes are those of the heaviest stage's GPUs).
 
     Raises:
         ScenarioError: the weights do not fit, or the cache cannot hold one ``max_model_len``
@@ -74,6 +89,18 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
     activations = (profile.non_torch_memory_bytes
                    + max_num_batched_tokens * (4 * model.hidden_size + 2 * model.intermediate_size / tp) * act_bytes
                    + max_num_seqs * model.vocab_size / tp * 4.0)
+    extended = _is_extended(model, pipeline_parallel_size)
+    full_per_token = sliding_per_token = 0.0
+    if extended:
+        lin_b, other_b = ((DTYPE_BYTES[model.dtype], DTYPE_BYTES[model.dtype]) if precision is None
+                          else (precision.linear_weight_bytes, precision.other_weight_bytes))
+        weights = stage_weight_bytes(model, lin_b, other_b, tp, pipeline_parallel_size)
+        full_per_token, sliding_per_token = stage_kv_bytes_per_token(model, kv_bytes, tp, pipeline_parallel_size)
+        kv_bytes_per_block = block_size * (full_per_token + sliding_per_token)
+        activations = (profile.non_torch_memory_bytes
+                       + max_num_batched_tokens * (4 * model.hidden_size + 2 * _mlp_width(model) / tp) * act_bytes
+                       + max_num_seqs * model.vocab_size / tp * 4.0)
+    reserved = 0.0
     if profile.memory_bytes is None:
         # Memory-less profiles (the constant cost model) never run out of KV unless told to.
         usable = math.inf
@@ -81,15 +108,21 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
     else:
         usable = profile.memory_bytes * gpu_memory_utilization
         free = usable - weights - activations
+        if extended and sliding_per_token and full_per_token and free > 0:
+            reserved = _window_reservation(model, block_size, max_num_seqs, max_model_len, sliding_per_token,
+                                           full_per_token, free)
+            if reserved:
+                kv_bytes_per_block = block_size * full_per_token
+        free -= reserved
         if free <= 0:
             raise ScenarioError(
                 "model", model.name,
                 f"does not fit: weights {weights / GIB:.1f} GiB + activations {activations / GIB:.1f} GiB per GPU "
                 f"exceed {usable / GIB:.1f} GiB usable on {profile.name} ({profile.memory_bytes / GIB:.1f} GiB x "
-                f"gpu_memory_utilization {gpu_memory_utilization}); raise deployment.tensor_parallel_size, "
-                "quantize the weights (deployment.quantization) or choose a larger GPU")
+                f"gpu_memory_utilization {gpu_memory_utilization}); raise deployment.tensor_parallel_size "
+                "(or pipeline_parallel_size), quantize the weights (deployment.quantization) or choose a larger GPU")
         blocks = num_gpu_blocks_override or int(free // kv_bytes_per_block)
-    plan = KVCachePlan(blocks, block_size, usable, weights, activations, kv_bytes_per_block)
+    plan = KVCachePlan(blocks, block_size, usable, weights, activations, kv_bytes_per_block, reserved)
     if plan.num_token_slots < max_model_len:
         raise ScenarioError(
             "scheduler.max_model_len", max_model_len,
@@ -97,6 +130,65 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
             "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or shrink the KV "
             "(deployment.kv_cache_dtype: fp8) or the weights (deployment.quantization)")
     return plan
+
+
+def _is_extended(model: ModelSpec, pipeline_parallel_size: int) -> bool:
+    """Whether the sizes go beyond the dense single-stage formula of the module docstring (which
+    stays as written, bit for bit, for the models it covers)."""
+    return model.is_moe or model.is_mla or model.num_sliding_layers > 0 or pipeline_parallel_size > 1
+
+
+def stage_weight_bytes(model: ModelSpec, linear_bytes: float, other_bytes: float, tp: int, pp: int) -> float:
+    """Weight bytes on one GPU of the heaviest pipeline stage: ``ceil(num_layers / pp)`` layers (MoE
+    layers first, every expert counted, split over the TP ranks; MLA's down-projections and the
+    router whole on every rank) plus the embedding or LM head (both with ``pp`` 1), vocab-split."""
+    h = model.hidden_size
+    replicated = (model.mla_replicated_params if model.is_mla else 0)
+    sharded_attention = model.attention_params - replicated
+    norms = model.norm_params_per_layer * other_bytes
+    dense_layer = ((sharded_attention + 3 * h * model.intermediate_size) * linear_bytes / tp
+                   + replicated * linear_bytes + norms)
+    moe_layer = ((sharded_attention + (model.num_experts + model.num_shared_experts) * model.params_per_expert)
+                 * linear_bytes / tp + (replicated + h * model.num_experts) * linear_bytes + norms)
+    per_stage = -(-model.num_layers // pp)
+    num_moe = min(per_stage, model.num_moe_layers)
+    layers = num_moe * moe_layer + (per_stage - num_moe) * dense_layer
+    head = 0 if model.tie_word_embeddings else model.lm_head_params
+    ends = model.embedding_params + head if pp == 1 else max(model.embedding_params, model.lm_head_params)
+    return layers + (ends / tp + h) * other_bytes
+
+
+def stage_kv_bytes_per_token(model: ModelSpec, kv_bytes: float, tp: int, pp: int) -> tuple[float, float]:
+    """KV bytes one token takes on one GPU of the heaviest stage: ``(full-attention layers,
+    sliding-window layers)``. GQA splits KV heads over TP ranks (at least one per rank); MLA's latent
+    is whole on every rank."""
+    if model.is_mla:
+        per_layer = float(model.kv_elements_per_token_per_layer)
+    else:
+        per_layer = 2.0 * max(1.0, model.num_key_value_heads / tp) * model.head_dim
+    layers = -(-model.num_layers // pp)
+    sliding_share = model.num_sliding_layers / model.num_layers
+    return (layers * (1.0 - sliding_share) * per_layer * kv_bytes, layers * sliding_share * per_layer * kv_bytes)
+
+
+def _window_reservation(model: ModelSpec, block_size: int, max_num_seqs: int, max_model_len: int,
+                        sliding_per_token: float, full_per_token: float, free: float) -> float:
+    """Bytes to set aside for the sliding-window layers of ``max_num_seqs`` requests, or 0 when
+    charging them per token is the better bound (the reservation leaves less than a full batch of
+    window-length requests' room for the full-attention layers)."""
+    window = min(model.sliding_window, max_model_len)
+    per_seat = (-(-window // block_size) + 1) * block_size * sliding_per_token
+    reserved = max_num_seqs * per_seat
+    if reserved >= free or (free - reserved) / full_per_token < max_num_seqs * window:
+        return 0.0
+    return reserved
+
+
+def _mlp_width(model: ModelSpec) -> int:
+    """Widest MLP activation per token: a dense layer's, or an MoE layer's experts and shared ones."""
+    dense = model.intermediate_size if model.num_moe_layers < model.num_layers else 0
+    moe = (model.num_experts_per_tok + model.num_shared_experts) * model.expert_intermediate_size if model.is_moe else 0
+    return max(dense, moe)
 
 
 class KVCacheManager:

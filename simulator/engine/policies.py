@@ -66,12 +66,16 @@ class ChunkedPrefillScheduler(Scheduler):
             self._admit_chunks(out, now, budget)
         return out
 
-    def _schedule_running_mixed(self, out: SchedulerOutput, budget: int) -> int:
-        """vLLM v1's walk over the running list when some rows are partway through their prompt."""
+    def _schedule_running_mixed(self, out: SchedulerOutput, budget: int, lookahead: int = 1) -> int:
+        """vLLM v1's walk over the running list when some rows are partway through their prompt:
+        a decoding row takes ``lookahead`` tokens (speculative verification: ``k + 1``, fewer when
+        the budget or its remaining output is smaller), a prefilling row its next chunk; the last
+        running row is preempted while the blocks do not fit."""
         n, limit, kv = self.n, self.chunk_limit, self.kv
         bs = kv.block_size      # kv.blocks_for, inlined below: this loop visits every row every step
         computed = self.num_computed_tokens[:n].tolist()
         pending = self.num_pending[:n].tolist()
+        remaining = self.num_remaining_tokens[:n].tolist() if lookahead > 1 else None
         tokens = [0] * n
         free = kv.num_free_blocks
         need_total = 0
@@ -79,7 +83,7 @@ class ChunkedPrefillScheduler(Scheduler):
         i = 0
         while i < alive and budget > 0:
             c, p = computed[i], pending[i]
-            t = 1 if p == 0 else min(p, budget, limit)
+            t = min(p, budget, limit) if p else (1 if remaining is None else min(lookahead, budget, remaining[i]))
             need = -(-(c + t) // bs) - (-(-c // bs))
             while need_total + need > free and alive > i:
                 alive -= 1                                   # preempt the last running row

@@ -658,7 +658,9 @@ def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any,
             c2 = b * n / 2.0
             c1 = a1 - c2
             k = math.ceil((-c1 + math.sqrt(c1 * c1 + 4 * c2 * delta)) / (2 * c2))
-        # Guard the floating-point edge: step back while k - 1 steps already reach delta.
+        # Guard the floating-point edge: step back while k - 1 steps already reach delta. Clamp first: a
+        # far-off delta (k ~ 1e300) would otherwise step back one at a time, forever, once k - 1 == k in floats.
+        k = min(k, k_cap)
         while k > 1 and (k - 1) * a1 + b * n * (k - 1) * (k - 2) / 2.0 >= delta:
             k -= 1
         return max(1, min(k, k_cap))

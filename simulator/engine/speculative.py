@@ -51,6 +51,12 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
 class _Speculation:
     """Proposal bookkeeping shared by both speculative schedulers: acceptance draws and counters."""
 
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
+                 spec: SpeculativeConfig, rng: np.random.Generator,
+                 proposal_time_s: Callable[[int, int], float]) -> None:
+        super().__init__(config, kv, table)   # type: ignore[call-arg]  # the scheduler class after this mixin
+        self._init_speculation(spec, rng, proposal_time_s)
+
     def _init_speculation(self, spec: SpeculativeConfig, rng: np.random.Generator,
                           proposal_time_s: Callable[[int, int], float]) -> None:
         self.k = spec.num_speculative_tokens
@@ -87,12 +93,6 @@ class SpeculativeScheduler(_Speculation, Scheduler):
     """Continuous batching whose decode steps propose and verify ``k`` tokens per request."""
 
     supports_decode_runs = False
-
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
-                 spec: SpeculativeConfig, rng: np.random.Generator,
-                 proposal_time_s: Callable[[int, int], float]) -> None:
-        super().__init__(config, kv, table)
-        self._init_speculation(spec, rng, proposal_time_s)
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -210,17 +210,11 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
 
     supports_decode_runs = False
 
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
-                 spec: SpeculativeConfig, rng: np.random.Generator,
-                 proposal_time_s: Callable[[int, int], float]) -> None:
-        super().__init__(config, kv, table)
-        self._init_speculation(spec, rng, proposal_time_s)
-
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         if self.n:
-            budget = self._schedule_running_spec(out, budget)
+            budget = self._schedule_running_mixed(out, budget, self.k + 1)
         if self.waiting and not out.preempted and budget > 0 and self.n < self.config.max_num_seqs:
             self._admit_chunks(out, now, budget)
         tok = out.row_tokens
@@ -236,46 +230,6 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
         if num_verify:
             out.extra_s = self.proposal_time_s(num_verify, int(computed[verify].sum()) + num_verify)
         return out
-
-    def _schedule_running_spec(self, out: SchedulerOutput, budget: int) -> int:
-        """vLLM v1's walk over the running list: decodes take ``k + 1`` verification tokens, partial
-        prefills their next chunk; the last running request is preempted when blocks run out."""
-        n, limit, kv, k1 = self.n, self.chunk_limit, self.kv, self.k + 1
-        computed = self.num_computed_tokens[:n].tolist()
-        pending = self.num_pending[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist()
-        tokens = [0] * n
-        free = kv.num_free_blocks
-        blocks_for = kv.blocks_for
-        need_total = 0
-        alive = n
-        i = 0
-        while i < alive and budget > 0:
-            c, p = computed[i], pending[i]
-            t = min(k1, budget, remaining[i]) if p == 0 else min(p, budget, limit)
-            need = blocks_for(c + t) - blocks_for(c)
-            while need_total + need > free and alive > i:
-                alive -= 1                                   # preempt the last running row
-                free += blocks_for(computed[alive])
-            if alive == i:
-                break
-            need_total += need
-            tokens[i] = t
-            budget -= t
-            i += 1
-        if alive < n:
-            kv.release_many(self.req_id[alive:n], self.num_computed_tokens[alive:n])
-            self._preempt_rows(alive, out)
-            self.num_prefilling = int((self.num_pending[:alive] > 0).sum())
-        ok = kv.allocate(need_total)
-        assert ok
-        if self.num_prefilling:
-            ids = self.req_id
-            for i in range(alive):
-                if pending[i] and tokens[i]:
-                    kv.register(int(ids[i]), computed[i] + tokens[i])
-        self._fill_output(out, tokens[:alive], computed, pending)
-        return budget
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
         tok = out.row_tokens

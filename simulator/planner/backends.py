@@ -3,7 +3,12 @@
 * ``local`` (default): ``ProcessPoolExecutor`` on this machine (``workers=1`` runs in-process).
 * ``dask``: an existing Dask distributed cluster, ``Client(address).get_executor()`` (the
   ``cluster`` extra: ``pip install 'llmplan[cluster]'``). An address that does not answer is an
-  error after ``timeout_s``, never a hang.
+  error after ``timeout_s``, never a hang; one that is not an address is an error at once
+  (:func:`check_backend`, called before the plan is read).
+
+Ctrl-C stops the plan at once: the in-process executor lets the interrupt through (it used to be
+stored in the search's future, and every remaining search ran on), worker processes ignore SIGINT
+(the terminal sends it to them too; each printed a traceback) and are terminated by the parent.
 
 Each task is a pure function of its inputs (seeded), so results are identical whichever backend
 and however many workers run them.
@@ -11,8 +16,11 @@ and however many workers run them.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any
@@ -29,9 +37,69 @@ class InlineExecutor(Executor):
         fut: Future = Future()
         try:
             fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # delivered through the future
+        except Exception as exc:  # delivered through the future; Ctrl-C (KeyboardInterrupt) goes through
             fut.set_exception(exc)
         return fut
+
+
+def check_backend(backend: str, *, workers: int | None = None, address: str | None = None,
+                  timeout_s: float = 10.0) -> None:
+    """Refuse bad ``--backend``, ``--workers``, ``--address`` and ``--timeout`` values before any work."""
+    if backend not in BACKENDS:
+        raise ScenarioError("--backend", backend, f"unknown backend; allowed: {', '.join(BACKENDS)}")
+    if workers is not None and workers < 1:
+        raise ScenarioError("--workers", workers, "must be >= 1")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ScenarioError("--timeout", timeout_s, "must be a positive number of seconds")
+    if backend == "dask":
+        if not address:
+            raise ScenarioError("--address", address, "the dask backend needs a scheduler address, e.g. tcp://host:8786")
+        _check_address(address)
+
+
+def _check_address(address: str) -> None:
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:
+        raise ScenarioError("--backend", "dask", "needs the cluster extra: pip install 'llmplan[cluster]' "
+                            "(dask distributed)") from None
+    try:
+        if any(c.isspace() for c in address):
+            raise ValueError("spaces")
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls"):
+            parse_host_port(location)
+    except ValueError:
+        raise ScenarioError("--address", address, "not a Dask scheduler address; e.g. tcp://host:8786") from None
+
+
+def _ignore_sigint() -> None:
+    # A worker process: Ctrl-C in the terminal reaches the whole process group; the parent handles it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _WorkerPool(ProcessPoolExecutor):
+    """Worker processes that leave Ctrl-C to the parent, from their first instruction: a worker is
+    started (on demand, within ``submit``) while the parent ignores SIGINT, and an ignored signal stays
+    ignored across ``exec``, so a Ctrl-C during a worker's imports prints no traceback either."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        if threading.current_thread() is not threading.main_thread():   # e.g. the dashboard's script thread
+            return super().submit(fn, *args, **kwargs)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return super().submit(fn, *args, **kwargs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Drop the queued tasks and end the worker processes now (an interrupt or an error in the parent)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())   # shutdown() forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        with contextlib.suppress(Exception):
+            proc.terminate()
 
 
 @contextlib.contextmanager
@@ -44,12 +112,16 @@ def open_executor(backend: str = "local", *, workers: int | None = None, address
         if n == 1:
             yield InlineExecutor()
             return
-        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool = _WorkerPool(max_workers=n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
+        try:
             yield pool
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
         return
     if backend == "dask":
-        if not address:
-            raise ScenarioError("--address", address, "the dask backend needs a scheduler address, e.g. tcp://host:8786")
+        check_backend(backend, workers=workers, address=address, timeout_s=timeout_s)
         try:
             from distributed import Client
         except ImportError:

@@ -33,6 +33,7 @@ from simulator.cost.factory import make_cost_model
 from simulator.run.resolve import resolve
 from simulator.run.simulate import simulate
 from simulator.scenario.config import Scenario
+from simulator.scenario.parallel import Parallelism
 from simulator.workload.lengths import make_length
 
 
@@ -127,7 +128,8 @@ def capacity_bound(scenario: Scenario) -> CapacityBound:
     wl = scenario.workload
     prompt = make_length(wl.prompt_tokens, scenario, "workload.prompt_tokens").mean
     output = make_length(wl.output_tokens, scenario, "workload.output_tokens").mean
-    cost = make_cost_model(system.profile, system.model, scenario.deployment.tensor_parallel_size)
+    cost = make_cost_model(system.profile, system.model, scenario.deployment.tensor_parallel_size,
+                           parallel=Parallelism.of(scenario.deployment))
     resident = prompt + output / 2.0
     kv_tokens = system.kv_plan.num_gpu_blocks * system.kv_plan.block_size
     batch = max(1, min(scenario.scheduler.max_num_seqs, int(kv_tokens // max(resident, 1.0))))

@@ -15,13 +15,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from simulator.errors import ScenarioError
 from simulator.planner.fleet_hours import plan_shapes
 from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
+from simulator.scenario.files import read_csv, read_yaml
 from simulator.scenario.frozen import Frozen
+from simulator.scenario.limits import (
+    MAX_MODEL_LEN,
+    MAX_NUM_REQUESTS,
+    MAX_PEAK_RPS,
+    MAX_REPLICAS,
+    FiniteFloat,
+    Integer,
+    limit_message,
+)
 from simulator.slo import thresholds_s
 
 
@@ -32,7 +41,7 @@ class Candidate(Frozen):
     set: dict[str, Any] = Field(default_factory=dict)
     """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``; with
     ``deployment.pools`` the planner sizes each pool's ``replicas``."""
-    price_per_gpu_hour: float | None = Field(default=None, gt=0)
+    price_per_gpu_hour: FiniteFloat | None = Field(default=None, gt=0)
     """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``; with
     ``deployment.pools``, for the GPUs of every pool); default: the hardware profile's USD price (each
     pool's own; ``assumed``, only with ``currency: USD``)."""
@@ -51,10 +60,10 @@ class PlanSLO(SLOConfig):
 
 class Region(Frozen):
     name: str = Field(min_length=1)
-    rtt_ms: dict[str, float]
+    rtt_ms: dict[str, FiniteFloat]
     """Round-trip time from this region's clients to each serving region (own region required;
     the others are needed for N+1 failover)."""
-    price_multiplier: float = Field(default=1.0, gt=0)
+    price_multiplier: FiniteFloat = Field(default=1.0, gt=0)
     diurnal: Any = None
     """The load through a day: 24 hourly multipliers of the forecast peak (local hours 0-23, each in
     (0, 1], the busiest 1.0), a named shape (``flat``, ``office-hours``, ``consumer``), or a mapping
@@ -66,23 +75,23 @@ class Region(Frozen):
 class NetworkSettings(Frozen):
     """Connection model shared by all regions (see :mod:`simulator.cluster.network`)."""
 
-    setup_round_trips: int = Field(default=2, ge=0)
+    setup_round_trips: Integer = Field(default=2, ge=0)
     """Extra round trips a new connection pays before the request (TCP 1 + TLS 1.3 1 = 2)."""
-    keepalive_reuse: float = Field(default=0.9, ge=0, le=1)
+    keepalive_reuse: FiniteFloat = Field(default=0.9, ge=0, le=1)
     """Fraction of requests sent on an already open (keep-alive) connection."""
 
 
 class SimulationSettings(Frozen):
     """How each candidate replica count is verified."""
 
-    num_requests: int = Field(default=4000, ge=200)
-    warmup_fraction: float = Field(default=0.1, ge=0, lt=0.9)
+    num_requests: Integer = Field(default=4000, ge=200, le=MAX_NUM_REQUESTS)
+    warmup_fraction: FiniteFloat = Field(default=0.1, ge=0, lt=0.9)
     """Leading share of the arrivals left out of the statistics (the fleet starts empty)."""
-    cooldown_fraction: float = Field(default=0.05, ge=0, lt=0.5)
-    seed: int = Field(default=0, ge=0)
-    max_replicas: int = Field(default=64, ge=1)
+    cooldown_fraction: FiniteFloat = Field(default=0.05, ge=0, lt=0.5)
+    seed: Integer = Field(default=0, ge=0)
+    max_replicas: Integer = Field(default=64, ge=1, le=MAX_REPLICAS)
     """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
-    replications: int | Literal["auto"] = "auto"
+    replications: Integer | Literal["auto"] = "auto"
     """Independent runs (seeds ``seed``, ``seed + 1``, ...; the same at every count) that must all pass
     for a count to be accepted, so the answer does not flip with the seed. ``auto``: 3, and 8 where the
     decision is noisy (at the chosen count the worst ratio's seed-to-seed spread is above 5% and a seed two
@@ -100,10 +109,10 @@ class SimulationSettings(Frozen):
 class ForecastRow(Frozen):
     quarter: str = Field(min_length=1)
     region: str = Field(min_length=1)
-    peak_rps: float = Field(gt=0)
-    avg_prompt_tokens: float | None = Field(default=None, ge=1)
+    peak_rps: FiniteFloat = Field(gt=0, le=MAX_PEAK_RPS)
+    avg_prompt_tokens: FiniteFloat | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Mean prompt length (rescales the base scenario's prompt distribution); default: unchanged."""
-    avg_output_tokens: float | None = Field(default=None, ge=1)
+    avg_output_tokens: FiniteFloat | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
 
 
 class PlanConfig(Frozen):
@@ -115,7 +124,7 @@ class PlanConfig(Frozen):
     """Base serving scenario: a YAML path (relative to the plan file) or an inline mapping."""
     candidates: list[Candidate] = Field(min_length=1)
     slo: PlanSLO
-    headroom: float = Field(default=0.0, ge=0, le=10)
+    headroom: FiniteFloat = Field(default=0.0, ge=0, le=10)
     """Extra load the fleet must carry: sized for ``peak_rps x (1 + headroom)``."""
     failover: Literal["none", "n_plus_one"] = "none"
     """``n_plus_one``: every region also carries its share of any one failed region's traffic."""
@@ -170,12 +179,7 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
         p = Path(source)
         if not p.is_file():
             raise ScenarioError("plan", str(source), "file not found")
-        try:
-            data = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ScenarioError(str(source), "YAML", f"not valid YAML{where}") from None
+        data = read_yaml(p, str(source), what="a plan file")
         if not isinstance(data, dict):
             raise ScenarioError(str(source), data, "a plan file must be a YAML mapping")
         here = p.resolve().parent
@@ -261,10 +265,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
         path = Path(config.base_dir) / path
     if not path.is_file():
         raise ScenarioError("forecast", config.forecast, "CSV file not found")
-    try:
-        raw = pd.read_csv(path, dtype={"quarter": str, "region": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ScenarioError("forecast", config.forecast, f"not a readable CSV ({type(exc).__name__})") from None
+    raw = read_csv(path, "forecast", dtype={"quarter": str, "region": str})
     unknown = [c for c in raw.columns if c not in FORECAST_COLUMNS]
     if unknown:
         hint = difflib.get_close_matches(str(unknown[0]), FORECAST_COLUMNS, n=1)
@@ -286,7 +287,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
             err = exc.errors(include_url=False)[0]
             col = str(err["loc"][0]) if err["loc"] else "row"
             msg = "required value is missing" if err["type"] in ("missing", "string_type", "float_type") \
-                and clean.get(col) is None else err["msg"]
+                and clean.get(col) is None else limit_message(err) or err["msg"]
             raise ScenarioError(f"{path.name} row {i + 2} column {col}", clean.get(col), msg) from None
     return pd.DataFrame(rows, columns=list(FORECAST_COLUMNS))
 
@@ -359,6 +360,8 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         msg = f"not allowed; allowed: {err.get('ctx', {}).get('expected', '')}"
     elif err["type"] == "string_pattern_mismatch" and loc == ["currency"]:
         msg = "must be an ISO 4217 code in capitals, e.g. USD, EUR, GBP"
+    elif limit_message(err):
+        msg = str(limit_message(err))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
     return ScenarioError(field, value, msg)

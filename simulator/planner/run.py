@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from simulator.cluster.network import network_from_clients
+from simulator.cluster.request_path import stage_workers_text
 from simulator.errors import ScenarioError
 from simulator.planner.backends import open_executor
 from simulator.planner.capacity import capacity_bound
@@ -235,6 +236,7 @@ def _meta(loaded: LoadedPlan, sc: Scenario, cand: Any, row: dict[str, Any], desi
         "forecast_avg_output_tokens": given["avg_output_tokens"],
         "currency": loaded.config.currency,
         "price_source": "quoted" if cand.price_per_gpu_hour is not None else "assumed",
+        "stage_workers": stage_workers_text(sc, design),
     }
 
 
@@ -243,7 +245,8 @@ WORKSHEET_COLUMNS = (
     "quarter", "region", "status", "peak_rps", "design_rps", "failover_rps", "headroom", "avg_prompt_tokens",
     "avg_output_tokens", "candidate", "hardware", "tensor_parallel_size", "quantization", "max_num_seqs",
     "replicas", "gpus", "pool_replicas", "pool_gpus", "analytic_estimate_replicas", "batching_factor", "ttft_p50_ms",
-    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "slo_attainment", "dropped", "slo_worst_ratio", "stable",
+    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "ttua_p99_ms", "stage_workers",
+    "slo_attainment", "dropped", "slo_worst_ratio", "stable",
     "backlog_growth_fraction", "utilization", "saturation_rps_per_replica", "pool_share", "pool_utilization",
     "pool_saturation_rps_per_replica", "rtt_ms", "worst_case", "price_per_gpu_hour",
     "price_multiplier", "cost_per_hour", "gpu_hours", "cost_per_quarter", "cost_per_million_tokens",

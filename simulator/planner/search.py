@@ -241,7 +241,7 @@ def _check_row(verdict: Verdict, frame: pd.DataFrame, window: tuple[float, float
     completed = (frame["status"].astype(str) == COMPLETED).to_numpy()[judged]
     lat = judged_latencies(frame)
     out: dict[str, Any] = {}
-    for name in ("ttft", "tpot", "e2e"):
+    for name in ("ttft", "tpot", "e2e", "ttua"):
         x = lat[name][judged].copy()
         x[~completed] = math.inf
         out[f"{name}_p50_s"] = quantile_with_drops(x, 0.5)
@@ -344,7 +344,7 @@ def overloaded_check(counts: Counts, utilization: float, failure: str) -> dict[s
             "ratios": {"utilization": utilization}, "attainment": 0.0, "measured": 0, "dropped": 0, "stable": False,
             "case": "design load", "seed": None, "failures": [failure], "stability": {"backlog_growth_fraction": nan},
             "batching_factor": nan, "runs": 0, "seeds_passed": 0, "seed_spread": nan,
-            **{f"{m}_{q}_s": nan for m in ("ttft", "tpot", "e2e") for q in ("p50", "p99")}}
+            **{f"{m}_{q}_s": nan for m in ("ttft", "tpot", "e2e", "ttua") for q in ("p50", "p99")}}
 
 
 def describe_failure(run: dict[str, Any]) -> str:
@@ -362,6 +362,7 @@ def check_columns(chosen: dict[str, Any]) -> dict[str, Any]:
     return {
         "ttft_p50_ms": _ms(chosen["ttft_p50_s"]), "ttft_p99_ms": _ms(chosen["ttft_p99_s"]),
         "tpot_p99_ms": _ms(chosen["tpot_p99_s"]), "e2e_p99_ms": _ms(chosen["e2e_p99_s"]),
+        "ttua_p99_ms": _ms(chosen["ttua_p99_s"]),
         "slo_attainment": chosen["attainment"], "dropped": chosen["dropped"],
         "stable": chosen["stable"], "backlog_growth_fraction": chosen["stability"]["backlog_growth_fraction"],
         "batching_factor": chosen["batching_factor"], "worst_case": chosen["case"],
@@ -372,10 +373,10 @@ def check_columns(chosen: dict[str, Any]) -> dict[str, Any]:
 def _row(task: SearchTask, runs: dict[int, dict[str, Any]], chosen: dict[str, Any], status: str,
          binding: str, below: str, saturation: float, extra: dict[str, Any]) -> dict[str, Any]:
     n = chosen["replicas"]
-    tp = task.scenario.deployment.tensor_parallel_size
+    per_replica = task.scenario.deployment.gpus_per_replica
     return {
         "quarter": task.quarter, "region": task.region, "candidate": task.candidate, "status": status,
-        "replicas": n, "gpus": n * tp, "pool_replicas": "", "pool_gpus": "", "pool_share": "",
+        "replicas": n, "gpus": n * per_replica, "pool_replicas": "", "pool_gpus": "", "pool_share": "",
         "pool_utilization": "", "pool_saturation_rps_per_replica": "",
         "analytic_estimate_replicas": task.start,
         "utilization": task.design_rps / (n * saturation) if task.design_rps else math.nan,

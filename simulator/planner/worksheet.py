@@ -1,27 +1,19 @@
 """Writing the plan's worksheets as CSV files that are safe to open in a spreadsheet.
 
-A text cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return would be run as a
-formula by Excel or LibreOffice (CSV injection, OWASP); names come from user files (regions,
-candidates, quarters), so such cells get a leading apostrophe. Numbers are written as numbers.
+Names come from user files (regions, candidates, quarters), so every text cell goes through
+:func:`simulator.output.spreadsheet_safe` (formula starts quoted, control characters escaped).
+Numbers are written as numbers. The three files are written all or nothing: as a staged folder
+(:func:`simulator.output.output_folder`), or, for a ``.csv`` name, as temporary files renamed at the end.
 """
 from __future__ import annotations
 
-import os
+import contextlib
 from pathlib import Path
 
-import pandas as pd
-
 from simulator.errors import ScenarioError
+from simulator.output import check_output_folder, output_folder, spreadsheet_safe, write_csv
 
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
-    out = df.copy()
-    for col in out.columns:
-        if out[col].dtype == object or isinstance(out[col].dtype, pd.StringDtype):
-            out[col] = out[col].map(lambda v: "'" + v if isinstance(v, str) and v.startswith(_FORMULA_START) else v)
-    return out
+__all__ = ["check_out", "companion_paths", "spreadsheet_safe", "worksheet_path", "write_worksheets"]
 
 
 def worksheet_path(out: Path) -> Path:
@@ -41,58 +33,56 @@ def companion_paths(out: Path) -> dict[str, Path]:
             "candidates": ws.with_name(f"{stem}-candidates.csv")}
 
 
-def check_out(out: Path) -> None:
-    """Fail before planning when the worksheets could not be written: the folder that would hold them
-    must exist or be creatable (its nearest existing ancestor a writable folder)."""
-    folder = worksheet_path(out).parent
-    if folder.exists() and not folder.is_dir():
-        which = "it" if folder == out else str(folder)
-        raise ScenarioError("--out", str(out), f"{which} exists and is not a directory; give a folder "
-                            "(or a file name ending in .csv)")
-    missing, ancestor = [], folder.absolute()
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        missing.append(ancestor)
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ScenarioError("--out", str(out), f"cannot create the folder: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ScenarioError("--out", str(out), f"cannot create the folder: {ancestor} is not writable")
-    # Create the missing folders now and remove them again: os.access says yes to root everywhere.
-    created: list[Path] = []
-    try:
-        for d in reversed(missing):
-            d.mkdir()
-            created.append(d)
-    except OSError as exc:
-        raise ScenarioError("--out", str(out), f"cannot create the folder {d} ({exc.strerror})") from None
-    finally:
-        for d in reversed(created):
-            d.rmdir()
+def check_out(out: Path, force: bool = False) -> None:
+    """Fail before planning when the worksheets could not be written: a folder that is a file or already
+    holds results (unless ``force``), a ``.csv`` name whose three files exist (unless ``force``), or no
+    writable folder to create them in."""
+    if not _is_csv_name(out):
+        check_output_folder(out, force=force)
+        return
+    check_output_folder(out.parent, whole=False)   # the folder may hold other files
+    if not force:
+        existing = [p.name for p in companion_paths(out).values() if p.exists()]
+        if existing:
+            raise ScenarioError("--out", str(out), f"already exists ({', '.join(existing)}); pass --force to "
+                                "replace it, or choose another name")
 
 
-def write_worksheets(result, out: Path) -> dict[str, Path]:  # PlanResult
-    """Write the three CSVs next to each other; all or nothing (temporary files, then renamed).
+def _is_csv_name(out: Path) -> bool:
+    return worksheet_path(out) == out
+
+
+def write_worksheets(result, out: Path, *, force: bool = False) -> dict[str, Path]:  # PlanResult
+    """Write the three CSVs next to each other; all or nothing (see the module docstring).
 
     ``worksheet.csv`` is the finance summary (``result.summary``: rounded, whole numbers as such, no
     exponents) and ``worksheet-totals.csv`` its totals; ``worksheet-candidates.csv`` has every
     engineering column of every candidate (6 significant digits)."""
     paths = companion_paths(out)
-    check_out(out)
+    check_out(out, force=force)
+    summary = result.summary if result.summary is not None else result.worksheet
+    frames = {"worksheet": summary, "totals": result.totals, "candidates": result.candidates}
+    formats = {"worksheet": None, "totals": None, "candidates": "%.6g"}
+    if not _is_csv_name(out):
+        with output_folder(out, force=force) as stage:
+            for key, frame in frames.items():
+                write_csv(frame, stage / paths[key].name, float_format=formats[key])
+        return paths
     try:
         paths["worksheet"].parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ScenarioError("--out", str(out), f"cannot create the folder ({exc.strerror})") from None
-    summary = result.summary if result.summary is not None else result.worksheet
-    frames = {"worksheet": summary, "totals": result.totals, "candidates": result.candidates}
-    formats = {"worksheet": None, "totals": None, "candidates": "%.6g"}
-    tmp = {k: p.with_name(p.name + ".tmp") for k, p in paths.items()}
+    tmp = {k: p.with_name(f".{p.name}.partial") for k, p in paths.items()}
     try:
         for key, frame in frames.items():
-            spreadsheet_safe(frame).to_csv(tmp[key], index=False, float_format=formats[key])
+            write_csv(frame, tmp[key], float_format=formats[key])
         for key in frames:
             tmp[key].replace(paths[key])
-    except OSError as exc:
+    except BaseException as exc:   # an error or Ctrl-C: no partial files left behind
         for p in tmp.values():
-            p.unlink(missing_ok=True)
-        raise ScenarioError("--out", str(out), f"cannot write ({exc.strerror})") from None
+            with contextlib.suppress(OSError):
+                p.unlink()
+        if isinstance(exc, OSError):
+            raise ScenarioError("--out", str(out), f"cannot write ({exc.strerror})") from None
+        raise
     return paths

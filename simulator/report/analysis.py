@@ -46,11 +46,12 @@ def measured_requests(result: SimulationResult) -> pd.DataFrame:
 
 
 def num_gpus(scenario: Scenario) -> int:
-    """GPUs the deployment holds: replicas x tensor-parallel size (summed over model pools)."""
+    """GPUs the deployment holds: replicas x tensor-parallel x pipeline-parallel size (summed over
+    model pools)."""
     dep = scenario.deployment
     if dep.pools:
         return sum(p.replicas * (p.tensor_parallel_size or dep.tensor_parallel_size) for p in dep.pools)
-    return dep.replicas * dep.tensor_parallel_size
+    return dep.replicas * dep.gpus_per_replica
 
 
 def cost_per_million_tokens(summary: dict[str, Any], price_per_gpu_hour: float | None,
@@ -100,6 +101,7 @@ def kpis(summary: dict[str, Any], scenario: Scenario, price_per_gpu_hour: float 
         KPI("tpot_p99", "TPOT p99", q("tpot_s", "p99", 1e3), "ms", False),
         KPI("e2e_p50", "E2E p50", q("e2e_s", "p50", 1.0), "s", False),
         KPI("e2e_p99", "E2E p99", q("e2e_s", "p99", 1.0), "s", False),
+        KPI("ttua_p99", "TTUA p99", q("ttua_s", "p99", 1.0), "s", False),
         KPI("throughput_rps", "Throughput", tp.get("requests_per_s"), "req/s", True),
         KPI("output_tps", "Output tokens", tp.get("output_tokens_per_s"), "tok/s", True),
         KPI("slo_attainment", "SLO attainment", None if att is None else 100.0 * att, "%", True),
@@ -141,7 +143,7 @@ def latency_cdf(requests: pd.DataFrame, metrics: Sequence[str] = LATENCY_METRICS
     return pd.concat(frames, ignore_index=True)
 
 
-STAGES = ("network", "queue", "prefill", "decode")
+STAGES = ("network", "pre", "queue", "prefill", "decode", "post")
 
 
 def stage_breakdown(requests: pd.DataFrame) -> pd.DataFrame:
@@ -150,7 +152,9 @@ def stage_breakdown(requests: pd.DataFrame) -> pd.DataFrame:
 
     * network = client-perceived E2E - server E2E (round trips and connection set-up; only when
       the scenario has a ``network``, else the stage is left out)
-    * queue = first admission into a batch - arrival
+    * pre = the processing stages before the engine and the response-cache lookup (``pre_s``;
+      only with ``pipeline`` / ``response_cache``), post = the stages after it (``post_s``)
+    * queue = first admission into a batch - arrival at the engine
     * prefill = first token - first admission (the prompt's step, including any wait between
       admission and the step's end)
     * decode = finish - first token (includes time lost to preemption and recompute)
@@ -159,6 +163,11 @@ def stage_breakdown(requests: pd.DataFrame) -> pd.DataFrame:
     first, finish = requests["first_token_time"].to_numpy(float), requests["finish_time"].to_numpy(float)
     parts = {"queue": sched - arrival, "prefill": first - sched, "decode": finish - first}
     total = finish - arrival
+    if "pre_s" in requests.columns:   # pipeline stages / response-cache lookup around the engine
+        parts["pre"] = requests["pre_s"].to_numpy(float)
+        parts["queue"] = parts["queue"] - parts["pre"]
+        parts["post"] = requests["post_s"].to_numpy(float)
+        total = total + parts["post"]
     if "client_e2e_s" in requests.columns:
         parts["network"] = requests["client_e2e_s"].to_numpy(float) - requests["e2e_s"].to_numpy(float)
         total = total + parts["network"]
@@ -470,9 +479,10 @@ def measured_vs_fitted(profile: Any) -> pd.DataFrame:
     from simulator.report.profile_report import profile_table as read_ops
     from simulator.scenario.models import DTYPE_BYTES
 
-    if profile.cost_model != "table" or profile.table is None:
+    if profile.table is None:
         raise ScenarioError("hardware.cost_model", profile.cost_model,
-                            f"profile {profile.name!r} has no measurements (only 'table' profiles do)")
+                            f"profile {profile.name!r} has no measurements (only 'table' and 'kernel_table' "
+                            "profiles do)")
     ops = read_ops(profile)
     dtype = str(ops["dtype"].iloc[0]) if len(ops) else "bf16"
     peak = float(profile.peak_flops_for(dtype)) if profile.peak_flops else 1e12

@@ -497,14 +497,14 @@ def crosscheck(model: Any, datasheet: Any, profiles: Mapping[str, Any],
     (imported or measured). Long format: ``op, shape, tokens, context, profile, time_us, source``
     (``source``: ``measured`` at that shape, ``scaled ...`` from the nearest measured shape, or
     ``roofline`` when the table has no rows for the op)."""
-    from simulator.cost.table import TableCostModel
+    from simulator.cost.factory import make_cost_model
     from simulator.scenario.models import MODEL_PRESETS
     from simulator.scenario.profiles import load_profile
 
     spec = MODEL_PRESETS[model] if isinstance(model, str) else model
     models = {"datasheet": datasheet_cost_model(datasheet, spec, tensor_parallel_size)}
     for label, ref in profiles.items():
-        models[label] = TableCostModel(load_profile(ref), spec, tensor_parallel_size)
+        models[label] = make_cost_model(load_profile(ref), spec, tensor_parallel_size)
     rows = []
     for op, tokens, ctx in cases:
         shape = f"{tokens} tok" + (f" x {ctx} ctx" if ctx else "")

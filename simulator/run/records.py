@@ -159,6 +159,9 @@ class SimulationResult:
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
     prefix_cache: dict[str, int] | None = None
     """Prefix-cache counters summed over replicas (None when prefix caching is off)."""
+    request_path: Any = None
+    """The run's :class:`simulator.cluster.request_path.RequestPath` (None without stages, response
+    cache or coalescing)."""
 
     @property
     def steps(self) -> pd.DataFrame:

@@ -14,11 +14,12 @@ from simulator.engine.policies import POLICIES  # the registry, with every polic
 from simulator.errors import ScenarioError
 from simulator.scenario.config import Scenario
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
+from simulator.scenario.parallel import Parallelism, check_parallelism
 from simulator.scenario.profiles import HardwareProfile, load_profile
 from simulator.scenario.quantization import Precision, check_kv_head_split, resolve_precision
 
 STREAMS = ("arrivals", "prompt", "output", "routing", "speculative", "tier", "prefix", "sessions", "network",
-           "think")
+           "think", "pipeline", "popularity")
 """Appending a stream leaves the earlier streams' numbers unchanged (SeedSequence spawn keys)."""
 
 
@@ -91,12 +92,13 @@ def _resolve_system(scenario: Scenario) -> ResolvedSystem:
         raise ScenarioError("deployment.tensor_parallel_size", dep.tensor_parallel_size,
                             f"must divide num_attention_heads={model.num_attention_heads}")
     check_kv_head_split(model, dep.tensor_parallel_size)
+    check_parallelism(model, profile, Parallelism.of(dep))
     precision = resolve_precision(model, profile, dep.quantization, dep.kv_cache_dtype)
     plan = plan_kv_cache(model, profile, tensor_parallel_size=dep.tensor_parallel_size,
                          block_size=sch.block_size, gpu_memory_utilization=sch.gpu_memory_utilization,
                          max_num_batched_tokens=sch.max_num_batched_tokens, max_num_seqs=sch.max_num_seqs,
                          max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override,
-                         precision=precision)
+                         precision=precision, pipeline_parallel_size=dep.pipeline_parallel_size)
     draft = None
     if spec is not None and spec.method == "draft":
         assert spec.draft_model is not None   # the config requires it for method draft

@@ -8,6 +8,7 @@ numbers bit for bit, and changing one stream's distribution leaves the others' d
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from simulator.cluster.request_path import RequestPath, plan_request_path
 from simulator.cluster.routing import make_router
 from simulator.cost.base import BatchShape, CostModel
 from simulator.cost.factory import make_cost_model
@@ -34,6 +36,7 @@ from simulator.run.clients import ClosedLoopClients
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
 from simulator.scenario.config import ClosedLoopArrival, Scenario
+from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import GIB
 from simulator.workload.levers import apply_client_view
 from simulator.workload.traffic import Workload, generate_workload
@@ -62,12 +65,16 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     system = resolve(scenario)
     rngs = spawn_rngs(scenario.seed)
     workload = generate_workload(scenario, system.max_model_len, rngs)
+    engine_arrival, path = plan_request_path(scenario, workload, rngs)   # stages, response cache, coalescing
+    if path is not None:
+        workload = dataclasses.replace(workload, arrival_time=engine_arrival)
     table = RequestTable(workload)
     if scenario.workload.tiers is not None:
         table.priority = np.array([t.priority for t in scenario.workload.tiers], dtype=np.int64)[table.tier]
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
-    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward)  # registers processes
+    # _Run registers the processes.
+    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward, path)
     # The run allocates many small objects (step-log tuples, SimPy events) but no lasting reference
     # cycles, so the cyclic collector's repeated scans of the growing logs are pure overhead (12%
     # of a 100k-request run). Pause it for the run and restore the caller's setting.
@@ -75,8 +82,12 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     gc.disable()
     try:
         env.run(until=scenario.max_sim_time_s)
-        result = SimulationResult(scenario, apply_client_view(_requests_frame(table, scenario), scenario),
+        frame = _requests_frame(table, scenario)
+        if path is not None:
+            path.add_columns(frame)
+        result = SimulationResult(scenario, apply_client_view(frame, scenario),
                                   steps.freeze(), system, float(env.now), time.perf_counter() - wall0)
+        result.request_path = path
         result.prefix_cache = prefix_cache_counters(run.replicas)
         for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
             for name, value in source.stats().items():
@@ -127,10 +138,17 @@ class _Run:
 
     def __init__(self, env: simpy.Environment, scenario: Scenario, system: ResolvedSystem, workload: Workload,
                  table: RequestTable, steps: StepLog, rngs: dict[str, np.random.Generator],
-                 on_progress: ProgressCallback | None, fast_forward: bool) -> None:
+                 on_progress: ProgressCallback | None, fast_forward: bool, path: RequestPath | None = None) -> None:
         self.env, self.table = env, table
+        self.path = path
+        times = workload.arrival_time
+        self.order: list[int] | None = None
+        """Request ids in the order they reach the engine, when processing stages reorder them."""
+        if path is not None and len(times) > 1 and bool((np.diff(times) < 0).any()):
+            order = np.argsort(times, kind="stable")
+            self.order, times = order.tolist(), times[order]
         # Python floats, not numpy scalars: every SimPy and engine time sum derives from these.
-        self.times: list[float] = workload.arrival_time.tolist()
+        self.times: list[float] = times.tolist()
         self.total = len(workload)
         self.next_index = 0
         self.done = 0
@@ -141,7 +159,7 @@ class _Run:
         dep, sch = scenario.deployment, scenario.scheduler
         self.scenario_deployment = dep
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
-                                          system.precision if _levers_on(dep) else None)
+                                          system.precision if _levers_on(dep) else None, Parallelism.of(dep))
         proposal = _proposal_time(scenario, system, cost)
         self.fleet: DisaggregatedFleet | None = None
         self.pool_router = None
@@ -177,7 +195,8 @@ class _Run:
                 for sub, sub_system in system.pools:
                     sub_cost = make_cost_model(sub_system.profile, sub_system.model,
                                                sub.deployment.tensor_parallel_size,
-                                               sub_system.precision if _levers_on(sub.deployment) else None)
+                                               sub_system.precision if _levers_on(sub.deployment) else None,
+                                               Parallelism.of(sub.deployment))
                     sub_proposal = _proposal_time(sub, sub_system, sub_cost)
                     self.replicas += [
                         Replica(env, len(self.replicas) + i,
@@ -228,13 +247,13 @@ class _Run:
 
     def arrivals(self):  # SimPy process
         """Walk the pre-drawn arrival instants (every process but the closed loop)."""
-        env, times = self.env, self.times
-        for rid in range(self.total):
-            delay = times[rid] - env.now
+        env, times, order = self.env, self.times, self.order
+        for i in range(self.total):
+            delay = times[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            self.next_index = rid + 1
-            self._send(rid)
+            self.next_index = i + 1
+            self._send(i if order is None else order[i])
 
     def _send(self, rid: int) -> None:
         """Request ``rid`` arrives now: refuse it, route it, shed it, or queue it at a replica."""
@@ -243,6 +262,17 @@ class _Run:
             table.status[rid] = RequestStatus.FINISHED_REJECTED
             self._finished((rid,), env.now)
             return
+        if self.path is not None:
+            if self.path.cached(rid, env.now):       # answered by the response cache
+                now = env.now
+                table.status[rid] = RequestStatus.FINISHED_LENGTH_CAPPED
+                table.first_scheduled_time[rid] = table.first_token_time[rid] = table.finish_time[rid] = now
+                table.num_output_tokens[rid] = table.max_tokens[rid]
+                table.replica[rid] = -1
+                self._finished((rid,), now)
+                return
+            if self.path.leader_of(rid, env.now) is not None:   # shares an identical prompt in flight
+                return
         if self.autoscaler is not None:
             i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
         else:
@@ -258,11 +288,34 @@ class _Run:
     def _finished(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
         """Requests ``ids`` ended at instant ``at`` (>= now): progress, and closed-loop clients."""
         self.done += len(ids)
+        if self.path is not None and self.path.prompt_id is not None:
+            self._release_followers(ids, at)
         if self.clients is not None:
             self.clients.ended(ids, at)
         if self.on_progress is not None and (self.done >= self._next_report or self.done == self.total):
             self._next_report = self.done + self.progress_every
             self.on_progress(self.done, self.total)
+
+
+    def _release_followers(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
+        """Coalesced requests get their leader's answer (or its fate) when it ends; a completed
+        answer is stored in an exact response cache."""
+        table, path = self.table, self.path
+        assert path is not None
+        for rid in list(ids):
+            rid = int(rid)
+            completed = table.status[rid] == RequestStatus.FINISHED_LENGTH_CAPPED
+            followers = path.ended(rid, bool(completed and table.replica[rid] >= 0), at)
+            if not followers:
+                continue
+            f = np.asarray(followers, dtype=np.int64)
+            table.status[f] = table.status[rid]
+            table.replica[f] = table.replica[rid]
+            table.num_output_tokens[f] = table.num_output_tokens[rid]
+            table.first_scheduled_time[f] = table.arrival_time[f]
+            table.first_token_time[f] = np.maximum(table.first_token_time[rid], table.arrival_time[f])
+            table.finish_time[f] = table.finish_time[rid]
+            self._finished(f, at)
 
 
 def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,

@@ -14,12 +14,25 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from simulator.errors import ScenarioError
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
+from simulator.scenario.files import parse_yaml_value, read_yaml
 from simulator.scenario.frozen import Frozen
+from simulator.scenario.limits import (
+    MAX_BLOCK_SIZE,
+    MAX_MODEL_LEN,
+    MAX_NUM_REQUESTS,
+    MAX_NUM_SEQS,
+    MAX_REPLICAS,
+    MAX_SESSION_TURNS_DRAWN,
+    MAX_TIME_S,
+    MIN_DEVICE_RATE,
+    FiniteFloat,
+    Integer,
+    limit_message,
+)
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.profiles import Overhead, load_profile
 
@@ -29,15 +42,15 @@ class PoissonArrival(Frozen):
     """Poisson arrivals: exponential gaps with mean ``1 / rate_per_s``."""
 
     process: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: FiniteFloat = Field(gt=0)
 
 
 class GammaArrival(Frozen):
     """Renewal arrivals with gamma gaps: ``cv`` > 1 is burstier than Poisson, < 1 smoother."""
 
     process: Literal["gamma"] = "gamma"
-    rate_per_s: float = Field(gt=0)
-    cv: float = Field(gt=0)
+    rate_per_s: FiniteFloat = Field(gt=0)
+    cv: FiniteFloat = Field(ge=0.01, le=100)
     """Coefficient of variation of the inter-arrival gaps (1 = Poisson)."""
 
 
@@ -48,7 +61,7 @@ class TraceArrival(Frozen):
     path: str
     """CSV (``azure``) or JSONL (``mooncake``); relative paths resolve against the scenario file."""
     format: Literal["azure", "mooncake"]
-    speedup: float = Field(default=1.0, gt=0)
+    speedup: FiniteFloat = Field(default=1.0, gt=0)
     """Divide every gap by this factor (2 = twice the trace's request rate)."""
     use_trace_lengths: bool = True
     """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
@@ -57,9 +70,9 @@ class TraceArrival(Frozen):
 class Burst(Frozen):
     """A window in which the arrival rate is multiplied (a launch, a retry storm)."""
 
-    start_s: float = Field(ge=0)
-    duration_s: float = Field(gt=0)
-    multiplier: float = Field(gt=0)
+    start_s: FiniteFloat = Field(ge=0)
+    duration_s: FiniteFloat = Field(gt=0)
+    multiplier: FiniteFloat = Field(gt=0)
 
 
 class DiurnalArrival(Frozen):
@@ -71,11 +84,11 @@ class DiurnalArrival(Frozen):
     """
 
     process: Literal["diurnal"] = "diurnal"
-    mean_rate_per_s: float = Field(gt=0)
-    peak_to_mean: float | None = Field(default=None, ge=1, le=2)
-    hourly: list[Annotated[float, Field(ge=0)]] | None = Field(default=None, min_length=24, max_length=24)
-    period_s: float = Field(default=86400.0, gt=0)
-    peak_time_s: float = Field(default=0.0, ge=0)
+    mean_rate_per_s: FiniteFloat = Field(gt=0)
+    peak_to_mean: FiniteFloat | None = Field(default=None, ge=1, le=2)
+    hourly: list[Annotated[FiniteFloat, Field(ge=0)]] | None = Field(default=None, min_length=24, max_length=24)
+    period_s: FiniteFloat = Field(default=86400.0, gt=0)
+    peak_time_s: FiniteFloat = Field(default=0.0, ge=0)
     """Instant of the cosine's peak within the period (``peak_to_mean`` profile only)."""
     bursts: list[Burst] = Field(default_factory=list)
 
@@ -95,9 +108,9 @@ class ClosedLoopArrival(Frozen):
     needs ``num_requests`` (``duration_s`` may end the sending earlier)."""
 
     process: Literal["closed_loop"] = "closed_loop"
-    concurrency: int = Field(ge=1)
+    concurrency: Integer = Field(ge=1, le=MAX_NUM_REQUESTS)
     """Clients, each with at most one request outstanding."""
-    think_time_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    think_time_s: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TIME_S)
     """Mean pause between an answer's end and the same client's next request (0: at once)."""
     think_time_dist: Literal["fixed", "exponential"] = "fixed"
     """``fixed``: every pause is ``think_time_s``; ``exponential``: pauses drawn with that mean."""
@@ -118,32 +131,32 @@ class LognormalLength(Frozen):
     """Lognormal token counts with the given mean, truncated to [min, max] by resampling."""
 
     dist: Literal["lognormal"] = "lognormal"
-    mean: float = Field(gt=0)
-    sigma: float = Field(gt=0)
+    mean: FiniteFloat = Field(gt=0, le=MAX_MODEL_LEN)
+    sigma: FiniteFloat = Field(gt=0, le=10)
     """Standard deviation of the underlying normal (0.8 is a typical chat prompt spread)."""
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    min: Integer = Field(default=1, ge=1, le=MAX_MODEL_LEN)
+    max: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
 
 
 class GeometricLength(Frozen):
     """Geometric token counts on 1, 2, ... with the given mean (memoryless output lengths)."""
 
     dist: Literal["geometric"] = "geometric"
-    mean: float = Field(ge=1)
-    max: int | None = Field(default=None, ge=1)
+    mean: FiniteFloat = Field(ge=1, le=MAX_MODEL_LEN)
+    max: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
 
 
 class FixedLength(Frozen):
     dist: Literal["fixed"] = "fixed"
-    value: int = Field(ge=1)
+    value: Integer = Field(ge=1, le=MAX_MODEL_LEN)
 
 
 class UniformLength(Frozen):
     """Integer uniform on [min, max] inclusive."""
 
     dist: Literal["uniform"] = "uniform"
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: Integer = Field(ge=1, le=MAX_MODEL_LEN)
+    max: Integer = Field(ge=1, le=MAX_MODEL_LEN)
 
     @model_validator(mode="after")
     def _order(self) -> UniformLength:
@@ -175,9 +188,9 @@ class PrefixConfig(Frozen):
     with one of ``num_prefixes`` system prompts of ``prefix_tokens`` tokens (equally likely). The
     prefix is part of the drawn prompt length, not added to it."""
 
-    num_prefixes: int = Field(default=1, ge=1)
-    prefix_tokens: int = Field(ge=1)
-    share: float = Field(default=1.0, ge=0, le=1)
+    num_prefixes: Integer = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)
+    prefix_tokens: Integer = Field(ge=1, le=MAX_MODEL_LEN)
+    share: FiniteFloat = Field(default=1.0, ge=0, le=1)
     short_prompt: Literal["error", "clip"] = "error"
     """A prefixed request whose prompt is not longer than ``prefix_tokens``: stop with an error
     naming it, or clip its prefix to its first ``prompt - 1`` tokens."""
@@ -190,7 +203,7 @@ class SessionsConfig(Frozen):
 
     turns: LengthConfig
     """Turns per session (``{dist: fixed, value: 4}``, geometric, ...; an integer means fixed)."""
-    turn_gap_s: float = Field(gt=0)
+    turn_gap_s: FiniteFloat = Field(gt=0)
     """Mean gap between the arrivals of consecutive turns of a session (exponential)."""
     followup_tokens: LengthConfig | None = None
     """New user tokens of each later turn (default: ``workload.prompt_tokens``)."""
@@ -207,12 +220,23 @@ class TierConfig(Frozen):
     """A class of requests (e.g. interactive vs batch) with its share of traffic, its priority and SLO."""
 
     name: str = Field(min_length=1)
-    share: float = Field(gt=0, le=1)
+    share: FiniteFloat = Field(gt=0, le=1)
     """Fraction of requests in this tier (shares sum to 1)."""
-    priority: int = 0
+    priority: Integer = Field(default=0, ge=-(2**31), le=2**31 - 1)
     """vLLM's request priority: lower is served first under ``scheduling_policy: priority``."""
     slo: SLOConfig | None = None
     """This tier's objectives (default: the scenario's ``slo``)."""
+
+
+class PromptPopularityConfig(Frozen):
+    """Prompts drawn from a fixed set of distinct prompts with Zipf popularity: prompt ``i`` (0 the
+    most popular) is asked with probability proportional to ``1 / (i + 1) ** zipf_s``. Requests
+    that ask the same prompt have the same prompt length (drawn once per distinct prompt)."""
+
+    distinct_prompts: Integer = Field(ge=1, le=10 * MAX_NUM_REQUESTS)
+    """How many different prompts there are."""
+    zipf_s: FiniteFloat = Field(default=1.0, ge=0, le=10)
+    """Zipf exponent: 0 = all equally popular; about 1 for web-like popularity."""
 
 
 class WorkloadConfig(Frozen):
@@ -228,6 +252,9 @@ class WorkloadConfig(Frozen):
     """Multi-turn sessions (see :class:`SessionsConfig`); not with trace arrivals."""
     tiers: list[TierConfig] | None = None
     """Request tiers, drawn independently per request with the given shares (None: one tier)."""
+    prompt_popularity: PromptPopularityConfig | None = None
+    """Repeated prompts (see :class:`PromptPopularityConfig`): what an exact response cache and
+    request coalescing find identical. None: every prompt is distinct."""
 
     @model_validator(mode="after")
     def _tiers(self) -> WorkloadConfig:
@@ -268,24 +295,24 @@ class WorkloadConfig(Frozen):
 class AutoscalerConfig(Frozen):
     """Replicas added and removed during the run (see ``simulator.cluster.autoscaler``)."""
 
-    min_replicas: int = Field(default=1, ge=1)
-    max_replicas: int = Field(ge=1)
-    initial_replicas: int | None = Field(default=None, ge=1)
+    min_replicas: Integer = Field(default=1, ge=1, le=MAX_REPLICAS)
+    max_replicas: Integer = Field(ge=1, le=MAX_REPLICAS)
+    initial_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     """Active at t = 0 (default ``min_replicas``)."""
-    target_outstanding_per_replica: float = Field(gt=0)
+    target_outstanding_per_replica: FiniteFloat = Field(gt=0)
     """Desired requests waiting + running per active replica (Knative's concurrency target)."""
-    interval_s: float = Field(default=10.0, gt=0)
+    interval_s: FiniteFloat = Field(default=10.0, ge=0.01)
     """How often the autoscaler looks at the load."""
-    scale_down_delay_s: float = Field(default=60.0, ge=0)
+    scale_down_delay_s: FiniteFloat = Field(default=60.0, ge=0)
     """Scale down only to the largest count wanted over this trailing window."""
-    load_bandwidth_bytes_per_s: float = Field(default=1.5e9, gt=0)
+    load_bandwidth_bytes_per_s: FiniteFloat = Field(default=1.5e9, ge=MIN_DEVICE_RATE)
     """Weights load rate of a cold start (storage/network to GPU); the weights per GPU divide by it."""
-    engine_start_s: float = Field(default=20.0, ge=0)
+    engine_start_s: FiniteFloat = Field(default=20.0, ge=0)
     """Engine start on top of the weights load (process, CUDA graphs, warm-up)."""
-    warm_pool: int = Field(default=0, ge=0)
+    warm_pool: Integer = Field(default=0, ge=0, le=MAX_REPLICAS)
     """Standby replicas with weights loaded: they start in ``warm_start_s``; a used one is
     replaced in the background by a cold start."""
-    warm_start_s: float = Field(default=2.0, ge=0)
+    warm_start_s: FiniteFloat = Field(default=2.0, ge=0)
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalerConfig:
@@ -303,11 +330,11 @@ class AffinityConfig(Frozen):
     skipped for the least-outstanding one when its outstanding requests exceed the least loaded
     replica's by more than ``balance_abs_threshold`` *and* by a factor over ``balance_rel_threshold``."""
 
-    balance_abs_threshold: int = Field(default=32, ge=0)
+    balance_abs_threshold: Integer = Field(default=32, ge=0)
     """Outstanding requests (waiting + running) the sticky replica may have beyond the least loaded one."""
-    balance_rel_threshold: float = Field(default=1.5, ge=1)
+    balance_rel_threshold: FiniteFloat = Field(default=1.5, ge=1)
     """... and the factor over the least loaded one's outstanding requests (both must be exceeded)."""
-    cache_threshold: float = Field(default=0.3, ge=0, le=1)
+    cache_threshold: FiniteFloat = Field(default=0.3, ge=0, le=1)
     """prefix_affinity: follow the longest prefix match only when it covers more than this fraction
     of the prompt's full blocks (SGLang's ``cache_threshold``); else least outstanding."""
 
@@ -319,15 +346,15 @@ class PoolConfig(Frozen):
     name: str = Field(min_length=1)
     model: str | ModelSpec | None = None
     hardware: str | dict[str, Any] | None = None
-    replicas: int = Field(default=1, ge=1)
-    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    replicas: Integer = Field(default=1, ge=1, le=MAX_REPLICAS)
+    tensor_parallel_size: Integer | None = Field(default=None, ge=1)
     quantization: str | None = None
     kv_cache_dtype: str | None = None
-    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_seqs: Integer | None = Field(default=None, ge=1, le=MAX_NUM_SEQS)
 
 
 class PromptThreshold(Frozen):
-    max_prompt_tokens: int = Field(ge=1)
+    max_prompt_tokens: Integer = Field(ge=1, le=MAX_MODEL_LEN)
     """Requests with at most this many prompt tokens (and more than the previous threshold's) ..."""
     pool: str = Field(min_length=1)
     """... go to this pool."""
@@ -346,22 +373,31 @@ class PoolRoutingConfig(Frozen):
 
 
 class DeploymentConfig(Frozen):
-    replicas: int = Field(default=1, ge=1)
-    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size."""
-    tensor_parallel_size: int = Field(default=1, ge=1)
+    replicas: Integer = Field(default=1, ge=1, le=MAX_REPLICAS)
+    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size x pipeline_parallel_size."""
+    tensor_parallel_size: Integer = Field(default=1, ge=1)
+    pipeline_parallel_size: Integer = Field(default=1, ge=1)
+    """Pipeline stages per replica (vLLM ``--pipeline-parallel-size``): the layers are split over
+    the stages, each a tensor-parallel group; a step traverses every stage (one batch in flight,
+    see ``docs/models.md``)."""
+    expert_parallel_size: Integer = Field(default=1, ge=1)
+    """GPUs the routed experts of an MoE model are split over, each expert whole on one GPU. As in
+    vLLM (``--enable-expert-parallel``: EP = TP x DP), the expert-parallel ranks are the
+    tensor-parallel ranks of a stage: 1 or ``tensor_parallel_size`` (attention data parallelism,
+    which would make EP larger, is not modelled)."""
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.cluster.router.ROUTERS``)."""
     quantization: str | None = None
     """Weight quantization of the linear layers (vLLM ``--quantization``): none, bf16, fp16, fp8,
-    int8, int4 (see ``simulator.scenario.quantization.QUANTIZATIONS``); None serves the model's dtype."""
+    int8, int4, mxfp4 (see ``simulator.scenario.quantization.QUANTIZATIONS``); None serves the model's dtype."""
     kv_cache_dtype: str = "auto"
     """KV-cache element dtype (vLLM ``--kv-cache-dtype``): auto, bf16, fp16, fp8 (fp8_e4m3, fp8_e5m2)."""
-    prefill_replicas: int | None = Field(default=None, ge=1)
-    decode_replicas: int | None = Field(default=None, ge=1)
-    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP)."""
-    kv_transfer_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    prefill_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    decode_replicas: Integer | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    """Pool sizes for ``scheduler.policy: disaggregated`` (GPUs = (prefill + decode) x TP x PP)."""
+    kv_transfer_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Prefill-to-decode KV link per GPU, one direction (default: the profile's interconnect)."""
-    kv_transfer_latency_s: float | None = Field(default=None, ge=0)
+    kv_transfer_latency_s: FiniteFloat | None = Field(default=None, ge=0)
     """Fixed cost of one KV transfer (default: the interconnect's latency)."""
     autoscaler: AutoscalerConfig | None = None
     """Scale between ``min_replicas`` and ``max_replicas`` during the run (``replicas`` is then unused)."""
@@ -372,32 +408,47 @@ class DeploymentConfig(Frozen):
     pool_routing: PoolRoutingConfig | None = None
     """Which pool each request goes to (required with ``pools``)."""
 
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica holds: ``tensor_parallel_size x pipeline_parallel_size`` (expert
+        parallelism reuses the tensor-parallel ranks)."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @model_validator(mode="after")
+    def _expert_ranks(self) -> DeploymentConfig:
+        ep, tp = self.expert_parallel_size, self.tensor_parallel_size
+        if ep not in (1, tp):
+            raise ValueError(f"expert_parallel_size={ep} must be 1 or tensor_parallel_size={tp}: the experts are "
+                             "split over a stage's tensor-parallel ranks, as vLLM's --enable-expert-parallel does "
+                             "(a larger EP needs data-parallel attention, which is not modelled)")
+        return self
+
 
 class SchedulerConfig(Frozen):
     """Per-replica engine limits, with vLLM's names and meanings."""
 
     policy: str = "continuous"
     """Batching policy (see ``simulator.engine.scheduler.POLICIES``)."""
-    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_seqs: Integer = Field(default=256, ge=1, le=MAX_NUM_SEQS)
     """Most requests in the running batch."""
-    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    max_num_batched_tokens: Integer = Field(default=8192, ge=1, le=MAX_MODEL_LEN)
     """Token budget of one engine step (prefill tokens + one per decoding request)."""
-    block_size: int = Field(default=16, ge=1)
+    block_size: Integer = Field(default=16, ge=1, le=MAX_BLOCK_SIZE)
     """Tokens per KV-cache block."""
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    gpu_memory_utilization: FiniteFloat = Field(default=0.9, gt=0, le=1)
     """Fraction of device memory the engine may use for weights, activations and KV cache."""
-    max_model_len: int | None = Field(default=None, ge=1)
+    max_model_len: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Longest prompt + output served; defaults to the model's context length."""
-    num_gpu_blocks_override: int | None = Field(default=None, ge=1)
+    num_gpu_blocks_override: Integer | None = Field(default=None, ge=1)
     """Use this many KV blocks instead of deriving them from memory (tests, what-ifs)."""
-    long_prefill_token_threshold: int | None = Field(default=None, ge=1)
+    long_prefill_token_threshold: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
-    max_wait_ms: float = Field(default=50.0, ge=0)
+    max_wait_ms: FiniteFloat = Field(default=50.0, ge=0)
     """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     """What a preempted request loses: its KV (recomputed on return), or nothing (its KV is copied to
     host memory over the device-host link and back; vLLM v0's swap)."""
-    swap_space_gib: float = Field(default=4.0, ge=0)
+    swap_space_gib: FiniteFloat = Field(default=4.0, ge=0)
     """Host memory per GPU for swapped KV (vLLM's ``swap_space``); when full, preemption recomputes."""
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """vLLM's queue order: arrival order, or (tier priority, arrival); under ``priority`` the
@@ -407,7 +458,7 @@ class SchedulerConfig(Frozen):
     enable_prefix_caching: bool = False
     """vLLM's automatic prefix caching: reuse cached full KV blocks of identical prompt prefixes
     (block hashes, ref counts, LRU eviction; see ``simulator.engine.prefix_cache``)."""
-    num_scheduler_steps: int = Field(default=1, ge=1, le=64)
+    num_scheduler_steps: Integer = Field(default=1, ge=1, le=64)
     """vLLM 0.6's multi-step scheduling (``--num-scheduler-steps``, continuous policy): a decode
     batch runs this many steps per scheduling decision, so a new prompt waits for the run to end,
     and the engine's per-step CPU overhead is paid once per run. 1: schedule every step."""
@@ -455,21 +506,92 @@ class RequestClientConfig(Frozen):
     stream: bool = True
     """Streamed responses: the client sees the first token when the engine emits it. False: the
     whole response arrives at once, so the client's TTFT is the end-to-end latency."""
-    timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: FiniteFloat | None = Field(default=None, gt=0)
     """The client abandons a request this long after it arrived (waiting or running); the engine
     frees its seat and KV blocks at the next step boundary. Counted in ``requests.timed_out``."""
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Cap on output tokens per request (vLLM ``SamplingParams.max_tokens``)."""
-    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    max_prompt_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Trim longer prompts to their last this-many tokens (vLLM ``truncate_prompt_tokens``)."""
+    usable_answer_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
+    """When the client can use the answer (TTUA, ``ttua_s``): after this many streamed tokens
+    (and the post-processing stages); None: the whole answer (and always without streaming)."""
+
+
+class StageLatencyConfig(Frozen):
+    """A stage's service time per request."""
+
+    dist: Literal["fixed", "exponential", "lognormal"] = "fixed"
+    mean_ms: FiniteFloat = Field(ge=0, le=3_600_000)
+    cv: FiniteFloat = Field(default=1.0, gt=0, le=20)
+    """lognormal: coefficient of variation of the service time."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _number(cls, data: Any) -> Any:
+        return {"mean_ms": data} if isinstance(data, (int, float)) and not isinstance(data, bool) else data
+
+
+class StageConfig(Frozen):
+    """One processing stage outside the engine (tokenization, retrieval, rerank, safety filter,
+    detokenization, output filter): a FCFS queue with ``workers`` servers."""
+
+    name: str = Field(min_length=1, max_length=64)
+    latency_ms: StageLatencyConfig
+    """Service time per request: a number (fixed, ms) or ``{dist, mean_ms, cv}``."""
+    workers: Integer | None = Field(default=None, ge=1, le=1_000_000)
+    """Servers of the stage (it queues when they are all busy); None: unlimited (a pure delay)."""
+
+
+class PipelineConfig(Frozen):
+    """Stages before the engine (``pre``: their time is in TTFT) and after it (``post``: in E2E and
+    TTUA), each a queue of its own (see ``simulator.cluster.request_path``)."""
+
+    pre: list[StageConfig] = Field(default_factory=list, max_length=16)
+    post: list[StageConfig] = Field(default_factory=list, max_length=16)
+
+
+class ResponseCacheConfig(Frozen):
+    """A cache of whole answers in front of the engine: a hit is answered after the lookup without
+    reaching the engine; a miss pays the lookup and goes on."""
+
+    kind: Literal["exact", "semantic"]
+    """exact: identical prompts (``workload.prompt_popularity``) hit an answer cached by an earlier
+    request that completed, within ``ttl_s`` and ``capacity_entries`` (LRU); the hit rate is an
+    outcome. semantic: each request hits with probability ``hit_rate`` (an input)."""
+    hit_rate: FiniteFloat | None = Field(default=None, ge=0, le=1)
+    """semantic: share of requests answered from the cache."""
+    lookup_ms: FiniteFloat = Field(default=1.0, ge=0, le=60_000)
+    """Time of a lookup, paid by hits and misses."""
+    ttl_s: FiniteFloat | None = Field(default=None, gt=0)
+    """exact: an entry expires this long after it was stored (None: never)."""
+    capacity_entries: Integer | None = Field(default=None, ge=1)
+    """exact: most answers held; the least recently used goes first (None: unbounded)."""
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> ResponseCacheConfig:
+        if self.kind == "semantic" and self.hit_rate is None:
+            raise ValueError("kind semantic needs hit_rate (the share of requests answered from the cache)")
+        if self.kind == "exact" and self.hit_rate is not None:
+            raise ValueError("kind exact finds its hits from repeated prompts (workload.prompt_popularity); "
+                             "drop hit_rate, or use kind: semantic")
+        return self
+
+
+class CoalescingConfig(Frozen):
+    """Identical prompts (``workload.prompt_popularity``) in flight share one engine request: a
+    request whose prompt was sent to the engine at most ``window_ms`` earlier and has not finished
+    waits for that answer instead."""
+
+    window_ms: FiniteFloat = Field(gt=0, le=3_600_000)
 
 
 class AdmissionConfig(Frozen):
     """Load shedding in front of each replica: fast, counted rejection instead of unbounded queues."""
 
-    max_queue_len: int | None = Field(default=None, ge=0)
+    max_queue_len: Integer | None = Field(default=None, ge=0)
     """Reject an arrival when its replica already has this many requests waiting."""
-    max_queue_delay_s: float | None = Field(default=None, gt=0)
+    max_queue_delay_s: FiniteFloat | None = Field(default=None, gt=0)
     """Reject a request still waiting for its first admission this long after arriving (checked at
     every step boundary, like Triton's queue-policy timeout with REJECT)."""
 
@@ -481,9 +603,9 @@ class SpeculativeConfig(Frozen):
     method: Literal["draft", "ngram", "mtp"] = "draft"
     """``draft``: a small model proposes; ``ngram``: prompt lookup (no model); ``mtp``: one extra
     decoder layer of the target per proposed token (multi-token prediction heads)."""
-    num_speculative_tokens: int = Field(ge=1, le=16)
+    num_speculative_tokens: Integer = Field(ge=1, le=16)
     """Tokens proposed per step, k."""
-    acceptance_rate: float = Field(ge=0, le=1)
+    acceptance_rate: FiniteFloat = Field(ge=0, le=1)
     """Per-token acceptance probability alpha (each proposal accepted independently, in order)."""
     draft_model: str | ModelSpec | None = None
     """The draft model (a preset or an inline spec); required for ``method: draft``."""
@@ -503,34 +625,40 @@ class SLOConfig(Frozen):
     ``<metric>_p<N>_ms`` holds that percentile of the metric within the threshold; see
     ``simulator.slo`` for the judge."""
 
-    ttft_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttft_p50_ms: FiniteFloat | None = Field(default=None, gt=0)
     """Time to first token (client-perceived when the scenario has a network), p50 threshold;
     ``_p90``, ``_p95``, ``_p99`` likewise."""
-    ttft_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    ttft_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    ttft_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    tpot_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ttft_p90_ms: FiniteFloat | None = Field(default=None, gt=0)
+    ttft_p95_ms: FiniteFloat | None = Field(default=None, gt=0)
+    ttft_p99_ms: FiniteFloat | None = Field(default=None, gt=0)
+    tpot_p50_ms: FiniteFloat | None = Field(default=None, gt=0)
     """Time per output token after the first, p50 threshold;
     ``_p90``, ``_p95``, ``_p99`` likewise."""
-    tpot_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    tpot_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    tpot_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    e2e_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tpot_p90_ms: FiniteFloat | None = Field(default=None, gt=0)
+    tpot_p95_ms: FiniteFloat | None = Field(default=None, gt=0)
+    tpot_p99_ms: FiniteFloat | None = Field(default=None, gt=0)
+    e2e_p50_ms: FiniteFloat | None = Field(default=None, gt=0)
     """End-to-end latency (client-perceived with a network), p50 threshold;
     ``_p90``, ``_p95``, ``_p99`` likewise."""
-    e2e_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    e2e_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    e2e_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    queue_delay_p50_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    e2e_p90_ms: FiniteFloat | None = Field(default=None, gt=0)
+    e2e_p95_ms: FiniteFloat | None = Field(default=None, gt=0)
+    e2e_p99_ms: FiniteFloat | None = Field(default=None, gt=0)
+    queue_delay_p50_ms: FiniteFloat | None = Field(default=None, gt=0)
     """Wait before the first admission to a batch, p50 threshold;
     ``_p90``, ``_p95``, ``_p99`` likewise."""
-    queue_delay_p90_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    queue_delay_p95_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    queue_delay_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    attainment: float = Field(default=0.0, ge=0, le=1)
+    queue_delay_p90_ms: FiniteFloat | None = Field(default=None, gt=0)
+    queue_delay_p95_ms: FiniteFloat | None = Field(default=None, gt=0)
+    queue_delay_p99_ms: FiniteFloat | None = Field(default=None, gt=0)
+    ttua_p50_ms: FiniteFloat | None = Field(default=None, gt=0)
+    """Time to usable answer (``client.usable_answer_tokens``; client-perceived with a network),
+    p50 threshold; ``_p90``, ``_p95``, ``_p99`` likewise."""
+    ttua_p90_ms: FiniteFloat | None = Field(default=None, gt=0)
+    ttua_p95_ms: FiniteFloat | None = Field(default=None, gt=0)
+    ttua_p99_ms: FiniteFloat | None = Field(default=None, gt=0)
+    attainment: FiniteFloat = Field(default=0.0, ge=0, le=1)
     """Least share of the judged requests that complete within every metric's per-request limit
     (the threshold of the highest percentile set for it); 0 = only the percentiles are held."""
-    max_drop_fraction: float = Field(default=0.0, ge=0, le=1)
+    max_drop_fraction: FiniteFloat = Field(default=0.0, ge=0, le=1)
     """Error/timeout budget: the largest share of the judged requests that may be dropped (shed,
     rejected, timed out or unfinished). The default 0 allows none."""
 
@@ -539,8 +667,8 @@ class ClientConfig(Frozen):
     """A client population: its share of the requests and its round-trip time to the servers."""
 
     name: str = "clients"
-    share: float = Field(default=1.0, gt=0)
-    rtt_ms: float = Field(ge=0)
+    share: FiniteFloat = Field(default=1.0, gt=0)
+    rtt_ms: FiniteFloat = Field(ge=0)
 
 
 class NetworkConfig(Frozen):
@@ -548,31 +676,31 @@ class NetworkConfig(Frozen):
     which the SLO then judges instead of the server-side TTFT and E2E."""
 
     clients: list[ClientConfig] = Field(min_length=1)
-    setup_round_trips: int = Field(default=2, ge=0)
+    setup_round_trips: Integer = Field(default=2, ge=0)
     """Round trips a new connection pays first (TCP 1 + TLS 1.3 1; TLS 1.2 adds one more)."""
-    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+    keepalive_reuse: FiniteFloat = Field(default=1.0, ge=0, le=1)
     """Fraction of requests sent on an already open connection (no set-up)."""
 
 
 class FleetRegionConfig(Frozen):
     name: str = Field(min_length=1)
-    replicas: int = Field(ge=1)
+    replicas: Integer = Field(ge=1, le=MAX_REPLICAS)
 
 
 class FleetClientConfig(Frozen):
     """A client population: its share of the requests and its RTT to every region."""
 
     name: str = Field(min_length=1)
-    share: float = Field(default=1.0, gt=0)
-    rtt_ms: dict[str, Annotated[float, Field(ge=0)]]
+    share: FiniteFloat = Field(default=1.0, gt=0)
+    rtt_ms: dict[str, Annotated[FiniteFloat, Field(ge=0)]]
 
 
 class OutageConfig(Frozen):
     """A region marked down: no new request is routed to it in ``[start_s, start_s + duration_s)``."""
 
     region: str
-    start_s: float = Field(ge=0)
-    duration_s: float = Field(gt=0)
+    start_s: FiniteFloat = Field(ge=0)
+    duration_s: FiniteFloat = Field(gt=0)
 
 
 class FleetConfig(Frozen):
@@ -581,12 +709,12 @@ class FleetConfig(Frozen):
 
     regions: list[FleetRegionConfig] = Field(min_length=1)
     clients: list[FleetClientConfig] = Field(min_length=1)
-    spillover_waiting_per_replica: float | None = Field(default=None, gt=0)
+    spillover_waiting_per_replica: FiniteFloat | None = Field(default=None, gt=0)
     """Send a request to the next nearest healthy region while the nearest has at least this many
     requests waiting per replica (none: never spill over)."""
     outages: list[OutageConfig] = Field(default_factory=list)
-    setup_round_trips: int = Field(default=2, ge=0)
-    keepalive_reuse: float = Field(default=1.0, ge=0, le=1)
+    setup_round_trips: Integer = Field(default=2, ge=0)
+    keepalive_reuse: FiniteFloat = Field(default=1.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _names(self) -> FleetConfig:
@@ -615,15 +743,15 @@ class Scenario(Frozen):
     """One serving system under one workload; the input of :func:`simulator.simulate`."""
 
     name: str = "scenario"
-    seed: int = Field(default=0, ge=0)
-    num_requests: int | None = Field(default=None, ge=1)
-    duration_s: float | None = Field(default=None, gt=0)
+    seed: Integer = Field(default=0, ge=0)
+    num_requests: Integer | None = Field(default=None, ge=1, le=MAX_NUM_REQUESTS)
+    duration_s: FiniteFloat | None = Field(default=None, gt=0, le=MAX_TIME_S)
     """Generate arrivals for this long (instead of ``num_requests``); the run then drains."""
-    warmup_s: float = Field(default=0.0, ge=0)
+    warmup_s: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TIME_S)
     """Requests arriving before this instant are left out of the statistics."""
-    cooldown_s: float = Field(default=0.0, ge=0)
+    cooldown_s: FiniteFloat = Field(default=0.0, ge=0, le=MAX_TIME_S)
     """Requests arriving within this long of the last arrival are left out of the statistics."""
-    max_sim_time_s: float | None = Field(default=None, gt=0)
+    max_sim_time_s: FiniteFloat | None = Field(default=None, gt=0, le=MAX_TIME_S)
     """Stop the clock here even if requests are still in flight (they are counted ``in_flight``)."""
     model: str | ModelSpec
     hardware: str | dict[str, Any]
@@ -633,6 +761,12 @@ class Scenario(Frozen):
     slo: SLOConfig = SLOConfig()
     client: RequestClientConfig = RequestClientConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    pipeline: PipelineConfig | None = None
+    """Pre- and post-processing stages around the engine (None: none)."""
+    response_cache: ResponseCacheConfig | None = None
+    """A cache of whole answers in front of the engine (None: none)."""
+    coalescing: CoalescingConfig | None = None
+    """Identical prompts in flight share one engine request (None: off)."""
     engine: EngineConfig | None = None
     """Engine preset (``vllm-v1``, ``vllm-v0.6``, ``sglang``, ``trtllm``): fills in the scheduler
     fields left out; None: the scheduler fields' own defaults."""
@@ -650,6 +784,20 @@ class Scenario(Frozen):
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise ValueError("give num_requests or duration_s")
+        return self
+
+    @model_validator(mode="after")
+    def _prompt_identity(self) -> Scenario:
+        arrival = self.workload.arrival
+        if self.workload.prompt_popularity is not None and getattr(arrival, "use_trace_lengths", False):
+            raise ValueError("workload.prompt_popularity draws prompt lengths per distinct prompt, but the trace "
+                             "gives every request's length: set workload.arrival.use_trace_lengths: false")
+        if self.workload.prompt_popularity is None:
+            if self.response_cache is not None and self.response_cache.kind == "exact":
+                raise ValueError("response_cache kind exact hits repeated prompts: give workload.prompt_popularity "
+                                 "(distinct_prompts, zipf_s), or use kind: semantic with a hit_rate")
+            if self.coalescing is not None:
+                raise ValueError("coalescing merges identical prompts: give workload.prompt_popularity")
         return self
 
     @model_validator(mode="after")
@@ -703,9 +851,79 @@ def scenario_from_dict(data: dict[str, Any], base_dir: str | Path | None = None)
     if base_dir is not None:
         data.setdefault("base_dir", str(base_dir))
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise _to_scenario_error(exc, data) from None
+    check_run_size(scenario)
+    return scenario
+
+
+def check_run_size(scenario: Scenario) -> None:
+    """Refuse a run whose arrivals would not fit the limits of :mod:`simulator.scenario.limits`: more
+    than ``MAX_NUM_REQUESTS`` requests (turns of sessions included), or arrivals spread over more than
+    ``MAX_TIME_S``. Trace arrivals are checked when the trace is read.
+
+    Raises:
+        ScenarioError: naming the rate, ``duration_s``, the think time or the session turns.
+    """
+    arrival, first = scenario.workload.arrival, scenario.num_requests
+    if isinstance(arrival, (PoissonArrival, GammaArrival, DiurnalArrival)):
+        first = _check_rate(scenario, arrival)
+    elif isinstance(arrival, ClosedLoopArrival) and first is not None:
+        # Each client sends one request per think time at least: the sending spans about this long.
+        span = first / arrival.concurrency * arrival.think_time_s
+        if span > MAX_TIME_S:
+            raise ScenarioError("workload.arrival.think_time_s", arrival.think_time_s,
+                                f"{first:,} requests from {arrival.concurrency:,} clients pausing this long span "
+                                f"about {span:.3g} s; the longest simulated span is {MAX_TIME_S:.0e} s")
+    sessions = scenario.workload.sessions
+    if sessions is not None and first is not None:
+        turns = _mean_of(sessions.turns)
+        if first * turns > MAX_SESSION_TURNS_DRAWN:
+            raise ScenarioError("workload.sessions.turns", sessions.turns.model_dump(exclude_none=True),
+                                f"{first:,} sessions of about {turns:,.3g} turns each would draw "
+                                f"{first * turns:,.0f} turns; at most {MAX_SESSION_TURNS_DRAWN:,}: fewer turns "
+                                "per session or fewer requests")
+
+
+def _check_rate(scenario: Scenario, arrival: PoissonArrival | GammaArrival | DiurnalArrival) -> int:
+    """The first turns a renewal or diurnal process draws (``num_requests``, or the expected count over
+    ``duration_s``), refusing a span over ``MAX_TIME_S`` or a count over ``MAX_NUM_REQUESTS``."""
+    if isinstance(arrival, DiurnalArrival):
+        name, rate = "mean_rate_per_s", arrival.mean_rate_per_s
+        peak = max(arrival.hourly) * 24 / sum(arrival.hourly) if arrival.hourly else arrival.peak_to_mean or 1.0
+        window = scenario.duration_s or MAX_TIME_S
+        # Bursts add arrivals on top of the daily profile (at most its peak times the multiplier).
+        extra = sum((b.multiplier - 1) * peak * min(b.duration_s, window) for b in arrival.bursts if b.multiplier > 1)
+        per_s = rate * (1 + extra / window)
+    else:
+        name, rate, per_s = "rate_per_s", arrival.rate_per_s, arrival.rate_per_s
+    if scenario.num_requests is not None:
+        span = scenario.num_requests / rate
+        if span > MAX_TIME_S:
+            raise ScenarioError(f"workload.arrival.{name}", rate,
+                                f"{scenario.num_requests:,} requests at this rate arrive over about {span:.3g} s; "
+                                f"the longest simulated span is {MAX_TIME_S:.0e} s (about 3 years): raise the "
+                                "rate or lower num_requests")
+        return scenario.num_requests
+    assert scenario.duration_s is not None   # the model requires one of the two
+    expected = per_s * scenario.duration_s
+    if expected > MAX_NUM_REQUESTS:
+        raise ScenarioError("duration_s", scenario.duration_s,
+                            f"about {expected:,.0f} requests arrive in it at {name}={rate:g}; a run holds at most "
+                            f"{MAX_NUM_REQUESTS:,}: shorten duration_s, lower the rate or give num_requests")
+    return int(expected)
+
+
+def _mean_of(dist: Any) -> float:
+    """A length distribution's mean before truncation (an upper bound with it); 1 for an empirical file."""
+    if isinstance(dist, FixedLength):
+        return float(dist.value)
+    if isinstance(dist, UniformLength):
+        return (dist.min + dist.max) / 2
+    if isinstance(dist, (LognormalLength, GeometricLength)):
+        return dist.mean if dist.max is None else min(dist.mean, dist.max)
+    return 1.0
 
 
 def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
@@ -713,12 +931,7 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
     p = Path(path)
     if not p.is_file():
         raise ScenarioError("scenario", str(path), "file not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(str(path), "YAML", f"not valid YAML{where}") from None
+    data = read_yaml(p, str(path), what="a scenario file")
     if not isinstance(data, dict):
         raise ScenarioError(str(path), data, "a scenario file must be a YAML mapping")
     for key, value in parse_overrides(overrides).items():
@@ -737,10 +950,7 @@ def parse_overrides(overrides: list[str] | dict[str, Any] | None) -> dict[str, A
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ScenarioError("--set", item, "expected key.path=value, e.g. workload.arrival.rate_per_s=12")
-        try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            out[key.strip()] = raw
+        out[key.strip()] = parse_yaml_value(raw, f"--set {key.strip()}") if raw.strip() else None
     return out
 
 
@@ -791,6 +1001,8 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
         ctx = err.get("ctx", {})
         value = ctx.get("tag", value)
         msg = f"unknown kind; allowed: {ctx.get('expected_tags', '')}"
+    elif limit_message(err):
+        msg = str(limit_message(err))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
         # Cross-field checks name the first field as "name=value": point at that field.

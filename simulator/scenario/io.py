@@ -2,9 +2,9 @@
 
 The dashboard keys its result cache on :func:`scenario_key` (the frozen scenario's canonical
 JSON), offers :func:`scenario_to_yaml` as a download, and reads uploaded files only through
-:func:`scenario_from_yaml_bytes`: a size limit, UTF-8, ``yaml.safe_load`` (no Python objects),
-no YAML aliases (no "billion laughs" expansion), then the same validation as the CLI, so every
-bad file ends in one :class:`~simulator.errors.ScenarioError` naming the field.
+:func:`scenario_from_yaml_bytes`: a size limit, then the CLI's own YAML reader
+(:mod:`simulator.scenario.files`: UTF-8, safe tags, no aliases, bounded nesting) and validation, so
+every bad file ends in one :class:`~simulator.errors.ScenarioError` naming the field.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import yaml
 
 from simulator.errors import ScenarioError
 from simulator.scenario.config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
+from simulator.scenario.files import check_size, decode_text, parse_yaml
 from simulator.scenario.profiles import available_profiles
 
 #: Largest scenario file accepted from an upload (a scenario is a few hundred bytes; traces are
@@ -25,13 +26,8 @@ MAX_SCENARIO_BYTES = 64 * 1024
 def decode_upload(data: bytes, source: str, max_bytes: int, what: str, upload_hint: str) -> str:
     """An uploaded file's text: at most ``max_bytes`` and UTF-8, else a :class:`ScenarioError`
     naming the file (``what``: "a scenario file"; ``upload_hint``: what to upload instead)."""
-    if len(data) > max_bytes:
-        raise ScenarioError(source, f"{len(data):,} bytes",
-                            f"file too large; {what} may be at most {max_bytes:,} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(source, f"byte {exc.start}", f"not UTF-8 text; upload {upload_hint}") from None
+    check_size(len(data), source, max_bytes=max_bytes, what=what)
+    return decode_text(data, source, hint=f"upload {upload_hint}")
 
 
 def scenario_key(scenario: Scenario) -> str:
@@ -75,19 +71,7 @@ def scenario_from_yaml_bytes(data: bytes, *, source: str = "upload", base_dir: s
             file outside ``allowed_root``, or any invalid field (named as in the CLI's errors).
     """
     text = decode_upload(data, source, max_bytes, "a scenario file", "a YAML scenario file")
-    try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent):
-                mark = event.start_mark
-                assert mark is not None   # the parser marks every event
-                raise ScenarioError(source, f"*{event.anchor}", f"YAML aliases are not accepted in uploads "
-                                    f"(line {mark.line + 1}); write the value out")
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None)
-        raise ScenarioError(source, "YAML", f"not valid YAML{where}" + (f": {problem}" if problem else "")) from None
+    parsed = parse_yaml(text, source)
     if not isinstance(parsed, dict):
         raise ScenarioError(source, parsed, "a scenario file must be a YAML mapping (name: ..., model: ..., ...)")
     parsed.pop("base_dir", None)   # an upload cannot choose where paths resolve on the server

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from simulator.errors import ScenarioError
+from simulator.scenario.files import read_yaml
 from simulator.scenario.frozen import Frozen
+from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, limit_message
 
 GIB = 1024**3
 
@@ -25,10 +26,24 @@ class Interconnect(Frozen):
     """The link tensor-parallel all-reduces run over."""
 
     name: str = "unknown"
-    bandwidth_bytes_per_s: float = Field(gt=0)
+    bandwidth_bytes_per_s: FiniteFloat = Field(ge=MIN_DEVICE_RATE)
     """Per-direction bandwidth per GPU (what a ring all-reduce's bus bandwidth approaches)."""
-    latency_s: float = Field(default=5e-6, ge=0)
+    latency_s: FiniteFloat = Field(default=5e-6, ge=0)
     """Fixed cost of one collective call (launch + synchronisation)."""
+    domain_gpus: Integer = Field(default=8, ge=1)
+    """GPUs the link joins directly (an HGX or MI300X board: 8; a GB200 NVL72 rack: 72). A replica
+    with more GPUs than this needs the profile's ``inter_node`` link."""
+    topology: Literal["switch", "mesh"] = "switch"
+    """``switch`` (NVSwitch): every GPU reaches any group at ``bandwidth_bytes_per_s``; ``mesh``
+    (AMD Infinity Fabric): one direct link per peer, so a group of ``g`` GPUs uses ``g - 1`` of the
+    ``domain_gpus - 1`` links and ``bandwidth_bytes_per_s`` is the whole domain's figure."""
+
+    def group_bandwidth_bytes_per_s(self, group_gpus: int) -> float:
+        """Per-GPU, per-direction bandwidth a collective over ``group_gpus`` GPUs of one domain
+        reaches (a point-to-point send: ``group_gpus`` = 2)."""
+        if self.topology == "switch" or self.domain_gpus <= 1:
+            return self.bandwidth_bytes_per_s
+        return self.bandwidth_bytes_per_s * (min(group_gpus, self.domain_gpus) - 1) / (self.domain_gpus - 1)
 
 
 class Efficiency(Frozen):
@@ -38,23 +53,27 @@ class Efficiency(Frozen):
     ``gemm_max * T / (T + gemm_half_tokens)``: tiny GEMMs cannot fill the device.
     """
 
-    gemm_max: float = Field(default=0.75, gt=0, le=1)
-    gemm_half_tokens: float = Field(default=64.0, ge=0)
-    memory: float = Field(default=0.80, gt=0, le=1)
+    gemm_max: FiniteFloat = Field(default=0.75, ge=MIN_EFFICIENCY, le=1)
+    gemm_half_tokens: FiniteFloat = Field(default=64.0, ge=0)
+    memory: FiniteFloat = Field(default=0.80, ge=MIN_EFFICIENCY, le=1)
     """Fraction of peak memory bandwidth streaming kernels (weights, norms) reach."""
-    attention_compute: float = Field(default=0.50, gt=0, le=1)
-    attention_memory: float = Field(default=0.70, gt=0, le=1)
+    attention_compute: FiniteFloat = Field(default=0.50, ge=MIN_EFFICIENCY, le=1)
+    attention_memory: FiniteFloat = Field(default=0.70, ge=MIN_EFFICIENCY, le=1)
     """Fraction of bandwidth decode attention reaches while reading the KV cache."""
+    kernel_latency_s: float = Field(default=0.0, ge=0)
+    """Fixed GPU time of one streaming kernel (launch and tail) on top of its bytes: the
+    ``kernel_table`` cost model adds it to each elementwise op it has no rows for; the roofline
+    leaves it out."""
 
 
 class Overhead(Frozen):
     """Engine time that is not GPU kernels: scheduling, input preparation, sampling, detokenising."""
 
-    step_s: float = Field(default=0.0015, ge=0)
+    step_s: FiniteFloat = Field(default=0.0015, ge=0)
     """Fixed CPU cost of every engine step."""
-    per_seq_s: float = Field(default=1.0e-5, ge=0)
+    per_seq_s: FiniteFloat = Field(default=1.0e-5, ge=0)
     """Extra cost per request in the step (bookkeeping, sampling, output processing)."""
-    per_token_s: float = Field(default=0.0, ge=0)
+    per_token_s: FiniteFloat = Field(default=0.0, ge=0)
     """Extra cost per token computed in the step (input preparation, gathers, cache copies); 0
     unless measured on a real engine (``llmplan validate`` fits it)."""
     async_scheduling: bool = False
@@ -75,23 +94,27 @@ class HardwareProfile(Frozen):
     source: Literal["datasheet", "measured", "imported", "inline"] = "inline"
     device: str = ""
     cost_model: str = "roofline"
-    memory_bytes: float | None = Field(default=None, gt=0)
+    memory_bytes: FiniteFloat | None = Field(default=None, gt=0)
     """Device memory as the driver reports it (``torch.cuda.mem_get_info`` total)."""
-    memory_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
-    peak_flops: dict[str, float] = Field(default_factory=dict)
+    memory_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
+    peak_flops: dict[str, Annotated[FiniteFloat, Field(ge=MIN_DEVICE_RATE)]] = Field(default_factory=dict)
     """Dense peak FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp32``)."""
     interconnect: Interconnect | None = None
-    host_link_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    inter_node: Interconnect | None = None
+    """The scale-out link between interconnect domains (InfiniBand or RoCE, per GPU, one
+    direction), used by replicas spanning more than ``interconnect.domain_gpus`` GPUs; None: such
+    replicas are refused."""
+    host_link_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     """Device-host link, one direction (PCIe); what swapping KV to host memory runs at."""
-    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    price_per_gpu_hour: FiniteFloat | None = Field(default=None, ge=0)
     """USD per GPU-hour used for cost figures (an assumption unless the profile says otherwise)."""
     efficiency: Efficiency = Efficiency()
     overhead: Overhead = Overhead()
-    non_torch_memory_bytes: float = Field(default=1.0 * GIB, ge=0)
+    non_torch_memory_bytes: FiniteFloat = Field(default=1.0 * GIB, ge=0)
     """Memory the engine cannot use for tensors: CUDA context, NCCL buffers, CUDA graphs."""
-    step_time_s: float | None = Field(default=None, gt=0)
+    step_time_s: FiniteFloat | None = Field(default=None, gt=0)
     """``constant`` cost model: every engine step takes this long."""
-    prefill_time_per_token_s: float = Field(default=0.0, ge=0)
+    prefill_time_per_token_s: FiniteFloat = Field(default=0.0, ge=0)
     """``constant`` cost model: added per prompt token computed in the step."""
     provenance: dict[str, Any] = Field(default_factory=dict)
     """Where the numbers came from: documents, dates, measurement details, assumptions."""
@@ -100,7 +123,7 @@ class HardwareProfile(Frozen):
     folder; :func:`load_profile` makes it absolute."""
     table_sha256: str | None = None
     """Checksum of ``table`` as written; a mismatch on load means the file was edited or corrupted."""
-    table_schema: int | None = None
+    table_schema: Integer | None = None
     """Version of the table's columns (:data:`simulator.cost.op_table.TABLE_SCHEMA`)."""
 
     @model_validator(mode="after")
@@ -113,10 +136,10 @@ class HardwareProfile(Frozen):
                 missing.append("peak_flops")
             if missing:
                 raise ValueError(f"cost_model 'roofline' needs {', '.join(missing)}")
-        if self.cost_model == "table":
+        if self.cost_model in ("table", "kernel_table"):
             missing = [f for f in ("table", "memory_bytes") if getattr(self, f) is None]
             if missing:
-                raise ValueError(f"cost_model 'table' needs {', '.join(missing)}")
+                raise ValueError(f"cost_model {self.cost_model!r} needs {', '.join(missing)}")
         return self
 
     def peak_flops_for(self, dtype: str) -> float:
@@ -171,10 +194,7 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
     if path is None:
         known = ", ".join(sorted(available_profiles())) or "none"
         raise ScenarioError(field, ref, f"no such hardware profile; known: {known} (or give a path)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        raise ScenarioError(field, str(path), "profile is not valid YAML") from None
+    data = read_yaml(path, f"{field} ({path})", what="a hardware profile")
     if not isinstance(data, dict):
         raise ScenarioError(field, str(path), "profile must be a YAML mapping")
     data.setdefault("name", path.parent.name)
@@ -209,5 +229,6 @@ def _validate(data: dict[str, Any], field: str) -> HardwareProfile:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field; allowed: {', '.join(sorted(HardwareProfile.model_fields))}"
+        msg = limit_message(err) or msg
         return_value = err.get("input") if err["type"] != "missing" else None
         raise ScenarioError(where, return_value, msg) from None

@@ -18,6 +18,11 @@ streams and for the peak FLOP/s of prefill GEMMs. Names follow vLLM's ``--quanti
     profile has one, else weight-only at the 16-bit peak.
   - ``int4``: W4A16 weight-only (AWQ/GPTQ with Marlin kernels): 4-bit weights plus one 16-bit scale
     per group of 128 (0.515625 bytes/weight); GEMMs compute at the 16-bit peak after dequantising.
+  - ``mxfp4``: OCP microscaling FP4 (gpt-oss's checkpoint format): 4-bit weights plus one 8-bit
+    scale per block of 32 (0.53125 bytes/weight); GEMMs at the profile's ``fp4`` peak when it has
+    one (Blackwell), else weight-only at the 16-bit peak (vLLM's Marlin/Triton MXFP4 path on
+    Hopper). Applied to every linear layer here, though gpt-oss keeps its attention in bf16 (under
+    1% of its weights).
 
 * ``kv_cache_dtype`` (``deployment.kv_cache_dtype``): ``auto`` (the activation dtype: 16-bit for a
   quantized model), ``bf16``, ``fp16``, ``fp8`` (``fp8_e4m3``, ``fp8_e5m2`` are accepted aliases).
@@ -41,6 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
 _QUANTIZED_DTYPES = ("fp8", "int8", "int4")
 #: Bytes per int4 weight including one 16-bit scale per group of 128 weights (GPTQ/AWQ layout).
 INT4_BYTES_PER_WEIGHT = 0.5 + 2.0 / 128
+#: Bytes per MXFP4 weight: 4 bits plus one 8-bit (E8M0) scale per block of 32 (OCP MX spec v1.0).
+MXFP4_BYTES_PER_WEIGHT = 0.5 + 1.0 / 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +70,8 @@ class Precision:
     """Bytes per cached K or V element."""
 
     def weight_bytes(self, model: ModelSpec) -> float:
-        """Bytes of all weights (whole model, before any tensor-parallel split)."""
-        linear = model.num_layers * (model.params_per_layer - 2 * model.hidden_size)
+        """Bytes of all weights (whole model, every expert, before any tensor-parallel split)."""
+        linear = model.linear_params
         return linear * self.linear_weight_bytes + (model.num_params - linear) * self.other_weight_bytes
 
 
@@ -76,6 +83,7 @@ QUANTIZATIONS: dict[str, tuple[float, str | None]] = {
     "fp8": (1.0, "fp8"),
     "int8": (1.0, "int8"),
     "int4": (INT4_BYTES_PER_WEIGHT, None),
+    "mxfp4": (MXFP4_BYTES_PER_WEIGHT, "fp4"),
 }
 
 #: KV-cache dtypes ``deployment.kv_cache_dtype`` accepts (vLLM spellings), with bytes per element.

@@ -19,6 +19,8 @@ from simulator.scenario.config import (
     Scenario,
     UniformLength,
 )
+from simulator.scenario.files import read_csv
+from simulator.scenario.limits import MAX_MODEL_LEN
 
 LENGTHS: Registry[Callable[..., Any]] = Registry("length distribution", "workload.*_tokens.dist")
 register_length = LENGTHS.register
@@ -100,16 +102,18 @@ class Empirical:
         path = scenario.resolve_path(cfg.path)
         if not path.is_file():
             raise ScenarioError(f"{field}.path", cfg.path, "file not found")
-        try:
-            table = pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise ScenarioError(f"{field}.path", cfg.path, f"not a readable CSV ({type(exc).__name__})") from None
+        table = read_csv(path, f"{field}.path")
         if cfg.column not in table.columns:
             raise ScenarioError(f"{field}.column", cfg.column,
                                 f"no such column in {path.name}; columns: {', '.join(map(str, table.columns))}")
-        values = pd.to_numeric(table[cfg.column], errors="coerce").to_numpy()
-        if len(values) == 0 or np.isnan(values).any() or (values < 1).any():
+        values = pd.to_numeric(table[cfg.column], errors="coerce").to_numpy(dtype=float)
+        if len(values) == 0:
             raise ScenarioError(f"{field}.column", cfg.column, "needs a non-empty column of integers >= 1")
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~np.isfinite(values) | (values < 1) | (values % 1 != 0) | (values > MAX_MODEL_LEN))
+        if len(bad):   # row 1 is the header, as a spreadsheet counts
+            raise ScenarioError(f"{path} row {int(bad[0]) + 2} column {cfg.column}", table[cfg.column].iloc[bad[0]],
+                                f"token counts must be integers from 1 to {MAX_MODEL_LEN:,}")
         self.path = path.resolve()
         self.values = values.astype(np.int64)
         self.max = int(self.values.max())

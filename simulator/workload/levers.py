@@ -32,9 +32,21 @@ def cap_lengths(scenario: Scenario, prompt: np.ndarray, output: np.ndarray) -> t
 
 
 def apply_client_view(requests: pd.DataFrame, scenario: Scenario) -> pd.DataFrame:
-    """Latencies as the client sees them: without streaming the first token arrives with the last."""
+    """Latencies as the client sees them: without streaming the first token arrives with the last;
+    ``ttua_s`` (time to usable answer) is the whole answer, or with streaming and
+    ``client.usable_answer_tokens: N`` the N-th token (at the request's own mean token pace) plus
+    the post-processing stages (``post_s``, when the scenario has them)."""
     if not scenario.client.stream:
         requests["ttft_s"] = requests["e2e_s"]
+    usable = scenario.client.usable_answer_tokens
+    if usable is None or not scenario.client.stream:
+        requests["ttua_s"] = requests["e2e_s"]
+    else:
+        n = np.minimum(usable, requests["num_output_tokens"].to_numpy())
+        pace = np.nan_to_num(requests["tpot_s"].to_numpy(dtype=float))
+        post = requests["post_s"].to_numpy() if "post_s" in requests else 0.0
+        ttua = requests["ttft_s"].to_numpy() + np.maximum(n - 1, 0) * pace + post
+        requests["ttua_s"] = np.minimum(ttua, requests["e2e_s"].to_numpy())
     return requests
 
 

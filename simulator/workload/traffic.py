@@ -35,6 +35,8 @@ from simulator.scenario.config import (
     Scenario,
     TraceArrival,
 )
+from simulator.scenario.files import read_csv, trace_timestamps
+from simulator.scenario.limits import MAX_MODEL_LEN, MAX_NUM_REQUESTS, MAX_TIME_S
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
 
@@ -50,6 +52,7 @@ class Workload:
     tier: np.ndarray | None = None  # int16 index into workload.tiers (None: no tiers)
     block_hashes: Any = None      # prefix_cache.BlockHashes when prefix caching (or prefix routing) is on
     session: np.ndarray | None = None  # int64 session of each request (its first turn's index); None: no sessions
+    prompt_id: np.ndarray | None = None  # int64 distinct prompt each request asks (workload.prompt_popularity)
     think_time: np.ndarray | None = None  # float64 s a closed-loop client pauses after each request ends (else None)
     send_delay: np.ndarray | None = None  # float64 s from that client's next send to its arrival (closed loop)
 
@@ -154,7 +157,7 @@ class DiurnalArrivals:
 
     def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
         chunks, t, kept = [], 0.0, 0
-        chunk = max(64, int(self.max_rate * min(duration_s or 3600.0, 3600.0)) + 64)
+        chunk = min(max(64, int(self.max_rate * min(duration_s or 3600.0, 3600.0)) + 64), 1 << 20)
         while True:
             cand = t + np.cumsum(rng.exponential(1.0 / self.max_rate, chunk))
             keep = cand[rng.random(chunk) * self.max_rate < self.rate_at(cand)]
@@ -177,6 +180,9 @@ class TraceArrivals:
         self.cfg = cfg
         self.table = load_trace(scenario.resolve_path(cfg.path), cfg.format, field="workload.arrival.path")
         span = float(self.table["arrival_time"].iloc[-1]) if len(self.table) else 0.0
+        if span / cfg.speedup > MAX_TIME_S:
+            raise ScenarioError("workload.arrival.speedup", cfg.speedup, f"the trace's {span:.3g} s replay over "
+                                f"{span / cfg.speedup:.3g} s; the longest simulated span is {MAX_TIME_S:.0e} s")
         self.rate = len(self.table) / span * cfg.speedup if span > 0 else math.inf
 
     def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
@@ -272,29 +278,32 @@ def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
             first = df.iloc[bad][["source_row"]].min().iloc[0]   # earliest in the file, not in time
             row = df[df["source_row"] == first].iloc[0]
             raise ScenarioError(f"{path} {unit} {int(first)} column {src}", int(row[col]), "must be >= 1")
+    last = df.iloc[-1]
+    if last["arrival_time"] > MAX_TIME_S:
+        raise ScenarioError(f"{path} {unit} {int(last['source_row'])} column {_SOURCE[fmt][2]}",
+                            f"{last['arrival_time']:.3g} s after the first request",
+                            f"the trace may span at most {MAX_TIME_S:.0e} s (about 3 years)")
     return df.drop(columns="source_row")
 
 
 #: Trace column names for (prompt, output) per format, for error messages.
-_SOURCE = {"azure": ("ContextTokens", "GeneratedTokens"), "mooncake": ("input_length", "output_length")}
+_SOURCE = {"azure": ("ContextTokens", "GeneratedTokens", "TIMESTAMP"),
+           "mooncake": ("input_length", "output_length", "timestamp")}
 
 
 def _read_azure(path: Path, field: str) -> pd.DataFrame:
-    try:
-        raw = pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ScenarioError(field, str(path), f"not a readable CSV ({type(exc).__name__})") from None
+    raw = read_csv(path, field)
     need = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
     missing = [c for c in need if c not in raw.columns]
     if missing:
         raise ScenarioError(field, str(path), f"azure trace lacks column(s) {', '.join(missing)}; "
                             f"expected {','.join(need)}, found {','.join(map(str, raw.columns))}")
-    ts = pd.to_datetime(raw["TIMESTAMP"], errors="coerce")
+    ts = trace_timestamps(raw["TIMESTAMP"], path)
     _first_bad(ts.isna().to_numpy(), path, "TIMESTAMP", raw["TIMESTAMP"])
     lengths = {}
     for src, dst in (("ContextTokens", "num_prompt_tokens"), ("GeneratedTokens", "max_tokens")):
         col = pd.to_numeric(raw[src], errors="coerce")
-        _first_bad((col.isna() | (col % 1 != 0)).to_numpy(), path, src, raw[src])
+        _first_bad((col.isna() | (col % 1 != 0) | (col.abs() > MAX_MODEL_LEN)).to_numpy(), path, src, raw[src])
         lengths[dst] = col.astype(np.int64)
     seconds = (ts - ts.min()).dt.total_seconds().to_numpy()
     # source_row: the file row, counting the header as row 1 (as a spreadsheet shows it).
@@ -304,17 +313,24 @@ def _read_azure(path: Path, field: str) -> pd.DataFrame:
 
 def _read_mooncake(path: Path, field: str) -> pd.DataFrame:
     rows = []
-    with path.open() as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.decode("utf-8", errors="replace")   # for the message; json.loads checks the bytes
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(raw)
                 lengths = [rec["input_length"], rec["output_length"]]
-                if any(isinstance(v, bool) or not float(v).is_integer() for v in lengths):
-                    raise ValueError(f"token counts must be integers, got {lengths}")
-                rows.append((float(rec["timestamp"]) / 1000.0, int(lengths[0]), int(lengths[1]),
-                             rec.get("hash_ids", []), lineno))
+                if any(isinstance(v, bool) or not float(v).is_integer() or abs(v) > MAX_MODEL_LEN for v in lengths):
+                    raise ValueError(f"token counts must be integers up to {MAX_MODEL_LEN:,}, got {lengths}")
+                stamp = rec["timestamp"]
+                if isinstance(stamp, bool) or not math.isfinite(float(stamp)):
+                    raise ValueError(f"timestamp must be a finite number of milliseconds, got {stamp}")
+                hash_ids = rec.get("hash_ids", [])
+                if not isinstance(hash_ids, list) or not all(
+                        isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 2**63 for h in hash_ids):
+                    raise ValueError(f"hash_ids must be a list of integers in [0, 2^63), got {str(hash_ids)[:40]}")
+                rows.append((float(stamp) / 1000.0, int(lengths[0]), int(lengths[1]), hash_ids, lineno))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise ScenarioError(f"{path} line {lineno}", line.strip()[:60],
                                     f"not a mooncake record ({type(exc).__name__}: {exc}); expected JSON with "
@@ -332,7 +348,7 @@ def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> Non
         value = raw.iloc[i]
         shown = "(empty)" if pd.isna(value) else value
         raise ScenarioError(f"{path} row {i + 2} column {column}", shown,
-                            "not a valid value (integer token count or timestamp)")
+                            f"not a valid value (integer token count up to {MAX_MODEL_LEN:,}, or timestamp)")
 
 
 # -- length distributions -----------------------------------------------------------------------------
@@ -342,11 +358,15 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     """Draw every request of a run: arrival instants and token counts, checked against
     ``max_model_len`` according to ``workload.over_length``."""
     wl = scenario.workload
+    prompt_id = None
     arrivals = ARRIVALS.lookup(wl.arrival.process)(wl.arrival, scenario)
     times = arrivals.sample(rngs["arrivals"], scenario.num_requests, scenario.duration_s)
     n = len(times)
     if n == 0:
         raise ScenarioError("duration_s", scenario.duration_s, "no request arrives within the duration")
+    if n > MAX_NUM_REQUESTS:   # a long trace, or a duration that drew more than the expected count
+        raise ScenarioError("num_requests", scenario.num_requests, f"{n:,} requests arrive; a run holds at most "
+                            f"{MAX_NUM_REQUESTS:,}: set num_requests or a shorter duration_s")
     if isinstance(wl.arrival, TraceArrival) and wl.arrival.use_trace_lengths:
         prompt = arrivals.table["num_prompt_tokens"].to_numpy(np.int64)[:n].copy()
         output = arrivals.table["max_tokens"].to_numpy(np.int64)[:n].copy()
@@ -361,6 +381,10 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
             prompt, output = prompt_dist.values[rows], output_dist.values[rows]
         else:
             output = output_dist.sample(n, rngs["output"])
+        if wl.prompt_popularity is not None:     # identical prompts: one length per distinct prompt
+            from simulator.cluster.request_path import zipf_prompts
+            prompt_id = zipf_prompts(wl.prompt_popularity, n, rngs["popularity"])
+            prompt = prompt_dist.sample(wl.prompt_popularity.distinct_prompts, rngs["popularity"])[prompt_id]
         if scenario.client.max_prompt_tokens is None and scenario.client.max_tokens is None:
             _check_static_max(wl, prompt_dist, output_dist, max_model_len)   # caps may make it fit
     prompt, output = cap_lengths(scenario, prompt, output)   # client.max_prompt_tokens / max_tokens
@@ -391,7 +415,8 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     if isinstance(arrivals, ClosedLoopArrivals):
         think, delay = arrivals.think_times(n, rngs["think"])
     return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
-                    tier=tier, block_hashes=block_hashes, session=session, think_time=think, send_delay=delay)
+                    tier=tier, block_hashes=block_hashes, session=session, think_time=think, send_delay=delay,
+                    prompt_id=prompt_id)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:

@@ -1,0 +1,386 @@
+"""The ``kernel_table`` cost model: the ``table`` model over a kernel database measured in several
+precisions, with a roofline fitted to the same GPU's rows for what nobody measured.
+
+The shipped GPU profiles (``hwprofiles/h100-sxm`` and the others built by ``llmplan
+import-profile default``) hold NVIDIA AIConfigurator's kernel timings: GEMMs in bf16 and fp8,
+attention with a 16-bit and an fp8 KV cache, all-reduce. The interpolation is the ``table``
+model's (:mod:`simulator.cost.table`: log-log curves, decode curves per batch, nearest-shape
+scaling by the roofline ratio); what this model adds is the choice of rows per op and precision
+(:class:`~simulator.scenario.quantization.Precision`, i.e. ``deployment.quantization`` and
+``deployment.kv_cache_dtype``):
+
+* the layer GEMMs (QKV, O, gate/up, down) use the rows of their compute dtype: ``fp8`` W8A8 rows
+  for ``quantization: fp8`` on a GPU with an fp8 peak, 16-bit rows otherwise; the LM head stays 16-bit;
+* attention uses the rows of the KV-cache dtype (an attention row's ``dtype`` is the KV-cache dtype
+  it was measured with; the kernels compute in 16 bits);
+* elementwise ops, sampling and all-reduce use 16-bit rows.
+
+Where the precision has no rows (``int4`` weights; fp8 on a GPU whose table has none), the 16-bit
+measured curve is scaled by the roofline ratio of the two precisions (weight bytes, peak FLOP/s);
+decode attention with an fp8 cache but only 16-bit rows reads the 16-bit curve at half the context
+(the same bytes), which keeps its measured launch floor. An elementwise op without rows costs
+``efficiency.kernel_latency_s + bytes / (bandwidth x efficiency.memory)``, the efficiencies fitted to
+the GPU's measured rows when the profile was built (``provenance.roofline_fit``).
+:attr:`~simulator.cost.table.TableCostModel.sources` names, per op, which of these applies.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.cost.base import register
+from simulator.cost.op_table import (
+    TABLE_SCHEMA,
+    DecodeCurves,
+    LogCurve,
+    compatible_dtype,
+    prefill_roof,
+    read_table,
+)
+from simulator.cost.table import Fn, TableCostModel, _nearest
+from simulator.errors import ScenarioError
+from simulator.scenario.models import ModelSpec
+from simulator.scenario.profiles import HardwareProfile
+from simulator.scenario.quantization import Precision, resolve_precision
+
+Roof = Callable[[Any], Any]
+"""Roofline time of a GEMM as a function of its rows ``m`` (a float or an array of them)."""
+
+#: 16-bit activations and outputs (bytes per element) of every GEMM the model scales.
+_ACT = 2.0
+
+
+def _gemm_roof(n: float, k: float, peak: float, bw: float, weight_bytes: float, input_bytes: float) -> Roof:
+    """Roofline time of an ``m x n x k`` GEMM: FLOPs at ``peak`` or bytes (weights, inputs, 16-bit
+    outputs) at ``bw``, whichever is slower."""
+    return lambda m: np.maximum(2.0 * m * n * k / peak,
+                                (n * k * weight_bytes + m * k * input_bytes + m * n * _ACT) / bw)
+
+
+class PiecewiseDecode:
+    """:class:`~simulator.cost.op_table.DecodeCurves` (times ``ratio``) flattened, per decode batch
+    size, into one piecewise-linear table over the context sum: the breakpoints of the one or two
+    measured batches it interpolates between, their values, and the slope beyond the last. Between
+    and beyond the breakpoints every term is linear, so the table is the same function (to float
+    rounding); it costs one ``np.interp`` where the curves cost two interpolations and their edge
+    tests (3x faster simulations of long decode runs). Below the first breakpoint (under 2 tokens
+    of context per sequence) the curves themselves are used."""
+
+    __slots__ = ("curves", "ratio", "_tables")
+
+    def __init__(self, curves: DecodeCurves, ratio: float) -> None:
+        self.curves, self.ratio = curves, ratio
+        self._tables: dict[float, tuple[np.ndarray, np.ndarray, float]] = {}
+
+    def _table(self, n: float) -> tuple[np.ndarray, np.ndarray, float]:
+        c, bs = self.curves, self.curves.batches
+        if n <= bs[0] or n >= bs[-1]:
+            i = 0 if n <= bs[0] else len(bs) - 1
+            xs = c.sums[i] * (n / bs[i])
+        else:
+            i = bisect.bisect_right(bs, n) - 1
+            xs = c.sums[i] if n == bs[i] else np.union1d(c.sums[i], c.sums[i + 1])
+        ys = c(n, xs) * self.ratio
+        slope = float((c(n, 2.0 * xs[-1]) * self.ratio - ys[-1]) / xs[-1])
+        got = self._tables[n] = (xs, ys, slope)
+        return got
+
+    def __call__(self, n: float, s: float | np.ndarray) -> Any:
+        xs, ys, slope = self._tables.get(n) or self._table(n)
+        if isinstance(s, int | float):
+            return self._scalar(n, float(s), xs, ys, slope)
+        s = np.asarray(s, dtype=np.float64)
+        y = np.interp(s, xs, ys)
+        hi = s > xs[-1]
+        if hi.any():
+            y = np.where(hi, ys[-1] + slope * (s - xs[-1]), y)
+        lo = s < xs[0]
+        if lo.any():
+            y = np.where(lo, self.curves(n, s) * self.ratio, y)
+        return y
+
+
+    def _scalar(self, n: float, s: float, xs: np.ndarray, ys: np.ndarray, slope: float) -> float:
+        """One context sum without numpy's per-call cost (the engine's single steps): the same
+        float operations as ``np.interp`` (``slope * (s - x[j]) + y[j]``, ``y[j]`` at a
+        breakpoint), so a step and the same step inside a decode run agree to the bit."""
+        x, y = xs.tolist(), ys.tolist()
+        if s > x[-1]:
+            return y[-1] + slope * (s - x[-1])
+        if s < x[0]:
+            return float(self.curves(n, s) * self.ratio)
+        if s == x[-1]:
+            return y[-1]
+        j = bisect.bisect_right(x, s) - 1
+        if s == x[j]:
+            return y[j]
+        return (y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (s - x[j]) + y[j]
+
+
+def _isotonic(y: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``y`` in least squares (pool adjacent violators)."""
+    vals: list[float] = []
+    counts: list[int] = []
+    for v in y.tolist():
+        vals.append(v)
+        counts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            n = counts[-2] + counts[-1]
+            vals[-2:] = [(vals[-2] * counts[-2] + vals[-1] * counts[-1]) / n]
+            counts[-2:] = [n]
+    return np.repeat(vals, counts)
+
+
+#: The size each family's time must not fall along, and the shape columns that hold it fixed.
+_MONOTONE = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
+             "comm": "message_bytes"}
+
+
+def monotone_table(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each curve made non-decreasing along its size (GEMM rows ``m``, elementwise and
+    prefill tokens, all-reduce bytes) by isotonic regression of log time: a larger batch never
+    runs faster because of measurement noise or a kernel-heuristic dip (the ``table`` model's decode
+    curves get the same guarantee along the context). The pooled points average their neighbours,
+    so a dip costs its neighbours a little instead of lifting the whole curve to a peak."""
+    out = df.copy()
+    shape = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
+             "world_size"]
+    for fam, size in _MONOTONE.items():
+        sel = out[out["family"] == fam].sort_values(size, kind="stable")
+        if sel.empty:
+            continue
+        keys = [c for c in shape if c != size]
+        fitted = sel.groupby(keys, sort=False)["median_s"].transform(
+            lambda t: np.exp(_isotonic(np.log(t.to_numpy(np.float64)))))
+        out.loc[fitted.index, "median_s"] = fitted
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _monotone_table(path: str, sha256: str | None, schema: int) -> pd.DataFrame:
+    """A profile's table read, checked and made monotone once per process (the planner builds a
+    cost model per simulation; the rows never change while the checksum does not)."""
+    return monotone_table(read_table(path, sha256=sha256, schema=schema))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(profile_json: str, model_json: str, tensor_parallel_size: int,
+            precision: Precision | None) -> KernelTableCostModel:
+    return KernelTableCostModel(HardwareProfile.model_validate_json(profile_json),
+                                ModelSpec.model_validate_json(model_json), tensor_parallel_size, precision)
+
+
+@register("kernel_table")
+def kernel_table_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
+                            precision: Precision | None = None) -> KernelTableCostModel:
+    """The ``kernel_table`` cost model of ``profile`` for ``model``: one instance per process for
+    equal inputs (its lookups are pure functions of them, and building one reads the table)."""
+    return _cached(profile.model_dump_json(), model.model_dump_json(), tensor_parallel_size, precision)
+
+
+class KernelTableCostModel(TableCostModel):
+    """:class:`TableCostModel` with rows chosen per op family and precision (module docstring).
+
+    Raises:
+        ScenarioError: the table is missing or corrupted, has no 16-bit rows for a 16-bit model,
+            or an op family is absent and the profile has no peaks to fall back on.
+    """
+
+    def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
+                 precision: Precision | None = None) -> None:
+        assert profile.table is not None
+        df = _monotone_table(profile.table, profile.table_sha256,
+                             profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
+        p = precision or resolve_precision(model, profile)
+        self.precision = p
+        act = self._activation_dtype(df, model, p)
+        self.dtype = act
+        tp = tensor_parallel_size
+        self.model, self.profile, self.tp = model, profile, tp
+        self.L = model.num_layers
+        self.abytes = p.activation_bytes
+        self.peak = float(profile.peak_flops_for(act) if profile.peak_flops else 1e12)
+        self.bw = float(profile.memory_bandwidth_bytes_per_s or 1e11)
+        self._decode_slope: float | None = None
+        self.sources: dict[str, str] = {}
+        h, hd = model.hidden_size, model.head_dim
+        self.heads = model.num_attention_heads / tp
+        self.kv_heads = max(1.0, model.num_key_value_heads / tp)
+        q, kv, inter = self.heads * hd, self.kv_heads * hd, model.intermediate_size / tp
+        layer = {"qkv_proj": (q + 2 * kv, h), "o_proj": (h, q), "gate_up_proj": (2 * inter, h),
+                 "down_proj": (h, inter)}
+        gemm = df[df["family"] == "gemm"]
+        self._gemm: dict[str, Fn] = {op: self._layer_gemm(gemm, op, n, k) for op, (n, k) in layer.items()}
+        self._gemm["lm_head"] = self._sixteen_bit_gemm(gemm, "lm_head", model.vocab_size / tp, h)
+        sixteen = df[df["dtype"] == act]
+        widths = {"rmsnorm": h, "rotary": q + kv, "silu_mul": inter, "residual_add": h, "kv_write": 2 * kv,
+                  "sampling": model.vocab_size}
+        self._elem: dict[str, Fn] = {op: self._elementwise_fn(self._rows(df, op=op), op, w)
+                                     for op, w in widths.items()}
+        kv_dtype = "fp8" if p.kv_bytes == 1.0 else act
+        self._prefill = self._prefill_for(df, kv_dtype)
+        self._decode = self._decode_for(df, kv_dtype)
+        self._comm = self._comm_fn(sixteen[sixteen["family"] == "comm"])
+        self._step_s, self._seq_s = profile.overhead.step_s, profile.overhead.per_seq_s
+        self._tok_s = profile.overhead.per_token_s
+        self._tok_cache: dict[int, tuple[float, float, float]] = {}
+        self._samp_cache: dict[int, tuple[float, float]] = {}
+        self._pf_cache: dict[tuple[int, int], float] = {}
+        self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._affine_cache: dict[int, tuple[float, float]] = {}
+
+    # -- row selection --------------------------------------------------------------------------------
+    @staticmethod
+    def _activation_dtype(df: pd.DataFrame, model: ModelSpec, p: Precision) -> str:
+        """The table's dtype for 16-bit (activation) rows: the model's own, else one of its width."""
+        want = p.attention_dtype if p.attention_dtype in ("bf16", "fp16", "fp32") else "bf16"
+        dtypes = sorted(set(df["dtype"].astype(str)))
+        usable = [d for d in dtypes if d == want] or [d for d in dtypes if compatible_dtype(d, want)]
+        if not dtypes:
+            return want
+        if not usable:
+            raise ScenarioError("hardware.table", dtypes, f"no rows for the model's dtype {want!r}; "
+                                f"serve the model in one of {', '.join(dtypes)}")
+        return usable[0]
+
+    def _rows(self, df: pd.DataFrame, *, op: str | None = None, family: str | None = None,
+              dtype: str | None = None) -> pd.DataFrame:
+        """Rows of ``op`` (or ``family``) in ``dtype`` (default: the activation dtype), else in a
+        dtype of the same width (an fp16 elementwise table serves a bf16 model)."""
+        sel = df[df["op"] == op] if op is not None else df[df["family"] == family]
+        want = dtype or self.dtype
+        exact = sel[sel["dtype"] == want]
+        if not exact.empty:
+            return exact
+        alike = sel[sel["dtype"].map(lambda d: compatible_dtype(str(d), want))]
+        return alike[alike["dtype"] == alike["dtype"].iloc[0]] if not alike.empty else exact
+
+    # -- GEMMs ----------------------------------------------------------------------------------------
+    def _curve(self, rows: pd.DataFrame, n: float, k: float,
+               roof_of: Callable[[float, float], Roof]) -> tuple[Fn, str]:
+        """A measured GEMM curve over ``m`` for ``n x k``: the shape's own rows, else the nearest
+        measured shape's scaled by the roofline ratio of the two shapes."""
+        exact = rows[(rows["n"] == round(n)) & (rows["k"] == round(k))]
+        label = "measured"
+        n0, k0 = n, k
+        if exact.empty:
+            near = _nearest(rows, ["n", "k"], [n, k])
+            n0, k0 = float(near["n"]), float(near["k"])
+            exact = rows[(rows["n"] == near["n"]) & (rows["k"] == near["k"])]
+            label = f"scaled from {int(n0)}x{int(k0)}"
+        pts = exact.groupby("tokens")["median_s"].median()
+        base = roof_of(n0, k0)
+        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base)
+        if (n0, k0) == (n, k):
+            return curve.scalar, label
+        target = roof_of(n, k)
+        return (lambda m: curve.scalar(m) * float(target(m) / base(m))), label
+
+    def _sixteen_bit_gemm(self, gemm: pd.DataFrame, op: str, n: float, k: float) -> Fn:
+        rows = self._rows(gemm, family="gemm")
+        if rows.empty:
+            self._need_roofline("gemm")
+            eff = self.profile.efficiency
+            self.sources[op] = "roofline (profile efficiencies)"
+            peak, bw = self.peak * eff.gemm_max, self.bw * eff.memory
+            half = eff.gemm_half_tokens
+            return lambda m: max(2.0 * m * n * k / (peak * m / (m + half)), (n * k + m * (n + k)) * _ACT / bw)
+        fn, label = self._curve(rows, n, k, lambda a, b: _gemm_roof(a, b, self.peak, self.bw, _ACT, _ACT))
+        self.sources[op] = label
+        return fn
+
+    def _layer_gemm(self, gemm: pd.DataFrame, op: str, n: float, k: float) -> Fn:
+        """A layer GEMM at the deployment's precision (module docstring)."""
+        p = self.precision
+        if p.linear_weight_bytes == _ACT:
+            return self._sixteen_bit_gemm(gemm, op, n, k)
+        w8a8 = p.compute_dtype in ("fp8", "int8")
+        peak = float(self.profile.peak_flops_for(p.compute_dtype)) if self.profile.peak_flops else self.peak
+        in_bytes = 1.0 if w8a8 else _ACT
+        if w8a8:
+            own = gemm[gemm["dtype"] == p.compute_dtype]
+            if not own.empty:
+                fn, label = self._curve(own, n, k, lambda a, b: _gemm_roof(a, b, peak, self.bw, 1.0, 1.0))
+                self.sources[op] = f"{label} ({p.compute_dtype})"
+                return fn
+        fn16 = self._sixteen_bit_gemm(gemm, op, n, k)
+        roof16 = _gemm_roof(n, k, self.peak, self.bw, _ACT, _ACT)
+        roofq = _gemm_roof(n, k, peak, self.bw, p.linear_weight_bytes, in_bytes)
+        self.sources[op] = f"{self.dtype} rows x roofline ratio ({p.quantization}): " + self.sources[op]
+        return lambda m: fn16(m) * float(roofq(m) / roof16(m))
+
+    # -- elementwise: a fixed kernel latency where the table has no rows --------------------------------
+    def _elementwise_fn(self, rows: pd.DataFrame, op: str, width: float) -> Fn:
+        if not rows.empty:
+            return super()._elementwise_fn(rows, op, width)
+        self._need_roofline(op)
+        eff = self.profile.efficiency
+        self.sources[op] = "roofline (fitted memory efficiency + kernel latency)"
+        lat, rate = eff.kernel_latency_s, 3.0 * width * self.abytes / (self.bw * eff.memory)
+        return lambda t: lat + rate * t
+
+    # -- attention at the KV-cache dtype ----------------------------------------------------------------
+    def _prefill_fn(self, rows: pd.DataFrame) -> Callable[[int, int], float]:
+        """Prefill attention per layer. A table measured without cached prefixes (AIConfigurator's,
+        context 0 only) times a chunk of ``q`` tokens after ``c`` cached ones as the no-prefix
+        prompt with the same causal work (``L (L + 1) / 2 = q c + q (q + 1) / 2`` pairs), at that
+        prompt's measured efficiency, and never less than reading the ``c + q`` tokens' KV at the
+        profile's fitted ``attention_memory`` bandwidth. (The roofline ratio from ``c = 0``, the
+        ``table`` model's rule, would carry a short chunk's low efficiency to a long context: 5x
+        too slow for a 512-token chunk after 5,000 cached tokens.)"""
+        if rows.empty or set(rows["context"].unique()) != {0}:
+            return super()._prefill_fn(rows)
+        rows = rows[rows["batch"] == 1] if (rows["batch"] == 1).any() else rows
+        sel, ratio, label = self._head_rows(rows, "q")
+        self.sources["attn_prefill"] = f"{label} (after cached tokens: the no-prefix length of equal work)"
+        first = sel.iloc[0]
+        roof = prefill_roof(float(first["num_heads"]), float(first["num_kv_heads"]), float(first["head_dim"]),
+                            self.peak, self.bw, self.abytes)
+        pts = sel.groupby("tokens")["median_s"].median()
+        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda q: roof(q, 0.0))
+        kv_s = (2.0 * self.kv_heads * self.model.head_dim * self.precision.kv_bytes
+                / (self.bw * self.profile.efficiency.attention_memory))
+
+        def fn(q: int, c: int) -> float:
+            if c <= 0:
+                return curve.scalar(q) * ratio
+            length = (math.sqrt(8.0 * (q * c + q * (q + 1) / 2.0) + 1.0) - 1.0) / 2.0
+            return max(curve.scalar(length) * ratio, kv_s * (c + q))
+        return fn
+
+    def _prefill_for(self, df: pd.DataFrame, kv_dtype: str) -> Callable[[int, int], float]:
+        rows = self._rows(df, family="attn_prefill", dtype=kv_dtype)
+        if rows.empty and kv_dtype != self.dtype:
+            rows = self._rows(df, family="attn_prefill")
+            fn = self._prefill_fn(rows)
+            self.sources["attn_prefill"] += f" ({self.dtype} KV rows; {kv_dtype} KV not measured)"
+            return fn
+        return self._prefill_fn(rows)
+
+    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, float | np.ndarray], np.ndarray]:
+        """The ``table`` model's decode curves, through :class:`PiecewiseDecode`."""
+        if rows.empty:
+            return super()._decode_fn(rows)
+        sel, ratio, label = self._head_rows(rows, "kv")
+        self.sources["attn_decode"] = label
+        return PiecewiseDecode(DecodeCurves.fit(sel), ratio)
+
+    def _decode_for(self, df: pd.DataFrame, kv_dtype: str) -> Callable[[int, float | np.ndarray], np.ndarray]:
+        rows = self._rows(df, family="attn_decode", dtype=kv_dtype)
+        if not rows.empty or kv_dtype == self.dtype:
+            return self._decode_fn(rows)
+        ratio = self.precision.kv_bytes / self.abytes
+        rows = self._rows(df, family="attn_decode")
+        fn = self._decode_fn(rows)
+        if self._decode_slope is not None:      # no decode rows at all: the roofline, exactly affine
+            self._decode_slope *= ratio
+            slope = self._decode_slope
+            return lambda n, s: slope * np.asarray(s, dtype=np.float64)
+        self.sources["attn_decode"] += f" ({self.dtype} KV rows at the same bytes; {kv_dtype} KV not measured)"
+        return lambda n, s: fn(n, np.asarray(s, dtype=np.float64) * ratio)

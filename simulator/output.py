@@ -1,0 +1,150 @@
+"""Writing results: whole folders or nothing, and CSV cells a spreadsheet shows as text.
+
+**Folders.** :func:`output_folder` stages a command's files in a hidden sibling folder and renames it
+into place when all were written, so an interrupt, a full disk or an error leaves either the previous
+results or nothing, never truncated files or new ``requests.*`` beside stale ``summary.json``. An
+existing folder with files in it is refused unless the command was given ``--force``
+(:func:`check_output_folder`, called before the work starts, so a long run is not wasted).
+
+**CSV cells.** A text cell starting with ``=``, ``+``, ``-`` or ``@`` is run as a formula by Excel and
+LibreOffice (CSV injection, OWASP), and a bare carriage return or other control character splits the
+row or hides text. Names come from user files (regions, candidates, tiers, quarters), so every CSV the
+project writes goes through :func:`spreadsheet_safe`: control characters become visible escapes
+(``\\r``, ``\\x1b``) and a cell that would start a formula gets a leading apostrophe. Numbers are
+written as numbers.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simulator.errors import ScenarioError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\r": "\\r", "\n": "\\n", "\t": "\\t"}
+
+
+def safe_cell(value: Any) -> Any:
+    """One CSV cell as a spreadsheet should show it: text with control characters escaped and a leading
+    apostrophe before a formula start; anything that is not text unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                                               else f"\\u{ord(m.group()):04x}"), value)
+    return "'" + text if value.startswith(_FORMULA_START) else text
+
+
+def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` whose text cells and column names are safe in a spreadsheet (see :func:`safe_cell`)."""
+    import pandas as pd  # here, not at the top: `llmplan --help` imports this module and no pandas
+
+    out = df.copy()
+    for col in out.columns:
+        dtype = out[col].dtype
+        if isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_object_dtype(dtype) \
+                or pd.api.types.is_string_dtype(dtype):
+            out[col] = out[col].astype(object).map(safe_cell)
+    out.columns = [safe_cell(c) for c in out.columns]
+    return out
+
+
+def write_csv(df: pd.DataFrame, path: str | Path, **kwargs: Any) -> None:
+    """``df.to_csv(path, index=False, **kwargs)`` with every text cell made spreadsheet-safe."""
+    spreadsheet_safe(df).to_csv(path, index=False, **kwargs)
+
+
+def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
+    """The spreadsheet-safe CSV of ``df`` as text (for download buttons)."""
+    return str(spreadsheet_safe(df).to_csv(index=False, **kwargs))
+
+
+# -- folders ------------------------------------------------------------------------------------------
+def check_output_folder(out: Path, *, force: bool = False, option: str = "--out", whole: bool = True) -> None:
+    """Fail before any work when ``out`` could not receive the results: it is a file, it already holds
+    files (unless ``force``), or its nearest existing ancestor is not a writable folder. ``whole=False``:
+    ``out`` only receives files beside others (a plan's ``.csv`` name), it is not replaced."""
+    if out.exists() and not out.is_dir():
+        raise ScenarioError(option, str(out), "exists and is not a directory")
+    here = Path.cwd().resolve()
+    if whole and out.resolve() in (here, *here.parents):   # replaced whole: it cannot be one you are in
+        raise ScenarioError(option, str(out), "is the working folder or holds it; name a folder for the results")
+    if whole and out.is_dir() and not force:
+        held = sorted(p.name for p in out.iterdir())
+        if held:
+            shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            raise ScenarioError(option, str(out), f"already holds results ({shown}); pass --force to replace "
+                                "them, or choose another folder")
+    ancestor = out.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ScenarioError(option, str(out), f"cannot create the folder: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ScenarioError(option, str(out), f"cannot create the folder: {ancestor} is not writable")
+
+
+@contextlib.contextmanager
+def output_folder(out: Path, *, force: bool = False, option: str = "--out") -> Iterator[Path]:
+    """Yield a fresh staging folder beside ``out``; when the block ends normally, it becomes ``out``
+    (replacing an existing one only with ``force``). If the block raises (an error, Ctrl-C), the staging
+    folder and any parent folders made for it are removed and ``out`` is left as it was.
+
+    Raises:
+        ScenarioError: ``out`` is a file, holds results and ``force`` is off, or cannot be created.
+    """
+    check_output_folder(out, force=force, option=option)
+    made = _make_parents(out.parent, option, out)
+    stage = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        try:
+            stage.mkdir()
+            yield stage
+        except OSError as exc:   # a full disk, a read-only folder: named, like any bad input
+            raise ScenarioError(option, str(out), f"cannot write the results ({exc.strerror or exc})") from None
+        _swap_into_place(stage, out, option)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        for folder in made:   # deepest first; only the ones this call made, and only if still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _make_parents(parent: Path, option: str, out: Path) -> list[Path]:
+    missing = []
+    folder = parent.absolute()
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+    except OSError as exc:
+        raise ScenarioError(option, str(out), f"cannot create the folder {folder} ({exc.strerror})") from None
+    return missing
+
+
+def _swap_into_place(stage: Path, out: Path, option: str) -> None:
+    old = None
+    try:
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            out.rename(old)
+        stage.rename(out)
+    except OSError as exc:
+        if old is not None and not out.exists():
+            old.rename(out)
+        raise ScenarioError(option, str(out), f"cannot move the results into place ({exc.strerror})") from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

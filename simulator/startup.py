@@ -1,0 +1,38 @@
+"""A Ctrl-C during start-up handled like one later (used by :mod:`simulator.launch` and by
+``python -m simulator.cli``).
+
+Importing the CLI takes about a second (pandas, scipy, pydantic). A Ctrl-C in that second used to
+print a traceback of whichever import it hit; here it prints ``error: interrupted`` and exits with
+status 130, as an interrupt of a running command does (:func:`simulator.cli.guarded`). This module
+imports nothing heavy, and the package's ``__init__`` imports its names lazily, so the guard is in
+place before the imports start.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    sys.stderr.write("error: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)   # mid-import: nothing to clean up, and no exception may escape into a traceback
+
+
+def guard_startup() -> Callable[[], None]:
+    """Make Ctrl-C exit at once with one line; returns the function that restores the previous handler.
+    A SIGINT that is ignored (a background job) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        return lambda: None
+    signal.signal(signal.SIGINT, _interrupted)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+    return restore

@@ -1,0 +1,575 @@
+"""Issue 19: every bad input a clean error, every output whole.
+
+Regressions for the inputs that used to hang, exhaust memory, crash with "internal error" or give
+silently wrong numbers: YAML alias bombs and deep nesting, non-finite and boolean numbers, sizes past
+the limits, files that are not what they claim (encoding, compression, time zones, trace rows, per-op
+tables). Each must end in one :class:`ScenarioError` naming the field (or file, row and column), fast.
+Outputs (atomic folders, --force, CSV cells) and interrupts are checked further down.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from simulator import ScenarioError, load_profile, load_scenario, scenario_from_dict, simulate
+from simulator.planner import load_plan
+from simulator.scenario.config import parse_overrides
+from simulator.scenario.io import scenario_from_yaml_bytes
+from simulator.scenario.limits import MAX_NUM_REQUESTS, MAX_REPLICAS, MAX_YAML_BYTES, MAX_YAML_DEPTH
+
+REPO = Path(__file__).resolve().parents[1]
+CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01}
+ROOFLINE_HW = {"cost_model": "roofline", "memory_bytes": 80e9, "memory_bandwidth_bytes_per_s": 3.35e12,
+               "peak_flops": {"bf16": 9.89e14}}
+BASE: dict[str, Any] = {
+    "name": "h", "num_requests": 20, "model": "tiny-llama", "hardware": CONSTANT_HW,
+    "workload": {"arrival": {"process": "poisson", "rate_per_s": 5.0},
+                 "prompt_tokens": {"dist": "fixed", "value": 32},
+                 "output_tokens": {"dist": "fixed", "value": 4}},
+}
+
+
+def base(**top: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    data.update(top)
+    return data
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """A ~1 KB YAML document whose aliases expand to 9**levels strings."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def raises(fn: Any, *needles: str, within_s: float = 5.0) -> ScenarioError:
+    """``fn()`` raises one ScenarioError whose text holds every needle, within ``within_s`` seconds."""
+    t0 = time.perf_counter()
+    with pytest.raises(ScenarioError) as info:
+        fn()
+    assert time.perf_counter() - t0 < within_s
+    text = str(info.value)
+    assert "\n" not in text
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in {text!r}"
+    return info.value
+
+
+# -- YAML: aliases, nesting, size, encoding -----------------------------------------------------------
+def test_alias_bomb_is_refused_by_every_yaml_reader(tmp_path: Path) -> None:
+    """The same 1 KB alias bomb, alone or inside an otherwise valid scenario, plan or profile, is refused
+    at once by the CLI's loaders and the upload path (it used to run for minutes and take gigabytes)."""
+    bomb = alias_bomb()
+    assert len(bomb) < 1024
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(BASE) + "extra:\n  " + bomb.replace("\n", "\n  "))
+    raises(lambda: load_scenario(scenario), "scenario.yaml", "YAML aliases are not accepted")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: p\n" + bomb)
+    raises(lambda: load_plan(plan), "plan.yaml", "aliases")
+    profile = tmp_path / "prof"
+    profile.mkdir()
+    (profile / "profile.yaml").write_text("cost_model: constant\nstep_time_s: 0.01\n" + bomb)
+    raises(lambda: load_profile(str(profile)), "profile.yaml", "aliases")
+    raises(lambda: scenario_from_yaml_bytes(bomb.encode()), "aliases")
+    raises(lambda: parse_overrides(["name=[&a [1, 2], *a]"]), "--set name", "aliases")
+
+
+def test_deep_nesting_and_large_files_are_refused(tmp_path: Path) -> None:
+    """A 5,000-deep nested list (a RecursionError before) and a file over the size limit (a 2 MB
+    scenario took 24 s to parse) are one-line errors naming the file."""
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    raises(lambda: load_scenario(deep), "deep.yaml", f"nested more than {MAX_YAML_DEPTH} levels")
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(BASE) + "pad: [" + ",".join(["1"] * 1_000_000) + "]\n")
+    raises(lambda: load_scenario(big), "big.yaml", "file too large", f"{MAX_YAML_BYTES:,} bytes", within_s=1.0)
+
+
+def test_files_that_are_not_utf8_name_the_line(tmp_path: Path) -> None:
+    """Scenario, profile and upload bytes that are not UTF-8 are named with the line of the bad byte."""
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(yaml.safe_dump(BASE).encode() + "name: caf\xe9\n".encode("latin-1"))
+    raises(lambda: load_scenario(bad), "latin1.yaml", "not UTF-8 text (line")
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    (prof / "profile.yaml").write_bytes(b"cost_model: constant\nstep_time_s: 0.01\ndevice: \xff\n")
+    raises(lambda: load_profile(str(prof)), "profile.yaml", "not UTF-8 text (line 3)")
+    raises(lambda: scenario_from_yaml_bytes(b"name: \xff\n", source="up.yaml"), "up.yaml", "not UTF-8")
+
+
+# -- numbers: finite, not booleans, within the limits -----------------------------------------------------
+NUMBER_CASES = [
+    ({"workload.arrival.rate_per_s": float("inf")}, "workload.arrival.rate_per_s", "finite number"),
+    ({"workload.arrival.rate_per_s": 1e-300}, "workload.arrival.rate_per_s", "longest simulated span"),
+    ({"workload.arrival.rate_per_s": 1e-20}, "workload.arrival.rate_per_s", "longest simulated span"),
+    ({"warmup_s": float("inf")}, "warmup_s", ""),
+    ({"num_requests": True}, "num_requests", "not true/false"),
+    ({"num_requests": 10**12}, "num_requests", f"at most {MAX_NUM_REQUESTS:,}"),
+    ({"num_requests": None, "duration_s": 1e15}, "duration_s", "at most"),
+    ({"num_requests": None, "duration_s": 1e7, "workload.arrival.rate_per_s": 1000.0}, "duration_s",
+     "a run holds at most"),
+    ({"deployment.replicas": 10_000_000}, "deployment.replicas", f"at most {MAX_REPLICAS:,}"),
+    ({"hardware": {"cost_model": "constant", "step_time_s": float("inf")}}, "hardware.step_time_s", "finite"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": -1e15}}}, "hardware.peak_flops.bf16", "at least 1e+06"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": 0}}}, "hardware.peak_flops.bf16", "at least 1e+06"),
+    ({"hardware": {**ROOFLINE_HW, "memory_bytes": float("inf")}}, "hardware.memory_bytes", "finite"),
+    ({"hardware": {**ROOFLINE_HW, "peak_flops": {"bf16": True}}}, "hardware.peak_flops.bf16", "not true/false"),
+    ({"workload.sessions": {"turns": 10**6, "turn_gap_s": 1}}, "workload.sessions.turns", "turns"),
+    ({"scheduler.max_wait_ms": float("nan")}, "scheduler.max_wait_ms", "finite"),
+    ({"slo.attainment": True}, "slo.attainment", "not true/false"),
+    # found by tests/test_fuzz_inputs.py-style runs: overflows, arrays of absurd size, a clock that never moves
+    ({"workload.arrival": {"process": "gamma", "rate_per_s": 5, "cv": 1e300}}, "workload.arrival.cv", "100"),
+    ({"workload.arrival": {"process": "gamma", "rate_per_s": 5, "cv": 1e-300}}, "workload.arrival.cv", "0.01"),
+    ({"workload.prompt_tokens": {"dist": "lognormal", "mean": 32, "sigma": 1e300}}, "workload.prompt_tokens.sigma",
+     "10"),
+    ({"workload.output_tokens": {"dist": "geometric", "mean": 1e300}}, "workload.output_tokens.mean", "at most"),
+    ({"hardware": {**ROOFLINE_HW, "memory_bandwidth_bytes_per_s": 1e-300}},
+     "hardware.memory_bandwidth_bytes_per_s", "at least 1e+06"),
+    ({"hardware": {**ROOFLINE_HW, "efficiency": {"gemm_max": 1e-300}}}, "hardware.efficiency.gemm_max",
+     "at least 0.001"),
+    ({"deployment.autoscaler": {"max_replicas": 2, "target_outstanding_per_replica": 4, "interval_s": 1e-300}},
+     "deployment.autoscaler.interval_s", "0.01"),
+    ({"scheduler.block_size": 10**12}, "scheduler.block_size", "at most 4,096"),
+    ({"scheduler.max_num_seqs": 10**12, "scheduler.max_num_batched_tokens": 10**12}, "scheduler.max_num_seqs",
+     "at most 65,536"),
+    ({"workload.prefix": {"prefix_tokens": 8, "num_prefixes": 10**12}}, "workload.prefix.num_prefixes",
+     "at most 1,000,000"),
+    ({"client.max_tokens": 2**63}, "client.max_tokens", "2^62"),
+    ({"workload.tiers": [{"name": "a", "share": 1.0, "priority": 2**63}]}, "workload.tiers.0.priority", ""),
+    ({"workload.arrival": {"process": "closed_loop", "concurrency": True}}, "workload.arrival.concurrency",
+     "not true/false"),
+    ({"workload.arrival": {"process": "closed_loop", "concurrency": 1, "think_time_s": 1e7}},
+     "workload.arrival.think_time_s", "longest simulated span"),
+]
+
+
+@pytest.mark.parametrize("overrides, field, words", NUMBER_CASES, ids=[next(iter(c[0])) + f"-{i}"
+                                                                      for i, c in enumerate(NUMBER_CASES)])
+def test_bad_numbers_are_one_error_naming_the_field(overrides: dict[str, Any], field: str, words: str) -> None:
+    """Non-finite numbers, booleans and sizes past the limits are refused before anything runs (they used
+    to crash with MemoryError or an assertion, loop, or report plausible latencies)."""
+    def run() -> None:
+        data = base()
+        for key, value in overrides.items():
+            node = data
+            *parents, last = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            if value is None:
+                node.pop(last, None)
+            else:
+                node[last] = value
+        simulate(scenario_from_dict(data))
+
+    err = raises(run, words)
+    assert err.field == field
+
+
+def test_speedup_and_plan_numbers_must_be_finite(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,4\n")
+    data = base(workload={"arrival": {"process": "trace", "path": str(trace), "format": "azure",
+                                      "speedup": float("inf")}})
+    assert raises(lambda: scenario_from_dict(data), "finite").field == "workload.arrival.speedup"
+    plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": float("inf")}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": "Q1", "region": "r", "peak_rps": 1}]}
+    assert raises(lambda: load_plan(plan), "finite").field == "candidates[0].price_per_gpu_hour"
+    plan["candidates"] = [{"name": "c", "price_per_gpu_hour": 1.0}]
+    plan["forecast"] = [{"quarter": "Q1", "region": "r", "peak_rps": float("nan")}]
+    assert raises(lambda: load_plan(plan), "finite").field == "forecast[0].peak_rps"
+    plan["forecast"] = [{"quarter": "Q1", "region": "r", "peak_rps": 1e15}]   # tokens a day overflowed an int64
+    assert raises(lambda: load_plan(plan), "at most 1e+06").field == "forecast[0].peak_rps"
+
+
+def test_a_forecast_missing_a_quarter_region_row_is_an_error() -> None:
+    """Already an error before issue 19; verified here: every region needs a row in every quarter."""
+    plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
+            "slo": {"ttft_p99_ms": 100},
+            "regions": [{"name": "a", "rtt_ms": {"a": 1}}, {"name": "b", "rtt_ms": {"b": 1}}],
+            "forecast": [{"quarter": q, "region": r, "peak_rps": 1}
+                         for q, r in (("Q1", "a"), ("Q1", "b"), ("Q2", "a"))]}
+    assert raises(lambda: load_plan(plan), "missing row").field == "forecast (quarter Q2, region b)"
+
+
+# -- files that are not what they claim ------------------------------------------------------------------
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def trace_run(tmp_path: Path, name: str, content: str | bytes, fmt: str) -> Any:
+    path = tmp_path / name
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    data = base(workload={"arrival": {"process": "trace", "path": name, "format": fmt}})
+    del data["num_requests"]
+    return lambda: simulate(scenario_from_dict(data, base_dir=tmp_path))
+
+
+def test_azure_timestamps_with_and_without_fractional_seconds_are_read(tmp_path: Path) -> None:
+    """A timestamp without fractional seconds among others with them is valid (it used to be refused),
+    and so are timestamps that all carry an offset (converted to UTC)."""
+    rows = "2023-11-16 18:15:46.6805900,10,4\n2023-11-16 18:15:50,10,4\n2023-11-16 18:15:51.5,10,4\n"
+    result = trace_run(tmp_path, "plain.csv", AZURE_HEADER + rows, "azure")()
+    assert result.requests["arrival_time"].tolist() == pytest.approx([0.0, 50 - 46.68059, 51.5 - 46.68059])
+    zoned = "2023-11-16 18:15:46+01:00,10,4\n2023-11-16 17:15:50Z,10,4\n"
+    result = trace_run(tmp_path, "zoned.csv", AZURE_HEADER + zoned, "azure")()
+    assert result.requests["arrival_time"].tolist() == pytest.approx([0.0, 4.0])
+
+
+@pytest.mark.parametrize("name, content, fmt, words", [
+    ("mixed_tz.csv", AZURE_HEADER + "2023-11-16 18:15:46+00:00,10,4\n2023-11-16 18:15:50,10,4\n", "azure",
+     ("mixed_tz.csv row 3 column TIMESTAMP", "time zone")),
+    ("latin1.csv", AZURE_HEADER.encode() + b"2023-11-16 18:15:46,1\xe90,4\n", "azure",
+     ("latin1.csv", "not UTF-8", "line 2")),
+    ("huge_tokens.csv", AZURE_HEADER + "2023-11-16 18:15:46,1e30,4\n", "azure",
+     ("huge_tokens.csv row 2 column ContextTokens",)),
+    ("nan.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4}\n'
+                  '{"timestamp": NaN, "input_length": 10, "output_length": 4}\n', "mooncake",
+     ("nan.jsonl line 2", "finite")),
+    ("inf.jsonl", '{"timestamp": Infinity, "input_length": 10, "output_length": 4}\n', "mooncake",
+     ("inf.jsonl line 1", "finite")),
+    ("far.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4}\n'
+                  '{"timestamp": 1e300, "input_length": 10, "output_length": 4}\n', "mooncake",
+     ("far.jsonl line 2 column timestamp", "span at most")),
+    ("hash.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": "abc"}\n', "mooncake",
+     ("hash.jsonl line 1", "hash_ids must be a list of integers")),
+    ("hash2.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 4, "hash_ids": [1.5, true]}\n',
+     "mooncake", ("hash2.jsonl line 1", "hash_ids")),
+    ("latin1.jsonl", b'{"timestamp": 0, "input_length": 10, "output_length": 4, "x": "\xe9"}\n', "mooncake",
+     ("latin1.jsonl line 1", "UnicodeDecodeError")),
+])
+def test_bad_trace_files_name_file_row_and_column(tmp_path: Path, name: str, content: str | bytes, fmt: str,
+                                                   words: tuple[str, ...]) -> None:
+    """Mixed time zones, encodings, non-finite or far-off timestamps (1e300 ms used to loop forever),
+    hash_ids that are not integers: one error naming the file and the row or line."""
+    raises(trace_run(tmp_path, name, content, fmt), *words)
+
+
+@pytest.mark.parametrize("name, content, words", [
+    ("big.csv", "n\n100\n1e30\n", ("big.csv row 3 column n", "integers from 1")),
+    ("inf.csv", "n\n100\ninf\n", ("inf.csv row 3 column n",)),
+    ("frac.csv", "n\n100\n100.5\n", ("frac.csv row 3 column n",)),
+    ("fake.csv.gz", "n\n100\n", ("fake.csv.gz", "not gzip-compressed")),
+    ("cut.csv.gz", gzip.compress(b"n\n" + b"100\n" * 1000)[:40], ("cut.csv.gz", "damaged compressed file")),
+])
+def test_bad_empirical_length_files(tmp_path: Path, name: str, content: str | bytes, words: tuple[str, ...]) -> None:
+    """Empirical lengths of 1e30 or inf (an internal assertion before), fractional lengths (silently
+    truncated before) and a .csv.gz that is not gzip are errors naming the file, row and column."""
+    (tmp_path / name).write_bytes(content.encode() if isinstance(content, str) else content)
+    data = base()
+    data["workload"]["prompt_tokens"] = {"dist": "empirical", "path": name, "column": "n"}
+    raises(lambda: simulate(scenario_from_dict(data, base_dir=tmp_path)), *words)
+
+
+def bad_table_profile(tmp_path: Path, column: str, value: float) -> tuple[Path, int]:
+    """A copy of the measured CPU profile with one ops.csv cell replaced (and the checksum updated);
+    returns the folder and the spreadsheet row of the cell."""
+    import shutil
+
+    from simulator.cost.op_table import file_sha256
+
+    folder = tmp_path / "prof"
+    shutil.copytree(REPO / "hwprofiles" / "cpu-amd-epyc-tiny-llama", folder)
+    df = pd.read_csv(folder / "ops.csv")
+    op = "qkv_proj" if column == "n" else "rmsnorm"
+    i = int(df.index[df["op"] == op][0])
+    if value % 1:
+        df[column] = df[column].astype(float)
+    df.loc[i, column] = value
+    df.to_csv(folder / "ops.csv", index=False)
+    prof = yaml.safe_load((folder / "profile.yaml").read_text())
+    prof["table_sha256"] = file_sha256(folder / "ops.csv")
+    (folder / "profile.yaml").write_text(yaml.safe_dump(prof))
+    return folder, i + 2
+
+
+@pytest.mark.parametrize("column, value, words", [("tokens", 0, "column tokens = 0: must be an integer >= 1"),
+                                                   ("width", -5, "column width = -5"),
+                                                   ("n", 1.5, "column n = 1.5")])
+def test_bad_per_op_table_rows_name_the_row_and_column(tmp_path: Path, column: str, value: float,
+                                                        words: str) -> None:
+    """An ops.csv row with 0 tokens, a negative width or a fractional GEMM width is refused, naming the
+    file, row and column (they used to reach the interpolants)."""
+    folder, row = bad_table_profile(tmp_path, column, value)
+    raises(lambda: simulate(scenario_from_dict(base(hardware=str(folder)))), f"ops.csv row {row}", words)
+
+
+def test_profiles_show_of_a_bad_table_is_one_line(tmp_path: Path) -> None:
+    """`profiles show` checks the table before printing anything (it printed the provenance, then failed)."""
+    from test_errors import assert_one_error_line, run_cli
+
+    folder, row = bad_table_profile(tmp_path, "tokens", 0)
+    assert_one_error_line(run_cli("profiles", "show", str(folder)), f"ops.csv row {row} column tokens")
+
+
+# -- outputs: whole folders, --force, spreadsheet-safe cells ----------------------------------------------
+def test_output_folder_is_all_or_nothing(tmp_path: Path) -> None:
+    """An error or Ctrl-C while writing leaves the previous results (or nothing, not even the parent
+    folders made for it); a finished write replaces the folder whole, only with force."""
+    from simulator.output import output_folder
+
+    out = tmp_path / "a" / "b" / "run"
+    for exc in (OSError(28, "No space left on device"), KeyboardInterrupt()):
+        with pytest.raises((ScenarioError, KeyboardInterrupt)) as info, output_folder(out) as stage:
+            (stage / "requests.csv").write_text("half a file")
+            raise exc
+        assert sorted(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
+        if isinstance(exc, OSError):
+            assert "No space left on device" in str(info.value)
+    with output_folder(out) as stage:
+        (stage / "summary.json").write_text("{}")
+        (stage / "steps.csv").write_text("old steps")
+    with pytest.raises(ScenarioError, match=r"already holds results .*pass --force"), output_folder(out):
+        pass
+    with pytest.raises(RuntimeError), output_folder(out, force=True) as stage:
+        (stage / "summary.json").write_text("new")
+        raise RuntimeError("simulated crash")
+    assert (out / "summary.json").read_text() == "{}" and (out / "steps.csv").exists()
+    with output_folder(out, force=True) as stage:
+        (stage / "summary.json").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]   # no stale steps.csv beside it
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run"]      # no staging or old folder left
+
+
+def test_the_working_folder_is_not_an_output_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out .` (or a folder holding the working folder) cannot be replaced whole: refused before the run."""
+    from simulator.output import check_output_folder
+    from simulator.planner.worksheet import check_out
+
+    monkeypatch.chdir(tmp_path)
+    for out in (Path("."), tmp_path, tmp_path.parent):
+        raises(lambda out=out: check_output_folder(out, force=True), "is the working folder or holds it")
+    check_out(Path("w.csv"))   # a plan's .csv name writes beside other files in the working folder: fine
+
+
+def test_simulate_out_refuses_existing_results_and_writes_whole_with_force(tmp_path: Path) -> None:
+    from test_errors import assert_one_error_line, run_cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(base()))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "steps.csv").write_text("stale steps of an earlier run\n")
+    proc = run_cli("simulate", str(scenario), "--json", "--out", str(out))
+    assert_one_error_line(proc, "--out", "already holds results (steps.csv)", "--force")
+    proc = run_cli("simulate", str(scenario), "--json", "--out", str(out), "--force")
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["requests.csv", "requests.parquet", "scenario.yaml", "steps.csv", "steps.parquet",
+                     "summary.json"]
+    assert "stale" not in (out / "steps.csv").read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_failed_write_leaves_no_partial_simulate_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write error after the first file (a full disk) is one error naming --out, and the folder is not
+    created at all: no truncated requests.csv beside a missing summary.json."""
+    from simulator import cli
+
+    result = simulate(scenario_from_dict(base()))
+    calls = []
+
+    def failing(df: pd.DataFrame, path: Path, **kw: Any) -> None:
+        calls.append(path)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "write_csv", failing)
+    with pytest.raises(ScenarioError, match=r"cannot write the results \(No space left"):
+        cli.write_outputs(result, {}, tmp_path / "run")
+    assert calls and list(tmp_path.iterdir()) == []
+
+
+def test_csv_cells_are_neutralised_everywhere() -> None:
+    """Formula starts get an apostrophe; a bare carriage return (it split the row) and every other control
+    character become visible escapes; numbers and plain text are untouched."""
+    from simulator.output import csv_text, safe_cell
+
+    assert safe_cell("\r=3+4") == "'\\r=3+4"
+    assert safe_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)" and safe_cell("-2") == "'-2"
+    assert safe_cell("a\nb\x1bc\x00\u2028") == "a\\nb\\x1bc\\x00\\u2028"
+    assert safe_cell("plain name") == "plain name" and safe_cell(3.5) == 3.5 and safe_cell(None) is None
+    frame = pd.DataFrame({"tier": pd.Categorical(["\r=3+4", "ok"]), "n": [1, 2], "\r=h": ["x", "@y"]})
+    text = csv_text(frame)
+    assert "\r" not in text and text.splitlines() == ["tier,n,'\\r=h", "'\\r=3+4,1,x", "ok,2,'@y"]
+
+
+def test_tier_names_in_requests_csv_are_neutralised(tmp_path: Path) -> None:
+    from simulator import cli
+
+    data = base()
+    data["workload"]["tiers"] = [{"name": "\r=3+4", "share": 0.5}, {"name": "@batch", "share": 0.5}]
+    result = simulate(scenario_from_dict(data))
+    cli.write_outputs(result, {}, tmp_path / "run")
+    back = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert len(back) == 20   # one row per request: the carriage return no longer splits rows
+    assert set(back["tier"]) == {"'\\r=3+4", "'@batch"}
+    assert set(pd.read_parquet(tmp_path / "run" / "requests.parquet")["tier"]) == {"\r=3+4", "@batch"}  # raw
+
+
+def test_plan_out_refuses_existing_worksheets_without_force(tmp_path: Path) -> None:
+    from simulator.planner.worksheet import check_out
+
+    folder = tmp_path / "plan-out"
+    folder.mkdir()
+    (folder / "worksheet.csv").write_text("q\n")
+    raises(lambda: check_out(folder), "already holds results (worksheet.csv)", "--force")
+    check_out(folder, force=True)
+    (tmp_path / "w-totals.csv").write_text("q\n")
+    raises(lambda: check_out(tmp_path / "w.csv"), "already exists (w-totals.csv)", "--force")
+    check_out(tmp_path / "w.csv", force=True)
+
+
+# -- interrupts and arguments ------------------------------------------------------------------------------
+def test_ctrl_c_in_a_one_worker_plan_stops_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one worker the searches run in-process: a Ctrl-C in the first one ends the plan (it used to be
+    stored in that search's future while every remaining search ran on)."""
+    from simulator.planner import run as plan_run
+    from simulator.planner.backends import InlineExecutor
+
+    calls = []
+
+    def interrupted(task: Any) -> Any:
+        calls.append(task)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        InlineExecutor().submit(interrupted, None)
+    calls.clear()
+    monkeypatch.setattr(plan_run, "search_replicas", interrupted)
+    plan = {"scenario": base(), "candidates": [{"name": "a", "price_per_gpu_hour": 1.0},
+                                               {"name": "b", "price_per_gpu_hour": 2.0}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": q, "region": "r", "peak_rps": 1} for q in ("Q1", "Q2", "Q3")]}
+    with pytest.raises(KeyboardInterrupt):
+        plan_run.plan(plan, workers=1)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--backend", "dask", "--address", "not a url"), ("--address = 'not a url'", "not a Dask scheduler address")),
+    (("--workers", "0"), ("--workers = 0", "must be >= 1")),
+    (("--timeout", "nan"), ("--timeout = nan",)),
+    (("--backend", "spark"), ("--backend = 'spark'", "allowed: local, dask")),
+])
+def test_plan_arguments_are_checked_first(tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    """Bad --backend/--address/--workers/--timeout are one line before the plan is read (the bad dask
+    address used to print a Client.__del__ traceback 20 s after the error); nothing is written."""
+    from test_errors import assert_one_error_line, run_cli
+
+    plan = tmp_path / "missing-plan.yaml"   # never read: the arguments fail first
+    t0 = time.perf_counter()
+    proc = run_cli("plan", str(plan), "--out", str(tmp_path / "out"), *args)
+    assert time.perf_counter() - t0 < 15
+    assert_one_error_line(proc, *words)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_requests": 0}, "--num-requests = 0"), ({"max_num_seqs": 0}, "--max-num-seqs = 0"),
+    ({"prompt_mean": -5.0}, "--prompt-mean = -5.0"), ({"device": "tpu"}, "--device = 'tpu'"),
+    ({"prompt_max": 5000}, "--prompt-max = 5000"), ({"profile": "no-such-profile"}, "--profile"),
+    ({"output_mean": float("inf")}, "--output-mean = inf"),
+])
+def test_validate_settings_are_checked_before_any_work(change: dict[str, Any], words: str) -> None:
+    """`llmplan validate` checked these only after minutes of calibration, and a pydantic error leaked as a
+    multi-line internal error; now each names its flag at once."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from calibrate.validate import ValidateSettings, check_settings
+
+    raises(lambda: check_settings(replace(ValidateSettings(), **change)), words, within_s=10)
+
+
+def test_validate_and_calibrate_arguments_fail_fast_and_create_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from test_errors import assert_one_error_line, run_cli
+
+    out = tmp_path / "v"
+    assert_one_error_line(run_cli("validate", "--out", str(out), "--max-num-seqs", "0"), "--max-num-seqs = 0")
+    assert_one_error_line(run_cli("calibrate", "--out", str(out), "--max-tokens", "0", "--quick"),
+                          "--max-tokens = 0", "must be >= 1")
+    assert not out.exists()
+    out.mkdir()
+    (out / "profile.yaml").write_text("name: x\n")
+    assert_one_error_line(run_cli("calibrate", "--out", str(out), "--quick", "--device", "cpu"),
+                          "already holds a finished profile", "--force")
+
+
+def _interrupt(args: list[str], after_s: float) -> tuple[int, str, float, list[int]]:
+    """Run ``python -m simulator.cli ARGS`` in its own process group, send SIGINT to the whole group after
+    ``after_s`` (as a terminal's Ctrl-C does); return the exit status, stderr, the seconds it took to exit
+    and the child processes it had when interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from test_errors import cli_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *args], cwd=REPO, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(after_s)
+    children = _children(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.perf_counter()
+    stdout, stderr = proc.communicate(timeout=60)
+    assert "Traceback" not in stdout + stderr, stderr
+    return proc.returncode, stderr, time.perf_counter() - t0, children
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
+    """A Ctrl-C while the CLI imports pandas and scipy printed the traceback of that import."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(base()))
+    returncode, stderr, _, _ = _interrupt(["simulate", str(scenario)], 0.15)
+    assert returncode == 130, (returncode, stderr)
+    assert stderr.strip().splitlines() == ["error: interrupted"]
+
+
+def test_ctrl_c_in_a_two_worker_plan_is_one_line_and_ends_the_workers(tmp_path: Path) -> None:
+    """With two worker processes a Ctrl-C printed dozens of worker tracebacks and waited for the running
+    searches; now the workers ignore it, the parent ends them, and one line is printed."""
+    plan = {"scenario": base(num_requests=100),
+            "candidates": [{"name": f"c{i}", "price_per_gpu_hour": 1.0, "set": {"scheduler.max_num_seqs": 2 + i}}
+                           for i in range(6)],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": q, "region": "r", "peak_rps": 50} for q in ("Q1", "Q2", "Q3", "Q4", "Q5", "Q6")],
+            "simulation": {"num_requests": 50000, "max_replicas": 64}}   # minutes of work: still running at the Ctrl-C
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    out = tmp_path / "out"
+    returncode, stderr, delay, children = _interrupt(["plan", str(path), "--workers", "2", "--no-progress",
+                                                      "--out", str(out)], 6.0)
+    assert returncode == 130, (returncode, stderr)
+    assert stderr.strip().splitlines() == ["error: interrupted"], stderr
+    assert delay < 10 and not out.exists()
+    assert len(children) >= 2   # the worker processes were running ...
+    time.sleep(0.5)
+    assert not [pid for pid in children if _alive(pid)]   # ... and are gone
