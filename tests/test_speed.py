@@ -113,3 +113,22 @@ def test_a_decode_run_that_follows_on_is_the_one_schedule_would_plan(overrides, 
     fast = simulate(sc)
     monkeypatch.setattr(Scheduler, "plan_decode_continuation", lambda self, *args: None)
     _same_run(fast, simulate(sc))
+
+
+@pytest.mark.parametrize("overrides", [
+    {},                                                                    # the measured kernel tables
+    {"deployment.replicas": 3, "workload.arrival.rate_per_s": 15.0, "scheduler.num_gpu_blocks_override": 6000},
+])
+def test_a_tabulated_run_reuses_the_durations_that_found_its_horizon(overrides, monkeypatch):
+    """A decode run whose cost is not affine takes its step durations from the array summed to find
+    the step that crosses the next arrival; the run is the same, bit for bit, as with the durations
+    computed again."""
+    from simulator import load_scenario, simulate
+    from simulator.engine import scheduler
+
+    sc = load_scenario(SHAREGPT, {"num_requests": 1500, "hardware": "h100-sxm", **overrides})
+    fast = simulate(sc)
+    assert fast.step_log.num_steps > fast.step_log.num_entries       # decode runs of several steps
+    steps_to_reach = scheduler._steps_to_reach
+    monkeypatch.setattr(scheduler, "_steps_to_reach", lambda *args: (steps_to_reach(*args)[0], None))
+    _same_run(fast, simulate(sc))

@@ -409,8 +409,10 @@ class Scheduler:
         k = k_fin
         if self.num_scheduler_steps > 1:             # a multi-step run ends at its last step
             k = min(k, self.num_scheduler_steps - self.steps_into_run)
+        durations: np.ndarray | None = None
         if next_event_time != np.inf and k > 1:
-            k = min(k, _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k))
+            reach, durations = _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k)
+            k = min(k, reach)
         if k > 1 and n * (-(-(k - 1) // bs)) > free:     # every row's blocks for k - 1 more tokens
             # The KV cache may run out during the run: find the last step whose blocks fit.
             prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
@@ -428,7 +430,12 @@ class Scheduler:
             total = k * a + b * (k * ctx1 + nc * k * (k - 1) / 2.0)
             durations = None
         else:
-            durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
+            # The first k of the durations summed to find the horizon's step, if there are (a cost
+            # model's decode_run_times is element for element: a step's duration is its context's).
+            if durations is None or len(durations) < k:
+                durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
+            else:
+                durations = durations[:k]
             total = float(durations.sum())
         return DecodeRun(k, nc, total, extra, k == k_fin, used, residues, ctx1, affine, durations, self.pad_rows,
                          k_fin)
@@ -644,10 +651,11 @@ class PriorityWaitingQueue:
 
 
 def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,
-                    k_cap: int) -> int:
-    """Smallest step count k (<= k_cap) whose cumulative duration reaches ``delta`` seconds."""
+                    k_cap: int) -> tuple[int, np.ndarray | None]:
+    """Smallest step count k (<= k_cap) whose cumulative duration reaches ``delta`` seconds, and,
+    for a cost model that is not affine, the durations of at least k steps it summed (else None)."""
     if delta <= 0:
-        return 1
+        return 1, None
     if affine is not None:
         a, b = affine
         a1 = a + b * ctx1                   # first step
@@ -663,11 +671,11 @@ def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any,
         k = min(k, k_cap)
         while k > 1 and (k - 1) * a1 + b * n * (k - 1) * (k - 2) / 2.0 >= delta:
             k -= 1
-        return max(1, min(k, k_cap))
+        return max(1, min(k, k_cap)), None
     first = cost.decode_step_time_s(n, ctx1)
     k_guess = min(k_cap, int(delta / first) + 2)
-    cum = np.cumsum(cost.decode_run_times(n, ctx1 + n * np.arange(k_guess, dtype=np.float64)))
-    return min(k_guess, int(np.searchsorted(cum, delta)) + 1)
+    durations = cost.decode_run_times(n, ctx1 + n * np.arange(k_guess, dtype=np.float64))
+    return min(k_guess, int(np.searchsorted(np.cumsum(durations), delta)) + 1), durations
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
