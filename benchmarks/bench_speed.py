@@ -9,11 +9,14 @@ drifts between invocations). Rows:
 * ``--help``, ``import simulator.cli``: process wall time (process rows also record CPU time,
   user + system with worker processes: less disturbed by other jobs than wall time).
 * ``simulate speed-10k`` (whole process): ``llmplan simulate benchmarks/scenarios/speed-10k.yaml
-  --json`` (10k requests, A100-80GB, Llama 3 8B, fixed 512/128 tokens, Poisson 5 req/s).
+  --json`` (10k requests, A100-80GB datasheet roofline, Llama 3 8B, fixed 512/128 tokens, Poisson
+  5 req/s), and the same with ``--set hardware=a100-80gb`` (the measured kernel-table default).
 * engine: simulated requests per wall second of ``simulate()`` alone (imports excluded), on
-  speed-10k, on ShareGPT-like traffic (examples/sharegpt-h100.yaml) at 90% of its capacity
-  with 100k requests (10k with ``--quick``; capacity is measured by a saturated simulation), and
-  on 8 round-robin replicas of examples/chat-h100.yaml (6,000 requests at 56 req/s).
+  speed-10k, on ShareGPT-like traffic (examples/sharegpt-h100.yaml on the h100-sxm-datasheet
+  roofline) at 90% of its capacity with 100k requests (10k with ``--quick``; capacity is measured by
+  a saturated simulation), on both again with the measured default profiles (a100-80gb, h100-sxm:
+  kernel tables), and on 8 round-robin replicas of examples/chat-h100.yaml on the roofline (6,000
+  requests at 56 req/s).
 * feature cost: CPU time of speed-10k with speculative decoding (draft llama-3.2-1b, k=4,
   acceptance 0.8), chunked prefill (vLLM's default threshold, and 256-token chunks) or prefix
   caching (4 shared 256-token system prompts for 80% of requests, caching on vs off) over the
@@ -49,6 +52,8 @@ SPEED_SCENARIO = ROOT / "benchmarks" / "scenarios" / "speed-10k.yaml"
 SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
 PLAN = ROOT / "examples" / "plan-fy27.yaml"
 CHAT = ROOT / "examples" / "chat-h100.yaml"
+MEASURED = "a100-80gb"
+"""The measured default profile of the scenario's GPU (kernel tables; the scenario names its datasheet roofline)."""
 REPLICAS8 = {"num_requests": 6000, "deployment.replicas": 8, "workload.arrival.rate_per_s": 56.0}
 """Eight round-robin replicas of examples/chat-h100.yaml at 7 req/s each (the planner's kind of run)."""
 
@@ -212,11 +217,17 @@ def main() -> None:
         bench.processes("import", lambda root: [py, "-c", "import simulator.cli"], args.repeats)
         bench.processes("whole", lambda root: [py, "-m", "simulator.cli", "simulate", str(SPEED_SCENARIO), "--json",
                                                "--no-progress"], args.repeats)
+        bench.processes("whole_table", lambda root: [py, "-m", "simulator.cli", "simulate", str(SPEED_SCENARIO),
+                                                     "--json", "--no-progress", "--set", f"hardware={MEASURED}"],
+                        args.repeats)
 
     sharegpt_n = 10_000 if args.quick else 100_000
+    sharegpt = {"num_requests": sharegpt_n, "warmup_s": 0, "cooldown_s": 0}
     jobs = {"engine_speed10k": (str(SPEED_SCENARIO), {}, 0.0),
-            "engine_sharegpt": (str(SHAREGPT), {"num_requests": sharegpt_n, "warmup_s": 0, "cooldown_s": 0}, 0.9),
-            "engine_replicas8": (str(CHAT), REPLICAS8, 0.0)}
+            "engine_speed10k_table": (str(SPEED_SCENARIO), {"hardware": MEASURED}, 0.0),
+            "engine_sharegpt": (str(SHAREGPT), {**sharegpt, "hardware": "h100-sxm-datasheet"}, 0.9),
+            "engine_sharegpt_table": (str(SHAREGPT), {**sharegpt, "hardware": "h100-sxm"}, 0.9),
+            "engine_replicas8": (str(CHAT), {**REPLICAS8, "hardware": "h100-sxm-datasheet"}, 0.0)}
     for label, (out, loads) in (bench.engine(jobs, args.repeats).items() if "engine" in groups else ()):
         for key, fig in out.items():
             for wall in fig["wall_s"]:
@@ -257,8 +268,11 @@ GROUPS = ("cli", "engine", "features", "plan", "app")
 LABELS = {
     "help": "llmplan --help (process)", "import": "import simulator.cli (process)",
     "whole": "simulate speed-10k --json (whole process)", "whole_cpu": "  the same, CPU s",
+    "whole_table": "  the same on measured a100-80gb (whole process)",
     "engine_speed10k": "engine, speed-10k (simulated req/s)",
+    "engine_speed10k_table": "engine, speed-10k on measured a100-80gb (req/s)",
     "engine_sharegpt": "engine, ShareGPT 90% load (simulated req/s)",
+    "engine_sharegpt_table": "engine, ShareGPT 90% on measured h100-sxm (req/s)",
     "engine_replicas8": "engine, 8 replicas, chat-h100 (simulated req/s)",
     "cost_spec": "speculative decoding / off (CPU)", "cost_chunked": "chunked prefill / off (CPU)",
     "cost_chunked_256": "chunked prefill 256-token chunks / off (CPU)",
