@@ -247,9 +247,10 @@ def main() -> None:
 
     if "plan" in groups:
         with tempfile.TemporaryDirectory() as tmp:
-            bench.processes("plan", lambda root: [py, "-m", "simulator.cli", "plan", str(PLAN), "--workers", "2",
-                                                  "--no-progress", "--out", tmp], args.plan_repeats,
-                            warm=False)
+            def plan_argv(root: Path) -> list[str]:   # a new folder each run: plan refuses to overwrite one
+                return [py, "-m", "simulator.cli", "plan", str(PLAN), "--workers", "2", "--no-progress",
+                        "--out", tempfile.mkdtemp(dir=tmp)]
+            bench.processes("plan", plan_argv, args.plan_repeats, warm=False)
 
     if "app" in groups:
         for _ in range(args.repeats):
