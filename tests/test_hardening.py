@@ -573,3 +573,22 @@ def test_ctrl_c_in_a_two_worker_plan_is_one_line_and_ends_the_workers(tmp_path: 
     assert len(children) >= 2   # the worker processes were running ...
     time.sleep(0.5)
     assert not [pid for pid in children if _alive(pid)]   # ... and are gone
+
+
+def test_stopping_a_worker_pool_waits_for_its_manager_thread() -> None:
+    """An interrupted two-worker plan sometimes printed ``OSError: Bad file descriptor`` from Python's exit
+    hook for process pools, which wrote to a wake-up pipe the pool's manager thread was closing at that
+    moment; stopping a pool now waits for that thread, so the hook finds the pipe closed and skips it."""
+    import multiprocessing
+
+    from simulator.planner.backends import _ignore_sigint, _stop, _WorkerPool
+
+    pool = _WorkerPool(max_workers=2, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
+    futures = [pool.submit(time.sleep, 30) for _ in range(3)]
+    deadline = time.perf_counter() + 30
+    while not any(f.running() for f in futures) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    manager = pool._executor_manager_thread
+    assert manager is not None and manager.is_alive()
+    _stop(pool)
+    assert not manager.is_alive()

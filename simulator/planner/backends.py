@@ -96,10 +96,16 @@ class _WorkerPool(ProcessPoolExecutor):
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Drop the queued tasks and end the worker processes now (an interrupt or an error in the parent)."""
     workers = list((getattr(pool, "_processes", None) or {}).values())   # shutdown() forgets them
+    manager = getattr(pool, "_executor_manager_thread", None)             # and this thread
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in workers:
         with contextlib.suppress(Exception):
             proc.terminate()
+    # Let the pool's manager thread finish closing its wake-up pipe before the interpreter exits: on
+    # Python 3.11, the exit hook of concurrent.futures writes to that pipe and, when the thread closes
+    # it at the same moment, prints an "OSError: Bad file descriptor" traceback.
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=5.0)
 
 
 @contextlib.contextmanager
