@@ -38,6 +38,8 @@ class Feature:
     """How a scenario turns it on, as YAML (docs and messages: ``... together with <yaml>``)."""
     on: Callable[[Scenario], Any]
     """``(field, value)`` of the setting that turns it on in this scenario, or None when off."""
+    implies: tuple[str, ...] = ()
+    """Features always on when this one is (its exclusions apply to this one too)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,9 @@ FEATURES: dict[str, Feature] = {
     "multi_step": Feature("multi-step scheduling", "scheduler.num_scheduler_steps > 1", lambda sc: _on(
         "scheduler.num_scheduler_steps", sc.scheduler.num_scheduler_steps if sc.scheduler.num_scheduler_steps > 1
         else None)),
+    "closed_sessions": Feature("closed-loop sessions", "workload.sessions.loop: closed", lambda sc: _on(
+        "workload.sessions.loop", "closed" if sc.workload.sessions is not None and sc.workload.sessions.loop == "closed"
+        else None), implies=("sessions",)),
     "closed_loop": Feature("closed-loop clients", "workload.arrival.process: closed_loop", lambda sc: _on(
         "workload.arrival.process", sc.workload.arrival.process if sc.workload.arrival.process == "closed_loop"
         else None)),
@@ -160,7 +165,7 @@ FEATURES: dict[str, Feature] = {
 
 POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", "pool_sizes",
                    "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools", "multi_step",
-                   "closed_loop")
+                   "closed_loop", "closed_sessions")
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
@@ -204,7 +209,9 @@ POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
         POLICY_FEATURES, speculative_decoding=No(), client_timeout=_MOVES,
         queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
         multi_step=_ONE_STEP,
-        closed_loop=No("its KV transfers and the clients' wake-ups are not combined in one decode-run horizon")),
+        closed_loop=No("its KV transfers and the clients' wake-ups are not combined in one decode-run horizon"),
+        closed_sessions=No("its KV transfers and the sessions' next turns are not combined in one decode-run "
+                           "horizon", "use loop: open")),
 }
 """``scheduler.policy`` -> feature -> ``YES`` or :class:`No`. A policy missing here (a plug-in
 registered without a row) supports none of :data:`POLICY_FEATURES`."""
@@ -257,6 +264,12 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
               "requests, but they are applied after the run", "simulate one region"),
     Exclusion("closed_loop", "autoscaler", "decode runs do not stop at the autoscaler's ticks in a closed loop",
               "fix deployment.replicas"),
+    Exclusion("closed_sessions", "network", "a round trip would delay the next turn, but the network is applied "
+              "after the run", "add the round trip to workload.sessions.turn_gap_s"),
+    Exclusion("closed_sessions", "fleet", "the round trips to the regions would delay the next turns, but they "
+              "are applied after the run", "simulate one region"),
+    Exclusion("closed_sessions", "autoscaler", "decode runs do not stop at the autoscaler's ticks in a closed "
+              "loop", "fix deployment.replicas"),
     *(Exclusion(path, other, "the request path is planned for arrivals known before the run", hint)
       for path in ("pipeline", "response_cache", "coalescing")
       for other, hint in (("closed_loop", "use an open-loop arrival process"),

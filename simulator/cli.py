@@ -262,7 +262,18 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
         ci = (s.get("ci95") or {}).get("p99")
         table.add_row(metric.removesuffix("_s"), _ms(s.get("mean")), *(_ms(s.get(f"p{p}")) for p in (50, 90, 95, 99)),
                       f"{_ms(ci[0])}-{_ms(ci[1])}" if ci else "-", str(s.get("n", "")))
+    tasks = summary.get("tasks")
+    if tasks is not None:   # whole sessions: from the first turn's arrival to the last usable answer
+        s = tasks["task_ttua_s"]
+        ci = (s.get("ci95") or {}).get("p99")
+        table.add_row("task_ttua", _ms(s.get("mean")), *(_ms(s.get(f"p{p}")) for p in (50, 90, 95, 99)),
+                      f"{_ms(ci[0])}-{_ms(ci[1])}" if ci else "-", str(s.get("n", "")))
     out_console.print(table)
+    if tasks is not None:
+        out_console.print(f"tasks ({tasks['loop']}-loop sessions): {tasks['started']} started in the window, "
+                          f"{tasks['completed']} completed, {tasks['failed']} failed (a turn dropped), "
+                          f"{tasks['unfinished']} unfinished; {_num(tasks['calls_per_task'], '.2f')} calls sent "
+                          f"per task of {_num(tasks['turns_per_task'], '.2f')} turns")
     tp, rq = summary["throughput"], summary["requests"]
     bench = summary.get("benchmark")
     if bench:

@@ -70,7 +70,7 @@ def quantile_ci(sorted_x: np.ndarray, q: float, level: float = 0.95) -> list[flo
 
 
 def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
-                       arrival: Any = None) -> tuple[float, float]:
+                       arrival: Any = None, sessions: Any = None) -> tuple[float, float]:
     """The interval ``[start, end]`` (s) a run is measured over, by how the load arrives.
 
     Requests that *arrived* in it are the sample (latency statistics, the SLO judge); the
@@ -80,6 +80,9 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
     * Open loop (poisson, gamma, diurnal, trace): ``[warmup_s, last arrival - cooldown_s]``.
     * ``offline``: ``[0, makespan]``, the makespan being the last request's end (every request
       arrives at 0); ``warmup_s`` and ``cooldown_s`` do not apply.
+    * Closed-loop sessions (``sessions``, the scenario's ``workload.sessions``, with ``loop:
+      closed``): ``[warmup_s, last session start - cooldown_s]``. New sessions start throughout
+      it; later, the sessions still running finish their turns without new ones joining them.
     * ``closed_loop`` of N clients: from the N-th end of a request (the clients' synchronised start
       is over) or ``warmup_s``, whichever is later, to the last send that N more sends follow (the
       requests sent later are served while clients stop sending) or ``last send - cooldown_s``,
@@ -92,6 +95,9 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
     last = float(sent.max()) if len(sent) else 0.0
     closed = isinstance(arrival, ClosedLoopArrival)
     if not closed and not isinstance(arrival, OfflineArrival):
+        if getattr(sessions, "loop", "open") == "closed" and "session" in requests and len(sent):
+            starts = sent[requests["session"].to_numpy() == requests["request_id"].to_numpy()]
+            last = float(starts.max()) if len(starts) else last
         start, end = warmup_s, last - cooldown_s
         if end > start or last > 0:
             return (start, end) if end > start else (0.0, last)
@@ -107,9 +113,9 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
 
 
 def in_measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
-                          arrival: Any = None) -> pd.Series:
+                          arrival: Any = None, sessions: Any = None) -> pd.Series:
     """Which requests arrived inside :func:`measurement_window` (the one filter every report uses)."""
-    start, end = measurement_window(requests, warmup_s, cooldown_s, arrival)
+    start, end = measurement_window(requests, warmup_s, cooldown_s, arrival, sessions)
     sent = requests["arrival_time"]
     return (sent >= start) & (sent <= end)
 
@@ -143,9 +149,10 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     """The run's JSON summary (the CLI's ``--json`` output; see the README for every key)."""
     sc, req, steps = result.scenario, result.requests, result.step_log.columns()
     arrival = sc.workload.arrival
-    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival)
+    sessions = sc.workload.sessions
+    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival, sessions)
     status = req["status"].astype(str)
-    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival)
+    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival, sessions)
     finished = status == "finished_length_capped"
     measured = req[in_window & finished]
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
@@ -193,6 +200,8 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
                      **_slo_summary(t.slo or sc.slo, judged_frame[judged_frame["tier"] == t.name], (start, end),
                                     stable)}
             for t in sc.workload.tiers}
+    if "session" in req:
+        summary["tasks"] = _tasks_summary(req, (start, end), sessions.loop if sessions is not None else "open")
     if result.request_path is not None:
         summary["request_path"] = result.request_path.summary(req, in_window.to_numpy())
     if "region" in req:   # scenario.fleet: per-region breakdown
@@ -224,6 +233,21 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
     return summary
+
+
+def _tasks_summary(req: pd.DataFrame, window: tuple[float, float], loop: str) -> dict[str, Any]:
+    """Sessions (agent tasks) that started in the window: outcomes, calls and the task TTUA of the
+    completed ones (:func:`simulator.slo.tasks`)."""
+    from simulator.slo import tasks
+    t = tasks(req)
+    t = t[((t["start_s"] >= window[0]) & (t["start_s"] <= window[1])).to_numpy()]
+    outcome = t["outcome"]
+    done = t[outcome == "completed"]
+    return {"loop": loop, "started": len(t), "completed": int((outcome == "completed").sum()),
+            "failed": int((outcome == "failed").sum()), "unfinished": int((outcome == "unfinished").sum()),
+            "calls_per_task": float(t["calls"].mean()) if len(t) else None,
+            "turns_per_task": float(t["turns"].mean()) if len(t) else None,
+            "task_ttua_s": describe(done["ttua_s"].to_numpy(dtype=float))}
 
 
 def _benchmark_summary(arrival: Any, steps: Mapping[str, np.ndarray], window: tuple[float, float],

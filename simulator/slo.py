@@ -48,6 +48,8 @@ import pandas as pd
 from simulator.critical_values import t_ppf
 
 SLO_METRICS = ("ttft", "tpot", "e2e", "queue_delay", "ttua")
+TASK_METRICS = ("task_ttua",)
+"""Metrics of whole sessions (agent tasks), judged over the tasks that started in the window."""
 SLO_PERCENTILES = (50, 90, 95, 99)
 COMPLETED = "finished_length_capped"
 
@@ -61,7 +63,7 @@ def thresholds_s(slo: Any) -> dict[tuple[str, int], float]:
     if slo is None:
         return {}
     out = {}
-    for metric in SLO_METRICS:
+    for metric in SLO_METRICS + TASK_METRICS:
         for p in SLO_PERCENTILES:
             value = getattr(slo, f"{metric}_p{p}_ms", None)
             if value is not None:
@@ -73,7 +75,8 @@ def per_request_limits_s(slo: Any) -> dict[str, float]:
     """Each metric's per-request limit: the threshold at the highest percentile set for it."""
     limits: dict[str, float] = {}
     for (metric, _p), limit in sorted(thresholds_s(slo).items(), key=lambda kv: kv[0][1]):
-        limits[metric] = limit
+        if metric not in TASK_METRICS:
+            limits[metric] = limit
     return limits
 
 
@@ -93,6 +96,30 @@ def judged_latencies(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"ttft": frame[ttft].to_numpy(dtype=float), "tpot": frame["tpot_s"].to_numpy(dtype=float),
             "e2e": frame[e2e].to_numpy(dtype=float), "queue_delay": frame["queue_delay_s"].to_numpy(dtype=float),
             "ttua": frame[ttua].to_numpy(dtype=float)}
+
+
+DROPPED = ("finished_rejected", "finished_shed", "finished_aborted")
+
+
+def tasks(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per session (agent task) of a request frame with sessions (``session``, ``turn``,
+    ``session_turns`` columns): ``start_s`` (its first turn's arrival), ``calls`` (turns sent),
+    ``turns`` (turns it has), ``outcome`` (``completed``: every turn completed; ``failed``: a turn
+    was dropped; ``unfinished``: the run ended first) and ``ttua_s``: from the first turn's
+    arrival to the usable answer of the last (:func:`judged_latencies`'s TTUA), +inf unless completed."""
+    arrival = frame["arrival_time"].to_numpy(dtype=float)
+    status = frame["status"].astype(str).to_numpy()
+    completed = status == COMPLETED
+    end = np.where(completed, arrival + judged_latencies(frame)["ttua"], np.nan)
+    per = pd.DataFrame({"session": frame["session"].to_numpy(), "arrival": arrival, "end": end,
+                        "completed": completed, "dropped": np.isin(status, DROPPED),
+                        "turns": frame["session_turns"].to_numpy()}).groupby("session", sort=True)
+    out = pd.DataFrame({"start_s": per["arrival"].min(), "calls": per.size(), "turns": per["turns"].first(),
+                        "done": per["completed"].sum(), "failed": per["dropped"].any(), "end": per["end"].max()})
+    whole = out["done"].to_numpy() == out["turns"].to_numpy()
+    out["outcome"] = np.where(whole, "completed", np.where(out["failed"].to_numpy(), "failed", "unfinished"))
+    out["ttua_s"] = np.where(whole, out["end"].to_numpy() - out["start_s"].to_numpy(), math.inf)
+    return out[["start_s", "calls", "turns", "outcome", "ttua_s"]]
 
 
 def quantile_with_drops(values: np.ndarray, q: float) -> float:
@@ -222,7 +249,15 @@ def judge(requests: pd.DataFrame, slo: Any, window: tuple[float, float], *,
     n = int(judged.sum())
     dropped = int((judged & ~completed).sum())
     checks = []
+    task_ttua = None
     for (metric, p), limit in thresholds_s(slo).items():
+        if metric == "task_ttua":   # over the tasks that started in the window; failed and unfinished: +inf
+            if task_ttua is None:
+                t = tasks(requests) if "session" in requests else None
+                task_ttua = (np.zeros(0) if t is None else
+                             t["ttua_s"].to_numpy()[((t["start_s"] >= start) & (t["start_s"] <= end)).to_numpy()])
+            checks.append(Check(metric, p, limit, quantile_with_drops(task_ttua, p / 100.0)))
+            continue
         x = lat[metric][judged].copy()
         x[~completed[judged]] = math.inf
         checks.append(Check(metric, p, limit, quantile_with_drops(x, p / 100.0)))

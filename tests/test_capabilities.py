@@ -58,6 +58,7 @@ ON: dict[str, dict[str, Any]] = {
     "kv_cache_dtype": {"deployment.kv_cache_dtype": "fp8"},
     "multi_step": {"scheduler.num_scheduler_steps": 4},
     "closed_loop": {"workload.arrival": {"process": "closed_loop", "concurrency": 4, "think_time_s": 0.01}},
+    "closed_sessions": {"workload.sessions": {"turns": 2, "turn_gap_s": 0.05, "loop": "closed"}},
     "offline": {"workload.arrival": {"process": "offline"}},
     "pipeline": {"pipeline": {"pre": [{"name": "tokenize", "latency_ms": 1.0}]}},
     "response_cache": {"response_cache": {"kind": "semantic", "hit_rate": 0.3}},
@@ -182,8 +183,14 @@ def _policy_for(*keys: str) -> str | None:
     return None
 
 
+def _with_implied(key: str) -> set[str]:
+    return {key, *FEATURES[key].implies}
+
+
 PAIRS = [(a, b) for a, b in itertools.combinations(FEATURES, 2)
-         if not any({a, b} == {ex.feature, ex.other} for ex in EXCLUSIONS) and _policy_for(a, b) is not None]
+         if not any(ex.feature in _with_implied(x) and ex.other in _with_implied(y)
+                    for ex in EXCLUSIONS for x, y in ((a, b), (b, a)))
+         and b not in FEATURES[a].implies and a not in FEATURES[b].implies and _policy_for(a, b) is not None]
 
 
 @pytest.mark.parametrize("a, b", PAIRS)

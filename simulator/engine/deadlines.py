@@ -94,11 +94,11 @@ class Deadlines:
         seen: set[int] = set()
         table = self.table
         while heap and heap[0][0] <= reached:
-            deadline, rid, kind = heapq.heappop(heap)
+            _, rid, kind = heapq.heappop(heap)
             if rid not in seen and self._pending(rid, kind):
                 seen.add(rid)
                 (shed if kind == _SHED else timed_out).append(rid)
-            elif kind == _TIMEOUT and table.status[rid] == _DONE and table.finish_time[rid] > deadline + DEADLINE_EPS_S:
+            elif kind == _TIMEOUT and table.status[rid] == _DONE and undelivered(table, rid, self.timeout_s):
                 # Its last token came in the step during which the client gave up: never delivered.
                 table.status[rid] = RequestStatus.FINISHED_ABORTED
         if timed_out:
@@ -107,6 +107,14 @@ class Deadlines:
             self.sched.finish_requests(shed, RequestStatus.FINISHED_SHED, now)
         if timed_out or shed:
             self.on_finish(timed_out + shed, now)
+
+
+def undelivered(table: RequestTable, rid: int, timeout_s: float | None) -> bool:
+    """Whether completed request ``rid``'s last token came after its client gave up (``client.timeout_s``
+    after its arrival): the answer found no one to deliver it to, and the request counts as timed out
+    (:meth:`Deadlines.expire` relabels it when the clock reaches the deadline; a closed session, which
+    learns of the end sooner, asks here)."""
+    return timeout_s is not None and table.finish_time[rid] > table.arrival_time[rid] + timeout_s + DEADLINE_EPS_S
 
 
 def queue_is_full(scenario: Scenario, sched: Scheduler) -> bool:

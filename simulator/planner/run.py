@@ -147,7 +147,8 @@ def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
 
 
 def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanConfig, index: int) -> Scenario:
-    """The candidate's scenario carrying the cell's traffic at ``rate`` requests/s."""
+    """The candidate's scenario carrying the cell's traffic at ``rate`` requests/s (with sessions, ``rate``
+    divided by the mean turns per session sessions/s: the forecast counts requests)."""
     if not isinstance(base.workload.arrival, (PoissonArrival, GammaArrival)):
         raise ScenarioError("scenario.workload.arrival.process", base.workload.arrival.process,
                             "the planner sizes for a steady peak: use poisson or gamma arrivals (the daily "
@@ -156,6 +157,9 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     data = base.model_dump(mode="python", exclude_none=True)
     wl = data["workload"]
     wl["arrival"]["rate_per_s"] = rate
+    if base.workload.sessions is not None:   # the arrival process starts sessions: so many turns per request
+        turns = make_length(base.workload.sessions.turns, base, "workload.sessions.turns").mean
+        wl["arrival"]["rate_per_s"] = rate / max(float(turns), 1.0)
     for key, col in (("prompt_tokens", "avg_prompt_tokens"), ("output_tokens", "avg_output_tokens")):
         mean = row.get(col)
         if mean is not None and not (isinstance(mean, float) and math.isnan(mean)):

@@ -132,7 +132,8 @@ def _judged(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None
     """The verdict, the judged frame, the measurement window and the stability test it used."""
     sc = result.scenario
     req = result.requests if frame is None else frame
-    window = measurement_window(req, sc.warmup_s, sc.cooldown_s)   # the run's window, also for one pool
+    window = measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival,   # the run's window,
+                                sc.workload.sessions)                                 # also for one pool
     stable = result.summary["stability"]
     if pool is not None:
         req = req[(req["pool"] == pool).to_numpy()]

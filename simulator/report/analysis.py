@@ -41,7 +41,8 @@ class RunCancelled(Exception):
 def measured_requests(result: SimulationResult) -> pd.DataFrame:
     """Requests that arrived inside the measurement window and finished (the summary's sample)."""
     req, sc = result.requests, result.scenario
-    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival)
+    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival,
+                                      sc.workload.sessions)
     return req[in_window & (req["status"].astype(str) == "finished_length_capped")]
 
 

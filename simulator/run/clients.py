@@ -1,4 +1,6 @@
-"""A benchmark's closed loop: ``concurrency`` clients, each with at most one request outstanding.
+"""Closed loops: a benchmark's ``concurrency`` clients, each with at most one request outstanding
+(:class:`ClosedLoopClients`), and sessions whose next turn waits for the previous answer
+(:class:`ClosedSessions`).
 
 This is how serving benchmarks load an engine (vLLM's ``benchmark_serving --max-concurrency``,
 a pool of locust users): a client sends a request, waits until its answer ends, pauses for a
@@ -35,7 +37,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
+from simulator.engine.deadlines import undelivered
+from simulator.engine.request import RequestStatus
 from simulator.workload.traffic import SEND_DELAY_S
+
+COMPLETED = int(RequestStatus.FINISHED_LENGTH_CAPPED)
 
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.replica import Replica
@@ -90,13 +96,14 @@ class ClosedLoopClients:
         self.table.arrival_time[rid] = t
         self.send(rid)
 
-    def ended(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
+    def ended(self, ids: Sequence[int] | np.ndarray, at: float) -> int:
         """Requests ``ids`` ended at instant ``at`` (>= now; one engine step's ends, or one drop):
-        their clients send again after thinking."""
+        their clients send again after thinking. Returns 0 (no request is given up)."""
         think = self.think_time_s
         delay = float(self.send_delay_s[min(ids)])   # one network delay for one step's clients
         for rid in ids:
             self._send_at(at + float(think[rid]), delay)
+        return 0
 
     def horizon(self, replica: Replica) -> float:
         """The earliest instant at which a request can reach any replica, as ``replica`` sees it now
@@ -108,4 +115,88 @@ class ClosedLoopClients:
         for r in self.replicas:   # an end on another replica can send a request sooner
             if r is not replica and r.num_outstanding:
                 t = min(t, max(r.planned_until, now) + self.min_pause_s)
+        return min(t, self.stop_time)
+
+
+class ClosedSessions:
+    """Sessions whose next turn waits for the previous answer (``workload.sessions.loop: closed``):
+    agent tasks, or chat users who read the answer before they type.
+
+    First turns arrive at the instants the arrival process drew. When a turn *ends* (see the module
+    docstring: completed, or dropped at the step boundary that records the drop) at instant ``at``,
+    the session's next turn (request id + 1, turns being stored session by session) arrives at
+    ``at + turn_gap[next]``, if the turn completed; a dropped turn ends its session (the task
+    failed) and the remaining turns are never sent. So later turns arrive out of request-id order,
+    and ``arrived`` says which requests exist when the run ends.
+
+    Fast-forward is exact as with closed-loop clients: the horizon a replica may run to is the
+    earliest pending arrival and, for every other replica holding requests, the end of the step it
+    is in plus the shortest gap (``turn_gap_s`` when gaps are fixed, else 0).
+    """
+
+    def __init__(self, env: simpy.Environment, table: RequestTable, first_arrival: np.ndarray,
+                 turn_gap_s: np.ndarray, min_gap_s: float, send: Callable[[int], None], *, stop_time: float,
+                 timeout_s: float | None = None) -> None:
+        self.env = env
+        self.timeout_s = timeout_s
+        """``client.timeout_s``: an answer that ends after it was never delivered, and ends the session."""
+        self.table = table
+        self.turn_gap_s = turn_gap_s
+        self.min_gap_s = min_gap_s
+        self.send = send
+        self.stop_time = stop_time
+        n = len(table)
+        assert table.session is not None   # closed sessions always have one
+        self.session: np.ndarray = table.session
+        last = np.ones(n, dtype=bool)
+        last[:-1] = self.session[1:] != self.session[:-1]
+        self.last_turn = last
+        """Whether each request is its session's last turn."""
+        self.arrived = np.zeros(n, dtype=bool)
+        self.pending = 0
+        """Turns scheduled to arrive (first turns not yet arrived, follow-ups sent and in the network)."""
+        self.replicas: Sequence[Replica] = ()
+        self._arrivals: list[tuple[float, int]] = []
+        firsts = np.flatnonzero(~np.isnan(first_arrival))
+        for rid, t in zip(firsts.tolist(), first_arrival[firsts].tolist(), strict=True):
+            self._arrive_at(t, rid)
+
+    def _arrive_at(self, t: float, rid: int) -> None:
+        heapq.heappush(self._arrivals, (t, rid))
+        self.pending += 1
+        self.env.timeout(t - self.env.now).callbacks.append(self._arrive)
+
+    def _arrive(self, _event: simpy.Event) -> None:
+        t, rid = heapq.heappop(self._arrivals)   # events fire in time order: the earliest is this one
+        self.pending -= 1
+        self.arrived[rid] = True
+        self.table.arrival_time[rid] = t
+        self.send(rid)
+
+    def ended(self, ids: Sequence[int] | np.ndarray, at: float) -> int:
+        """Requests ``ids`` ended at instant ``at``: the next turn of each completed one is sent.
+        Returns how many turns will never be sent (those of the sessions a dropped turn ended)."""
+        status, last, session = self.table.status, self.last_turn, self.session
+        abandoned = 0
+        for rid in ids:
+            rid = int(rid)
+            if last[rid]:
+                continue
+            if status[rid] == COMPLETED and not undelivered(self.table, rid, self.timeout_s):
+                nxt = rid + 1
+                self._arrive_at(at + float(self.turn_gap_s[nxt]), nxt)
+            else:
+                end = rid + 1
+                while end < len(session) and session[end] == session[rid]:
+                    end += 1
+                abandoned += end - rid - 1
+        return abandoned
+
+    def horizon(self, replica: Replica) -> float:
+        """The earliest instant at which a request can reach any replica, as ``replica`` sees it now."""
+        t = self._arrivals[0][0] if self._arrivals else math.inf
+        now = self.env.now
+        for r in self.replicas:   # an end on another replica can send a turn sooner
+            if r is not replica and r.num_outstanding:
+                t = min(t, max(r.planned_until, now) + self.min_gap_s)
         return min(t, self.stop_time)

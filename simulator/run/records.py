@@ -188,6 +188,11 @@ def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
         "num_cached_tokens": table.num_cached_tokens,
         "status": status,
     })
+    if table.session is not None:   # the task (session) of each call, its turn (from 0) and the turns it has
+        by_session = pd.Series(table.session).groupby(table.session)
+        df["session"] = table.session
+        df["turn"] = by_session.cumcount().to_numpy(np.int64)
+        df["session_turns"] = by_session.transform("size").to_numpy(np.int64)
     tiers = scenario.workload.tiers
     if tiers is not None:
         df["tier"] = pd.Categorical.from_codes(table.tier.astype(np.int64), [t.name for t in tiers])

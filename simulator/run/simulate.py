@@ -32,7 +32,7 @@ from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import SwapSpace
 from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
 from simulator.metrics import summarize
-from simulator.run.clients import ClosedLoopClients
+from simulator.run.clients import ClosedLoopClients, ClosedSessions
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
 from simulator.scenario.config import ClosedLoopArrival, Scenario
@@ -99,8 +99,10 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
             run.geo.add_columns(result.requests)
         if run.pool_router is not None:
             run.pool_router.add_columns(result.requests)
-        if run.clients is not None and run.clients.sent < len(table):   # requests never sent are not part of the run
-            result.requests = result.requests.iloc[:run.clients.sent].copy()
+        if isinstance(run.clients, ClosedLoopClients) and run.clients.sent < len(table):
+            result.requests = result.requests.iloc[:run.clients.sent].copy()   # requests never sent are not
+        elif isinstance(run.clients, ClosedSessions) and not run.clients.arrived.all():   # part of the run
+            result.requests = result.requests[run.clients.arrived].copy()
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -111,7 +113,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     if run.autoscaler is not None:
         from simulator.metrics import in_measurement_window
         req = result.requests
-        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival)
+        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival,
+                                               scenario.workload.sessions)
                     & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
         result.summary["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
@@ -218,12 +221,17 @@ class _Run:
         for r in self.replicas:
             r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
         self.any_rejected = bool(table.rejected_at_arrival.any())
-        self.clients: ClosedLoopClients | None = None
-        arrival = scenario.workload.arrival
+        self.clients: ClosedLoopClients | ClosedSessions | None = None
+        arrival, sessions = scenario.workload.arrival, scenario.workload.sessions
         if isinstance(arrival, ClosedLoopArrival):   # requests are sent as earlier ones end
             assert workload.think_time is not None and workload.send_delay is not None   # drawn for a closed loop
             self.clients = ClosedLoopClients(env, arrival, table, workload.think_time, workload.send_delay,
                                              self._send, send_until_s=scenario.duration_s, stop_time=self.stop_time)
+        elif workload.turn_gap is not None and sessions is not None:   # later turns are sent as answers end
+            min_gap = sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0
+            self.clients = ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap,
+                                          self._send, stop_time=self.stop_time, timeout_s=scenario.client.timeout_s)
+        if self.clients is not None:
             self.clients.replicas = self.replicas
             for r in self.replicas:
                 r.next_event_time = partial(self.clients.horizon, r)
@@ -291,7 +299,7 @@ class _Run:
         if self.path is not None and self.path.prompt_id is not None:
             self._release_followers(ids, at)
         if self.clients is not None:
-            self.clients.ended(ids, at)
+            self.done += self.clients.ended(ids, at)   # turns a failed session will never send
         if self.on_progress is not None and (self.done >= self._next_report or self.done == self.total):
             self._next_report = self.done + self.progress_every
             self.on_progress(self.done, self.total)

@@ -197,16 +197,36 @@ class PrefixConfig(Frozen):
 
 
 class SessionsConfig(Frozen):
-    """Multi-turn conversations: the arrival process gives each session's first turn; turn k+1
-    arrives ``turn_gap_s`` (exponential mean) after turn k *arrived* (open loop) and its prompt is
-    turn k's prompt + turn k's answer + ``followup_tokens`` new user tokens."""
+    """Multi-turn conversations and agent tasks: the arrival process gives each session's first turn;
+    turn k+1 comes ``turn_gap_s`` after turn k *arrived* (``loop: open``, a chat whose user types on)
+    or after turn k's answer *ended* (``loop: closed``: an agent or a user who waits for the answer,
+    then thinks or runs tools). Turn k+1's prompt is turn k's prompt + turn k's answer +
+    ``followup_tokens`` new tokens (the user's message, or the tools' results)."""
 
     turns: LengthConfig
-    """Turns per session (``{dist: fixed, value: 4}``, geometric, ...; an integer means fixed)."""
-    turn_gap_s: FiniteFloat = Field(gt=0)
-    """Mean gap between the arrivals of consecutive turns of a session (exponential)."""
+    """Turns per session: the calls of an agent task (``{dist: fixed, value: 4}``, geometric, ...;
+    an integer means fixed)."""
+    turn_gap_s: FiniteFloat = Field(ge=0, le=MAX_TIME_S)
+    """Mean gap before each later turn: from the previous turn's arrival (open loop) or from the end
+    of its answer (closed loop: the think or tool time). 0 only with ``loop: closed``."""
+    turn_gap_dist: Literal["exponential", "fixed"] = "exponential"
+    """``exponential``: gaps drawn with mean ``turn_gap_s``; ``fixed``: every gap is ``turn_gap_s``."""
     followup_tokens: LengthConfig | None = None
-    """New user tokens of each later turn (default: ``workload.prompt_tokens``)."""
+    """New tokens of each later turn (default: ``workload.prompt_tokens``)."""
+    loop: Literal["open", "closed"] = "open"
+    """``open``: later turns arrive on a schedule drawn before the run, answered or not; ``closed``:
+    each later turn is sent once the previous answer ended, and a turn that is dropped (shed,
+    rejected, timed out) ends its session: the task fails and its remaining turns are never sent."""
+    parallel_tool_calls: Integer = Field(default=1, ge=1, le=64)
+    """Tools run in parallel between two turns: the gap is the slowest of this many draws and the next
+    turn carries all their results (this many ``followup_tokens`` draws, summed)."""
+
+    @model_validator(mode="after")
+    def _gap_for_open_loop(self) -> SessionsConfig:
+        if self.loop == "open" and self.turn_gap_s == 0:
+            raise ValueError("turn_gap_s=0: must be greater than 0 in an open loop, which spaces the turns' "
+                             "arrivals by it (with loop: closed, 0 sends the next turn as the answer ends)")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -655,6 +675,14 @@ class SLOConfig(Frozen):
     ttua_p90_ms: FiniteFloat | None = Field(default=None, gt=0)
     ttua_p95_ms: FiniteFloat | None = Field(default=None, gt=0)
     ttua_p99_ms: FiniteFloat | None = Field(default=None, gt=0)
+    task_ttua_p50_ms: FiniteFloat | None = Field(default=None, gt=0)
+    """Time to usable answer of a whole session (an agent task: from its first turn's arrival to the
+    usable answer of its last), over the sessions that started in the measurement window, failed
+    and unfinished ones as +inf; needs ``workload.sessions``. p50 threshold; ``_p90``, ``_p95``,
+    ``_p99`` likewise. Not part of ``attainment``, which counts requests."""
+    task_ttua_p90_ms: FiniteFloat | None = Field(default=None, gt=0)
+    task_ttua_p95_ms: FiniteFloat | None = Field(default=None, gt=0)
+    task_ttua_p99_ms: FiniteFloat | None = Field(default=None, gt=0)
     attainment: FiniteFloat = Field(default=0.0, ge=0, le=1)
     """Least share of the judged requests that complete within every metric's per-request limit
     (the threshold of the highest percentile set for it); 0 = only the percentiles are held."""
@@ -784,6 +812,18 @@ class Scenario(Frozen):
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise ValueError("give num_requests or duration_s")
+        return self
+
+    @model_validator(mode="after")
+    def _task_slo_needs_sessions(self) -> Scenario:
+        if self.workload.sessions is None:
+            slos = [("slo", self.slo)] + [(f"workload.tiers[{t.name}].slo", t.slo) for t in self.workload.tiers or ()]
+            for where, slo in slos:
+                for p in (50, 90, 95, 99):
+                    if slo is not None and getattr(slo, f"task_ttua_p{p}_ms") is not None:
+                        raise ValueError(f"{where}.task_ttua_p{p}_ms judges whole sessions (agent tasks): give "
+                                         "workload.sessions, or use ttua_p{p}_ms for single requests".replace(
+                                             "{p}", str(p)))
         return self
 
     @model_validator(mode="after")

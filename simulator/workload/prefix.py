@@ -36,29 +36,31 @@ from simulator.workload.lengths import make_length
 
 def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt: np.ndarray, output: np.ndarray,
                    rngs: dict[str, np.random.Generator]
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, BlockHashes | None, np.ndarray | None]:
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, BlockHashes | None, np.ndarray | None,
+                              np.ndarray | None]:
     """Expand sessions, assign system prompts, and (with prefix caching on, or a router that
-    routes by prefix) build block ids. The last item is each request's session (its first turn's
-    index; None without sessions)."""
+    routes by prefix) build block ids. The last two items are each request's session (its first
+    turn's index; None without sessions) and, for closed-loop sessions, its gap after the previous
+    turn's answer ended (None otherwise)."""
     wl = scenario.workload
     n = len(times)
     parent = np.full(n, -1, dtype=np.int64)
-    session = None
+    session = turn_gap = None
     if wl.sessions is not None:
-        times, prompt, output, parent = expand_sessions(scenario, times, prompt, output, rngs["sessions"])
+        times, prompt, output, parent, turn_gap = expand_sessions(scenario, times, prompt, output, rngs["sessions"])
         n = len(times)
         session = session_ids(parent)
     prefix_index = prefix_len = None
     if wl.prefix is not None:
         prefix_index, prefix_len = assign_prefixes(wl.prefix, prompt, parent, rngs["prefix"])
     if not needs_block_ids(scenario):
-        return times, prompt, output, None, session
+        return times, prompt, output, None, session, turn_gap
     bs = scenario.scheduler.block_size
     num_blocks = (prompt + output) // bs
     a = wl.arrival
     if isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
         hash_ids = arrivals.table["hash_ids"].iloc[:n].tolist()
-        return times, prompt, output, mooncake_block_hashes(hash_ids, prompt, num_blocks, bs), session
+        return times, prompt, output, mooncake_block_hashes(hash_ids, prompt, num_blocks, bs), session, turn_gap
     if prefix_index is not None:
         assert wl.prefix is not None and prefix_len is not None
         base = prefix_block_hashes(num_blocks, prefix_index, prefix_len, wl.prefix.num_prefixes,
@@ -67,7 +69,7 @@ def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt:
         base = fresh_block_hashes(num_blocks, bs)
     if wl.sessions is not None:
         base = session_block_hashes(num_blocks, parent, base)
-    return times, prompt, output, base, session
+    return times, prompt, output, base, session, turn_gap
 
 
 def needs_block_ids(scenario: Scenario) -> bool:
@@ -106,8 +108,17 @@ def assign_prefixes(cfg: Any, prompt: np.ndarray, parent: np.ndarray, rng: np.ra
 
 
 def expand_sessions(scenario: Scenario, starts: np.ndarray, first_prompt: np.ndarray, first_output: np.ndarray,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Turn session starts into every turn's arrival, prompt, output and previous turn."""
+                    rng: np.random.Generator
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Turn session starts into every turn's arrival, prompt, output, previous turn and (closed loop)
+    gap before it.
+
+    Open loop: turns are ordered by arrival; ``num_requests`` keeps the first turns, ``duration_s``
+    those arriving before it. Closed loop: a later turn's arrival is known only in the run (NaN
+    here) and the last item gives its gap after the previous answer ends; turns stay session by
+    session, sessions in start order, and ``num_requests`` keeps the whole sessions whose turns fit
+    in it (the first session cut to it when even that one does not), ``duration_s`` the sessions
+    starting before it."""
 
     wl = scenario.workload
     cfg = wl.sessions
@@ -118,12 +129,18 @@ def expand_sessions(scenario: Scenario, starts: np.ndarray, first_prompt: np.nda
     first = np.cumsum(turns) - turns                      # index of each session's first turn
     session = np.repeat(np.arange(num_sessions), turns)
     k = np.arange(total) - first[session]                 # turn number within the session, from 0
-    gaps = np.where(k > 0, rng.exponential(cfg.turn_gap_s, total), 0.0)
-    cum_gap = np.cumsum(gaps)
-    arrival = starts[session] + cum_gap - (cum_gap[first] - gaps[first])[session]
+    tools = cfg.parallel_tool_calls
+    if cfg.turn_gap_dist == "fixed":
+        drawn = np.full(total, float(cfg.turn_gap_s))
+    elif tools == 1:
+        drawn = rng.exponential(cfg.turn_gap_s, total)
+    else:   # the slowest of the parallel tool calls
+        drawn = rng.exponential(cfg.turn_gap_s, (total, tools)).max(axis=1)
+    gaps = np.where(k > 0, drawn, 0.0)
     followup = make_length(cfg.followup_tokens or wl.prompt_tokens, scenario,
                            "workload.sessions.followup_tokens" if cfg.followup_tokens else "workload.prompt_tokens")
-    new_user = followup.sample(total, rng)
+    new_user = followup.sample(total, rng) if tools == 1 else followup.sample(total * tools, rng).reshape(
+        total, tools).sum(axis=1)
     output_dist = make_length(wl.output_tokens, scenario, "workload.output_tokens")
     output = output_dist.sample(total, rng)
     output[first] = first_output
@@ -134,6 +151,10 @@ def expand_sessions(scenario: Scenario, starts: np.ndarray, first_prompt: np.nda
     cum = np.cumsum(added)
     prompt = cum - (cum[first] - added[first])[session]
     parent = np.where(k > 0, np.arange(total) - 1, -1)
+    if cfg.loop == "closed":
+        return _closed_sessions(scenario, starts, turns, first, gaps, prompt, output, parent)
+    cum_gap = np.cumsum(gaps)
+    arrival = starts[session] + cum_gap - (cum_gap[first] - gaps[first])[session]
     order = np.argsort(arrival, kind="stable")
     if scenario.num_requests is not None:
         order = order[: scenario.num_requests]
@@ -143,4 +164,23 @@ def expand_sessions(scenario: Scenario, starts: np.ndarray, first_prompt: np.nda
     new_index[order] = np.arange(len(order))
     parent = np.where(parent[order] >= 0, new_index[np.maximum(parent[order], 0)], -1)
     assert (parent < np.arange(len(order))).all(), "a turn must arrive after the turn it continues"
-    return arrival[order], prompt[order].astype(np.int64), output[order].astype(np.int64), parent
+    return arrival[order], prompt[order].astype(np.int64), output[order].astype(np.int64), parent, None
+
+
+def _closed_sessions(scenario: Scenario, starts: np.ndarray, turns: np.ndarray, first: np.ndarray,
+                     gaps: np.ndarray, prompt: np.ndarray, output: np.ndarray, parent: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The closed loop's turns (see :func:`expand_sessions`): whole sessions, in start order."""
+    keep = len(starts)
+    if scenario.duration_s is not None:
+        keep = min(keep, int(np.searchsorted(starts, scenario.duration_s, side="left")))
+    total = int(first[keep]) if keep < len(starts) else len(gaps)
+    if scenario.num_requests is not None and total > scenario.num_requests:
+        ends = first + turns                       # one past each session's last turn
+        whole = int(np.searchsorted(ends, scenario.num_requests, side="right"))
+        total = int(ends[whole - 1]) if whole > 0 else scenario.num_requests
+    arrival = np.full(total, np.nan)
+    first = first[first < total]
+    arrival[first] = starts[: len(first)]
+    return (arrival, prompt[:total].astype(np.int64), output[:total].astype(np.int64), parent[:total],
+            gaps[:total])

@@ -55,6 +55,8 @@ class Workload:
     prompt_id: np.ndarray | None = None  # int64 distinct prompt each request asks (workload.prompt_popularity)
     think_time: np.ndarray | None = None  # float64 s a closed-loop client pauses after each request ends (else None)
     send_delay: np.ndarray | None = None  # float64 s from that client's next send to its arrival (closed loop)
+    turn_gap: np.ndarray | None = None  # float64 s from the previous turn's end to this turn's send (closed
+    # sessions; 0 for first turns, whose arrival_time is drawn; later turns' arrival_time is NaN until sent)
 
     def __len__(self) -> int:
         return len(self.arrival_time)
@@ -388,11 +390,12 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
         if scenario.client.max_prompt_tokens is None and scenario.client.max_tokens is None:
             _check_static_max(wl, prompt_dist, output_dist, max_model_len)   # caps may make it fit
     prompt, output = cap_lengths(scenario, prompt, output)   # client.max_prompt_tokens / max_tokens
-    block_hashes = session = None
+    block_hashes = session = turn_gap = None
     if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching \
             or scenario.deployment.router == "prefix_affinity":
         from simulator.workload.prefix import shape_prefixes  # prefixes, sessions, block identities
-        times, prompt, output, block_hashes, session = shape_prefixes(scenario, arrivals, times, prompt, output, rngs)
+        times, prompt, output, block_hashes, session, turn_gap = shape_prefixes(scenario, arrivals, times, prompt,
+                                                                                output, rngs)
         n = len(times)
     rejected = np.zeros(n, dtype=bool)
     over = prompt + output > max_model_len
@@ -416,7 +419,7 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
         think, delay = arrivals.think_times(n, rngs["think"])
     return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
                     tier=tier, block_hashes=block_hashes, session=session, think_time=think, send_delay=delay,
-                    prompt_id=prompt_id)
+                    prompt_id=prompt_id, turn_gap=turn_gap)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:
