@@ -194,8 +194,12 @@ def knob_widgets(base: Any) -> dict[str, Any]:
     k: dict[str, Any] = {}
     with sb.expander("Traffic", expanded=True):
         if st.session_state[f"{P}_rate"] is not None:
-            k["rate"] = st.number_input("Arrival rate (req/s)", min_value=0.001, max_value=1e5, step=1.0,
-                                        key=f"{P}_rate", help="Mean requests per second over all replicas")
+            # With sessions the arrival process starts sessions (agent tasks, conversations) of several requests.
+            label, what = (("Sessions started (per s)", "Mean sessions (conversations or agent tasks) started per "
+                            "second; each sends workload.sessions.turns requests")
+                           if base.workload.sessions is not None else
+                           ("Arrival rate (req/s)", "Mean requests per second over all replicas"))
+            k["rate"] = st.number_input(label, min_value=0.001, max_value=1e5, step=1.0, key=f"{P}_rate", help=what)
             k["cv"] = st.number_input("Burstiness: CV of gaps", min_value=0.05, max_value=20.0, step=0.25,
                                       key=f"{P}_cv", help="1 = Poisson; >1 burstier (gamma gaps); <1 smoother")
         else:

@@ -562,3 +562,14 @@ def test_load_curve_over_clients(app):
     assert cards["Most clients meeting the SLO"] == (f"{limit['max_concurrency']:,}" if limit["max_concurrency"]
                                                      else "–")
     assert app.dataframe[0].value["clients"].tolist() == [4, 34, 64]
+
+
+def test_agent_loop_example_shows_the_task_ttua(app):
+    """The agent-loop example: its rate knob starts sessions, and the task TTUA p99 is a headline number."""
+    app.selectbox(key="wi_example").set_value("agent-loop-h100.yaml")
+    ok(app.run())
+    assert app.number_input(key="wi_rate").label == "Sessions started (per s)"
+    app.number_input(key="wi_num_requests").set_value(300)
+    ok(app.button(key="wi_run").click().run())
+    labels = [m.label for m in app.metric]
+    assert any(label.startswith("Task TTUA p99") for label in labels), labels

@@ -95,6 +95,9 @@ def kpis(summary: dict[str, Any], scenario: Scenario, price_per_gpu_hour: float 
     tp = summary.get("throughput") or {}
     cost = cost_per_million_tokens(summary, price_per_gpu_hour, num_gpus(scenario))
     att = summary.get("slo_attainment")
+    tasks = summary.get("tasks")   # sessions: the whole task's time to a usable answer
+    task_kpi = [] if tasks is None else [
+        KPI("task_ttua_p99", "Task TTUA p99", (tasks["task_ttua_s"] or {}).get("p99"), "s", False)]
     return [
         KPI("ttft_p50", "TTFT p50", q("ttft_s", "p50", 1e3), "ms", False),
         KPI("ttft_p99", "TTFT p99", q("ttft_s", "p99", 1e3), "ms", False),
@@ -103,6 +106,7 @@ def kpis(summary: dict[str, Any], scenario: Scenario, price_per_gpu_hour: float 
         KPI("e2e_p50", "E2E p50", q("e2e_s", "p50", 1.0), "s", False),
         KPI("e2e_p99", "E2E p99", q("e2e_s", "p99", 1.0), "s", False),
         KPI("ttua_p99", "TTUA p99", q("ttua_s", "p99", 1.0), "s", False),
+        *task_kpi,
         KPI("throughput_rps", "Throughput", tp.get("requests_per_s"), "req/s", True),
         KPI("output_tps", "Output tokens", tp.get("output_tokens_per_s"), "tok/s", True),
         KPI("slo_attainment", "SLO attainment", None if att is None else 100.0 * att, "%", True),
