@@ -117,3 +117,39 @@ def test_several_replicas_fast_forward_equals_step_by_step(policy):
                               **spec(alpha=0.6, k=3)})
         a, b = simulate(sc), simulate(sc, fast_forward=False)
         np.testing.assert_allclose(a.requests["finish_time"], b.requests["finish_time"], atol=1e-9)
+
+
+def requests_in_each_step(r):
+    """Per logged step, the requests in its batch, counted from the request records: those on the
+    step's replica scheduled before the step's midpoint and finished after it (with no preemption
+    and prompts that fit one step, every request runs in every step from its admission to its end)."""
+    import numpy as np
+    steps, req = r.steps, r.requests
+    mid = (steps["start_time"] + steps["duration_s"] / 2).to_numpy()
+    rep = steps["replica"].to_numpy()
+    counts = np.zeros(len(steps), dtype=np.int64)
+    for replica, g in req.groupby("replica"):
+        start = np.sort(g["first_scheduled_time"].to_numpy())
+        end = np.sort(g["finish_time"].to_numpy())
+        on = rep == replica
+        counts[on] = np.searchsorted(start, mid[on]) - np.searchsorted(end, mid[on])
+    return counts
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("speculative", [True, False])
+def test_step_log_counts_every_request_of_the_batch(speculative, policy, fast_forward):
+    """Each logged step's num_seqs is the number of requests in its batch, verification steps
+    included (the fast path's steps, with fast_forward, and the steps planned one at a time), so
+    the summary's mean batch size is that of the batches that ran."""
+    sc = make_scenario(**{"num_requests": 120, "deployment.replicas": 2, "scheduler.policy": policy,
+                          "workload.arrival.rate_per_s": 80.0,
+                          "workload.output_tokens": {"dist": "geometric", "mean": 40, "max": 200},
+                          **(spec(alpha=0.6, k=3) if speculative else {})})
+    r = simulate(sc, fast_forward=fast_forward)
+    assert r.summary["requests"]["preemptions"] == 0
+    expected = requests_in_each_step(r)
+    assert expected.max() > 4                       # the batches really are batches
+    assert (r.steps["num_seqs"].to_numpy() == expected).all()
+    assert r.summary["batch"]["mean_num_seqs"] > 2

@@ -145,8 +145,8 @@ class Replica:
         steps, index, n = self.steps, self.index, sched.n
 
         def log(start: float, duration: float, kv_used: int) -> None:
-            # As add_step logs a verification step: its cost shape has no plain decode rows.
-            steps.add_plain_step(index, start, duration, 0, n, kv_used, 0)
+            # As add_step logs a verification step: all n running requests, each verifying.
+            steps.add_plain_step(index, start, duration, n, n, kv_used, 0)
 
         assert self._verify_steps is not None
         end, done = self._verify_steps(t, horizon, self.cost, log)
