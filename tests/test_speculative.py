@@ -73,6 +73,19 @@ def test_draft_model_takes_memory_from_the_kv_cache():
     assert with_draft["num_gpu_blocks"] < plain["num_gpu_blocks"]
 
 
+def test_num_gpu_blocks_override_wins_over_the_draft_models_memory():
+    """As vLLM's num_gpu_blocks_override replaces the profiled block count, the override is the
+    cache's size with a draft model too; the draft's weights and KV are still accounted for."""
+    over = {"num_requests": 20, "scheduler.num_gpu_blocks_override": 3000}
+    plain = simulate(reference(**over)).summary["kv_cache"]
+    r = simulate(reference(**over, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b")))
+    with_draft = r.summary["kv_cache"]
+    assert r.system.kv_plan.num_gpu_blocks == with_draft["num_gpu_blocks"] == plain["num_gpu_blocks"] == 3000
+    assert with_draft["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == pytest.approx(2 * 1.236e9, rel=0.01)
+    assert with_draft["kv_bytes_per_block"] == pytest.approx(1.25 * plain["kv_bytes_per_block"])
+    assert r.summary["requests"]["completed"] == 20
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_speculation_conserves_tokens_and_is_reproducible(policy):
     sc = make_scenario(**{"num_requests": 200, "scheduler.num_gpu_blocks_override": 160, "scheduler.policy": policy,
