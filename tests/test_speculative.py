@@ -86,6 +86,16 @@ def test_num_gpu_blocks_override_wins_over_the_draft_models_memory():
     assert r.summary["requests"]["completed"] == 20
 
 
+def test_a_draft_model_on_a_memoryless_profile_keeps_its_block_count():
+    """The constant cost model has no memory size: its cache is sized as without a draft model
+    (or by the override), not from infinite free bytes."""
+    draft = spec("draft", 3, 0.7, draft_model="tiny-llama")
+    for over in ({}, {"scheduler.num_gpu_blocks_override": 300}):
+        r = simulate(make_scenario(**{"num_requests": 20, **over, **draft}))
+        assert r.system.kv_plan.num_gpu_blocks == simulate(make_scenario(**over)).system.kv_plan.num_gpu_blocks
+        assert r.summary["requests"]["completed"] == 20
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_speculation_conserves_tokens_and_is_reproducible(policy):
     sc = make_scenario(**{"num_requests": 200, "scheduler.num_gpu_blocks_override": 160, "scheduler.policy": policy,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,6 +159,8 @@ def _plan_with_draft(plan: KVCachePlan, model: ModelSpec, draft: ModelSpec, tp: 
     per_block = plan.kv_bytes_per_block + draft_kv_per_block
     if num_gpu_blocks_override is not None:
         blocks = num_gpu_blocks_override
+    elif math.isinf(plan.usable_bytes):   # a memory-less profile (constant cost model): sized by plan_kv_cache
+        blocks = plan.num_gpu_blocks
     else:
         free = plan.usable_bytes - plan.weights_bytes - draft_weights - plan.activation_bytes
         blocks = int(free // per_block) if free > 0 else 0
