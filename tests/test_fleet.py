@@ -67,6 +67,27 @@ def test_outstanding_tokens_in_simulation_is_routed():
     assert set(r.requests["replica"]) == {0, 1, 2} and r.summary["requests"]["completed"] == 500
 
 
+STATE_ROUTERS = ["least_outstanding", "join_shortest_queue", "power_of_two", "least_outstanding_tokens"]
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked_prefill", "static"])
+@pytest.mark.parametrize("router", STATE_ROUTERS)
+def test_routers_reading_replica_state_fast_forward_equals_step_by_step(router, policy):
+    """A router sees each replica as of the arrival instant: decode runs applied in one event
+    (fast_forward) route every request where one event per step would, at loads where the
+    replicas' states differ at most arrivals (batches of up to 8, a queue at times)."""
+    for seed, hardware in ((1, None), (2, "h100-sxm-datasheet")):
+        sc = make_scenario(**{"seed": seed, "num_requests": 400, "deployment.replicas": 3, "deployment.router": router,
+                              "scheduler.policy": policy, "workload.arrival.rate_per_s": 150.0,
+                              "workload.output_tokens": {"dist": "geometric", "mean": 25, "max": 300},
+                              **({"hardware": hardware} if hardware else {})})
+        fast, slow = simulate(sc), simulate(sc, fast_forward=False)
+        assert (fast.requests["replica"] == slow.requests["replica"]).all()
+        cols = ["first_scheduled_time", "first_token_time", "finish_time"]
+        np.testing.assert_allclose(fast.requests[cols].to_numpy(), slow.requests[cols].to_numpy(), rtol=0, atol=1e-9)
+        assert fast.step_log.num_entries < slow.step_log.num_entries      # runs really were fast-forwarded
+
+
 # -- network ----------------------------------------------------------------------------------------
 NETWORK = {"clients": [{"name": "near", "rtt_ms": 20, "share": 3}, {"name": "far", "rtt_ms": 150}],
            "setup_round_trips": 2, "keepalive_reuse": 0.6}

@@ -24,7 +24,7 @@ scenarios = st.fixed_dictionaries({
     "seed": st.integers(0, 10_000),
     "num_requests": st.integers(1, 120),
     "deployment.replicas": st.integers(1, 3),
-    "deployment.router": st.sampled_from(["round_robin", "least_outstanding", "random"]),
+    "deployment.router": st.sampled_from(["round_robin", "least_outstanding", "random", "least_outstanding_tokens"]),
     "scheduler.max_num_seqs": st.integers(1, 12),
     "scheduler.block_size": st.sampled_from([1, 4, 16]),
     "scheduler.num_gpu_blocks_override": st.integers(140, 400),

@@ -73,6 +73,29 @@ def test_draft_model_takes_memory_from_the_kv_cache():
     assert with_draft["num_gpu_blocks"] < plain["num_gpu_blocks"]
 
 
+def test_num_gpu_blocks_override_wins_over_the_draft_models_memory():
+    """As vLLM's num_gpu_blocks_override replaces the profiled block count, the override is the
+    cache's size with a draft model too; the draft's weights and KV are still accounted for."""
+    over = {"num_requests": 20, "scheduler.num_gpu_blocks_override": 3000}
+    plain = simulate(reference(**over)).summary["kv_cache"]
+    r = simulate(reference(**over, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b")))
+    with_draft = r.summary["kv_cache"]
+    assert r.system.kv_plan.num_gpu_blocks == with_draft["num_gpu_blocks"] == plain["num_gpu_blocks"] == 3000
+    assert with_draft["weights_bytes_per_gpu"] - plain["weights_bytes_per_gpu"] == pytest.approx(2 * 1.236e9, rel=0.01)
+    assert with_draft["kv_bytes_per_block"] == pytest.approx(1.25 * plain["kv_bytes_per_block"])
+    assert r.summary["requests"]["completed"] == 20
+
+
+def test_a_draft_model_on_a_memoryless_profile_keeps_its_block_count():
+    """The constant cost model has no memory size: its cache is sized as without a draft model
+    (or by the override), not from infinite free bytes."""
+    draft = spec("draft", 3, 0.7, draft_model="tiny-llama")
+    for over in ({}, {"scheduler.num_gpu_blocks_override": 300}):
+        r = simulate(make_scenario(**{"num_requests": 20, **over, **draft}))
+        assert r.system.kv_plan.num_gpu_blocks == simulate(make_scenario(**over)).system.kv_plan.num_gpu_blocks
+        assert r.summary["requests"]["completed"] == 20
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_speculation_conserves_tokens_and_is_reproducible(policy):
     sc = make_scenario(**{"num_requests": 200, "scheduler.num_gpu_blocks_override": 160, "scheduler.policy": policy,
@@ -117,3 +140,39 @@ def test_several_replicas_fast_forward_equals_step_by_step(policy):
                               **spec(alpha=0.6, k=3)})
         a, b = simulate(sc), simulate(sc, fast_forward=False)
         np.testing.assert_allclose(a.requests["finish_time"], b.requests["finish_time"], atol=1e-9)
+
+
+def requests_in_each_step(r):
+    """Per logged step, the requests in its batch, counted from the request records: those on the
+    step's replica scheduled before the step's midpoint and finished after it (with no preemption
+    and prompts that fit one step, every request runs in every step from its admission to its end)."""
+    import numpy as np
+    steps, req = r.steps, r.requests
+    mid = (steps["start_time"] + steps["duration_s"] / 2).to_numpy()
+    rep = steps["replica"].to_numpy()
+    counts = np.zeros(len(steps), dtype=np.int64)
+    for replica, g in req.groupby("replica"):
+        start = np.sort(g["first_scheduled_time"].to_numpy())
+        end = np.sort(g["finish_time"].to_numpy())
+        on = rep == replica
+        counts[on] = np.searchsorted(start, mid[on]) - np.searchsorted(end, mid[on])
+    return counts
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("speculative", [True, False])
+def test_step_log_counts_every_request_of_the_batch(speculative, policy, fast_forward):
+    """Each logged step's num_seqs is the number of requests in its batch, verification steps
+    included (the fast path's steps, with fast_forward, and the steps planned one at a time), so
+    the summary's mean batch size is that of the batches that ran."""
+    sc = make_scenario(**{"num_requests": 120, "deployment.replicas": 2, "scheduler.policy": policy,
+                          "workload.arrival.rate_per_s": 80.0,
+                          "workload.output_tokens": {"dist": "geometric", "mean": 40, "max": 200},
+                          **(spec(alpha=0.6, k=3) if speculative else {})})
+    r = simulate(sc, fast_forward=fast_forward)
+    assert r.summary["requests"]["preemptions"] == 0
+    expected = requests_in_each_step(r)
+    assert expected.max() > 4                       # the batches really are batches
+    assert (r.steps["num_seqs"].to_numpy() == expected).all()
+    assert r.summary["batch"]["mean_num_seqs"] > 2

@@ -50,6 +50,8 @@ class Replica:
         """Called with each single step's plan and end instant (disaggregated prefill pools)."""
         self._continue_from: DecodeRun | None = None
         """A decode run applied when the clock passed the next event, which the next one may follow on from."""
+        self._run_in_flight: tuple[float, DecodeRun] | None = None
+        """The decode run (and its start) that the engine waits on, applied only when it ends."""
         self._verify_steps = getattr(scheduler, "advance_verify_steps", None) if fast_forward else None
         """Speculative decoding's fast path for steps that end before the next event (see ``_fast_steps``)."""
         self.process = env.process(self.engine_loop())
@@ -65,13 +67,32 @@ class Replica:
     @property
     def outstanding_tokens(self) -> int:
         """Tokens still to process: whole prompt + remaining output of each waiting request (a
-        preempted one recomputes its prompt), remaining output of each running one."""
+        preempted one recomputes its prompt), remaining output of each running one, as of the clock.
+
+        A decode run is applied when its last step ends (the one that crosses the event the clock
+        is at), but one event per step would have applied its steps that ended before now: their
+        tokens are not outstanding (see :meth:`decode_steps_done`). The request counts
+        (``num_outstanding``, ``num_waiting``) need no such care: a run admits nobody and finishes
+        requests only in its last step."""
         sched, table = self.scheduler, self.scheduler.table
-        running = int(sched.num_remaining_tokens[: sched.n].sum())
+        running = int(sched.num_remaining_tokens[: sched.n].sum()) - sched.n * self.decode_steps_done()
         if not sched.waiting:
             return running
         w = np.fromiter(sched.waiting, dtype=np.int64, count=len(sched.waiting))
         return running + int((table.num_prompt_tokens[w] + table.max_tokens[w] - table.num_output_tokens[w]).sum())
+
+    def decode_steps_done(self) -> int:
+        """Steps of the decode run in flight that ended before now (0 with none in flight): those
+        whose end, ``start + cumulative duration``, is before the clock, never the last one (the
+        run's last step is the first to reach the event that the clock is at; it is applied when
+        it ends)."""
+        if self._run_in_flight is None:
+            return 0
+        start, run = self._run_in_flight
+        if run.num_steps == 1 or self.env.now <= start:
+            return 0
+        ends = start + np.cumsum(run.durations_s()[:-1])
+        return int(np.searchsorted(ends, self.env.now, side="left"))
 
     def add_request(self, rid: int) -> None:
         self.scheduler.add_request(rid)
@@ -87,7 +108,9 @@ class Replica:
         affected by anything outside this replica, so they are applied back to back and covered
         by one SimPy timeout. The step that crosses the next event is applied only after the
         clock has passed that event, so a router looking at this replica at an arrival instant
-        sees exactly the state a step-by-step simulation would show. In a closed loop a request
+        sees exactly the state a step-by-step simulation would show (a decode run is applied when
+        its last step, the one crossing the event, ends: :attr:`outstanding_tokens` counts off the
+        run's steps that ended before the clock). In a closed loop a request
         that ends lets its client send the next one, possibly before the horizon: the horizon is
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
@@ -127,7 +150,10 @@ class Replica:
                     if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
                         break
                     continue
+                if isinstance(apply, DecodeRun):
+                    self._run_in_flight = (t, apply)
                 yield env.timeout(end - now)
+                self._run_in_flight = None
                 self._apply(apply, end)
                 if isinstance(apply, DecodeRun) and not apply.finishes:
                     self._continue_from = apply
@@ -145,8 +171,8 @@ class Replica:
         steps, index, n = self.steps, self.index, sched.n
 
         def log(start: float, duration: float, kv_used: int) -> None:
-            # As add_step logs a verification step: its cost shape has no plain decode rows.
-            steps.add_plain_step(index, start, duration, 0, n, kv_used, 0)
+            # As add_step logs a verification step: all n running requests, each verifying.
+            steps.add_plain_step(index, start, duration, n, n, kv_used, 0)
 
         assert self._verify_steps is not None
         end, done = self._verify_steps(t, horizon, self.cost, log)

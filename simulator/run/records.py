@@ -34,8 +34,10 @@ class StepLog:
 
     def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
                  kv_used: int, num_waiting: int) -> None:
-        slots = out.num_decode if out.cost_shape is None else out.cost_shape.num_decodes
-        self._entries.append((start, 1, replica, slots + len(out.admitted), out.num_prefill_tokens,
+        # Requests in the batch: a policy's cost shape counts its padded slots (static batching) and
+        # charges verifying requests as (k+1)-token entries (speculative decoding), one each.
+        seqs = out.num_decode + len(out.admitted) if out.cost_shape is None else out.cost_shape.num_seqs
+        self._entries.append((start, 1, replica, seqs, out.num_prefill_tokens,
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)
 

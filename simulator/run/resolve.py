@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +104,8 @@ def _resolve_system(scenario: Scenario) -> ResolvedSystem:
     if spec is not None and spec.method == "draft":
         assert spec.draft_model is not None   # the config requires it for method draft
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
-        plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size)
+        plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size,
+                                sch.num_gpu_blocks_override)
     return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
 
 
@@ -147,18 +149,25 @@ def _resolve_field_model(ref: str | ModelSpec, field_name: str) -> ModelSpec:
 
 
 def _plan_with_draft(plan: KVCachePlan, model: ModelSpec, draft: ModelSpec, tp: int, max_model_len: int,
-                     block_size: int) -> KVCachePlan:
+                     block_size: int, num_gpu_blocks_override: int | None = None) -> KVCachePlan:
     """The target's KV plan once a draft model shares the GPU: its weights come off the budget and
-    every cached token also holds the draft's KV."""
+    every cached token also holds the draft's KV. ``scheduler.num_gpu_blocks_override`` still sets
+    the block count (as in vLLM, and as :func:`plan_kv_cache` already checked it against
+    ``max_model_len``); the draft's weights and KV are accounted for all the same."""
     draft_weights = draft.weight_bytes() / tp
     draft_kv_per_block = block_size * draft.kv_bytes_per_token() / max(1, min(tp, draft.num_key_value_heads))
     per_block = plan.kv_bytes_per_block + draft_kv_per_block
-    free = plan.usable_bytes - plan.weights_bytes - draft_weights - plan.activation_bytes
-    blocks = int(free // per_block) if free > 0 else 0
-    if blocks * block_size < max_model_len:
-        raise ScenarioError("speculative_config.draft_model", draft.name,
-                            f"with the draft's {draft_weights / 2**30:.1f} GiB of weights the KV cache holds "
-                            f"{blocks * block_size} tokens, less than max_model_len={max_model_len}")
+    if num_gpu_blocks_override is not None:
+        blocks = num_gpu_blocks_override
+    elif math.isinf(plan.usable_bytes):   # a memory-less profile (constant cost model): sized by plan_kv_cache
+        blocks = plan.num_gpu_blocks
+    else:
+        free = plan.usable_bytes - plan.weights_bytes - draft_weights - plan.activation_bytes
+        blocks = int(free // per_block) if free > 0 else 0
+        if blocks * block_size < max_model_len:
+            raise ScenarioError("speculative_config.draft_model", draft.name,
+                                f"with the draft's {draft_weights / 2**30:.1f} GiB of weights the KV cache holds "
+                                f"{blocks * block_size} tokens, less than max_model_len={max_model_len}")
     return dataclasses.replace(plan, num_gpu_blocks=blocks, weights_bytes=plan.weights_bytes + draft_weights,
                                kv_bytes_per_block=per_block)
 
