@@ -125,13 +125,14 @@ class ClosedSessions:
     First turns arrive at the instants the arrival process drew. When a turn *ends* (see the module
     docstring: completed, or dropped at the step boundary that records the drop) at instant ``at``,
     the session's next turn (request id + 1, turns being stored session by session) arrives at
-    ``at + turn_gap[next]``, if the turn completed; a dropped turn ends its session (the task
+    ``at + turn_gap[next]`` (the drawn gap plus :data:`SEND_DELAY_S`'s network jitter, which keeps
+    arrivals off the lattice of step boundaries), if the turn completed; a dropped turn ends its session (the task
     failed) and the remaining turns are never sent. So later turns arrive out of request-id order,
     and ``arrived`` says which requests exist when the run ends.
 
     Fast-forward is exact as with closed-loop clients: the horizon a replica may run to is the
     earliest pending arrival and, for every other replica holding requests, the end of the step it
-    is in plus the shortest gap (``turn_gap_s`` when gaps are fixed, else 0).
+    is in plus the shortest gap (``turn_gap_s`` when gaps are fixed, else 0, plus the least jitter).
     """
 
     def __init__(self, env: simpy.Environment, table: RequestTable, first_arrival: np.ndarray,

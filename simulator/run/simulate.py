@@ -39,7 +39,7 @@ from simulator.scenario.config import ClosedLoopArrival, Scenario
 from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import GIB
 from simulator.workload.levers import apply_client_view
-from simulator.workload.traffic import Workload, generate_workload
+from simulator.workload.traffic import SEND_DELAY_S, Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -228,7 +228,7 @@ class _Run:
             self.clients = ClosedLoopClients(env, arrival, table, workload.think_time, workload.send_delay,
                                              self._send, send_until_s=scenario.duration_s, stop_time=self.stop_time)
         elif workload.turn_gap is not None and sessions is not None:   # later turns are sent as answers end
-            min_gap = sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0
+            min_gap = (sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
             self.clients = ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap,
                                           self._send, stop_time=self.stop_time, timeout_s=scenario.client.timeout_s)
         if self.clients is not None:

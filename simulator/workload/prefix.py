@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.cluster.network import SEND_DELAY_S
 from simulator.engine.prefix_cache import (
     BlockHashes,
     fresh_block_hashes,
@@ -151,7 +152,8 @@ def expand_sessions(scenario: Scenario, starts: np.ndarray, first_prompt: np.nda
     cum = np.cumsum(added)
     prompt = cum - (cum[first] - added[first])[session]
     parent = np.where(k > 0, np.arange(total) - 1, -1)
-    if cfg.loop == "closed":
+    if cfg.loop == "closed":   # each later turn also crosses the network: SEND_DELAY_S's jitter
+        gaps = gaps + np.where(k > 0, rng.uniform(*SEND_DELAY_S, total), 0.0)
         return _closed_sessions(scenario, starts, turns, first, gaps, prompt, output, parent)
     cum_gap = np.cumsum(gaps)
     arrival = starts[session] + cum_gap - (cum_gap[first] - gaps[first])[session]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.cluster.network import SEND_DELAY_S
 from simulator.errors import ScenarioError
 from simulator.registry import Registry
 from simulator.scenario.config import (
@@ -233,16 +234,6 @@ class ClosedLoopArrivals:
         z = self.cfg.think_time_s
         think = rng.exponential(z, n) if self.cfg.think_time_dist == "exponential" and z > 0 else np.full(n, z)
         return think, rng.uniform(*SEND_DELAY_S, n)
-
-
-SEND_DELAY_S = (0.5e-6, 1e-6)
-"""A closed-loop request reaches the engine between these many seconds after its client sends it
-(uniform, drawn per request: a network's jitter). With a constant cost model and a fixed think
-time every instant of a closed loop would lie on one lattice, requests would arrive exactly on step
-boundaries, and rounding (step ends accumulated step by step or in closed form over a decode run
-differ by ~1e-14 s) would decide whether one joins the step starting there, or whether a timeout
-passes at a boundary. The jitter moves every arrival off the lattice, far beyond rounding and above
-the deadlines' 1 ns tolerance, yet far below any step time."""
 
 
 def _need_num_requests(cfg: OfflineArrival | ClosedLoopArrival, scenario: Scenario, why: str) -> None:
