@@ -249,7 +249,7 @@ WORKSHEET_COLUMNS = (
     "quarter", "region", "status", "peak_rps", "design_rps", "failover_rps", "headroom", "avg_prompt_tokens",
     "avg_output_tokens", "candidate", "hardware", "tensor_parallel_size", "quantization", "max_num_seqs",
     "replicas", "gpus", "pool_replicas", "pool_gpus", "analytic_estimate_replicas", "batching_factor", "ttft_p50_ms",
-    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "ttua_p99_ms", "stage_workers",
+    "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms", "ttua_p99_ms", "task_ttua_p99_ms", "stage_workers",
     "slo_attainment", "dropped", "slo_worst_ratio", "stable",
     "backlog_growth_fraction", "utilization", "saturation_rps_per_replica", "pool_share", "pool_utilization",
     "pool_saturation_rps_per_replica", "rtt_ms", "worst_case", "price_per_gpu_hour",

@@ -42,7 +42,7 @@ from simulator.planner.capacity import saturation_rps
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
 from simulator.scenario.config import Scenario, SLOConfig
-from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_with_drops, stability
+from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_with_drops, stability, tasks
 
 Counts = int | Mapping[str, int]
 """One replica count, or (``deployment.pools``) one per pool by name."""
@@ -247,6 +247,11 @@ def _check_row(verdict: Verdict, frame: pd.DataFrame, window: tuple[float, float
         x[~completed] = math.inf
         out[f"{name}_p50_s"] = quantile_with_drops(x, 0.5)
         out[f"{name}_p99_s"] = quantile_with_drops(x, 0.99)
+    out["task_ttua_p99_s"] = math.nan   # sessions: the tasks started in the window, failed ones as +inf
+    if "session" in frame:
+        t = tasks(frame)
+        started = ((t["start_s"] >= window[0]) & (t["start_s"] <= window[1])).to_numpy()
+        out["task_ttua_p99_s"] = quantile_with_drops(t["ttua_s"].to_numpy()[started], 0.99)
     out.update(passed=verdict.passed, score=verdict.score, binding=verdict.binding, ratios=dict(verdict.ratios),
                attainment=verdict.attainment if verdict.attainment is not None else 0.0,
                failures=verdict.failures(), measured=verdict.arrived, dropped=verdict.dropped,
@@ -345,7 +350,8 @@ def overloaded_check(counts: Counts, utilization: float, failure: str) -> dict[s
             "ratios": {"utilization": utilization}, "attainment": 0.0, "measured": 0, "dropped": 0, "stable": False,
             "case": "design load", "seed": None, "failures": [failure], "stability": {"backlog_growth_fraction": nan},
             "batching_factor": nan, "runs": 0, "seeds_passed": 0, "seed_spread": nan,
-            **{f"{m}_{q}_s": nan for m in ("ttft", "tpot", "e2e", "ttua") for q in ("p50", "p99")}}
+            **{f"{m}_{q}_s": nan for m in ("ttft", "tpot", "e2e", "ttua") for q in ("p50", "p99")},
+            "task_ttua_p99_s": nan}
 
 
 def describe_failure(run: dict[str, Any]) -> str:
@@ -363,7 +369,7 @@ def check_columns(chosen: dict[str, Any]) -> dict[str, Any]:
     return {
         "ttft_p50_ms": _ms(chosen["ttft_p50_s"]), "ttft_p99_ms": _ms(chosen["ttft_p99_s"]),
         "tpot_p99_ms": _ms(chosen["tpot_p99_s"]), "e2e_p99_ms": _ms(chosen["e2e_p99_s"]),
-        "ttua_p99_ms": _ms(chosen["ttua_p99_s"]),
+        "ttua_p99_ms": _ms(chosen["ttua_p99_s"]), "task_ttua_p99_ms": _ms(chosen["task_ttua_p99_s"]),
         "slo_attainment": chosen["attainment"], "dropped": chosen["dropped"],
         "stable": chosen["stable"], "backlog_growth_fraction": chosen["stability"]["backlog_growth_fraction"],
         "batching_factor": chosen["batching_factor"], "worst_case": chosen["case"],
