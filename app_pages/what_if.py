@@ -124,9 +124,10 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
     if k["engine"] == NO_ENGINE:
         ov["engine"] = None
     else:
-        kept = base.engine.overhead if base.engine is not None else None
-        ov["engine"] = {"preset": k["engine"], "async_scheduling": k["async"],
-                        **({"overhead": kept.model_dump()} if kept is not None else {})}
+        # The file's engine settings without a knob (CPU overhead, CUDA-graph capture) are kept.
+        kept = {name: value.model_dump(exclude_unset=True) for name in ("overhead", "cuda_graph")
+                if base.engine is not None and (value := getattr(base.engine, name)) is not None}
+        ov["engine"] = {"preset": k["engine"], "async_scheduling": k["async"], **kept}
     if k["spec_method"] == "off":
         ov["speculative_config"] = None
     else:
