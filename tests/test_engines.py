@@ -334,3 +334,22 @@ def test_padding_slows_decode_and_fast_forward_stays_exact():
     assert fast.summary["tpot_s"]["p50"] > 1.1 * eager.summary["tpot_s"]["p50"]
     np.testing.assert_allclose(fast.requests["finish_time"], slow.requests["finish_time"], rtol=1e-9, atol=1e-9)
 
+
+
+def test_sglang_and_trtllm_overlap_their_cpu_work_by_default():
+    """SGLang's and TensorRT-LLM's overlap schedulers are on by default: their presets take
+    max(GPU, CPU) per step; vLLM's do not; the scenario's engine.async_scheduling wins."""
+    shape = BatchShape.decode(16, 16 * 500)
+
+    def step(engine):
+        system = resolve(make_scenario(**H100_2K, engine=engine))
+        return make_cost_model(system.profile, system.model, 1).step_time_s(shape)
+
+    sync = step("vllm-v1")
+    o = resolve(make_scenario(**H100_2K)).profile.overhead
+    for name in ("sglang", "trtllm"):
+        # trtllm pads nothing by default; SGLang's 16-row graph is a captured size: no padding either.
+        assert sync - step(name) == pytest.approx(o.step_s + 16 * o.per_seq_s, abs=1e-12), name
+        assert step({"preset": name, "async_scheduling": False}) == sync
+    assert step({"preset": "vllm-v1", "async_scheduling": True}) == step("sglang")
+    assert make_scenario(engine="sglang").engine.runs_async and not make_scenario(engine="vllm-v0.6").engine.runs_async

@@ -120,14 +120,14 @@ def _engine_overhead(scenario: Scenario, profile: HardwareProfile) -> HardwarePr
     """The profile with the engine's CPU overhead: ``engine.overhead`` when given (the engine's,
     not the GPU's), under multi-step scheduling the per-step part paid once per run of
     ``num_scheduler_steps`` steps (spread over the steps), overlapped with the GPU work under
-    ``engine.async_scheduling``."""
+    ``engine.async_scheduling`` (or the preset's overlap scheduler: ``sglang``, ``trtllm``)."""
     overhead = profile.overhead
     if scenario.engine is not None and scenario.engine.overhead is not None:
         overhead = scenario.engine.overhead
     steps = scenario.scheduler.num_scheduler_steps
     if steps > 1:
         overhead = overhead.model_copy(update={"step_s": overhead.step_s / steps})
-    if scenario.engine is not None and scenario.engine.async_scheduling:
+    if scenario.engine is not None and scenario.engine.runs_async:
         overhead = overhead.model_copy(update={"async_scheduling": True})
     return profile if overhead is profile.overhead else profile.model_copy(update={"overhead": overhead})
 

@@ -523,9 +523,11 @@ class EngineConfig(Frozen):
     """The engine's CPU time per step (None: the hardware profile's ``overhead``)."""
     cuda_graph: CudaGraphConfig | None = None
     """CUDA-graph padding of batch sizes (None: the preset's capture; ``false``: eager)."""
-    async_scheduling: bool = False
-    """The engine schedules step n+1 while the GPU runs step n (vLLM's ``--async-scheduling``): a
-    step takes the longer of its GPU time and its CPU overhead instead of their sum."""
+    async_scheduling: bool | None = None
+    """The engine schedules step n+1 while the GPU runs step n (vLLM's ``--async-scheduling``,
+    SGLang's and TensorRT-LLM's overlap schedulers): a step takes the longer of its GPU time and its
+    CPU overhead instead of their sum. None: the preset's (``sglang``, ``trtllm``: true, their
+    default; ``vllm-v1``, ``vllm-v0.6``: false)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -538,6 +540,13 @@ class EngineConfig(Frozen):
         if name not in ENGINE_PRESETS:
             raise ValueError(f"unknown engine preset; known: {', '.join(ENGINE_PRESETS)}")
         return name
+
+    @property
+    def runs_async(self) -> bool:
+        """``async_scheduling`` as set, or the preset's default when left out."""
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        return ENGINE_PRESETS[self.preset].async_scheduling
 
 
 class RequestClientConfig(Frozen):

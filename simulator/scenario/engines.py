@@ -57,6 +57,8 @@ class EnginePreset:
     """The scheduler fields the preset sets (for the docs)."""
     cuda_graph: CudaGraphRule | None = None
     """The engine's CUDA-graph capture (None: not known; only ``engine.cuda_graph.capture_sizes`` pads)."""
+    async_scheduling: bool = False
+    """The engine overlaps its CPU work with the GPU by default (``engine.async_scheduling`` left out)."""
 
 
 ENGINE_PRESETS: Registry[EnginePreset] = Registry("engine preset", "engine.preset")
@@ -174,8 +176,8 @@ ENGINE_PRESETS.add("vllm-v1", EnginePreset(
      "commit 000fc94b), `CompilationConfig.max_cudagraph_capture_size` (`vllm/config/compilation.py`, commit "
      "002284db), `CudagraphDispatcher` (`vllm/v1/cudagraph_dispatcher.py`, commit 009eec3b) and the model "
      "runner's `pad_for_cudagraph` of `num_scheduled_tokens`"),
-    ("async scheduling (`--async-scheduling`) is not switched on by the preset: set "
-     "`engine.async_scheduling: true` for deployments that run it",
+    ("async scheduling (`--async-scheduling`, off in vLLM's `SchedulerConfig` at commit 01230b40) is not "
+     "switched on by the preset: set `engine.async_scheduling: true` for deployments that run it",
      "CUDA graphs under speculative decoding (vLLM rounds the sizes to multiples of the draft length + 1 "
      "and adds decode sizes) and `performance_mode: interactivity` (sizes 1 to 32) keep the plain list",
      "a step replaying a graph pays the same CPU overhead as an eager one: graphs' saving of kernel "
@@ -239,6 +241,8 @@ ENGINE_PRESETS.add("sglang", EnginePreset(
      "'can spend as much as half of its time on CPU overhead'; the overlap scheduler runs one batch ahead, "
      "and an Nsight profile shows no GPU idle time across five consecutive decode batches (1.1x "
      "throughput); no per-step CPU figure",
+     "overlap scheduler on by default: `disable_overlap_schedule: False` in `python/sglang/srt/server_args.py` "
+     "(the preset sets `engine.async_scheduling: true`)",
      "CUDA graphs: `_handle_gpu_memory_settings` (decode `max_bs` by GPU memory) and "
      "`_generate_decode_cuda_graph_batch_sizes` in `python/sglang/srt/server_args.py`, read at "
      "sgl-project/sglang commit 001067ff"),
@@ -249,7 +253,9 @@ ENGINE_PRESETS.add("sglang", EnginePreset(
      "recent SGLang also captures prefill graphs by default on CUDA (`cuda_graph_config.prefill`, up to "
      "the chunked-prefill size, at commit 001067ff); their padding is not modelled: steps with prompt "
      "tokens run unpadded here",
-     "with speculative decoding SGLang captures a finer list of decode sizes; the plain list is kept"),
+     "with speculative decoding SGLang captures a finer list of decode sizes; the plain list is kept",
+     "SGLang turns the overlap scheduler off by itself for some features; the preset leaves it on whatever "
+     "the scenario runs: set `engine.async_scheduling: false` (`--disable-overlap-schedule`) for those"),
     ("policy", "enable_prefix_caching", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
      "num_scheduler_steps"),
     CudaGraphRule(
@@ -257,7 +263,8 @@ ENGINE_PRESETS.add("sglang", EnginePreset(
         "Pure-decode steps up to `cuda_graph_max_bs` replay a decode graph: 256 on GPUs of 60 to 160 GiB "
         "(H100, H200, A100 80GB) below TP 4 and 512 from TP 4, 512 on larger GPUs (B200, MI300X), 32 "
         "(160 from TP 4) on 35 to 60 GiB (L40S), 24 (80) on 20 to 35 GiB, 8 below. Captured sizes: 1, 2, "
-        "4, 8, 12, multiples of 8 to 256, of 16 to 496, of 32 from 512, and the largest.")))
+        "4, 8, 12, multiples of 8 to 256, of 16 to 496, of 32 from 512, and the largest."),
+    async_scheduling=True))
 
 ENGINE_PRESETS.add("trtllm", EnginePreset(
     "TensorRT-LLM (`trtllm-serve`)", lambda profile, max_model_len: {
@@ -270,7 +277,8 @@ ENGINE_PRESETS.add("trtllm", EnginePreset(
      "`free_gpu_memory_fraction` 0.9)",
      "TensorRT-LLM 'Overlap Scheduler' documentation: the PyTorch backend launches step n+1 on the GPU "
      "while the CPU processes step n (stop criteria, responses, scheduling), enabled by default "
-     "(`disable_overlap_scheduler: false`); no per-step CPU figure",
+     "(`disable_overlap_scheduler: false`, `tensorrt_llm/llmapi/llm_args.py`; the preset sets "
+     "`engine.async_scheduling: true`); no per-step CPU figure",
      "CUDA graphs: `BaseCudaGraphConfig` and `_generate_cuda_graph_batch_sizes` in "
      "`tensorrt_llm/llmapi/llm_args.py`, read at NVIDIA/TensorRT-LLM commit 00043967"),
     ("the capacity scheduler's default policy (GUARANTEED_NO_EVICT: admit a request only when KV for its "
@@ -285,7 +293,8 @@ ENGINE_PRESETS.add("trtllm", EnginePreset(
         "128 requests with `enable_padding: false`, so a batch of another size runs eagerly and none is "
         "padded. `engine.cuda_graph.max_capture_size: N` simulates `enable_padding: true` with "
         "`max_batch_size: N`: pure-decode steps padded to 1, 2, 4, multiples of 8 to 128, then steps of "
-        "64 up to N.")))
+        "64 up to N."),
+    async_scheduling=True))
 
 
 def resolve_cuda_graph(preset: str, setting: Any, profile: Any, scheduler: Any,
@@ -331,8 +340,8 @@ def markdown() -> str:
     """The presets as Markdown (``docs/engines.md``)."""
     lines = []
     for name, p in ENGINE_PRESETS.items():
-        lines += [f"### `{name}`: {p.title}", "", p.summary, "",
-                  "Sets: " + ", ".join(f"`scheduler.{f}`" for f in p.fields) + ".", ""]
+        sets = [f"`scheduler.{f}`" for f in p.fields] + ["`engine.async_scheduling` (true)"] * p.async_scheduling
+        lines += [f"### `{name}`: {p.title}", "", p.summary, "", "Sets: " + ", ".join(sets) + ".", ""]
         if p.cuda_graph is not None:
             summary = p.cuda_graph.summary
             lines += ["CUDA graphs (`engine.cuda_graph`): " + summary[0].lower() + summary[1:], ""]
