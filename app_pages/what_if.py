@@ -99,7 +99,7 @@ def knob_values(sc: Any) -> dict[str, Any]:
         "spec_draft": (spec.draft_model if isinstance(spec.draft_model, str) else FROM_FILE)
         if spec is not None and spec.draft_model is not None else DEFAULT_DRAFT,
         "engine": sc.engine.preset if sc.engine is not None else NO_ENGINE,
-        "async": bool(sc.engine.async_scheduling) if sc.engine is not None else False,
+        "async": sc.engine.runs_async if sc.engine is not None else False,
         "num_scheduler_steps": sch.num_scheduler_steps,
     }
 
@@ -124,9 +124,10 @@ def apply_knobs(base: Any, k: dict[str, Any]) -> Any:
     if k["engine"] == NO_ENGINE:
         ov["engine"] = None
     else:
-        kept = base.engine.overhead if base.engine is not None else None
-        ov["engine"] = {"preset": k["engine"], "async_scheduling": k["async"],
-                        **({"overhead": kept.model_dump()} if kept is not None else {})}
+        # The file's engine settings without a knob (CPU overhead, CUDA-graph capture) are kept.
+        kept = {name: value.model_dump(exclude_unset=True) for name in ("overhead", "cuda_graph")
+                if base.engine is not None and (value := getattr(base.engine, name)) is not None}
+        ov["engine"] = {"preset": k["engine"], "async_scheduling": k["async"], **kept}
     if k["spec_method"] == "off":
         ov["speculative_config"] = None
     else:
@@ -186,6 +187,7 @@ def _apply_engine_preset() -> None:
     context = st.session_state[f"{P}_max_model_len"] or (model.max_model_len if model is not None else None)
     for field, value in preset_scheduler(name, profile, context).items():
         st.session_state[f"{P}_{PRESET_KNOBS[field]}"] = value
+    st.session_state[f"{P}_async"] = ENGINE_PRESETS[name].async_scheduling   # SGLang, TRT-LLM: overlap on
 
 
 def knob_widgets(base: Any) -> dict[str, Any]:
@@ -248,7 +250,8 @@ def knob_widgets(base: Any) -> dict[str, Any]:
                                         "(docs/engines.md); each stays adjustable")
         k["async"] = st.toggle("async scheduling", key=f"{P}_async", disabled=k["engine"] == NO_ENGINE,
                                help="engine.async_scheduling: a step takes the longer of its GPU time and the "
-                                    "engine's CPU overhead instead of their sum (needs an engine preset)")
+                                    "engine's CPU overhead instead of their sum (needs an engine preset; on by "
+                                    "default for SGLang and TensorRT-LLM, whose overlap schedulers are)")
         policies = sorted(POLICIES)
         k["policy"] = st.selectbox("Batching policy", policies, key=f"{P}_policy",
                                    help="continuous: vLLM iteration-level; chunked_prefill: prompts split into chunks; "

@@ -9,6 +9,7 @@ from simulator.cost import analytic as _analytic  # noqa: F401  (registers const
 from simulator.cost import kernel_table as _kernel_table  # noqa: F401  (registers kernel_table)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
 from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime
+from simulator.cost.cuda_graph import CudaGraphPadded, CudaGraphPadding
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import HardwareProfile, Overhead
@@ -16,12 +17,16 @@ from simulator.scenario.quantization import Precision
 
 
 def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int,
-                    precision: Precision | None = None, parallel: Parallelism | None = None) -> CostModel:
+                    precision: Precision | None = None, parallel: Parallelism | None = None,
+                    cuda_graph: CudaGraphPadding | None = None) -> CostModel:
     """The profile's cost model for ``model`` on one tensor-parallel group; ``precision`` (weight
     quantization, KV-cache dtype) is passed on only when given, and ``parallel`` (pipeline stages,
     expert parallelism) only when it splits more than the tensor-parallel ranks: only to cost models
     that :data:`simulator.capabilities.COST_MODEL_SUPPORT` says model it (checked when the scenario
-    resolves)."""
+    resolves). ``cuda_graph`` (the engine's capture, ``ResolvedSystem.cuda_graph``) pads the steps
+    that replay a graph (:class:`~simulator.cost.cuda_graph.CudaGraphPadded`), inside the async
+    scheduling wrapper: the padded GPU time is what the CPU overhead overlaps. The ``constant``
+    cost model, whose step time does not depend on the batch, takes neither."""
     factory = COST_MODELS.lookup(profile.cost_model)
     overhead = profile.overhead
     overlapped = overhead.async_scheduling and profile.cost_model != "constant"
@@ -34,6 +39,8 @@ def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_
     if parallel is not None and not parallel.is_tensor_only:
         kwargs["parallel"] = parallel
     inner = factory(profile, model, tensor_parallel_size, **kwargs)
+    if cuda_graph is not None and profile.cost_model != "constant":
+        inner = CudaGraphPadded(inner, cuda_graph)
     return AsyncScheduled(inner, overhead) if overlapped else inner
 
 

@@ -129,7 +129,7 @@ def capacity_bound(scenario: Scenario) -> CapacityBound:
     prompt = make_length(wl.prompt_tokens, scenario, "workload.prompt_tokens").mean
     output = make_length(wl.output_tokens, scenario, "workload.output_tokens").mean
     cost = make_cost_model(system.profile, system.model, scenario.deployment.tensor_parallel_size,
-                           parallel=Parallelism.of(scenario.deployment))
+                           parallel=Parallelism.of(scenario.deployment), cuda_graph=system.cuda_graph)
     resident = prompt + output / 2.0
     kv_tokens = system.kv_plan.num_gpu_blocks * system.kv_plan.block_size
     batch = max(1, min(scenario.scheduler.max_num_seqs, int(kv_tokens // max(resident, 1.0))))

@@ -10,10 +10,12 @@ import numpy as np
 
 from simulator.capabilities import check_capabilities
 from simulator.cluster.routing import ROUTERS
+from simulator.cost.cuda_graph import CudaGraphPadding
 from simulator.engine.kv_cache import KVCachePlan, plan_kv_cache
 from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.errors import ScenarioError
 from simulator.scenario.config import Scenario
+from simulator.scenario.engines import resolve_cuda_graph
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.parallel import Parallelism, check_parallelism
 from simulator.scenario.profiles import HardwareProfile, load_profile
@@ -39,6 +41,9 @@ class ResolvedSystem:
     pools: tuple = ()
     """With ``deployment.pools``: ``(pool scenario, ResolvedSystem)`` per pool; the fields above are
     the first pool's, except ``max_model_len`` (the smallest of the pools')."""
+    cuda_graph: CudaGraphPadding | None = None
+    """The engine's CUDA-graph padding (``engine.cuda_graph`` over the preset's capture); None: no
+    step is padded (no ``engine:``, eager, or an engine that pads nothing by default)."""
 
 
 def resolve_model(ref: str | ModelSpec) -> ModelSpec:
@@ -106,21 +111,25 @@ def _resolve_system(scenario: Scenario) -> ResolvedSystem:
         draft = _resolve_field_model(spec.draft_model, "speculative_config.draft_model")
         plan = _plan_with_draft(plan, model, draft, dep.tensor_parallel_size, max_model_len, sch.block_size,
                                 sch.num_gpu_blocks_override)
-    return ResolvedSystem(model, profile, plan, max_model_len, draft, precision)
+    cuda_graph = None
+    if scenario.engine is not None:
+        cuda_graph = resolve_cuda_graph(scenario.engine.preset, scenario.engine.cuda_graph, profile, sch,
+                                        dep.tensor_parallel_size)
+    return ResolvedSystem(model, profile, plan, max_model_len, draft, precision, cuda_graph=cuda_graph)
 
 
 def _engine_overhead(scenario: Scenario, profile: HardwareProfile) -> HardwareProfile:
     """The profile with the engine's CPU overhead: ``engine.overhead`` when given (the engine's,
     not the GPU's), under multi-step scheduling the per-step part paid once per run of
     ``num_scheduler_steps`` steps (spread over the steps), overlapped with the GPU work under
-    ``engine.async_scheduling``."""
+    ``engine.async_scheduling`` (or the preset's overlap scheduler: ``sglang``, ``trtllm``)."""
     overhead = profile.overhead
     if scenario.engine is not None and scenario.engine.overhead is not None:
         overhead = scenario.engine.overhead
     steps = scenario.scheduler.num_scheduler_steps
     if steps > 1:
         overhead = overhead.model_copy(update={"step_s": overhead.step_s / steps})
-    if scenario.engine is not None and scenario.engine.async_scheduling:
+    if scenario.engine is not None and scenario.engine.runs_async:
         overhead = overhead.model_copy(update={"async_scheduling": True})
     return profile if overhead is profile.overhead else profile.model_copy(update={"overhead": overhead})
 

@@ -162,7 +162,8 @@ class _Run:
         dep, sch = scenario.deployment, scenario.scheduler
         self.scenario_deployment = dep
         cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
-                                          system.precision if _levers_on(dep) else None, Parallelism.of(dep))
+                                          system.precision if _levers_on(dep) else None, Parallelism.of(dep),
+                                          system.cuda_graph)
         proposal = _proposal_time(scenario, system, cost)
         self.fleet: DisaggregatedFleet | None = None
         self.pool_router = None
@@ -199,7 +200,7 @@ class _Run:
                     sub_cost = make_cost_model(sub_system.profile, sub_system.model,
                                                sub.deployment.tensor_parallel_size,
                                                sub_system.precision if _levers_on(sub.deployment) else None,
-                                               Parallelism.of(sub.deployment))
+                                               Parallelism.of(sub.deployment), sub_system.cuda_graph)
                     sub_proposal = _proposal_time(sub, sub_system, sub_cost)
                     self.replicas += [
                         Replica(env, len(self.replicas) + i,

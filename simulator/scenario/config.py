@@ -492,20 +492,62 @@ class SchedulerConfig(Frozen):
         return self
 
 
+class CudaGraphConfig(Frozen):
+    """The engine's CUDA-graph capture: a step that replays a captured graph computes its linear
+    layers, elementwise ops and all-reduces at the captured size, the next at or above its token count
+    (attention, the LM head and the CPU overhead stay those of the real requests; see
+    ``simulator.cost.cuda_graph`` and docs/engines.md). The fields left out take the preset's values.
+
+    ``cuda_graph: false`` is short for ``{capture_sizes: []}`` (eager: vLLM ``--enforce-eager``, SGLang
+    ``--disable-cuda-graph``); ``cuda_graph: true`` for ``{}`` (the preset's)."""
+
+    capture_sizes: list[Annotated[Integer, Field(ge=1, le=MAX_MODEL_LEN)]] | None = Field(default=None,
+                                                                                          max_length=8192)
+    """Batch sizes, in tokens per step, with a captured graph (vLLM ``cudagraph_capture_sizes``, SGLang
+    ``cuda_graph_bs``); [] pads nothing; None: the preset's list up to ``max_capture_size``."""
+    max_capture_size: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
+    """The largest captured size (vLLM ``max_cudagraph_capture_size``, SGLang ``cuda_graph_max_bs``,
+    TensorRT-LLM ``max_batch_size``): with ``capture_sizes`` left out, the preset's list up to it; None:
+    the preset's default (which may pad nothing: ``trtllm``)."""
+    prefill_steps: bool | None = None
+    """Steps with prompt tokens replay a graph too when their token count fits (vLLM v1's piecewise
+    graphs); False: pure-decode steps only; None: the preset's (``vllm-v1``: true, the others: false)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            return {} if data else {"capture_sizes": []}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CudaGraphConfig:
+        sizes, top = self.capture_sizes, self.max_capture_size
+        if sizes is not None and top is not None and top != (max(sizes) if sizes else None):
+            raise ValueError(f"max_capture_size={top} must be the largest of capture_sizes {sizes}, or be "
+                             "left out")
+        return self
+
+
 class EngineConfig(Frozen):
-    """The serving engine: a preset of scheduler defaults, and its CPU time per step.
+    """The serving engine: a preset of scheduler defaults, its CUDA-graph capture and its CPU time per step.
 
     ``engine: vllm-v1`` is short for ``engine: {preset: vllm-v1}``. The preset fills in the
     ``scheduler`` fields the scenario leaves out (see ``simulator.scenario.engines`` and
-    docs/engines.md); ``overhead`` replaces the hardware profile's ``overhead``."""
+    docs/engines.md) and the ``cuda_graph`` fields left out; ``overhead`` replaces the hardware
+    profile's ``overhead``."""
 
     preset: str
     """One of ``simulator.scenario.engines.ENGINE_PRESETS``: vllm-v1, vllm-v0.6, sglang, trtllm."""
     overhead: Overhead | None = None
     """The engine's CPU time per step (None: the hardware profile's ``overhead``)."""
-    async_scheduling: bool = False
-    """The engine schedules step n+1 while the GPU runs step n (vLLM's ``--async-scheduling``): a
-    step takes the longer of its GPU time and its CPU overhead instead of their sum."""
+    cuda_graph: CudaGraphConfig | None = None
+    """CUDA-graph padding of batch sizes (None: the preset's capture; ``false``: eager)."""
+    async_scheduling: bool | None = None
+    """The engine schedules step n+1 while the GPU runs step n (vLLM's ``--async-scheduling``,
+    SGLang's and TensorRT-LLM's overlap schedulers): a step takes the longer of its GPU time and its
+    CPU overhead instead of their sum. None: the preset's (``sglang``, ``trtllm``: true, their
+    default; ``vllm-v1``, ``vllm-v0.6``: false)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -518,6 +560,13 @@ class EngineConfig(Frozen):
         if name not in ENGINE_PRESETS:
             raise ValueError(f"unknown engine preset; known: {', '.join(ENGINE_PRESETS)}")
         return name
+
+    @property
+    def runs_async(self) -> bool:
+        """``async_scheduling`` as set, or the preset's default when left out."""
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        return ENGINE_PRESETS[self.preset].async_scheduling
 
 
 class RequestClientConfig(Frozen):
