@@ -432,3 +432,16 @@ def test_trace_row_numbers_agree_between_parse_and_length_errors(tmp_path: Path)
         simulate(scenario_from_dict(trace_scenario(zero.name, "azure"), base_dir=tmp_path))
     assert "row 4" in ts_info.value.field
     assert "row 4" in zero_info.value.field
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("workload.sessions", {"turns": 2, "turn_gap_s": 1, "bogus": 3}, "loop, parallel_tool_calls"),
+    ("engine", {"preset": "vllm-v1", "cuda_graph": {"max_size": 3}}, "max_capture_size"),
+])
+def test_an_unknown_field_of_an_optional_section_lists_the_allowed_ones(key, value, allowed):
+    """Sections typed ``X | None`` lost the "allowed: ..." list of their unknown-field errors."""
+    from conftest import make_scenario
+
+    with pytest.raises(ScenarioError) as info:
+        make_scenario(**{key: value})
+    assert "unknown field" in str(info.value) and "allowed:" in str(info.value) and allowed in str(info.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -1126,7 +1127,7 @@ def _flatten(ann: Any) -> list[Any]:
     origin = typing.get_origin(ann)
     if origin is Annotated:
         return _flatten(typing.get_args(ann)[0])
-    if origin is Union or str(origin) == "types.UnionType":
+    if origin is Union or origin is types.UnionType:   # Optional[X] and X | None
         out: list[Any] = []
         for a in typing.get_args(ann):
             out.extend(_flatten(a))
