@@ -102,6 +102,9 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None)
+        if problem and "nesting depth" in str(problem):   # PyYAML >= 6.0.4's scanner stops runaway nesting first
+            raise ScenarioError(source, f"line {mark.line + 1}" if mark is not None else "line ?",
+                                f"nested more than {MAX_YAML_DEPTH} levels deep") from None
         raise ScenarioError(source, "YAML", f"not valid YAML{where}" + (f": {problem}" if problem else "")) from None
     except (ValueError, OverflowError) as exc:   # e.g. an integer of more than 4,300 digits
         raise ScenarioError(source, "YAML", f"not valid YAML: {exc}") from None
