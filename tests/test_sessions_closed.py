@@ -162,3 +162,15 @@ def test_the_planner_sizes_sessions_on_requests_per_second():
     res = simulate(task.scenario.with_overrides({"deployment.replicas": n}), seed=5)
     assert res.summary["throughput"]["requests_per_s"] == pytest.approx(40.0, rel=0.1)
     assert res.summary["tasks"]["completed"] == res.summary["tasks"]["started"]
+
+
+def test_a_load_sweep_with_sessions_counts_requests():
+    """The load curve's rates are requests/s, as the planner's: each point starts rate / turns
+    sessions per second, and its measured throughput is the swept rate."""
+    from simulator.report.analysis import load_sweep
+
+    sc = make_scenario(**{**CLOSED, "num_requests": 2000, "workload.sessions": {
+        "turns": 4, "turn_gap_s": 0.2, "loop": "closed"}})
+    sweep = load_sweep(sc, [4.0, 8.0])
+    assert sweep["sessions_per_s"].tolist() == [1.0, 2.0]
+    np.testing.assert_allclose(sweep["throughput_rps"], sweep["rate_per_s"], rtol=0.1)

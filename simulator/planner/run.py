@@ -33,6 +33,7 @@ from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, search_repli
 from simulator.run.resolve import resolve
 from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
 from simulator.workload.lengths import make_length
+from simulator.workload.prefix import requests_per_session
 
 HOURS_PER_QUARTER = 365.25 * 24 / 4
 
@@ -157,9 +158,8 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     data = base.model_dump(mode="python", exclude_none=True)
     wl = data["workload"]
     wl["arrival"]["rate_per_s"] = rate
-    if base.workload.sessions is not None:   # the arrival process starts sessions: so many turns per request
-        turns = make_length(base.workload.sessions.turns, base, "workload.sessions.turns").mean
-        wl["arrival"]["rate_per_s"] = rate / max(float(turns), 1.0)
+    if base.workload.sessions is not None:   # the arrival process starts sessions of several requests each
+        wl["arrival"]["rate_per_s"] = rate / requests_per_session(base)
     for key, col in (("prompt_tokens", "avg_prompt_tokens"), ("output_tokens", "avg_output_tokens")):
         mean = row.get(col)
         if mean is not None and not (isinstance(mean, float) and math.isnan(mean)):

@@ -29,6 +29,7 @@ from simulator.metrics import in_measurement_window, slo_thresholds_s
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
 from simulator.scenario.config import ClosedLoopArrival, GammaArrival, OfflineArrival, PoissonArrival, Scenario
+from simulator.workload.prefix import requests_per_session
 
 LATENCY_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -339,7 +340,9 @@ def load_sweep(scenario: Scenario, rates_per_s: Sequence[float],
     """Simulate the scenario at each load (same seed, same lengths) under each batching policy and
     tabulate latency: the one load sweep of the dashboard, the notebooks and the studies.
 
-    ``axis="rate"``: ``rates_per_s`` are open-loop arrival rates. ``axis="concurrency"``: they are
+    ``axis="rate"``: ``rates_per_s`` are open-loop arrival rates in requests/s (with sessions, each
+    starts ``rate / mean turns`` sessions/s, as the planner does; ``sessions_per_s`` gives that rate).
+    ``axis="concurrency"``: they are
     numbers of closed-loop clients (:func:`with_concurrency`), the way serving benchmarks sweep;
     the load a closed loop offers is what it achieves, so each row's ``rate_per_s`` is then the
     measured throughput (requests/s) and ``concurrency`` the clients.
@@ -369,7 +372,8 @@ def load_sweep(scenario: Scenario, rates_per_s: Sequence[float],
         if on_run:
             on_run(label, load)
         base = scenario.with_overrides(dict(overrides)) if overrides else scenario
-        sc = with_concurrency(base, int(load)) if closed else with_arrival_rate(base, float(load))
+        per_session = 1.0 if closed else requests_per_session(base)
+        sc = with_concurrency(base, int(load)) if closed else with_arrival_rate(base, float(load) / per_session)
         cb = None if on_progress is None else (lambda done, total, i=i: on_progress(i, len(points), done, total))
         result = simulate(sc, on_progress=cb)
         row = summary_row(result)
@@ -378,7 +382,8 @@ def load_sweep(scenario: Scenario, rates_per_s: Sequence[float],
             rows.append({"policy": label, "concurrency": int(load), "rate_per_s": rate, "rate_per_gpu": rate / gpus,
                          **row, "mean_running_batch": result.summary["benchmark"]["mean_running_batch"]})
         else:
-            rows.append({"policy": label, "rate_per_s": load, "rate_per_gpu": load / gpus, **row})
+            sessions = {"sessions_per_s": load / per_session} if base.workload.sessions is not None else {}
+            rows.append({"policy": label, "rate_per_s": load, "rate_per_gpu": load / gpus, **sessions, **row})
     return pd.DataFrame(rows)
 
 

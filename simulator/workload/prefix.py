@@ -73,6 +73,16 @@ def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt:
     return times, prompt, output, base, session, turn_gap
 
 
+def requests_per_session(scenario: Scenario) -> float:
+    """Mean requests (turns) per session: with ``workload.sessions`` the arrival process starts
+    sessions, so an offered load of R requests/s is R / this many sessions/s (the planner's forecasts
+    and the load sweeps count requests); 1 without sessions."""
+    sessions = scenario.workload.sessions
+    if sessions is None:
+        return 1.0
+    return max(1.0, float(make_length(sessions.turns, scenario, "workload.sessions.turns").mean))
+
+
 def needs_block_ids(scenario: Scenario) -> bool:
     """Block identities are built for prefix caching and for routing by prefix."""
     return scenario.scheduler.enable_prefix_caching or scenario.deployment.router == "prefix_affinity"
