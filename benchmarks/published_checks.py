@@ -18,12 +18,13 @@ Every metric's error is tabulated per deployment (``metrics_table``). These are 
 nothing here tunes the model or the profiles. Prints markdown tables and writes JSON.
 
     python benchmarks/published_checks.py [--only mlperf-v4.1-h100x8.yaml] [--prompt-tokens 256,1024,fixed:1024]
-                                          [--seeds 1,2] [--out benchmarks/results/published.json]
+                                          [--engine-presets] [--seeds 1,2] [--out benchmarks/results/published.json]
 
 ``--prompt-tokens`` adds a sensitivity run per value of the mean prompt length, or ``fixed:N``
 for every prompt exactly ``N`` tokens (the MLPerf
 OpenOrca mean input length is not in any source read for these checks; the plans assume 512);
-``--seeds`` reruns each check with other seeds (each count is judged on one seeded run).
+``--seeds`` reruns each check with other seeds (each count is judged on one seeded run);
+``--engine-presets`` reruns each with its deployment's engine preset (``engine`` in sources.yaml).
 """
 from __future__ import annotations
 
@@ -159,15 +160,34 @@ def effective_means(loaded: LoadedPlan, n: int = 200_000) -> tuple[float, float]
                  for d, f in ((wl.prompt_tokens, "prompt_tokens"), (wl.output_tokens, "output_tokens")))
 
 
+def with_engine_preset(raw: dict[str, Any], plan_path: Path, preset: str) -> dict[str, Any]:
+    """The plan with its candidates run by engine preset ``preset``: the base scenario's scheduler
+    fields that the preset sets are dropped (the preset fills them; the candidates' published
+    settings, such as ``max_num_seqs``, still win) and every candidate sets ``engine``."""
+    from simulator.scenario.engines import ENGINE_PRESETS
+
+    raw = dict(raw)
+    base = raw["scenario"] if isinstance(raw["scenario"], dict) else \
+        yaml.safe_load((plan_path.parent / raw["scenario"]).read_text())
+    owned = set(ENGINE_PRESETS.lookup(preset).fields)
+    base = {**base, "scheduler": {k: v for k, v in base.get("scheduler", {}).items() if k not in owned}}
+    raw["scenario"] = base
+    raw["candidates"] = [{**c, "set": {**c.get("set", {}), "engine": preset}} for c in raw["candidates"]]
+    return raw
+
+
 def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | None = None,
-          workers: int = 1) -> dict[str, Any]:
-    """Run one deployment's plan and compare; optionally with another prompt length or seed.
+          workers: int = 1, engine: bool = False) -> dict[str, Any]:
+    """Run one deployment's plan and compare; optionally with another prompt length or seed, or
+    (``engine``) with the deployment's engine preset (``engine`` in sources.yaml).
 
     ``prompt_tokens`` is a mean for the base scenario's distribution (``"256"``) or ``"fixed:N"``,
     every prompt exactly ``N`` tokens (``fixed:1024``, the dataset's cap, bounds the prompt load).
     """
     plan_path = Path(entry["plan_path"])
     raw = yaml.safe_load(plan_path.read_text())
+    if engine:
+        raw = with_engine_preset(raw, plan_path, entry["engine"])
     if prompt_tokens is not None:
         value = float(prompt_tokens.split(":")[-1])
         if prompt_tokens.startswith("fixed:"):
@@ -186,7 +206,7 @@ def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | N
     tokens_per_sample = entry["tokens_per_s"] / entry["samples_per_s"]
     conv = max_rate(loaded, int(entry["replicas"]), guess=float(entry["samples_per_s"]))
     at_pub = run_at(loaded, float(entry["samples_per_s"]), int(entry["replicas"]))
-    off = offline(entry, loaded) if prompt_tokens is None and seed is None else None
+    off = offline(entry, loaded) if prompt_tokens is None and seed is None else None   # also with the preset
     wall = time.perf_counter() - t0
     pred_gpus = None if ws["status"] != "ok" else int(ws["gpus"])
     max_rps = conv["max_rps"]
@@ -202,6 +222,7 @@ def check(entry: dict[str, Any], prompt_tokens: str | None = None, seed: int | N
         "avg_prompt_tokens": float(ws["avg_prompt_tokens"]), "avg_output_tokens": float(ws["avg_output_tokens"]),
         "effective_prompt_tokens": eff_prompt, "effective_output_tokens": eff_output,
         "prompt_setting": prompt_tokens or "plan", "seed": int(loaded.config.simulation.seed),
+        "engine_preset": entry["engine"] if engine else None,
         "num_requests": int(loaded.config.simulation.num_requests),
         "status": str(ws["status"]), "predicted_gpus": pred_gpus,
         "predicted_replicas": None if pred_gpus is None else int(ws["replicas"]),
@@ -293,6 +314,8 @@ def main() -> None:
                     "for a sensitivity run, e.g. 256,1024,fixed:1024")
     ap.add_argument("--seeds", default="", help="comma-separated extra seeds for a sampling-noise run")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--engine-presets", action="store_true",
+                    help="also run every check with its deployment's engine preset (sources.yaml: engine)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/published.json"))
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -314,6 +337,15 @@ def main() -> None:
         print(table(sens))
         print()
         print(latency_table(sens))
+    presets = [check(e, workers=args.workers, engine=True) for e in entries] if args.engine_presets else []
+    if presets:
+        print("\nWith each deployment's engine preset (" + ", ".join(f"{e['plan']}: {e['engine']}" for e in entries)
+              + "):\n")
+        print(table(presets))
+        print()
+        print(latency_table(presets))
+        print()
+        print(metrics_table(presets))
     noise = []
     for seed in (int(x) for x in args.seeds.split(",") if x.strip()):
         noise += [check(e, seed=seed, workers=args.workers) for e in entries]
@@ -321,12 +353,13 @@ def main() -> None:
         print("\nOther seeds (sampling noise):\n")
         print(table(noise))
     wall = time.perf_counter() - t0
-    print(f"\n{len(rows) + len(sens) + len(noise)} checks in {wall:.1f} s wall "
+    print(f"\n{len(rows) + len(sens) + len(presets) + len(noise)} checks in {wall:.1f} s wall "
           f"({time.process_time() - cpu0:.1f} CPU s in this process); "
           f"load average {os.getloadavg()[0]:.1f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({
-        "checks": rows, "sensitivity": sens, "seeds": noise, "wall_s": wall, "cpu_count": os.cpu_count(),
+        "checks": rows, "sensitivity": sens, "engine_presets": presets, "seeds": noise, "wall_s": wall,
+        "cpu_count": os.cpu_count(),
         "load_average_1min_at_end": os.getloadavg()[0], "python": platform.python_version(),
         "machine": platform.machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }, indent=2, default=float) + "\n")

@@ -74,3 +74,24 @@ def test_offline_runs_are_the_same_system_and_dataset(entry):
     per_sample = off["tokens_per_s"] / off["samples_per_s"]
     assert per_sample == pytest.approx(entry["tokens_per_s"] / entry["samples_per_s"], rel=0.02)
     assert off["max_num_seqs"] >= 1
+
+
+@pytest.mark.parametrize("entry", SOURCES, ids=[e["plan"] for e in SOURCES])
+def test_the_engine_preset_variant_keeps_the_published_settings(entry):
+    """``published_checks.py --engine-presets``: the deployment's preset fills the scheduler fields the
+    base scenario assumed, while the published settings (batch limit, TP, precision) stay."""
+    import sys
+
+    sys.path.insert(0, str(FOLDER.parents[1] / "benchmarks"))
+    from published_checks import with_engine_preset
+
+    from simulator.scenario.engines import preset_scheduler
+
+    path = FOLDER / entry["plan"]
+    raw = with_engine_preset(yaml.safe_load(path.read_text()), path, entry["engine"])
+    loaded = load_plan(raw, base_dir=path.parent)
+    sc = loaded.candidate_scenarios[loaded.config.candidates[0].name]
+    assert sc.engine is not None and sc.engine.preset == entry["engine"]
+    assert sc.scheduler.max_num_seqs == entry["max_num_seqs"]
+    assert sc.deployment.tensor_parallel_size == entry["tensor_parallel_size"]
+    assert sc.scheduler.block_size == preset_scheduler(entry["engine"], None, None)["block_size"]
