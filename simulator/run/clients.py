@@ -111,11 +111,7 @@ class ClosedLoopClients:
         if self.sent == self.total:
             return self.stop_time
         t = self._arrivals[0] if self._arrivals else math.inf
-        now = self.env.now
-        for r in self.replicas:   # an end on another replica can send a request sooner
-            if r is not replica and r.num_outstanding:
-                t = min(t, max(r.planned_until, now) + self.min_pause_s)
-        return min(t, self.stop_time)
+        return min(t, _next_send_elsewhere(self.replicas, replica, self.env.now, self.min_pause_s), self.stop_time)
 
 
 class ClosedSessions:
@@ -196,8 +192,15 @@ class ClosedSessions:
     def horizon(self, replica: Replica) -> float:
         """The earliest instant at which a request can reach any replica, as ``replica`` sees it now."""
         t = self._arrivals[0][0] if self._arrivals else math.inf
-        now = self.env.now
-        for r in self.replicas:   # an end on another replica can send a turn sooner
-            if r is not replica and r.num_outstanding:
-                t = min(t, max(r.planned_until, now) + self.min_gap_s)
-        return min(t, self.stop_time)
+        return min(t, _next_send_elsewhere(self.replicas, replica, self.env.now, self.min_gap_s), self.stop_time)
+
+
+def _next_send_elsewhere(replicas: Sequence[Replica], replica: Replica, now: float, min_pause_s: float) -> float:
+    """The earliest instant at which an end on a replica other than ``replica`` can send a request: the
+    end of the step each one holding requests is in (none of its requests ends sooner) plus the
+    shortest pause before a send (inf when no other replica holds requests)."""
+    t = math.inf
+    for r in replicas:
+        if r is not replica and r.num_outstanding:
+            t = min(t, max(r.planned_until, now) + min_pause_s)
+    return t
