@@ -578,7 +578,7 @@ def test_ctrl_c_in_a_two_worker_plan_is_one_line_and_ends_the_workers(tmp_path: 
 def test_stopping_a_worker_pool_waits_for_its_manager_thread() -> None:
     """An interrupted two-worker plan sometimes printed ``OSError: Bad file descriptor`` from Python's exit
     hook for process pools, which wrote to a wake-up pipe the pool's manager thread was closing at that
-    moment; stopping a pool now waits for that thread, so the hook finds the pipe closed and skips it."""
+    moment; stopping a pool now waits for that thread, so the hook finds the pipe already closed."""
     import multiprocessing
 
     from simulator.planner.backends import _ignore_sigint, _stop, _WorkerPool
