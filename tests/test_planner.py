@@ -158,6 +158,47 @@ def test_results_independent_of_backend_and_workers():
     pd.testing.assert_frame_equal(one, via_dask)
 
 
+
+def test_searches_of_the_slowest_candidate_start_first(monkeypatch):
+    """With a known number of workers, the next search comes from the candidate whose searches took
+    longest so far (unseen candidates first, in plan order); every row comes back once."""
+    from concurrent.futures import Executor, Future
+
+    from simulator.planner import run as plan_run
+
+    duration = {"a": 1.0, "b": 5.0}     # seconds one search of each candidate takes
+    now = [0.0]
+    ends: dict[Future, float] = {}
+
+    class TwoWorkers(Executor):   # runs on a virtual clock: a search ends `duration` after it starts
+        def __init__(self) -> None:
+            self.started: list[tuple[str, str]] = []
+
+        def submit(self, fn, /, *args, **kwargs):
+            task = args[0]
+            self.started.append((task.candidate, task.quarter))
+            fut: Future = Future()
+            fut.set_result({"candidate": task.candidate, "quarter": task.quarter})
+            ends[fut] = now[0] + duration[task.candidate]
+            return fut
+
+    def wait(running, return_when):
+        first = min(running, key=lambda f: ends[f])
+        now[0] = ends[first]
+        return {first}, set()
+
+    monkeypatch.setattr(plan_run, "executor_slots", lambda _: 2)
+    monkeypatch.setattr(plan_run, "wait", wait)
+    monkeypatch.setattr(plan_run.time, "perf_counter", lambda: now[0])
+    tasks = [type("T", (), {"candidate": c, "quarter": q})() for q in ("Q1", "Q2", "Q3", "Q4") for c in ("a", "b")]
+    ex = TwoWorkers()
+    rows = list(plan_run._longest_first(ex, tasks))
+    assert sorted((r["candidate"], r["quarter"]) for r in rows) == sorted((t.candidate, t.quarter) for t in tasks)
+    assert ex.started[:2] == [("a", "Q1"), ("b", "Q1")]          # plan order while nothing is known
+    # a ended first; b, not seen yet, went next, then first again once seen to be the slow one
+    assert ex.started[2:5] == [("b", "Q2"), ("b", "Q3"), ("b", "Q4")]
+    assert now[0] == 12.0                # in plan order the last b would start at 8 and end at 13
+
 # -- bad input -----------------------------------------------------------------------------------------
 def _write(tmp_path: Path, data: dict) -> Path:
     import yaml

@@ -108,6 +108,16 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         manager.join(timeout=5.0)
 
 
+def executor_slots(ex: Executor) -> int | None:
+    """How many tasks ``ex`` runs at once: its local workers (1 in-process), None when a cluster
+    decides (every task is then submitted at once)."""
+    if isinstance(ex, InlineExecutor):
+        return 1
+    if isinstance(ex, ProcessPoolExecutor):
+        return int(ex._max_workers)   # type: ignore[attr-defined]
+    return None
+
+
 @contextlib.contextmanager
 def open_executor(backend: str = "local", *, workers: int | None = None, address: str | None = None,
                   timeout_s: float = 10.0) -> Iterator[Executor]:

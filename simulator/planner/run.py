@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from concurrent.futures import as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, as_completed, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import pandas as pd
 from simulator.cluster.network import network_from_clients
 from simulator.cluster.request_path import stage_workers_text
 from simulator.errors import ScenarioError
-from simulator.planner.backends import open_executor
+from simulator.planner.backends import executor_slots, open_executor
 from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.fleet_hours import autoscale_policy, fleet_day
@@ -81,9 +81,7 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     per_cell: dict[tuple[str, str], int] = {}
     rows: list[dict[str, Any]] = []
     with open_executor(backend, workers=workers, address=address, timeout_s=timeout_s) as ex:
-        futures = [ex.submit(search_pools if t.scenario.deployment.pools else search_replicas, t) for t in tasks]
-        for done, fut in enumerate(as_completed(futures), 1):
-            row = fut.result()
+        for done, row in enumerate(_longest_first(ex, tasks), 1):
             rows.append(row)
             key = (row["quarter"], row["region"])
             per_cell[key] = per_cell.get(key, 0) + 1
@@ -95,6 +93,47 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     worksheet = _worksheet(loaded, candidates)
     summary = _summary(loaded, worksheet)
     return PlanResult(worksheet, candidates, _totals(loaded, summary), time.perf_counter() - wall0, summary)
+
+
+def _search(task: SearchTask) -> dict[str, Any]:
+    return search_pools(task) if task.scenario.deployment.pools else search_replicas(task)
+
+
+def _longest_first(ex: Executor, tasks: list[SearchTask]) -> Iterator[dict[str, Any]]:
+    """Run the searches, yielding each row as it ends. With a known number of workers, only that
+    many run at once and the next one comes from the candidate whose searches have taken longest
+    so far (those not seen yet first, in plan order): a plan's slowest searches, often one
+    candidate's, then start early instead of ending it alone on one worker. Every search is a
+    pure function of its task, so the rows are the same in any order."""
+    slots = executor_slots(ex)
+    if slots is None or slots >= len(tasks):
+        futures = [ex.submit(_search, t) for t in tasks]
+        for fut in as_completed(futures):
+            yield fut.result()
+        return
+    pending = list(range(len(tasks)))
+    took: dict[str, list[float]] = {}
+    running: dict[Future, tuple[str, float]] = {}
+
+    def start_next() -> None:
+        def slowness(i: int) -> float:
+            seen = took.get(tasks[i].candidate)
+            return math.inf if not seen else sum(seen) / len(seen)
+        i = max(pending, key=lambda j: (slowness(j), -j))
+        pending.remove(i)
+        running[ex.submit(_search, tasks[i])] = (tasks[i].candidate, time.perf_counter())
+
+    while pending and len(running) < slots:
+        start_next()
+    while running:
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for fut in done:
+            candidate, t0 = running.pop(fut)
+            took.setdefault(candidate, []).append(time.perf_counter() - t0)
+            row = fut.result()
+            if pending:
+                start_next()
+            yield row
 
 
 def _as_loaded(p: Any) -> LoadedPlan:
