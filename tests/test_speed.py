@@ -127,8 +127,103 @@ def test_a_tabulated_run_reuses_the_durations_that_found_its_horizon(overrides, 
     from simulator.engine import scheduler
 
     sc = load_scenario(SHAREGPT, {"num_requests": 1500, "hardware": "h100-sxm", **overrides})
+    monkeypatch.setattr(scheduler, "LIST_STEPS", 0)                   # every run priced with numpy
     fast = simulate(sc)
     assert fast.step_log.num_steps > fast.step_log.num_entries       # decode runs of several steps
     steps_to_reach = scheduler._steps_to_reach
     monkeypatch.setattr(scheduler, "_steps_to_reach", lambda *args: (steps_to_reach(*args)[0], None))
     _same_run(fast, simulate(sc))
+
+
+def test_numpy_sum_adds_as_numpy_does():
+    """A decode run priced on plain floats sums its durations with numpy's pairwise order, so its
+    total is the float ``np.sum`` gives for the same durations."""
+    import numpy as np
+
+    from simulator.engine.scheduler import numpy_sum
+
+    rng = np.random.default_rng(3)
+    for n in [*range(1, 300), 511, 1024, 2049]:
+        x = rng.random(n) * 0.02 + 1e-3
+        assert numpy_sum(x.tolist()) == float(x.sum())
+        assert numpy_sum(x[1:].tolist()) == float(x[1:].sum())
+
+
+@pytest.mark.parametrize("engine", [None, "vllm-v1", "sglang", "vllm-v0.6"])
+def test_a_decode_step_on_floats_is_the_numpy_step(engine):
+    """``decode_step_fn`` (short decode runs) gives element for element the floats of
+    ``decode_run_times`` (long ones), through the CUDA-graph and async-scheduling wrappers, below
+    the first measured context, between the breakpoints and beyond the last."""
+    import numpy as np
+
+    from simulator import load_scenario
+    from simulator.cost.factory import make_cost_model
+    from simulator.run.resolve import resolve
+    from simulator.scenario.parallel import Parallelism
+
+    sc = load_scenario(SHAREGPT, {"hardware": "h100-sxm", **({"engine": engine} if engine else {})})
+    system = resolve(sc)
+    cost = make_cost_model(system.profile, system.model, 1, None, Parallelism.of(sc.deployment), system.cuda_graph)
+    for n in [1, 3, 17, 64, 200, 256, 300, 512]:
+        fn = cost.decode_step_fn(n)
+        assert fn is not None
+        ctx = n * np.array([0, 1, 2, 7, 100, 999, 5000, 20000, 200000], dtype=np.float64)
+        assert [fn(float(c)) for c in ctx] == cost.decode_run_times(n, ctx).tolist()
+        assert fn(float(ctx[4])) == cost.decode_step_time_s(n, int(ctx[4]))
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"engine": "vllm-v1"},
+    {"engine": "sglang", "deployment.replicas": 3, "workload.arrival.rate_per_s": 15.0},
+    {"scheduler.num_gpu_blocks_override": 6000, "workload.arrival.rate_per_s": 8.0},   # preemptions
+])
+def test_short_decode_runs_on_floats_are_the_numpy_runs(overrides, monkeypatch):
+    """Decode runs of up to ``LIST_STEPS`` steps are priced on plain floats; the run is the same,
+    bit for bit, as with every run priced by numpy."""
+    from simulator import load_scenario, simulate
+    from simulator.engine import scheduler
+
+    sc = load_scenario(SHAREGPT, {"num_requests": 1200, "hardware": "h100-sxm", **overrides})
+    fast = simulate(sc)
+    monkeypatch.setattr(scheduler, "LIST_STEPS", 0)
+    _same_run(fast, simulate(sc))
+
+
+RR = {"num_requests": 1500, "deployment.replicas": 4, "deployment.router": "round_robin",
+      "workload.arrival.rate_per_s": 22.0}
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"hardware": "h100-sxm-datasheet"},                                        # affine runs, closed form
+    {"workload.over_length": "reject", "scheduler.max_model_len": 2500},       # refused ones are not routed
+    {"admission.max_queue_len": 1, "workload.arrival.rate_per_s": 40.0},        # shed ones are
+    {"client.timeout_s": 4, "workload.arrival.rate_per_s": 30.0},
+    {"scheduler.policy": "chunked_prefill", "scheduler.num_gpu_blocks_override": 5000},
+    {"max_sim_time_s": 40.0},
+])
+def test_round_robin_replicas_plan_decode_runs_up_to_their_own_next_arrival(overrides, monkeypatch):
+    """With round-robin routing a replica's decode runs end at its own next arrival, not at every
+    replica's: far fewer runs, and the same requests and steps as one event per step and as runs
+    cut at every arrival (instants equal but for the last bits of their sums)."""
+    import numpy as np
+
+    from simulator import load_scenario, simulate
+    from simulator.run import simulate as sim_module
+
+    sc = load_scenario(SHAREGPT, {**RR, **overrides})
+    own = simulate(sc)
+    monkeypatch.setattr(sim_module._Run, "_routes_ahead", lambda self, router, path: False)
+    cut = simulate(sc)
+    slow = simulate(sc, fast_forward=False)
+    assert own.step_log.num_entries < cut.step_log.num_entries
+    for other in (cut, slow):
+        cols = ["first_scheduled_time", "first_token_time", "finish_time"]
+        np.testing.assert_allclose(own.requests[cols].to_numpy(), other.requests[cols].to_numpy(),
+                                   rtol=0, atol=1e-9, equal_nan=True)
+        for col in ("status", "replica", "num_preemptions", "num_output_tokens"):
+            assert (own.requests[col] == other.requests[col]).all(), col
+        assert len(own.steps) == len(other.steps)
+        for col in ("replica", "num_seqs", "kv_blocks_used", "num_prefill_tokens", "num_waiting", "num_preempted"):
+            assert (own.steps[col].to_numpy() == other.steps[col].to_numpy()).all(), col

@@ -23,6 +23,8 @@ layers) and replicas split over pipeline stages or expert-parallel ranks get the
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from simulator.cost.base import BatchShape, StepTime, register
@@ -165,8 +167,11 @@ class RooflineCostModel:
         if tokens == 0:
             return self._overhead_step
         attn = self._decode_attn_slope * shape.decode_context_tokens
-        for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False):
-            attn += self._prefill_attention_s(n, c)
+        if prefill_tokens:   # _prefill_attention_s inlined (a verification step has one entry per request)
+            flops, c_rate, kv, m_rate = self._attn_flops_per_pair, self._attn_c, self._kv_bytes_per_token, self._attn_m
+            for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False):
+                pairs = n * c + n * (n + 1) / 2.0
+                attn += max(flops * pairs / c_rate, kv * (c + n) / m_rate)
         return (self._linear_s(tokens, shape.num_sampled_tokens) + attn
                 + self._elem_bytes_per_token * tokens / self._mem_bw
                 + self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
@@ -186,6 +191,11 @@ class RooflineCostModel:
 
     def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
         return self._decode_fixed_s(num_decodes) + self._decode_attn_slope * decode_context_tokens
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float]:
+        """:meth:`decode_step_time_s` at ``num_decodes`` as a function of the context sum."""
+        fixed, slope = self._decode_fixed_s(num_decodes), self._decode_attn_slope
+        return lambda s: fixed + slope * s
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float]:
         return self._decode_fixed_s(num_decodes), self._decode_attn_slope
@@ -403,6 +413,11 @@ class GeneralRooflineCostModel(RooflineCostModel):
 
     def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
         return self._decode_fixed_s(num_decodes) + self._decode_attention_s(num_decodes, decode_context_tokens)
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:   # type: ignore[override]
+        if self._decode_window_slope:
+            return None                 # decode_run_times and decode_step_time_s add the window term apart
+        return super().decode_step_fn(num_decodes)
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:   # type: ignore[override]
         if self._decode_window_slope:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,6 +126,14 @@ class CudaGraphPadded:
     def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
         t = self.inner.decode_step_time_s(num_decodes, decode_context_tokens)
         return t + self.extra(num_decodes)[3] if 0 < num_decodes <= self._max else t
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
+        inner_fn = getattr(self.inner, "decode_step_fn", None)
+        real = inner_fn(num_decodes) if inner_fn is not None else None
+        if real is None or not 0 < num_decodes <= self._max:
+            return real
+        pad = self.extra(num_decodes)[3]
+        return lambda s: real(s) + pad
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         """The wrapped model's ``(a, b)`` with the padding added to ``a`` (None where it has none)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -70,5 +71,13 @@ class AsyncScheduled:
     def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
         return max(self.inner.decode_step_time_s(num_decodes, decode_context_tokens),
                    self._cpu_s(num_decodes, num_decodes))
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
+        inner_fn = getattr(self.inner, "decode_step_fn", None)
+        gpu = inner_fn(num_decodes) if inner_fn is not None else None
+        if gpu is None:
+            return None
+        cpu = self._cpu_s(num_decodes, num_decodes)
+        return lambda s: max(gpu(s), cpu)
 
 

@@ -76,9 +76,9 @@ class PiecewiseDecode:
 
     def __init__(self, curves: DecodeCurves, ratio: float) -> None:
         self.curves, self.ratio = curves, ratio
-        self._tables: dict[float, tuple[np.ndarray, np.ndarray, float]] = {}
+        self._tables: dict[float, tuple[np.ndarray, np.ndarray, float, list[float], list[float]]] = {}
 
-    def _table(self, n: float) -> tuple[np.ndarray, np.ndarray, float]:
+    def _table(self, n: float) -> tuple[np.ndarray, np.ndarray, float, list[float], list[float]]:
         c, bs = self.curves, self.curves.batches
         if n <= bs[0] or n >= bs[-1]:
             i = 0 if n <= bs[0] else len(bs) - 1
@@ -88,13 +88,13 @@ class PiecewiseDecode:
             xs = c.sums[i] if n == bs[i] else np.union1d(c.sums[i], c.sums[i + 1])
         ys = c(n, xs) * self.ratio
         slope = float((c(n, 2.0 * xs[-1]) * self.ratio - ys[-1]) / xs[-1])
-        got = self._tables[n] = (xs, ys, slope)
+        got = self._tables[n] = (xs, ys, slope, xs.tolist(), ys.tolist())
         return got
 
     def __call__(self, n: float, s: float | np.ndarray) -> Any:
-        xs, ys, slope = self._tables.get(n) or self._table(n)
+        xs, ys, slope, x_list, y_list = self._tables.get(n) or self._table(n)
         if isinstance(s, int | float):
-            return self._scalar(n, float(s), xs, ys, slope)
+            return self._scalar(n, float(s), x_list, y_list, slope)
         s = np.asarray(s, dtype=np.float64)
         y = np.interp(s, xs, ys)
         hi = s > xs[-1]
@@ -106,11 +106,17 @@ class PiecewiseDecode:
         return y
 
 
-    def _scalar(self, n: float, s: float, xs: np.ndarray, ys: np.ndarray, slope: float) -> float:
+    def scalar_fn(self, n: float) -> Callable[[float], float]:
+        """The table at batch ``n`` as a function of one context sum, element for element what
+        ``self(n, array)`` gives (the engine's short decode runs, without numpy's per-call cost)."""
+        _, _, slope, x, y = self._tables.get(n) or self._table(n)
+        scalar = self._scalar
+        return lambda s: scalar(n, s, x, y, slope)
+
+    def _scalar(self, n: float, s: float, x: list[float], y: list[float], slope: float) -> float:
         """One context sum without numpy's per-call cost (the engine's single steps): the same
         float operations as ``np.interp`` (``slope * (s - x[j]) + y[j]``, ``y[j]`` at a
         breakpoint), so a step and the same step inside a decode run agree to the bit."""
-        x, y = xs.tolist(), ys.tolist()
         if s > x[-1]:
             return y[-1] + slope * (s - x[-1])
         if s < x[0]:
@@ -234,6 +240,7 @@ class KernelTableCostModel(TableCostModel):
         self._pf_cache: dict[tuple[int, int], float] = {}
         self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
         self._affine_cache: dict[int, tuple[float, float]] = {}
+        self._step_fns: dict[int, Callable[[float], float]] = {}
 
     # -- row selection --------------------------------------------------------------------------------
     @staticmethod

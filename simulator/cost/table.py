@@ -112,6 +112,7 @@ class TableCostModel:
         self._pf_cache: dict[tuple[int, int], float] = {}
         self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
         self._affine_cache: dict[int, tuple[float, float]] = {}
+        self._step_fns: dict[int, Callable[[float], float]] = {}
 
     # -- construction -------------------------------------------------------------------------------
     def _peaks(self, df: pd.DataFrame) -> tuple[float, float]:
@@ -347,6 +348,20 @@ class TableCostModel:
         if got is None:
             got = self._affine_cache[num_decodes] = (self.step_time_s(BatchShape.decode(num_decodes, 0)),
                                                      self.L * self._decode_slope)
+        return got
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
+        """A pure-decode step's duration as a function of its context sum, in plain floats: the
+        same float operations as :meth:`decode_run_times` for one entry (None when the decode
+        attention has no such scalar form)."""
+        got = self._step_fns.get(num_decodes)
+        if got is None:
+            scalar_fn = getattr(self._decode, "scalar_fn", None)
+            if scalar_fn is None:
+                return None
+            lin, elem, comm, overhead = self._decode_fixed(num_decodes)
+            attn, layers = scalar_fn(num_decodes), self.L
+            got = self._step_fns[num_decodes] = lambda s: lin + layers * attn(s) + elem + comm + overhead
         return got
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:

@@ -129,7 +129,7 @@ class DecodeRun:
     residues: np.ndarray
     context_sum: int
     affine: tuple[float, float] | None
-    durations: np.ndarray | None
+    durations: np.ndarray | list[float] | None
     num_padded: int = 0
     """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
     steps_to_finish: int = 0
@@ -137,7 +137,7 @@ class DecodeRun:
 
     def durations_s(self) -> np.ndarray:
         if self.durations is not None:
-            return self.durations
+            return np.asarray(self.durations, dtype=np.float64)
         a, b = self.affine  # type: ignore[misc]
         return a + b * (self.context_sum + self.num_seqs * np.arange(self.num_steps, dtype=np.float64))
 
@@ -409,9 +409,16 @@ class Scheduler:
         k = k_fin
         if self.num_scheduler_steps > 1:             # a multi-step run ends at its last step
             k = min(k, self.num_scheduler_steps - self.steps_into_run)
-        durations: np.ndarray | None = None
+        durations: np.ndarray | list[float] | None = None
+        step_fn = None
+        if affine is None:       # a short run is priced on plain floats, a long one with numpy
+            fn_of = getattr(cost, "decode_step_fn", None)
+            step_fn = fn_of(nc) if fn_of is not None else None
         if next_event_time != np.inf and k > 1:
-            reach, durations = _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k)
+            if step_fn is not None:
+                reach, durations = _list_steps_to_reach(next_event_time - now, step_fn, cost, nc, ctx1, k)
+            else:
+                reach, durations = _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k)
             k = min(k, reach)
         if k > 1 and n * (-(-(k - 1) // bs)) > free:     # every row's blocks for k - 1 more tokens
             # The KV cache may run out during the run: find the last step whose blocks fit.
@@ -433,10 +440,13 @@ class Scheduler:
             # The first k of the durations summed to find the horizon's step, if there are (a cost
             # model's decode_run_times is element for element: a step's duration is its context's).
             if durations is None or len(durations) < k:
-                durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
+                if step_fn is not None and k <= LIST_STEPS:
+                    durations = [step_fn(float(ctx1 + nc * j)) for j in range(k)]
+                else:
+                    durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
             else:
                 durations = durations[:k]
-            total = float(durations.sum())
+            total = float(durations.sum()) if isinstance(durations, np.ndarray) else numpy_sum(durations)
         return DecodeRun(k, nc, total, extra, k == k_fin, used, residues, ctx1, affine, durations, self.pad_rows,
                          k_fin)
 
@@ -676,6 +686,68 @@ def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any,
     k_guess = min(k_cap, int(delta / first) + 2)
     durations = cost.decode_run_times(n, ctx1 + n * np.arange(k_guess, dtype=np.float64))
     return min(k_guess, int(np.searchsorted(np.cumsum(durations), delta)) + 1), durations
+
+
+LIST_STEPS = 64
+"""Decode runs of at most this many steps are priced on Python floats (``decode_step_fn``), longer
+ones with numpy (``decode_run_times``); both give the same floats."""
+
+
+def _list_steps_to_reach(delta: float, step_fn: Any, cost: Any, n: int, ctx1: int,
+                         k_cap: int) -> tuple[int, np.ndarray | list[float] | None]:
+    """:func:`_steps_to_reach` for a cost model that is not affine, one step at a time on plain
+    floats while that takes at most :data:`LIST_STEPS` steps: the same step count, and the same
+    durations (a running sum in the order ``np.cumsum`` adds)."""
+    if delta <= 0:
+        return 1, None
+    durations: list[float] = []
+    cum = 0.0
+    for j in range(min(k_cap, LIST_STEPS)):
+        d = step_fn(float(ctx1 + n * j))
+        durations.append(d)
+        cum += d
+        if cum >= delta:
+            return j + 1, durations
+    if k_cap <= LIST_STEPS:
+        return k_cap, durations
+    return _steps_to_reach(delta, None, cost, n, ctx1, k_cap)
+
+
+def numpy_sum(values: list[float]) -> float:
+    """``float(np.sum(values))`` on a list, without building the array: numpy's pairwise
+    summation, the same additions in the same order (a run's total must not depend on whether
+    its durations were priced with numpy or on floats)."""
+    return _pairwise_sum(values, 0, len(values))
+
+
+def _pairwise_sum(a: list[float], lo: int, n: int) -> float:
+    # numpy's pairwise_sum (numpy/_core/src/umath/loops_utils.h.src): plain below 8 values, eight
+    # accumulators up to its block of 128, halves (rounded to a multiple of 8) above.
+    if n < 8:
+        res = -0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
+        i, end = lo + 8, lo + n - n % 8
+        while i < end:
+            r0 += a[i]
+            r1 += a[i + 1]
+            r2 += a[i + 2]
+            r3 += a[i + 3]
+            r4 += a[i + 4]
+            r5 += a[i + 5]
+            r6 += a[i + 6]
+            r7 += a[i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(end, lo + n):
+            res += a[i]
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise_sum(a, lo, n2) + _pairwise_sum(a, lo + n2, n - n2)
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)

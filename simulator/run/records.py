@@ -28,7 +28,7 @@ class StepLog:
     def __init__(self, block_size: int) -> None:
         self._entries: list[tuple] = []
         self._residues: list[np.ndarray] = []   # decode runs of more than one step only
-        self._tabulated: list[np.ndarray] = []
+        self._tabulated: list[np.ndarray | list[float]] = []
         self._block_size = block_size
         self._replicas: set[int] = set()
 
@@ -73,7 +73,7 @@ class FrozenStepLog:
     reads) and ``to_frame()`` the DataFrame (built only when a caller asks for ``result.steps``).
     """
 
-    def __init__(self, entries: list[tuple], residues: list[np.ndarray], tabulated: list[np.ndarray],
+    def __init__(self, entries: list[tuple], residues: list[np.ndarray], tabulated: list[np.ndarray | list[float]],
                  interleave: bool, block_size: int) -> None:
         self.num_entries = len(entries)
         self._interleave = interleave

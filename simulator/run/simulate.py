@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -232,12 +233,44 @@ class _Run:
             min_gap = (sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
             self.clients = ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap,
                                           self._send, stop_time=self.stop_time, timeout_s=scenario.client.timeout_s)
+        self._own_times: list[list[float]] | None = None
+        self._own_next: list[int] = []
         if self.clients is not None:
             self.clients.replicas = self.replicas
             for r in self.replicas:
                 r.next_event_time = partial(self.clients.horizon, r)
         else:
             env.process(self.arrivals())
+            if fast_forward and self._routes_ahead(dep.router, path):
+                self._plan_own_arrivals(workload.rejected)
+
+    def _routes_ahead(self, router: str, path: RequestPath | None) -> bool:
+        """Whether every replica's arrivals are known before the run: round-robin routing of
+        pre-drawn open-loop arrivals, with nothing that decides a request's fate on the way
+        (request path) or reads or resizes the pool (fleets, pools, the autoscaler)."""
+        return (router == "round_robin" and len(self.replicas) > 1 and path is None and self.fleet is None
+                and self.geo is None and self.pool_router is None and self.autoscaler is None)
+
+    def _plan_own_arrivals(self, rejected: np.ndarray) -> None:
+        """Give each replica the instants of its own arrivals as its decode runs' horizon.
+
+        With round-robin routing the k-th request routed (rejected ones are not) goes to replica
+        k mod N whatever the replicas' state, and no router reads that state, so an arrival sent
+        to another replica cannot change what this one does: its decode runs need not end there.
+        The step-by-step engine (``fast_forward=False``) and the runs it cuts at every arrival give
+        the same requests and steps; the instants differ only in the last bits of their sums (a
+        run's steps are summed from its start, not from the cuts)."""
+        n = len(self.replicas)
+        routed = [t for t, rej in zip(self.times, rejected.tolist(), strict=True) if not rej]
+        self._own_times = [[*routed[i::n], math.inf] for i in range(n)]
+        self._own_next = [0] * n
+        for r in self.replicas:
+            r.next_event_time = partial(self._next_own_event, r.index)
+
+    def _next_own_event(self, index: int) -> float:
+        """Instant of replica ``index``'s next arrival not yet delivered (or the stop time)."""
+        assert self._own_times is not None
+        return min(self._own_times[index][self._own_next[index]], self.stop_time)
 
     def _router(self, rng: np.random.Generator) -> Any:
         dep = self.scenario_deployment
@@ -287,6 +320,8 @@ class _Run:
         else:
             i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
         table.replica[rid] = i
+        if self._own_times is not None:
+            self._own_next[i] += 1
         if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
             table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
             table.finish_time[rid] = env.now
@@ -371,11 +406,15 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
     assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
-    overheads: dict[int, float] = {}        # the draft's CPU overhead by batch size (a pure function of n)
+    by_n: dict[int, tuple[float, Callable[[float], float]]] = {}   # pure functions of the batch size
 
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
-        overhead = overheads.get(n)
-        if overhead is None:
-            overhead = overheads[n] = draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s
-        return sum(draft_cost.decode_step_time_s(n, ctx + n * j) - overhead for j in range(k))
+        got = by_n.get(n)
+        if got is None:   # the draft's CPU overhead, and its decode step as a function of the context
+            fn_of = getattr(draft_cost, "decode_step_fn", None)
+            step = fn_of(n) if fn_of is not None else None
+            got = by_n[n] = (draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s,
+                             step or partial(draft_cost.decode_step_time_s, n))
+        overhead, step = got
+        return sum(step(float(ctx + n * j)) - overhead for j in range(k))
     return draft
