@@ -227,7 +227,8 @@ def main() -> None:
             "engine_speed10k_table": (str(SPEED_SCENARIO), {"hardware": MEASURED}, 0.0),
             "engine_sharegpt": (str(SHAREGPT), {**sharegpt, "hardware": "h100-sxm-datasheet"}, 0.9),
             "engine_sharegpt_table": (str(SHAREGPT), {**sharegpt, "hardware": "h100-sxm"}, 0.9),
-            "engine_replicas8": (str(CHAT), {**REPLICAS8, "hardware": "h100-sxm-datasheet"}, 0.0)}
+            "engine_replicas8": (str(CHAT), {**REPLICAS8, "hardware": "h100-sxm-datasheet"}, 0.0),
+            "engine_replicas8_table": (str(CHAT), {**REPLICAS8, "hardware": "h100-sxm"}, 0.0)}
     for label, (out, loads) in (bench.engine(jobs, args.repeats).items() if "engine" in groups else ()):
         for key, fig in out.items():
             for wall in fig["wall_s"]:
@@ -275,6 +276,7 @@ LABELS = {
     "engine_sharegpt": "engine, ShareGPT 90% load (simulated req/s)",
     "engine_sharegpt_table": "engine, ShareGPT 90% on measured h100-sxm (req/s)",
     "engine_replicas8": "engine, 8 replicas, chat-h100 (simulated req/s)",
+    "engine_replicas8_table": "engine, 8 replicas on measured h100-sxm (req/s)",
     "cost_spec": "speculative decoding / off (CPU)", "cost_chunked": "chunked prefill / off (CPU)",
     "cost_chunked_256": "chunked prefill 256-token chunks / off (CPU)",
     "cost_prefix": "prefix caching on / off (CPU)",
