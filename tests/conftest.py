@@ -16,6 +16,19 @@ from simulator.workload.traffic import Workload
 CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0}
 
 
+def assert_same_run_to_1e9(a: Any, b: Any) -> None:
+    """Two results are the same run up to float rounding: request instants within 1e-9 s, request
+    fates and replicas equal, the same steps with the same batch, KV and queue columns."""
+    cols = ["first_scheduled_time", "first_token_time", "finish_time"]
+    np.testing.assert_allclose(a.requests[cols].to_numpy(), b.requests[cols].to_numpy(),
+                               rtol=0, atol=1e-9, equal_nan=True)
+    for col in ("status", "num_preemptions", "replica", "num_output_tokens"):
+        assert (a.requests[col] == b.requests[col]).all(), col
+    assert len(a.steps) == len(b.steps)
+    for col in ("replica", "num_seqs", "kv_blocks_used", "num_prefill_tokens", "num_waiting", "num_preempted"):
+        assert (a.steps[col].to_numpy() == b.steps[col].to_numpy()).all(), col
+
+
 def make_scenario(**overrides: Any):
     """A small valid scenario (constant cost model, tiny-llama) with dotted-key overrides."""
     base = {

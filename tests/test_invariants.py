@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 import pandas as pd
-from conftest import make_scenario
+from conftest import assert_same_run_to_1e9, make_scenario
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -133,15 +133,7 @@ def test_invariants_hold_for_random_scenarios(over):
 def test_decode_fast_forward_changes_nothing(over):
     """One event per decode run and one event per step give the same requests and steps."""
     sc = make_scenario(**fix_blocks(over))
-    fast, slow = simulate(sc), simulate(sc, fast_forward=False)
-    cols = ["first_scheduled_time", "first_token_time", "finish_time"]
-    np.testing.assert_allclose(fast.requests[cols].to_numpy(), slow.requests[cols].to_numpy(),
-                               rtol=0, atol=1e-9, equal_nan=True)
-    for col in ("status", "num_preemptions", "replica", "num_output_tokens"):
-        assert (fast.requests[col] == slow.requests[col]).all(), col
-    assert len(fast.steps) == len(slow.steps)
-    for col in ("num_seqs", "kv_blocks_used", "num_prefill_tokens", "num_waiting", "num_preempted"):
-        assert (fast.steps[col].to_numpy() == slow.steps[col].to_numpy()).all(), col
+    assert_same_run_to_1e9(simulate(sc), simulate(sc, fast_forward=False))
 
 
 def test_preemption_happens_and_is_conserved():

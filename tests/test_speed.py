@@ -207,10 +207,9 @@ def test_round_robin_replicas_plan_decode_runs_up_to_their_own_next_arrival(over
     """With round-robin routing a replica's decode runs end at its own next arrival, not at every
     replica's: far fewer runs, and the same requests and steps as one event per step and as runs
     cut at every arrival (instants equal but for the last bits of their sums)."""
-    import numpy as np
-
     from simulator import load_scenario, simulate
     from simulator.run import simulate as sim_module
+    from tests.conftest import assert_same_run_to_1e9
 
     sc = load_scenario(SHAREGPT, {**RR, **overrides})
     own = simulate(sc)
@@ -218,12 +217,5 @@ def test_round_robin_replicas_plan_decode_runs_up_to_their_own_next_arrival(over
     cut = simulate(sc)
     slow = simulate(sc, fast_forward=False)
     assert own.step_log.num_entries < cut.step_log.num_entries
-    for other in (cut, slow):
-        cols = ["first_scheduled_time", "first_token_time", "finish_time"]
-        np.testing.assert_allclose(own.requests[cols].to_numpy(), other.requests[cols].to_numpy(),
-                                   rtol=0, atol=1e-9, equal_nan=True)
-        for col in ("status", "replica", "num_preemptions", "num_output_tokens"):
-            assert (own.requests[col] == other.requests[col]).all(), col
-        assert len(own.steps) == len(other.steps)
-        for col in ("replica", "num_seqs", "kv_blocks_used", "num_prefill_tokens", "num_waiting", "num_preempted"):
-            assert (own.steps[col].to_numpy() == other.steps[col].to_numpy()).all(), col
+    assert_same_run_to_1e9(own, cut)
+    assert_same_run_to_1e9(own, slow)
