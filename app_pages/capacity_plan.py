@@ -120,7 +120,8 @@ try:
                  "simulation": {**base_plan.get("simulation", {}), "num_requests": int(n_req)}}
     loaded = load_plan(plan_data, base_dir=base_plan["base_dir"])    # validates every field, nothing runs
     slo = loaded.config.slo
-    st.caption(f"{len(forecast)} forecast rows × {len(chosen)} candidates = {len(forecast) * len(chosen)} searches · "
+    st.caption(f"{len(forecast)} forecast rows × {len(chosen)} candidates = {len(forecast) * len(chosen)} searches "
+               f"of {int(n_req):,} requests per simulation · "
                f"SLO p99 TTFT {slo.ttft_p99_ms or '–'} ms, TPOT {slo.tpot_p99_ms or '–'} ms, attainment "
                f"{slo.attainment:.0%} · headroom {loaded.config.headroom:.0%} · "
                f"failover {loaded.config.failover}"

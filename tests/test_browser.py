@@ -140,6 +140,7 @@ def test_click_through_the_dashboard(server, browser):
     requests = page.get_by_role("spinbutton", name="Requests per simulation")
     requests.fill("300")
     requests.press("Enter")
+    expect(page.get_by_text("6 searches of 300 requests", exact=False)).to_be_visible()   # the rerun ended
     page.get_by_role("button", name="Run planner").click()
     expect(page.get_by_test_id("stMetric").filter(has_text="GPUs in FY27Q2")).to_be_visible()
     with page.expect_download() as dl:
