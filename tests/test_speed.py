@@ -116,6 +116,32 @@ def test_a_decode_run_that_follows_on_is_the_one_schedule_would_plan(overrides, 
 
 
 @pytest.mark.parametrize("overrides", [
+    {"deployment.replicas": 1, "workload.arrival.rate_per_s": 5.0},
+    {"hardware": "h100-sxm", "deployment.router": "round_robin"},          # the measured kernel tables
+    {"deployment.router": "round_robin", "scheduler.num_gpu_blocks_override": 6000},   # preemptions
+    {"scheduler.num_gpu_blocks_override": 6000, "scheduler.preemption_mode": "swap"},
+    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True, "deployment.router": "prefix_affinity"},
+    {"client.timeout_s": 20, "scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4},
+    {"scheduler.policy": "static"},
+])
+def test_a_decode_run_after_finishes_is_the_one_schedule_would_plan(overrides, monkeypatch):
+    """After a decode run whose last step finished requests, with nobody waiting, the next run is
+    planned from the last one less the finished rows (``plan_after_finish``); the run is the same,
+    bit for bit, as the one ``schedule`` + ``plan_decode_run`` plan from the batch."""
+    from simulator import load_scenario, simulate
+    from simulator.engine.scheduler import Scheduler
+
+    sc = load_scenario(SHAREGPT, {**MANY, **overrides})
+    planned = Scheduler.plan_after_finish
+    calls = []
+    monkeypatch.setattr(Scheduler, "plan_after_finish", lambda self, *a: calls.append(1) or planned(self, *a))
+    fast = simulate(sc)
+    assert calls or overrides.get("scheduler.policy") == "static"     # static batches keep padded rows
+    monkeypatch.setattr(Scheduler, "plan_after_finish", lambda self, *args: None)
+    _same_run(fast, simulate(sc))
+
+
+@pytest.mark.parametrize("overrides", [
     {},                                                                    # the measured kernel tables
     {"deployment.replicas": 3, "workload.arrival.rate_per_s": 15.0, "scheduler.num_gpu_blocks_override": 6000},
 ])

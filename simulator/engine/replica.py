@@ -146,6 +146,8 @@ class Replica:
                 if end < horizon and self.fast_forward:
                     if self._apply(apply, end):   # a closed-loop client may now send before the horizon
                         horizon = min(horizon, self.next_event_time())
+                        if isinstance(apply, DecodeRun):
+                            self._continue_from = apply
                     t = end
                     if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
                         break
@@ -155,7 +157,7 @@ class Replica:
                 yield env.timeout(end - now)
                 self._run_in_flight = None
                 self._apply(apply, end)
-                if isinstance(apply, DecodeRun) and not apply.finishes:
+                if isinstance(apply, DecodeRun):
                     self._continue_from = apply
                 break
             if env.now < t:   # the replica emptied mid-horizon: catch the clock up
@@ -184,11 +186,15 @@ class Replica:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
         prev, self._continue_from = self._continue_from, None
-        if (prev is not None and not sched.waiting and not sched.sort_pending
-                and sched.n == prev.num_seqs - prev.num_padded):
-            # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch as
-            # it was: the next run follows on from ``prev`` without re-reading the batch.
-            run = sched.plan_decode_continuation(prev, t, horizon, cost)
+        if prev is not None and not sched.waiting and not sched.sort_pending:
+            run = None
+            if not prev.finishes:
+                if sched.n == prev.num_seqs - prev.num_padded:
+                    # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch
+                    # as it was: the next run follows on from ``prev`` without re-reading the batch.
+                    run = sched.plan_decode_continuation(prev, t, horizon, cost)
+            elif sched.follows_finishes and 0 < sched.n == prev.num_seqs - sched.run_finished_rows:
+                run = sched.plan_after_finish(prev, t, horizon, cost)   # only its own finishes left the batch
             if run is not None:
                 self.steps.add_run(self.index, t, run, 0)
                 self.planned_until = t + run.total_s

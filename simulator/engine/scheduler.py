@@ -63,7 +63,7 @@ class SchedulerOutput:
     preempted: list[int] = field(default_factory=list)
     decode_ids: np.ndarray | None = None
     """Ids of the decoding rows (a view into the batch: valid until the step is applied)."""
-    residues: np.ndarray | None = None
+    residues: list[int] | None = None
     """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
     prefill_context: list[int] | None = None
     """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
@@ -126,7 +126,7 @@ class DecodeRun:
     finishes: bool
     """Whether some request emits its last token in the last step."""
     kv_used_first: int
-    residues: np.ndarray
+    residues: list[int]
     context_sum: int
     affine: tuple[float, float] | None
     durations: np.ndarray | list[float] | None
@@ -145,7 +145,7 @@ class DecodeRun:
         return self.kv_used_first + blocks_needed_by_steps(self.residues, self.num_steps)
 
 
-def blocks_needed_by_steps(residues: np.ndarray, num_steps: int) -> np.ndarray:
+def blocks_needed_by_steps(residues: list[int], num_steps: int) -> np.ndarray:
     """New blocks allocated by steps 2..j of a decode run, for j = 1..num_steps (0 for j = 1).
 
     Step j needs a block for every row whose cached count before the run, ``c``, has
@@ -153,7 +153,7 @@ def blocks_needed_by_steps(residues: np.ndarray, num_steps: int) -> np.ndarray:
     """
     bs = len(residues)
     j = np.arange(2, num_steps + 1)
-    return np.concatenate(([0], np.cumsum(residues[(1 - j) % bs])))
+    return np.concatenate(([0], np.cumsum(np.asarray(residues, dtype=np.int64)[(1 - j) % bs])))
 
 
 class Scheduler:
@@ -206,6 +206,13 @@ class Scheduler:
         self.num_scheduler_steps = config.num_scheduler_steps
         self.steps_into_run = 0
         """Multi-step scheduling: decode steps done in the current run (no admission until it ends)."""
+        self.follows_finishes = type(self) is Scheduler
+        """Whether a decode run that finished requests can be followed on (:meth:`plan_after_finish`):
+        this class's rows leave only through :meth:`_finish` (policies keep padded or partial rows)."""
+        self.run_finished: int | np.ndarray = 0
+        """``num_computed_tokens`` of the rows the last finish removed (an int for one row)."""
+        self.run_finished_rows = 0
+        """How many rows the last decode run applied (:meth:`advance_decode`) finished."""
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -248,9 +255,9 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput) -> None:
         n, bs = self.n, self.block_size
         computed = self.num_computed_tokens[:n]
-        residues: np.ndarray | None
-        residues = np.bincount(computed % bs, minlength=bs)
-        need = int(residues[0])   # rows whose blocks are exactly full need one more
+        residues: list[int] | None
+        residues = np.bincount(computed % bs, minlength=bs).tolist()
+        need = residues[0]        # rows whose blocks are exactly full need one more
         keep = n
         if need > self.kv.num_free_blocks:
             need_rows = (computed % bs == 0).astype(np.int64)
@@ -363,7 +370,7 @@ class Scheduler:
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
         k_fin = int(self.num_remaining_tokens[:n].min())
-        residues = cast(np.ndarray, out.residues)   # set: a pure-decode step
+        residues = cast(list, out.residues)   # set: a pure-decode step
         return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
                                 self.kv.num_free_blocks, self.kv.num_used_blocks)
 
@@ -391,14 +398,40 @@ class Scheduler:
         been applied (None: those blocks are not free)."""
         n, bs, k = prev.num_seqs - prev.num_padded, self.block_size, prev.num_steps
         s = k % bs
-        residues = prev.residues if s == 0 else np.concatenate((prev.residues[-s:], prev.residues[:-s]))
-        need = int(residues[0])     # rows whose blocks are exactly full need one more
+        residues = prev.residues if s == 0 else prev.residues[-s:] + prev.residues[:-s]
+        need = residues[0]          # rows whose blocks are exactly full need one more
         if need > free_blocks:
             return None
         return need, self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
                                       prev.affine, now, next_event_time, cost, free_blocks - need, used_blocks + need)
 
-    def _decode_run(self, n: int, residues: np.ndarray, k_fin: int, ctx1: int, affine: tuple[float, float] | None,
+    def plan_after_finish(self, prev: DecodeRun, now: float, next_event_time: float, cost: Any) -> DecodeRun | None:
+        """The run :meth:`schedule` + :meth:`plan_decode_run` would plan right after ``prev``, which
+        finished requests, was applied, when nothing else changed the batch since (nobody waiting, the
+        rows ``prev`` did not finish, unpadded): its residue histogram is ``prev``'s turned by its steps
+        less the finished rows' residues, instead of one read from the batch. Returns None, changing
+        nothing, when the first step's blocks are not free (``schedule`` preempts)."""
+        n, bs, k = self.n, self.block_size, prev.num_steps
+        s = k % bs
+        residues = prev.residues[-s:] + prev.residues[:-s] if s else list(prev.residues)
+        left = self.run_finished
+        if isinstance(left, int):
+            residues[left % bs] -= 1
+        else:
+            for c in left.tolist():
+                residues[c % bs] -= 1
+        need = residues[0]          # rows whose blocks are exactly full need one more
+        kv = self.kv
+        if need > kv.num_free_blocks:
+            return None
+        ok = kv.allocate(need)
+        assert ok
+        decode_affine = getattr(cost, "decode_affine", None)
+        return self._decode_run(n, residues, int(self.num_remaining_tokens[:n].min()), self.context_total + n,
+                                decode_affine(n) if decode_affine is not None else None, now, next_event_time,
+                                cost, kv.num_free_blocks, kv.num_used_blocks)
+
+    def _decode_run(self, n: int, residues: list[int], k_fin: int, ctx1: int, affine: tuple[float, float] | None,
                     now: float, next_event_time: float, cost: Any, free: int, used: int) -> DecodeRun:
         """The run of ``n`` decoding rows (``residues``: their ``num_computed_tokens % block_size``
         histogram; ``k_fin``: steps until one finishes; ``ctx1``: the first step's context sum)
@@ -431,7 +464,7 @@ class Scheduler:
             # Steps 2..k: every full period of block_size steps allocates one block per row; the
             # remaining t steps allocate for the rows whose residues come first in step order.
             periods, t = divmod(k - 1, bs)
-            extra = periods * n + (int(residues[bs - t:].sum()) if t else 0)
+            extra = periods * n + (sum(residues[bs - t:]) if t else 0)
         if affine is not None:
             a, b = affine
             total = k * a + b * (k * ctx1 + nc * k * (k - 1) / 2.0)
@@ -462,6 +495,7 @@ class Scheduler:
         if self.pad_rows:
             self.pad_context += self.pad_rows * k
         done = self._finish(now) if run.finishes else _EMPTY
+        self.run_finished_rows = len(done)
         if self.num_scheduler_steps > 1:
             self._multi_step(k)
         return done
@@ -474,7 +508,7 @@ class Scheduler:
         if len(done) == 1:
             return self._finish_row(int(done[0]), now)
         ids = self.req_id[done]
-        computed = self.num_computed_tokens[done]
+        computed = self.run_finished = self.num_computed_tokens[done]
         self._record_finished(ids, now)
         self.kv.release_many(ids, computed)
         self.context_total -= int(computed.sum())
@@ -491,7 +525,7 @@ class Scheduler:
         n, table = self.n, self.table
         ids = self.req_id[row:row + 1].copy()
         rid = int(ids[0])
-        computed = int(self.num_computed_tokens[row])
+        computed = self.run_finished = int(self.num_computed_tokens[row])
         table.finish_time[rid] = now            # _record_finished for one id, without fancy indexing
         table.num_output_tokens[rid] = table.max_tokens[rid]
         table.status[rid] = _DONE

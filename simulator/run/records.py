@@ -27,7 +27,7 @@ class StepLog:
 
     def __init__(self, block_size: int) -> None:
         self._entries: list[tuple] = []
-        self._residues: list[np.ndarray] = []   # decode runs of more than one step only
+        self._residues: list[list[int]] = []   # decode runs of more than one step only
         self._tabulated: list[np.ndarray | list[float]] = []
         self._block_size = block_size
         self._replicas: set[int] = set()
@@ -73,13 +73,13 @@ class FrozenStepLog:
     reads) and ``to_frame()`` the DataFrame (built only when a caller asks for ``result.steps``).
     """
 
-    def __init__(self, entries: list[tuple], residues: list[np.ndarray], tabulated: list[np.ndarray | list[float]],
+    def __init__(self, entries: list[tuple], residues: list[list[int]], tabulated: list[np.ndarray | list[float]],
                  interleave: bool, block_size: int) -> None:
         self.num_entries = len(entries)
         self._interleave = interleave
         self._tabulated = np.concatenate(tabulated) if tabulated else np.zeros(0)
         # Residue histograms of the multi-step runs, in entry order, one row each.
-        self._residues = (np.concatenate(residues) if residues else np.zeros(0, dtype=np.int64)).reshape(-1, block_size)
+        self._residues = np.array(residues, dtype=np.int64).reshape(-1, block_size)
         # Every field is an int or a float well inside float64's exact integer range.
         cols = [np.ascontiguousarray(c) for c in np.array(entries, dtype=np.float64).reshape(-1, 12).T]
         (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
