@@ -156,6 +156,12 @@ def blocks_needed_by_steps(residues: list[int], num_steps: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(np.asarray(residues, dtype=np.int64)[(1 - j) % bs])))
 
 
+def _turned(residues: list[int], steps: int) -> list[int]:
+    """The residue histogram after every row cached ``steps`` more tokens (a new list)."""
+    s = steps % len(residues)
+    return residues[-s:] + residues[:-s] if s else list(residues)
+
+
 class Scheduler:
     """Waiting queue, running batch and KV blocks of one replica (see module docstring).
 
@@ -396,9 +402,8 @@ class Scheduler:
         """:meth:`plan_decode_continuation` without touching the cache: the blocks the run's first
         step allocates and the run, given the KV cache's free and used blocks when ``prev`` has
         been applied (None: those blocks are not free)."""
-        n, bs, k = prev.num_seqs - prev.num_padded, self.block_size, prev.num_steps
-        s = k % bs
-        residues = prev.residues if s == 0 else prev.residues[-s:] + prev.residues[:-s]
+        n, k = prev.num_seqs - prev.num_padded, prev.num_steps
+        residues = _turned(prev.residues, k)
         need = residues[0]          # rows whose blocks are exactly full need one more
         if need > free_blocks:
             return None
@@ -411,9 +416,8 @@ class Scheduler:
         rows ``prev`` did not finish, unpadded): its residue histogram is ``prev``'s turned by its steps
         less the finished rows' residues, instead of one read from the batch. Returns None, changing
         nothing, when the first step's blocks are not free (``schedule`` preempts)."""
-        n, bs, k = self.n, self.block_size, prev.num_steps
-        s = k % bs
-        residues = prev.residues[-s:] + prev.residues[:-s] if s else list(prev.residues)
+        n, bs = self.n, self.block_size
+        residues = _turned(prev.residues, prev.num_steps)
         left = self.run_finished
         if isinstance(left, int):
             residues[left % bs] -= 1
