@@ -142,6 +142,51 @@ def test_a_decode_run_after_finishes_is_the_one_schedule_would_plan(overrides, m
 
 
 @pytest.mark.parametrize("overrides", [
+    {"deployment.replicas": 1, "workload.arrival.rate_per_s": 5.0},
+    {"hardware": "h100-sxm", "deployment.router": "round_robin"},          # the measured kernel tables
+    {"deployment.router": "round_robin", "scheduler.num_gpu_blocks_override": 6000},   # preemptions
+    {"scheduler.num_gpu_blocks_override": 6000, "scheduler.preemption_mode": "swap"},
+    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True, "deployment.router": "prefix_affinity"},
+    {"client.timeout_s": 20, "scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4},
+    {"client.timeout_s": 5, "scheduler.num_gpu_blocks_override": 4000},   # aborts of running requests
+])
+def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
+    """The scheduler's residue histogram and smallest remaining output, kept up to date as rows come,
+    step and leave, are at every plan the ones the batch's arrays give; and the run is the same, bit
+    for bit, as with both read from the arrays."""
+    import numpy as np
+
+    from simulator import load_scenario, simulate
+    from simulator.engine.scheduler import Scheduler, _turned
+
+    sc = load_scenario(SHAREGPT, {**MANY, **overrides})
+    checked = []
+
+    def check(self):
+        n, bs = self.n, self.block_size
+        if self._tracked and n:
+            residues = np.bincount(self.num_computed_tokens[:n] % bs, minlength=bs).tolist()
+            assert _turned(self._residues_at_phase, self._phase_computed) == residues
+            assert self._min_remaining() == int(self.num_remaining_tokens[:n].min())
+            checked.append(n)
+
+    schedule, after_finish = Scheduler.schedule, Scheduler.plan_after_finish
+    monkeypatch.setattr(Scheduler, "schedule", lambda self, now: check(self) or schedule(self, now))
+    monkeypatch.setattr(Scheduler, "plan_after_finish", lambda self, *a: check(self) or after_finish(self, *a))
+    tracked = simulate(sc)
+    assert len(checked) > 1000
+    monkeypatch.setattr(Scheduler, "schedule", schedule)
+    monkeypatch.setattr(Scheduler, "plan_after_finish", after_finish)
+    init = Scheduler.__init__
+
+    def untracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._tracked = False
+    monkeypatch.setattr(Scheduler, "__init__", untracked)
+    _same_run(tracked, simulate(sc))
+
+
+@pytest.mark.parametrize("overrides", [
     {},                                                                    # the measured kernel tables
     {"deployment.replicas": 3, "workload.arrival.rate_per_s": 15.0, "scheduler.num_gpu_blocks_override": 6000},
 ])

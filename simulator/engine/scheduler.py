@@ -219,6 +219,18 @@ class Scheduler:
         """``num_computed_tokens`` of the rows the last finish removed (an int for one row)."""
         self.run_finished_rows = 0
         """How many rows the last decode run applied (:meth:`advance_decode`) finished."""
+        # The batch's residue histogram and smallest remaining output, kept up to date as rows come,
+        # step and leave (this class's rows only: policies step rows by different amounts). Every
+        # step moves every row's count on by the same amount, so both are kept in a frame that does
+        # not move: a row's ``num_computed_tokens % block_size`` is ``key + _phase_computed`` and
+        # its remaining tokens ``value - _phase_remaining`` (update_from_output adds one to both,
+        # advance_decode the run's steps); leaving rows are struck from the heap lazily.
+        self._tracked = type(self) is Scheduler
+        self._phase_computed = 0
+        self._residues_at_phase = [0] * self.block_size
+        self._phase_remaining = 0
+        self._remaining_heap: list[int] = []
+        self._remaining_gone: dict[int, int] = {}
 
     # -- queue interface ---------------------------------------------------------------------------
     @property
@@ -258,11 +270,37 @@ class Scheduler:
         else:
             self.steps_into_run = (self.steps_into_run + decode_steps) % self.num_scheduler_steps
 
+    def _min_remaining(self) -> int:
+        """The running batch's fewest output tokens still to emit (tracked rows; a batch of at least one)."""
+        heap, gone = self._remaining_heap, self._remaining_gone
+        while True:
+            top = heap[0]
+            g = gone.get(top)
+            if not g:
+                return top - self._phase_remaining
+            if g == 1:
+                del gone[top]
+            else:
+                gone[top] = g - 1
+            heapq.heappop(heap)
+
+    def _untrack(self, computed: Iterable[int], remaining: Iterable[int]) -> None:
+        """Rows with these ``num_computed_tokens`` and remaining tokens leave the tracked batch."""
+        bs, pc, pr = self.block_size, self._phase_computed, self._phase_remaining
+        res, gone = self._residues_at_phase, self._remaining_gone
+        for c in computed:
+            res[(c - pc) % bs] -= 1
+        for r in remaining:
+            gone[r + pr] = gone.get(r + pr, 0) + 1
+
     def _schedule_running(self, out: SchedulerOutput) -> None:
         n, bs = self.n, self.block_size
         computed = self.num_computed_tokens[:n]
         residues: list[int] | None
-        residues = np.bincount(computed % bs, minlength=bs).tolist()
+        if self._tracked:
+            residues = _turned(self._residues_at_phase, self._phase_computed)
+        else:
+            residues = np.bincount(computed % bs, minlength=bs).tolist()
         need = residues[0]        # rows whose blocks are exactly full need one more
         keep = n
         if need > self.kv.num_free_blocks:
@@ -284,6 +322,8 @@ class Scheduler:
         rows = slice(keep, n)
         ids = self.req_id[rows]
         computed = self.num_computed_tokens[rows]
+        if self._tracked:
+            self._untrack(computed.tolist(), self.num_remaining_tokens[rows].tolist())
         if self.swap is not None:
             self._swap_out(ids, computed, out)
         self.context_total -= int(computed.sum())
@@ -323,9 +363,13 @@ class Scheduler:
                     out.prefill_context = [0] * len(out.admitted)
                 out.prefill_context.append(hit)
             row = self.n
+            remaining = int(table.max_tokens[rid]) - generated
             self.req_id[row] = rid
             self.num_computed_tokens[row] = cached     # cached once this step ends
-            self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
+            self.num_remaining_tokens[row] = remaining
+            if self._tracked:   # this step's update_from_output moves both phases on by one
+                self._residues_at_phase[(cached - self._phase_computed - 1) % self.block_size] += 1
+                heapq.heappush(self._remaining_heap, remaining + self._phase_remaining)
             self.n = row + 1
             self.context_total += cached
             budget -= tokens - hit
@@ -355,7 +399,12 @@ class Scheduler:
                 self.table.first_token_time[first[0]] = now
             else:
                 self.table.first_token_time[first] = now
-        done = self._finish(now)
+        if self._tracked:
+            self._phase_computed += 1
+            self._phase_remaining += 1
+            done = self._finish(now) if self.n and self._min_remaining() == 0 else _EMPTY
+        else:
+            done = self._finish(now)
         if self.num_scheduler_steps > 1:
             self._multi_step(0 if out.admitted else 1)
         return done
@@ -375,7 +424,7 @@ class Scheduler:
         decode_affine = getattr(cost, "decode_affine", None)
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
-        k_fin = int(self.num_remaining_tokens[:n].min())
+        k_fin = self._min_remaining() if self._tracked else int(self.num_remaining_tokens[:n].min())
         residues = cast(list, out.residues)   # set: a pure-decode step
         return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
                                 self.kv.num_free_blocks, self.kv.num_used_blocks)
@@ -431,7 +480,8 @@ class Scheduler:
         ok = kv.allocate(need)
         assert ok
         decode_affine = getattr(cost, "decode_affine", None)
-        return self._decode_run(n, residues, int(self.num_remaining_tokens[:n].min()), self.context_total + n,
+        k_fin = self._min_remaining() if self._tracked else int(self.num_remaining_tokens[:n].min())
+        return self._decode_run(n, residues, k_fin, self.context_total + n,
                                 decode_affine(n) if decode_affine is not None else None, now, next_event_time,
                                 cost, kv.num_free_blocks, kv.num_used_blocks)
 
@@ -496,6 +546,9 @@ class Scheduler:
         self.num_computed_tokens[:n] += k
         self.num_remaining_tokens[:n] -= k
         self.context_total += n * k
+        if self._tracked:
+            self._phase_computed += k
+            self._phase_remaining += k
         if self.pad_rows:
             self.pad_context += self.pad_rows * k
         done = self._finish(now) if run.finishes else _EMPTY
@@ -513,6 +566,8 @@ class Scheduler:
             return self._finish_row(int(done[0]), now)
         ids = self.req_id[done]
         computed = self.run_finished = self.num_computed_tokens[done]
+        if self._tracked:
+            self._untrack(computed.tolist(), [0] * len(done))
         self._record_finished(ids, now)
         self.kv.release_many(ids, computed)
         self.context_total -= int(computed.sum())
@@ -530,6 +585,8 @@ class Scheduler:
         ids = self.req_id[row:row + 1].copy()
         rid = int(ids[0])
         computed = self.run_finished = int(self.num_computed_tokens[row])
+        if self._tracked:
+            self._untrack((computed,), (0,))
         table.finish_time[rid] = now            # _record_finished for one id, without fancy indexing
         table.num_output_tokens[rid] = table.max_tokens[rid]
         table.status[rid] = _DONE
@@ -610,6 +667,8 @@ class Scheduler:
             rids = self.req_id[rows]
             left_running = set(rids.tolist())
             computed = self.num_computed_tokens[rows]
+            if self._tracked:
+                self._untrack(computed.tolist(), self.num_remaining_tokens[rows].tolist())
             table.num_output_tokens[rids] = table.max_tokens[rids] - self.num_remaining_tokens[rows]
             self.kv.release_many(rids, computed)    # with prefix caching its blocks stay cached
             self.context_total -= int(computed.sum())
