@@ -91,6 +91,15 @@ SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
 PREFIX = {"num_prefixes": 4, "prefix_tokens": 512, "share": 0.8, "short_prompt": "clip"}
 MANY = {"num_requests": 1500, "deployment.replicas": 4, "workload.arrival.rate_per_s": 20.0,
         "deployment.router": "least_outstanding"}
+#: Variants of MANY that run the plain scheduler's rows through every way they come and leave.
+PLAIN_BATCH_CASES = [
+    {"deployment.replicas": 1, "workload.arrival.rate_per_s": 5.0},
+    {"hardware": "h100-sxm", "deployment.router": "round_robin"},          # the measured kernel tables
+    {"deployment.router": "round_robin", "scheduler.num_gpu_blocks_override": 6000},   # preemptions
+    {"scheduler.num_gpu_blocks_override": 6000, "scheduler.preemption_mode": "swap"},
+    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True, "deployment.router": "prefix_affinity"},
+    {"client.timeout_s": 20, "scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4},
+]
 
 
 @pytest.mark.parametrize("overrides", [
@@ -115,15 +124,7 @@ def test_a_decode_run_that_follows_on_is_the_one_schedule_would_plan(overrides, 
     _same_run(fast, simulate(sc))
 
 
-@pytest.mark.parametrize("overrides", [
-    {"deployment.replicas": 1, "workload.arrival.rate_per_s": 5.0},
-    {"hardware": "h100-sxm", "deployment.router": "round_robin"},          # the measured kernel tables
-    {"deployment.router": "round_robin", "scheduler.num_gpu_blocks_override": 6000},   # preemptions
-    {"scheduler.num_gpu_blocks_override": 6000, "scheduler.preemption_mode": "swap"},
-    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True, "deployment.router": "prefix_affinity"},
-    {"client.timeout_s": 20, "scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4},
-    {"scheduler.policy": "static"},
-])
+@pytest.mark.parametrize("overrides", [*PLAIN_BATCH_CASES, {"scheduler.policy": "static"}])
 def test_a_decode_run_after_finishes_is_the_one_schedule_would_plan(overrides, monkeypatch):
     """After a decode run whose last step finished requests, with nobody waiting, the next run is
     planned from the last one less the finished rows (``plan_after_finish``); the run is the same,
@@ -142,12 +143,7 @@ def test_a_decode_run_after_finishes_is_the_one_schedule_would_plan(overrides, m
 
 
 @pytest.mark.parametrize("overrides", [
-    {"deployment.replicas": 1, "workload.arrival.rate_per_s": 5.0},
-    {"hardware": "h100-sxm", "deployment.router": "round_robin"},          # the measured kernel tables
-    {"deployment.router": "round_robin", "scheduler.num_gpu_blocks_override": 6000},   # preemptions
-    {"scheduler.num_gpu_blocks_override": 6000, "scheduler.preemption_mode": "swap"},
-    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True, "deployment.router": "prefix_affinity"},
-    {"client.timeout_s": 20, "scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4},
+    *PLAIN_BATCH_CASES,
     {"client.timeout_s": 5, "scheduler.num_gpu_blocks_override": 4000},   # aborts of running requests
 ])
 def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
