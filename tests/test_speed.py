@@ -177,7 +177,7 @@ def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
 
     def untracked(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        self._tracked = False
+        self._tracked = self.follows_finishes = False     # plan_after_finish reads the tracked batch
     monkeypatch.setattr(Scheduler, "__init__", untracked)
     _same_run(tracked, simulate(sc))
 

@@ -213,10 +213,9 @@ class Scheduler:
         self.steps_into_run = 0
         """Multi-step scheduling: decode steps done in the current run (no admission until it ends)."""
         self.follows_finishes = type(self) is Scheduler
-        """Whether a decode run that finished requests can be followed on (:meth:`plan_after_finish`):
-        this class's rows leave only through :meth:`_finish` (policies keep padded or partial rows)."""
-        self.run_finished: int | np.ndarray = 0
-        """``num_computed_tokens`` of the rows the last finish removed (an int for one row)."""
+        """Whether a decode run that finished requests can be followed on (:meth:`plan_after_finish`,
+        which reads the tracked batch below): this class's rows leave only through :meth:`_finish`
+        (policies keep padded or partial rows)."""
         self.run_finished_rows = 0
         """How many rows the last decode run applied (:meth:`advance_decode`) finished."""
         # The batch's residue histogram and smallest remaining output, kept up to date as rows come,
@@ -462,17 +461,11 @@ class Scheduler:
     def plan_after_finish(self, prev: DecodeRun, now: float, next_event_time: float, cost: Any) -> DecodeRun | None:
         """The run :meth:`schedule` + :meth:`plan_decode_run` would plan right after ``prev``, which
         finished requests, was applied, when nothing else changed the batch since (nobody waiting, the
-        rows ``prev`` did not finish, unpadded): its residue histogram is ``prev``'s turned by its steps
-        less the finished rows' residues, instead of one read from the batch. Returns None, changing
-        nothing, when the first step's blocks are not free (``schedule`` preempts)."""
-        n, bs = self.n, self.block_size
-        residues = _turned(prev.residues, prev.num_steps)
-        left = self.run_finished
-        if isinstance(left, int):
-            residues[left % bs] -= 1
-        else:
-            for c in left.tolist():
-                residues[c % bs] -= 1
+        rows ``prev`` did not finish, unpadded), from the tracked batch's residues and smallest remaining
+        output, without building the step's :class:`SchedulerOutput`. Returns None, changing nothing,
+        when the first step's blocks are not free (``schedule`` preempts)."""
+        n = self.n
+        residues = _turned(self._residues_at_phase, self._phase_computed)
         need = residues[0]          # rows whose blocks are exactly full need one more
         kv = self.kv
         if need > kv.num_free_blocks:
@@ -480,8 +473,7 @@ class Scheduler:
         ok = kv.allocate(need)
         assert ok
         decode_affine = getattr(cost, "decode_affine", None)
-        k_fin = self._min_remaining() if self._tracked else int(self.num_remaining_tokens[:n].min())
-        return self._decode_run(n, residues, k_fin, self.context_total + n,
+        return self._decode_run(n, residues, self._min_remaining(), self.context_total + n,
                                 decode_affine(n) if decode_affine is not None else None, now, next_event_time,
                                 cost, kv.num_free_blocks, kv.num_used_blocks)
 
@@ -565,7 +557,7 @@ class Scheduler:
         if len(done) == 1:
             return self._finish_row(int(done[0]), now)
         ids = self.req_id[done]
-        computed = self.run_finished = self.num_computed_tokens[done]
+        computed = self.num_computed_tokens[done]
         if self._tracked:
             self._untrack(computed.tolist(), [0] * len(done))
         self._record_finished(ids, now)
@@ -584,7 +576,7 @@ class Scheduler:
         n, table = self.n, self.table
         ids = self.req_id[row:row + 1].copy()
         rid = int(ids[0])
-        computed = self.run_finished = int(self.num_computed_tokens[row])
+        computed = int(self.num_computed_tokens[row])
         if self._tracked:
             self._untrack((computed,), (0,))
         table.finish_time[rid] = now            # _record_finished for one id, without fancy indexing
