@@ -119,7 +119,7 @@ def test_decode_run_matches_single_steps():
         step(b, t)
     assert a.kv.num_used_blocks == b.kv.num_used_blocks
     assert a.running_ids() == b.running_ids() == [0, 1]
-    np.testing.assert_array_equal(a.num_computed_tokens[:2], b.num_computed_tokens[:2])
+    np.testing.assert_array_equal(a.computed_tokens(), b.computed_tokens())
     # 2 + 1 + 3 blocks after prefill; at step 2 the 3-token request crosses into a second block.
     assert list(run.kv_blocks_used()) == [6, 7, 7]
 

@@ -147,9 +147,10 @@ def test_a_decode_run_after_finishes_is_the_one_schedule_would_plan(overrides, m
     {"client.timeout_s": 5, "scheduler.num_gpu_blocks_override": 4000},   # aborts of running requests
 ])
 def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
-    """The scheduler's residue histogram and smallest remaining output, kept up to date as rows come,
-    step and leave, are at every plan the ones the batch's arrays give; and the run is the same, bit
-    for bit, as with both read from the arrays."""
+    """The tracked batch (row counts kept less a phase that steps move on; the residue histogram and
+    smallest remaining output kept up to date as rows come and leave) gives at every plan the
+    histogram and minimum the rows' counts give; and the run is the same, bit for bit, as the
+    untracked scheduler's, which steps its arrays and reads both from them."""
     import numpy as np
 
     from simulator import load_scenario, simulate
@@ -161,9 +162,9 @@ def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
     def check(self):
         n, bs = self.n, self.block_size
         if self._tracked and n:
-            residues = np.bincount(self.num_computed_tokens[:n] % bs, minlength=bs).tolist()
+            residues = np.bincount(self.computed_tokens() % bs, minlength=bs).tolist()
             assert _turned(self._residues_at_phase, self._phase_computed) == residues
-            assert self._min_remaining() == int(self.num_remaining_tokens[:n].min())
+            assert self._min_remaining() == int(self.remaining_tokens().min())
             checked.append(n)
 
     schedule, after_finish = Scheduler.schedule, Scheduler.plan_after_finish

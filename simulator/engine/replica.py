@@ -75,7 +75,7 @@ class Replica:
         (``num_outstanding``, ``num_waiting``) need no such care: a run admits nobody and finishes
         requests only in its last step."""
         sched, table = self.scheduler, self.scheduler.table
-        running = int(sched.num_remaining_tokens[: sched.n].sum()) - sched.n * self.decode_steps_done()
+        running = int(sched.remaining_tokens().sum()) - sched.n * self.decode_steps_done()
         if not sched.waiting:
             return running
         w = np.fromiter(sched.waiting, dtype=np.int64, count=len(sched.waiting))

@@ -200,8 +200,10 @@ class Scheduler:
         self.n = 0
         self.req_id = np.zeros(cap, dtype=np.int64)
         self.num_computed_tokens = np.zeros(cap, dtype=np.int64)
+        """Each running row's cached tokens, less ``_phase_computed`` (:meth:`computed_tokens` adds it)."""
         self.num_remaining_tokens = np.zeros(cap, dtype=np.int64)
-        """Output tokens each running request has still to emit."""
+        """Output tokens each running request has still to emit, plus ``_phase_remaining``
+        (:meth:`remaining_tokens` subtracts it)."""
         self.context_total = 0
         """Sum of ``num_computed_tokens`` over the running batch (kept incrementally)."""
         self._row_arrays = [self.req_id, self.num_computed_tokens, self.num_remaining_tokens]
@@ -218,12 +220,14 @@ class Scheduler:
         (policies keep padded or partial rows)."""
         self.run_finished_rows = 0
         """How many rows the last decode run applied (:meth:`advance_decode`) finished."""
-        # The batch's residue histogram and smallest remaining output, kept up to date as rows come,
-        # step and leave (this class's rows only: policies step rows by different amounts). Every
-        # step moves every row's count on by the same amount, so both are kept in a frame that does
-        # not move: a row's ``num_computed_tokens % block_size`` is ``key + _phase_computed`` and
-        # its remaining tokens ``value - _phase_remaining`` (update_from_output adds one to both,
-        # advance_decode the run's steps); leaving rows are struck from the heap lazily.
+        # A tracked batch (this class's rows only: policies step rows by different amounts). Every
+        # step moves every row's counts on by the same amount, so the row arrays are kept in a frame
+        # that steps do not move: a row's cached tokens are its ``num_computed_tokens`` plus
+        # ``_phase_computed``, its remaining output its ``num_remaining_tokens`` less
+        # ``_phase_remaining`` (update_from_output adds one to both phases, advance_decode the run's
+        # steps; untracked schedulers keep both at zero). In the same frame the batch's residue
+        # histogram and its smallest remaining output are kept up to date as rows come and leave
+        # (leaving rows are struck from the heap lazily), instead of being read from the arrays.
         self._tracked = type(self) is Scheduler
         self._phase_computed = 0
         self._residues_at_phase = [0] * self.block_size
@@ -283,6 +287,14 @@ class Scheduler:
                 gone[top] = g - 1
             heapq.heappop(heap)
 
+    def computed_tokens(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """``num_computed_tokens`` of the running ``rows`` (default: all), in tokens."""
+        return self.num_computed_tokens[slice(0, self.n) if rows is None else rows] + self._phase_computed
+
+    def remaining_tokens(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """Output tokens the running ``rows`` (default: all) have still to emit."""
+        return self.num_remaining_tokens[slice(0, self.n) if rows is None else rows] - self._phase_remaining
+
     def _untrack(self, computed: Iterable[int], remaining: Iterable[int]) -> None:
         """Rows with these ``num_computed_tokens`` and remaining tokens leave the tracked batch."""
         bs, pc, pr = self.block_size, self._phase_computed, self._phase_remaining
@@ -294,15 +306,15 @@ class Scheduler:
 
     def _schedule_running(self, out: SchedulerOutput) -> None:
         n, bs = self.n, self.block_size
-        computed = self.num_computed_tokens[:n]
         residues: list[int] | None
         if self._tracked:
             residues = _turned(self._residues_at_phase, self._phase_computed)
         else:
-            residues = np.bincount(computed % bs, minlength=bs).tolist()
+            residues = np.bincount(self.num_computed_tokens[:n] % bs, minlength=bs).tolist()
         need = residues[0]        # rows whose blocks are exactly full need one more
         keep = n
         if need > self.kv.num_free_blocks:
+            computed = self.computed_tokens()
             need_rows = (computed % bs == 0).astype(np.int64)
             keep = self.kv.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
@@ -320,13 +332,13 @@ class Scheduler:
         n, table = self.n, self.table
         rows = slice(keep, n)
         ids = self.req_id[rows]
-        computed = self.num_computed_tokens[rows]
+        computed, remaining = self.computed_tokens(rows), self.remaining_tokens(rows)
         if self._tracked:
-            self._untrack(computed.tolist(), self.num_remaining_tokens[rows].tolist())
+            self._untrack(computed.tolist(), remaining.tolist())
         if self.swap is not None:
             self._swap_out(ids, computed, out)
         self.context_total -= int(computed.sum())
-        table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[rows]
+        table.num_output_tokens[ids] = table.max_tokens[ids] - remaining
         table.num_preemptions[ids] += 1
         table.status[ids] = _PREEMPTED
         preempted = [int(r) for r in ids]
@@ -364,8 +376,8 @@ class Scheduler:
             row = self.n
             remaining = int(table.max_tokens[rid]) - generated
             self.req_id[row] = rid
-            self.num_computed_tokens[row] = cached     # cached once this step ends
-            self.num_remaining_tokens[row] = remaining
+            self.num_computed_tokens[row] = cached - self._phase_computed     # cached once this step ends
+            self.num_remaining_tokens[row] = remaining + self._phase_remaining
             if self._tracked:   # this step's update_from_output moves both phases on by one
                 self._residues_at_phase[(cached - self._phase_computed - 1) % self.block_size] += 1
                 heapq.heappush(self._remaining_heap, remaining + self._phase_remaining)
@@ -385,13 +397,20 @@ class Scheduler:
     # -- applying a step ---------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
         """Apply a finished step at instant ``now``; returns the ids of requests that finished."""
-        m = out.num_decode
+        m, n = out.num_decode, self.n
         if m:
-            self.num_computed_tokens[:m] += 1
             self.context_total += m
             if self.pad_rows:
                 self.pad_context += self.pad_rows
-        self.num_remaining_tokens[: self.n] -= 1      # every scheduled row emitted one token
+        if self._tracked:      # the decoding rows cached one more token, every row emitted one
+            self._phase_computed += 1
+            self._phase_remaining += 1
+            if n > m:
+                self.num_computed_tokens[m:n] -= 1    # admitted rows: cached as admitted
+        else:
+            if m:
+                self.num_computed_tokens[:m] += 1
+            self.num_remaining_tokens[:n] -= 1
         first = out.admitted_first
         if first:
             if len(first) == 1:
@@ -399,9 +418,7 @@ class Scheduler:
             else:
                 self.table.first_token_time[first] = now
         if self._tracked:
-            self._phase_computed += 1
-            self._phase_remaining += 1
-            done = self._finish(now) if self.n and self._min_remaining() == 0 else _EMPTY
+            done = self._finish(now) if n and self._min_remaining() == 0 else _EMPTY
         else:
             done = self._finish(now)
         if self.num_scheduler_steps > 1:
@@ -535,12 +552,13 @@ class Scheduler:
         if run.extra_blocks:
             ok = self.kv.allocate(run.extra_blocks)
             assert ok, "decode run planned more KV blocks than were free"
-        self.num_computed_tokens[:n] += k
-        self.num_remaining_tokens[:n] -= k
-        self.context_total += n * k
         if self._tracked:
             self._phase_computed += k
             self._phase_remaining += k
+        else:
+            self.num_computed_tokens[:n] += k
+            self.num_remaining_tokens[:n] -= k
+        self.context_total += n * k
         if self.pad_rows:
             self.pad_context += self.pad_rows * k
         done = self._finish(now) if run.finishes else _EMPTY
@@ -551,13 +569,13 @@ class Scheduler:
 
     def _finish(self, now: float) -> np.ndarray:
         n = self.n
-        done = (self.num_remaining_tokens[:n] == 0).nonzero()[0]
+        done = (self.num_remaining_tokens[:n] == self._phase_remaining).nonzero()[0]
         if len(done) == 0:
             return _EMPTY
         if len(done) == 1:
             return self._finish_row(int(done[0]), now)
         ids = self.req_id[done]
-        computed = self.num_computed_tokens[done]
+        computed = self.computed_tokens(done)
         if self._tracked:
             self._untrack(computed.tolist(), [0] * len(done))
         self._record_finished(ids, now)
@@ -576,7 +594,7 @@ class Scheduler:
         n, table = self.n, self.table
         ids = self.req_id[row:row + 1].copy()
         rid = int(ids[0])
-        computed = int(self.num_computed_tokens[row])
+        computed = int(self.num_computed_tokens[row]) + self._phase_computed
         if self._tracked:
             self._untrack((computed,), (0,))
         table.finish_time[rid] = now            # _record_finished for one id, without fancy indexing
@@ -658,10 +676,10 @@ class Scheduler:
         if len(rows):
             rids = self.req_id[rows]
             left_running = set(rids.tolist())
-            computed = self.num_computed_tokens[rows]
+            computed, remaining = self.computed_tokens(rows), self.remaining_tokens(rows)
             if self._tracked:
-                self._untrack(computed.tolist(), self.num_remaining_tokens[rows].tolist())
-            table.num_output_tokens[rids] = table.max_tokens[rids] - self.num_remaining_tokens[rows]
+                self._untrack(computed.tolist(), remaining.tolist())
+            table.num_output_tokens[rids] = table.max_tokens[rids] - remaining
             self.kv.release_many(rids, computed)    # with prefix caching its blocks stay cached
             self.context_total -= int(computed.sum())
             self._rows_leaving(rows)
