@@ -72,11 +72,12 @@ class PiecewiseDecode:
     tests (3x faster simulations of long decode runs). Below the first breakpoint (under 2 tokens
     of context per sequence) the curves themselves are used."""
 
-    __slots__ = ("curves", "ratio", "_tables")
+    __slots__ = ("curves", "ratio", "_tables", "_scalar_fns")
 
     def __init__(self, curves: DecodeCurves, ratio: float) -> None:
         self.curves, self.ratio = curves, ratio
         self._tables: dict[float, tuple[np.ndarray, np.ndarray, float, list[float], list[float]]] = {}
+        self._scalar_fns: dict[float, Callable[[float], float]] = {}
 
     def _table(self, n: float) -> tuple[np.ndarray, np.ndarray, float, list[float], list[float]]:
         c, bs = self.curves, self.curves.batches
@@ -92,9 +93,9 @@ class PiecewiseDecode:
         return got
 
     def __call__(self, n: float, s: float | np.ndarray) -> Any:
-        xs, ys, slope, x_list, y_list = self._tables.get(n) or self._table(n)
         if isinstance(s, int | float):
-            return self._scalar(n, float(s), x_list, y_list, slope)
+            return (self._scalar_fns.get(n) or self.scalar_fn(n))(float(s))
+        xs, ys, slope, _, _ = self._tables.get(n) or self._table(n)
         s = np.asarray(s, dtype=np.float64)
         y = np.interp(s, xs, ys)
         hi = s > xs[-1]
@@ -108,25 +109,29 @@ class PiecewiseDecode:
 
     def scalar_fn(self, n: float) -> Callable[[float], float]:
         """The table at batch ``n`` as a function of one context sum, element for element what
-        ``self(n, array)`` gives (the engine's short decode runs, without numpy's per-call cost)."""
+        ``self(n, array)`` gives (the engine's short decode runs and single steps, without numpy's
+        per-call cost): the same float operations as ``np.interp`` (``slope * (s - x[j]) + y[j]``,
+        ``y[j]`` at a breakpoint), so a step and the same step inside a decode run agree to the bit."""
+        got = self._scalar_fns.get(n)
+        if got is not None:
+            return got
         _, _, slope, x, y = self._tables.get(n) or self._table(n)
-        scalar = self._scalar
-        return lambda s: scalar(n, s, x, y, slope)
+        x_first, x_last, y_last = x[0], x[-1], y[-1]
+        curves, ratio, bisect_right = self.curves, self.ratio, bisect.bisect_right
 
-    def _scalar(self, n: float, s: float, x: list[float], y: list[float], slope: float) -> float:
-        """One context sum without numpy's per-call cost (the engine's single steps): the same
-        float operations as ``np.interp`` (``slope * (s - x[j]) + y[j]``, ``y[j]`` at a
-        breakpoint), so a step and the same step inside a decode run agree to the bit."""
-        if s > x[-1]:
-            return y[-1] + slope * (s - x[-1])
-        if s < x[0]:
-            return float(self.curves(n, s) * self.ratio)
-        if s == x[-1]:
-            return y[-1]
-        j = bisect.bisect_right(x, s) - 1
-        if s == x[j]:
-            return y[j]
-        return (y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (s - x[j]) + y[j]
+        def attn(s: float) -> float:
+            if s > x_last:
+                return y_last + slope * (s - x_last)
+            if s < x_first:
+                return float(curves(n, s) * ratio)
+            if s == x_last:
+                return y_last
+            j = bisect_right(x, s) - 1
+            if s == x[j]:
+                return y[j]
+            return (y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (s - x[j]) + y[j]
+        self._scalar_fns[n] = attn
+        return attn
 
 
 def _isotonic(y: np.ndarray) -> np.ndarray:
