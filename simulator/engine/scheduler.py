@@ -405,8 +405,9 @@ class Scheduler:
         if self._tracked:      # the decoding rows cached one more token, every row emitted one
             self._phase_computed += 1
             self._phase_remaining += 1
-            if n > m:
-                self.num_computed_tokens[m:n] -= 1    # admitted rows: cached as admitted
+            computed = self.num_computed_tokens
+            for row in range(m, n):                   # admitted rows (a few): cached as admitted
+                computed[row] -= 1
         else:
             if m:
                 self.num_computed_tokens[:m] += 1
