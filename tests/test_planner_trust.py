@@ -9,6 +9,7 @@ import pytest
 
 from simulator import simulate
 from simulator.planner import build_tasks, load_plan, plan
+from simulator.planner import search as search_module
 from simulator.planner.search import (
     MAX_AUTO_REPLICATIONS,
     SPREAD_BOUND,
@@ -16,6 +17,7 @@ from simulator.planner.search import (
     judge_run,
     minimal_count,
     noisy_decision,
+    overloaded_check,
     search_replicas,
 )
 
@@ -134,6 +136,52 @@ def test_minimal_count_is_the_least_passing_count():
             assert minimal_count(ok, start, 64) == need
             assert need == 1 or (need - 1) in calls
     assert minimal_count(lambda n: False, 4, 16) is None
+
+
+def _seeded_thresholds(monkeypatch, need):
+    """Replace the simulations by a count that passes seed ``k`` from ``need[k]`` replicas on; returns the
+    (count, replication) pairs simulated, in order."""
+    calls = []
+
+    def judged(task, counts, k):
+        calls.append((counts, k))
+        passed = counts >= need[k]
+        check = overloaded_check(counts, 0.5 if passed else 2.0, "" if passed else f"fewer than {need[k]}")
+        check.update(passed=passed, binding="" if passed else "tpot_p99", case="normal",
+                     seed=task.scenario.seed + k)
+        return {None: check}
+    monkeypatch.setattr(search_module, "_judge_replication", judged)
+    return calls
+
+
+@pytest.mark.parametrize("need", [(5, 5, 5), (3, 7, 4), (9, 2, 2), (1, 1, 1), (12, 30, 12)])
+@pytest.mark.parametrize("start", [1, 6, 20])
+def test_the_search_brackets_on_the_first_seed_then_answers_for_every_seed(monkeypatch, need, start):
+    task = dataclasses.replace(build_tasks(load_plan(trust_plan({"ttft_p99_ms": 400}, replications=3)))[0],
+                               start=start, design_rps=None)
+    calls = _seeded_thresholds(monkeypatch, need)
+    row = search_replicas(task)
+    n = max(need)
+    assert row["status"] == "ok" and row["replicas"] == n and row["replications"] == 3
+    assert n == 1 or ((n - 1) in {c for c, _ in calls} and row["minus_one_check"])
+    assert len(calls) == len(set(calls)) == row["simulations"]          # each run once
+    assert all(k == 0 for c, k in calls if c < need[0])                 # below seed 0's answer: one run each
+    if need[0] == n:                                                     # and above the answer, when seed 0's is it
+        assert all(k == 0 for c, k in calls if c > n)
+    assert {(n, k) for k in range(3)} <= set(calls)
+
+
+def test_a_noisy_decision_is_searched_again_on_more_seeds_from_the_answer(monkeypatch):
+    """Seeds 0-2 need 5 replicas, and 4 passes two of them: noisy, so 8 seeds decide, and seed 5 needs 7."""
+    need = (4, 5, 4, 4, 4, 7, 4, 4)
+    task = dataclasses.replace(build_tasks(load_plan(trust_plan({"ttft_p99_ms": 400})))[0], start=2,
+                               design_rps=None)
+    calls = _seeded_thresholds(monkeypatch, need)
+    row = search_replicas(task)
+    assert row["replicas"] == 7 and row["replications"] == MAX_AUTO_REPLICATIONS
+    assert "4 passed 2 of 3 seeds" in row["replications_reason"]
+    assert {(7, k) for k in range(8)} <= set(calls) and (6, 5) in calls
+    assert len(calls) == len(set(calls))
 
 
 def test_the_planner_judges_the_arrivals_of_the_warmup_and_cooldown_window():

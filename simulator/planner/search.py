@@ -1,8 +1,9 @@
 """The minimum replica count of one candidate in one region and quarter, decided by simulation.
 
 :func:`minimal_count` is the one replica search (the planner's and the studies'): it starts from a
-first guess, gallops up (doubling) until a count passes or the cap is reached, gallops down while
-counts below the start still pass, then bisects. The answer ``n`` is always a simulated pass and
+first guess, gallops up from it (one more, then two, four, ... more than the last failure) until a
+count passes or the cap is reached, gallops down the same way while counts below the start still
+pass, then bisects. The answer ``n`` is always a simulated pass and
 ``n - 1`` a simulated failure (or ``n = 1``).
 
 :func:`search_replicas` is one unit of work for the planner's executor (a picklable task in, a plain
@@ -85,16 +86,15 @@ def minimal_count(ok: Callable[[int], bool], start: int, cap: int) -> int | None
             step *= 2
             lo = max(0, hi - step)
     else:
-        lo, n, found = start, start, None
-        while found is None:
-            if n >= cap:
+        lo, step = start, 1
+        while True:                      # gallop up from the last failure: +1, +2, +4, ...
+            if lo >= cap:
                 return None
-            n = min(cap, n * 2)
+            n = min(cap, lo + step)
             if ok(n):
-                found = n
-            else:
-                lo = n
-        hi = found
+                hi = n
+                break
+            lo, step = n, step * 2
     while hi - lo > 1:                   # invariant: lo fails (or is 0), hi passes
         mid = (lo + hi) // 2
         if ok(mid):
@@ -299,6 +299,7 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
     one = with_counts(task.scenario, 1)
     saturation = saturation_rps(one) if task.design_rps else math.inf
     replications = task.replications
+    seeds = 1               # the runs ``ok`` judges a count on: first the first seed alone
 
     def overloaded(n: int) -> bool:       # 100% utilization or more: never a pass
         return bool(task.design_rps and task.design_rps >= n * saturation)
@@ -307,16 +308,22 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
         if overloaded(n):
             tried.setdefault(n, _overloaded(task, n, saturation))
             return False
-        tried[n] = runs.evaluate(n, replications)
+        tried[n] = runs.evaluate(n, seeds)
         return bool(tried[n]["passed"])
 
+    # Bracket on the first seed (one run per count), then search again from its answer on every seed:
+    # a count that fails the first seed fails them all, so the answer is the least count passing every
+    # seed, and the counts far above it cost one run each instead of one per seed.
     n = minimal_count(ok, task.start, task.max_replicas)
+    if n is not None and replications > 1:
+        seeds = replications
+        n = minimal_count(ok, n, task.max_replicas)
     noise = ""
     if n is not None and task.auto_replications:
         below = [runs.evaluate(n - 1, replications, complete=True)] if n > 1 and not overloaded(n - 1) else []
         noise = noisy_decision(tried[n], below)
         if noise and replications < MAX_AUTO_REPLICATIONS:
-            replications = MAX_AUTO_REPLICATIONS
+            replications = seeds = MAX_AUTO_REPLICATIONS
             n = minimal_count(ok, n, task.max_replicas)     # n - 1 failed on a seed it still has
     sims = runs.simulations + (1 if math.isfinite(saturation) else 0)
     extra = {"replications": replications, "simulations": sims,
