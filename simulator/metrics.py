@@ -211,12 +211,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         from simulator.cluster.pools import pools_summary
         summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req,
                                          (in_window & finished).to_numpy())
-    blocks: Any = result.system.kv_plan.num_gpu_blocks
-    if result.system.pools:   # each replica's usage against its own pool's KV cache
-        blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in result.system.pools],
-                           [sub.deployment.replicas for sub, _ in result.system.pools]
-                           )[steps["replica"].astype(np.int64)]
-    summary["batch"] = _batch_summary(steps, blocks)
+    summary["batch"] = batch_summary(result)
     if isinstance(arrival, OfflineArrival | ClosedLoopArrival):
         summary["benchmark"] = _benchmark_summary(arrival, steps, (start, end), len(req))
     plan = result.system.kv_plan
@@ -345,6 +340,18 @@ def _slo_summary(slo: Any, requests: pd.DataFrame, window: tuple[float, float], 
     verdict = judge(requests, slo, window, stable=stable)
     return {"slo_attainment": verdict.attainment, "goodput_requests_per_s": verdict.goodput_requests_per_s,
             "slo": {"thresholds_s": thresholds, **verdict.to_dict()}}
+
+
+def batch_summary(result: SimulationResult) -> dict[str, Any]:
+    """The summary's ``batch`` part: steps, the running batch (mean weighted by step time, and max),
+    busy time and the KV cache's usage (under ``kv``)."""
+    steps = result.step_log.columns()
+    blocks: Any = result.system.kv_plan.num_gpu_blocks
+    if result.system.pools:   # each replica's usage against its own pool's KV cache
+        blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in result.system.pools],
+                           [sub.deployment.replicas for sub, _ in result.system.pools]
+                           )[steps["replica"].astype(np.int64)]
+    return _batch_summary(steps, blocks)
 
 
 def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: Any) -> dict[str, Any]:

@@ -287,3 +287,32 @@ def test_round_robin_replicas_plan_decode_runs_up_to_their_own_next_arrival(over
     assert own.step_log.num_entries < cut.step_log.num_entries
     assert_same_run_to_1e9(own, cut)
     assert_same_run_to_1e9(own, slow)
+
+
+def test_the_summary_is_computed_on_first_use_and_the_planner_never_needs_it(monkeypatch):
+    """``result.summary`` is built when first read (routing counters and ``wall_s`` appended, once);
+    the planner's judge reads the stability test and the batch mean itself, equal to the summary's."""
+    import dataclasses
+
+    import simulator.metrics as metrics
+    from simulator import load_scenario, simulate
+    from simulator.planner import build_tasks, load_plan
+    from simulator.planner.search import _judge_replication, _run_stability
+    sc = load_scenario("examples/chat-h100.yaml", overrides={
+        "num_requests": 600, "deployment.replicas": 2, "deployment.router": "prefix_affinity",
+        "workload.arrival.rate_per_s": 12})
+    result = simulate(sc)
+    assert "_summary" not in result.__dict__
+    summary = result.summary
+    assert result.summary is summary and list(summary)[-2:] == ["routing", "wall_s"]
+    assert summary["wall_s"] == result.wall_s
+    assert _run_stability(result) == summary["stability"]
+    assert metrics.batch_summary(result)["mean_num_seqs"] == summary["batch"]["mean_num_seqs"]
+
+    def no_summary(_result):
+        raise AssertionError("the planner computed a whole summary")
+    monkeypatch.setattr(metrics, "summarize", no_summary)
+    task = build_tasks(load_plan("examples/plan-fy27.yaml"))[0]
+    task = dataclasses.replace(task, scenario=task.scenario.with_overrides({"num_requests": 300}))
+    checks = _judge_replication(task, 3, 0)
+    assert checks[None]["stability"]["stable"] is not None and checks[None]["batching_factor"] > 0

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.cluster.network import ClientNetwork, add_client_latencies
-from simulator.metrics import measurement_window
+from simulator.metrics import batch_summary, measurement_window
 from simulator.planner.capacity import saturation_rps
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
@@ -127,17 +127,28 @@ def judge_run(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | No
     return _judged(result, slo, frame, pool)[0]
 
 
-def _judged(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None,
-            pool: str | None) -> tuple[Verdict, pd.DataFrame, tuple[float, float], dict[str, Any]]:
-    """The verdict, the judged frame, the measurement window and the stability test it used."""
+def _run_stability(result: SimulationResult) -> dict[str, Any]:
+    """The run's stability test over all its requests: the summary's ``stability``, without the rest
+    of the summary."""
+    sc, req = result.scenario, result.requests
+    window = measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival, sc.workload.sessions)
+    return stability(req, window, arrival=sc.workload.arrival)
+
+
+def _judged(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None, pool: str | None,
+            run_stability: dict[str, Any] | None = None
+            ) -> tuple[Verdict, pd.DataFrame, tuple[float, float], dict[str, Any]]:
+    """The verdict, the judged frame, the measurement window and the stability test it used
+    (``run_stability``: the run's own test, when the caller has it already)."""
     sc = result.scenario
     req = result.requests if frame is None else frame
     window = measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival,   # the run's window,
                                 sc.workload.sessions)                                 # also for one pool
-    stable = result.summary["stability"]
     if pool is not None:
         req = req[(req["pool"] == pool).to_numpy()]
         stable = stability(req, window)
+    else:
+        stable = run_stability if run_stability is not None else _run_stability(result)
     tiers = [t for t in sc.workload.tiers or () if pool is None or (req["tier"] == t.name).any()]
     if not tiers:
         verdict = judge(req, slo, window, stable=stable["stable"])
@@ -160,15 +171,16 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
     result = simulate(sc)
     pools: list[str | None] = [None] + [p.name for p in sc.deployment.pools or ()]
     out: dict[str | None, dict[str, Any]] = {}
+    run_stability = _run_stability(result)
+    batching_factor = batch_summary(result)["mean_num_seqs"]
     for i, (case, mix) in enumerate(task.mixes):
         frame = result.requests.copy()
         rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
         add_client_latencies(frame, mix, rng)
         for pool in pools:
-            verdict, judged, window, stable = _judged(result, task.slo, frame, pool)
+            verdict, judged, window, stable = _judged(result, task.slo, frame, pool, run_stability)
             check = _check_row(verdict, judged, window)
-            check.update(case=case, seed=sc.seed, stability=stable,
-                         batching_factor=result.summary["batch"].get("mean_num_seqs"))
+            check.update(case=case, seed=sc.seed, stability=stable, batching_factor=batching_factor)
             if pool not in out or _worse(check, out[pool]):
                 out[pool] = check
     return out

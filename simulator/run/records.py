@@ -1,6 +1,7 @@
 """What a run records: the step log, the per-request frame and :class:`SimulationResult`."""
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,11 +78,16 @@ class FrozenStepLog:
                  interleave: bool, block_size: int) -> None:
         self.num_entries = len(entries)
         self._interleave = interleave
-        self._tabulated = np.concatenate(tabulated) if tabulated else np.zeros(0)
+        # Flattened by fromiter: a list of many short sequences converts several times faster than
+        # through np.array or np.concatenate (same values).
+        flat = itertools.chain.from_iterable
+        self._tabulated = np.fromiter(flat(tabulated), dtype=np.float64)
         # Residue histograms of the multi-step runs, in entry order, one row each.
-        self._residues = np.array(residues, dtype=np.int64).reshape(-1, block_size)
+        self._residues = np.fromiter(flat(residues), dtype=np.int64,
+                                     count=len(residues) * block_size).reshape(-1, block_size)
         # Every field is an int or a float well inside float64's exact integer range.
-        cols = [np.ascontiguousarray(c) for c in np.array(entries, dtype=np.float64).reshape(-1, 12).T]
+        cols = [np.ascontiguousarray(c) for c in
+                np.fromiter(flat(entries), dtype=np.float64, count=12 * len(entries)).reshape(-1, 12).T]
         (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
          self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
         self._k = k.astype(np.int64)
@@ -147,7 +153,7 @@ class SimulationResult:
     """What a run produced: one row per request, one row per engine step, and the summary.
 
     ``steps`` is built on first access from the compact step log (a 100k-request run has millions
-    of steps; the summary and the planner never need the DataFrame).
+    of steps; the summary and the planner never need the DataFrame), and so is ``summary``.
     """
 
     scenario: Scenario
@@ -156,7 +162,9 @@ class SimulationResult:
     system: ResolvedSystem
     sim_time_s: float
     wall_s: float
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary_parts: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Summary keys the run supplies itself (routing and autoscaler counters, ``wall_s``), appended
+    to :attr:`summary`."""
     engine_stats: dict[str, float] = field(default_factory=dict)
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
     prefix_cache: dict[str, int] | None = None
@@ -164,6 +172,19 @@ class SimulationResult:
     request_path: Any = None
     """The run's :class:`simulator.cluster.request_path.RequestPath` (None without stages, response
     cache or coalescing)."""
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The run's JSON summary (:func:`simulator.metrics.summarize` plus :attr:`summary_parts`),
+        computed on first use: a caller that reads only the request frame (the planner's judge)
+        never pays for it."""
+        summary = self.__dict__.get("_summary")
+        if summary is None:
+            from simulator.metrics import summarize
+            summary = summarize(self)
+            summary.update(self.summary_parts)
+            self.__dict__["_summary"] = summary
+        return summary
 
     @property
     def steps(self) -> pd.DataFrame:
