@@ -238,7 +238,7 @@ def judge(requests: pd.DataFrame, slo: Any, window: tuple[float, float], *,
     start, end = window
     arrival = requests["arrival_time"].to_numpy(dtype=float)
     in_window = (arrival >= start) & (arrival <= end)
-    completed = (requests["status"].astype(str) == COMPLETED).to_numpy()
+    completed = (requests["status"] == COMPLETED).to_numpy()
     lat = judged_latencies(requests)
     limits = per_request_limits_s(slo)
     ok = completed.copy()

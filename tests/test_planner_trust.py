@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from simulator import simulate
@@ -136,6 +137,29 @@ def test_minimal_count_is_the_least_passing_count():
             assert minimal_count(ok, start, 64) == need
             assert need == 1 or (need - 1) in calls
     assert minimal_count(lambda n: False, 4, 16) is None
+
+
+def test_a_guess_moves_the_probes_never_the_answer():
+    """Whatever ``guess`` says (far below, far above, at random, nothing), the answer is the least passing
+    count and the count below it was probed; a guess at the answer brings the probes to it."""
+    rng = np.random.default_rng(0)
+    guesses = [lambda lo: None, lambda lo: lo - 5, lambda lo: lo + 1, lambda lo: 10**6,
+               lambda lo: int(rng.integers(-3, 70))]
+    for need in (1, 2, 5, 17, 40, 64):
+        for start in (1, 3, 20):
+            for guess in [*guesses, lambda lo, need=need: need]:
+                calls = []
+
+                def ok(n, need=need, calls=calls):
+                    calls.append(n)
+                    return n >= need
+                assert minimal_count(ok, start, 64, guess) == need
+                assert need <= start or need - 1 in calls
+    plain, guided = [], []
+    minimal_count(lambda n: plain.append(n) or n >= 40, 20, 64)
+    minimal_count(lambda n: guided.append(n) or n >= 40, 20, 64, lambda lo: 40)
+    assert plain == [20, 21, 23, 27, 35, 51, 43, 39, 41, 40]
+    assert guided[:6] == [20, 21, 23, 27, 35, 40] and len(guided) < len(plain)   # no overshoot to 51
 
 
 def _seeded_thresholds(monkeypatch, need):

@@ -181,7 +181,7 @@ def pools_summary(scenario: Scenario, systems: Sequence[Any], requests: pd.DataF
                   measured_mask: np.ndarray) -> dict[str, Any]:
     """Per pool: model, hardware, replicas, GPUs, requests, p50/p99 TTFT, TPOT and E2E."""
     out: dict[str, Any] = {}
-    finished = (requests["status"].astype(str) == "finished_length_capped").to_numpy()
+    finished = (requests["status"] == "finished_length_capped").to_numpy()
     assert scenario.deployment.pools is not None
     for pool, system in zip(scenario.deployment.pools, systems, strict=True):
         in_pool = (requests["pool"] == pool.name).to_numpy()

@@ -190,7 +190,7 @@ class RequestPath:
     def add_columns(self, req: pd.DataFrame) -> None:
         """Measure from the send instant, add the post stages, TTUA and the path's columns."""
         sc = self.scenario
-        completed = (req["status"].astype(str) == "finished_length_capped").to_numpy()
+        completed = (req["status"] == "finished_length_capped").to_numpy()
         finish = req["finish_time"].to_numpy(dtype=float).copy()
         post = np.zeros(len(req))
         stages = sc.pipeline.post if sc.pipeline is not None else []

@@ -115,7 +115,7 @@ def _saturated(scenario: Scenario, num_requests: int) -> Scenario:
 
 def _steady_rate(req: pd.DataFrame) -> float:
     """Completions per second between 10% and 80% of the completions (0 without any)."""
-    done = np.sort(req.loc[req["status"].astype(str) == "finished_length_capped", "finish_time"].to_numpy(dtype=float))
+    done = np.sort(req.loc[req["status"] == "finished_length_capped", "finish_time"].to_numpy(dtype=float))
     if len(done) < 20:
         return len(done) / float(done[-1]) if len(done) and done[-1] > 0 else 0.0
     i, j = int(0.1 * len(done)), int(0.8 * len(done))

@@ -1,9 +1,10 @@
 """The minimum replica count of one candidate in one region and quarter, decided by simulation.
 
 :func:`minimal_count` is the one replica search (the planner's and the studies'): it starts from a
-first guess, gallops up from it (one more, then two, four, ... more than the last failure) until a
-count passes or the cap is reached, gallops down the same way while counts below the start still
-pass, then bisects. The answer ``n`` is always a simulated pass and
+first guess, gallops up from it (one more, then two, four, ... more than the last failure, or less
+where the failures' worst ratios point nearer) until a count passes or the cap is reached, gallops
+down the same way while counts below the start still pass, then bisects. The planner runs it on the
+first seed alone, then again from that answer on every seed. The answer ``n`` is always a simulated pass and
 ``n - 1`` a simulated failure (or ``n = 1``).
 
 :func:`search_replicas` is one unit of work for the planner's executor (a picklable task in, a plain
@@ -75,9 +76,17 @@ class SearchTask:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def minimal_count(ok: Callable[[int], bool], start: int, cap: int) -> int | None:
+Guess = Callable[[int], int | None]
+"""``guess(lo)``: where the least passing count probably is, given that ``lo`` is the highest count
+that failed so far and none above it passed; None for no idea."""
+
+
+def minimal_count(ok: Callable[[int], bool], start: int, cap: int, guess: Guess | None = None) -> int | None:
     """The least ``n`` in ``1..cap`` with ``ok(n)`` (``ok`` taken as monotone), or None when even
-    ``cap`` fails. Every count it returns was passed by ``ok`` and ``n - 1`` failed (or ``n = 1``)."""
+    ``cap`` fails. Every count it returns was passed by ``ok`` and ``n - 1`` failed (or ``n = 1``).
+
+    ``guess`` only moves the probes, never the answer: going up, it can bring the next probe nearer
+    the last failure than the gallop's (never nearer than a quarter of the gallop's step)."""
     start = min(max(1, start), cap)
     if ok(start):
         hi, lo, step = start, start - 1, 1
@@ -91,6 +100,9 @@ def minimal_count(ok: Callable[[int], bool], start: int, cap: int) -> int | None
             if lo >= cap:
                 return None
             n = min(cap, lo + step)
+            g = guess(lo) if guess is not None else None
+            if g is not None:
+                n = min(n, max(lo + max(1, step // 4), g))
             if ok(n):
                 hi = n
                 break
@@ -251,7 +263,7 @@ def _check_row(verdict: Verdict, frame: pd.DataFrame, window: tuple[float, float
     """The verdict plus the percentiles the worksheet shows (over arrivals, dropped ones as +inf)."""
     arrival = frame["arrival_time"].to_numpy(dtype=float)
     judged = (arrival >= window[0]) & (arrival <= window[1])
-    completed = (frame["status"].astype(str) == COMPLETED).to_numpy()[judged]
+    completed = (frame["status"] == COMPLETED).to_numpy()[judged]
     lat = judged_latencies(frame)
     out: dict[str, Any] = {}
     for name in ("ttft", "tpot", "e2e", "ttua"):
@@ -323,20 +335,37 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
         tried[n] = runs.evaluate(n, seeds)
         return bool(tried[n]["passed"])
 
+    def guess(lo: int) -> int | None:
+        """Where the log of the worst ratio reaches 0 on the line through the simulated failures ``lo``
+        and the one below it nearest it (a check's worst ratio falls about geometrically as replicas
+        are added, so the line finds the limit's neighbourhood in fewer probes than the gallop)."""
+        def log_ratio(m: int) -> float | None:
+            check = tried.get(m)
+            score = check["score"] if check is not None and check["runs"] else math.nan
+            return math.log(score) if 1 < score < math.inf else None
+        y0 = log_ratio(lo)
+        other = max((m for m in tried if m < lo and log_ratio(m) is not None), default=None)
+        if y0 is None or other is None:
+            return None
+        y1 = log_ratio(other)
+        assert y1 is not None
+        slope = (y0 - y1) / (lo - other)
+        return math.ceil(lo - y0 / slope) if slope < 0 else None
+
     # Bracket on the first seed (one run per count), then search again from its answer on every seed:
     # a count that fails the first seed fails them all, so the answer is the least count passing every
     # seed, and the counts far above it cost one run each instead of one per seed.
-    n = minimal_count(ok, task.start, task.max_replicas)
+    n = minimal_count(ok, task.start, task.max_replicas, guess)
     if n is not None and replications > 1:
         seeds = replications
-        n = minimal_count(ok, n, task.max_replicas)
+        n = minimal_count(ok, n, task.max_replicas, guess)
     noise = ""
     if n is not None and task.auto_replications:
         below = [runs.evaluate(n - 1, replications, complete=True)] if n > 1 and not overloaded(n - 1) else []
         noise = noisy_decision(tried[n], below)
         if noise and replications < MAX_AUTO_REPLICATIONS:
             replications = seeds = MAX_AUTO_REPLICATIONS
-            n = minimal_count(ok, n, task.max_replicas)     # n - 1 failed on a seed it still has
+            n = minimal_count(ok, n, task.max_replicas, guess)     # n - 1 failed on a seed it still has
     sims = runs.simulations + (1 if math.isfinite(saturation) else 0)
     extra = {"replications": replications, "simulations": sims,
              "replications_reason": replications_reason(task, replications, noise, tried[n] if n else None)}

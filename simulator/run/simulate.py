@@ -114,7 +114,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         req = result.requests
         measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival,
                                                scenario.workload.sessions)
-                    & (req["status"].astype(str) == "finished_length_capped")).to_numpy()
+                    & (req["status"] == "finished_length_capped")).to_numpy()
         result.summary_parts["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
     result.summary_parts["wall_s"] = result.wall_s   # the summary itself is computed on first use
