@@ -32,7 +32,8 @@ from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
 from simulator.slo import has_objectives, judge, per_request_limits_s, stability
 
 if TYPE_CHECKING:  # pragma: no cover
-    from simulator.run.records import SimulationResult
+    from simulator.run.records import FrozenStepLog, SimulationResult
+    from simulator.run.resolve import ResolvedSystem
 
 PERCENTILES = (50, 90, 95, 99)
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s", "ttua_s")
@@ -211,7 +212,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         from simulator.cluster.pools import pools_summary
         summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req,
                                          (in_window & finished).to_numpy())
-    summary["batch"] = batch_summary(result)
+    summary["batch"] = batch_summary(result.step_log, result.system)
     if isinstance(arrival, OfflineArrival | ClosedLoopArrival):
         summary["benchmark"] = _benchmark_summary(arrival, steps, (start, end), len(req))
     plan = result.system.kv_plan
@@ -342,14 +343,14 @@ def _slo_summary(slo: Any, requests: pd.DataFrame, window: tuple[float, float], 
             "slo": {"thresholds_s": thresholds, **verdict.to_dict()}}
 
 
-def batch_summary(result: SimulationResult) -> dict[str, Any]:
-    """The summary's ``batch`` part: steps, the running batch (mean weighted by step time, and max),
-    busy time and the KV cache's usage (under ``kv``)."""
-    steps = result.step_log.columns()
-    blocks: Any = result.system.kv_plan.num_gpu_blocks
-    if result.system.pools:   # each replica's usage against its own pool's KV cache
-        blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in result.system.pools],
-                           [sub.deployment.replicas for sub, _ in result.system.pools]
+def batch_summary(step_log: FrozenStepLog, system: ResolvedSystem) -> dict[str, Any]:
+    """The summary's ``batch`` part of a run (its step log and resolved system): steps, the running
+    batch (mean weighted by step time, and max), busy time and the KV cache's usage (under ``kv``)."""
+    steps = step_log.columns()
+    blocks: Any = system.kv_plan.num_gpu_blocks
+    if system.pools:   # each replica's usage against its own pool's KV cache
+        blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in system.pools],
+                           [sub.deployment.replicas for sub, _ in system.pools]
                            )[steps["replica"].astype(np.int64)]
     return _batch_summary(steps, blocks)
 

@@ -1,6 +1,7 @@
 """Interactive speed (issue 22): what must stay cheap, checked by behaviour rather than timing."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -226,6 +227,7 @@ def test_a_decode_step_on_floats_is_the_numpy_step(engine):
 
     from simulator import load_scenario
     from simulator.cost.factory import make_cost_model
+    from simulator.engine import scheduler
     from simulator.run.resolve import resolve
     from simulator.scenario.parallel import Parallelism
 
@@ -238,6 +240,21 @@ def test_a_decode_step_on_floats_is_the_numpy_step(engine):
         ctx = n * np.array([0, 1, 2, 7, 100, 999, 5000, 20000, 200000], dtype=np.float64)
         assert [fn(float(c)) for c in ctx] == cost.decode_run_times(n, ctx).tolist()
         assert fn(float(ctx[4])) == cost.decode_step_time_s(n, int(ctx[4]))
+        # The run pricing the scheduler uses (the table's inlined steps without wrappers), across
+        # breakpoints: the same floats, stopped at the first step whose running sum reaches delta.
+        steps = scheduler._decode_steps_fn(cost, n)
+        assert steps is not None
+        assert engine is not None or getattr(cost, "decode_steps_fn", None) is not None
+        for ctx1 in (0, n, 50 * n, 999 * n, 20000 * n):
+            k = 64 if n < 300 else 16
+            ctxs = ctx1 + n * np.arange(k, dtype=np.float64)
+            want = cost.decode_run_times(n, ctxs)
+            got, reached = steps(ctx1, k, math.inf)
+            assert got == want.tolist() and not reached
+            cum = np.cumsum(want)
+            delta = float(cum[k // 3])
+            got, reached = steps(ctx1, k, delta)
+            assert reached and got == want[:int(np.argmax(cum >= delta)) + 1].tolist()
 
 
 @pytest.mark.parametrize("overrides", [
@@ -307,7 +324,7 @@ def test_the_summary_is_computed_on_first_use_and_the_planner_never_needs_it(mon
     assert result.summary is summary and list(summary)[-2:] == ["routing", "wall_s"]
     assert summary["wall_s"] == result.wall_s
     assert _run_stability(result) == summary["stability"]
-    assert metrics.batch_summary(result)["mean_num_seqs"] == summary["batch"]["mean_num_seqs"]
+    assert metrics.batch_summary(result.step_log, result.system)["mean_num_seqs"] == summary["batch"]["mean_num_seqs"]
 
     def no_summary(_result):
         raise AssertionError("the planner computed a whole summary")
@@ -315,4 +332,4 @@ def test_the_summary_is_computed_on_first_use_and_the_planner_never_needs_it(mon
     task = build_tasks(load_plan("examples/plan-fy27.yaml"))[0]
     task = dataclasses.replace(task, scenario=task.scenario.with_overrides({"num_requests": 300}))
     checks = _judge_replication(task, 3, 0)
-    assert checks[None]["stability"]["stable"] is not None and checks[None]["batching_factor"] > 0
+    assert checks[None]["stability"]["stable"] is not None and float(checks[None]["batching_factor"]) > 0

@@ -93,6 +93,29 @@ class CostModel(Protocol):
     # form), None when it does not (the engine sums ``decode_run_times``).
 
 
+DecodeSteps = Callable[[int, int, float], tuple[list[float], bool]]
+"""``steps(ctx1, k, delta)``: the durations of up to ``k`` pure-decode steps of one batch, the first
+over a context sum of ``ctx1`` and each next over one more token per sequence, priced one by one
+until their running sum (added in order from 0.0) reaches ``delta``; and whether it did. A cost
+model's ``decode_steps_fn(num_decodes)`` gives one where its ``decode_step_fn`` exists, with the
+same floats as that function step for step."""
+
+
+def decode_steps_from(step_fn: Callable[[float], float], num_decodes: int) -> DecodeSteps:
+    """:data:`DecodeSteps` from a one-step function of the context sum (``decode_step_fn``)."""
+    def steps(ctx1: int, k: int, delta: float) -> tuple[list[float], bool]:
+        out: list[float] = []
+        cum = 0.0
+        for j in range(k):
+            d = step_fn(float(ctx1 + num_decodes * j))
+            out.append(d)
+            cum += d
+            if cum >= delta:
+                return out, True
+        return out, False
+    return steps
+
+
 COST_MODELS: Registry[Callable[..., CostModel]] = Registry("cost model", "hardware.cost_model")
 register = COST_MODELS.register
 """Class decorator adding a cost model to :data:`COST_MODELS` under a name."""

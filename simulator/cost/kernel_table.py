@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.cost.base import register
+from simulator.cost.base import DecodeSteps, register
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
@@ -132,6 +132,44 @@ class PiecewiseDecode:
             return (y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (s - x[j]) + y[j]
         self._scalar_fns[n] = attn
         return attn
+
+    def steps_fn(self, n: int, layers: float, lin: float, elem: float, comm: float,
+                 overhead: float) -> DecodeSteps:
+        """:data:`~simulator.cost.base.DecodeSteps` for pure-decode steps of ``n`` sequences that take
+        ``lin + layers * attention + elem + comm + overhead`` (the table cost model's step), with
+        :meth:`scalar_fn`'s attention inlined: the same float operations step for step, without a
+        function call and a bisection per step (the context grows, so the segment is found again only
+        when the context leaves it)."""
+        _, _, slope, x, y = self._tables.get(n) or self._table(n)
+        x_first, x_last, y_last = x[0], x[-1], y[-1]
+        curves, ratio, bisect_right = self.curves, self.ratio, bisect.bisect_right
+
+        def steps(ctx1: int, k: int, delta: float) -> tuple[list[float], bool]:
+            out: list[float] = []
+            append = out.append
+            cum = 0.0
+            x_lo = x_hi = y_lo = rise = math.nan        # the segment [x_lo, x_hi) the context is in
+            for j in range(k):
+                s = float(ctx1 + n * j)
+                if s > x_last:
+                    a = y_last + slope * (s - x_last)
+                elif s < x_first:
+                    a = float(curves(n, s) * ratio)
+                elif s == x_last:
+                    a = y_last
+                else:
+                    if not x_lo <= s < x_hi:
+                        i = bisect_right(x, s) - 1
+                        x_lo, x_hi, y_lo = x[i], x[i + 1], y[i]
+                        rise = (y[i + 1] - y_lo) / (x_hi - x_lo)
+                    a = y_lo if s == x_lo else rise * (s - x_lo) + y_lo
+                d = lin + layers * a + elem + comm + overhead
+                append(d)
+                cum += d
+                if cum >= delta:
+                    return out, True
+            return out, False
+        return steps
 
 
 def _isotonic(y: np.ndarray) -> np.ndarray:
@@ -238,14 +276,7 @@ class KernelTableCostModel(TableCostModel):
         self._prefill = self._prefill_for(df, kv_dtype)
         self._decode = self._decode_for(df, kv_dtype)
         self._comm = self._comm_fn(sixteen[sixteen["family"] == "comm"])
-        self._step_s, self._seq_s = profile.overhead.step_s, profile.overhead.per_seq_s
-        self._tok_s = profile.overhead.per_token_s
-        self._tok_cache: dict[int, tuple[float, float, float]] = {}
-        self._samp_cache: dict[int, tuple[float, float]] = {}
-        self._pf_cache: dict[tuple[int, int], float] = {}
-        self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
-        self._affine_cache: dict[int, tuple[float, float]] = {}
-        self._step_fns: dict[int, Callable[[float], float]] = {}
+        self._init_caches(profile)
 
     # -- row selection --------------------------------------------------------------------------------
     @staticmethod

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from simulator.cost.base import BatchShape, StepTime, register
+from simulator.cost.base import BatchShape, DecodeSteps, StepTime, register
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
@@ -105,6 +105,10 @@ class TableCostModel:
         self._prefill = self._prefill_fn(df[df["family"] == "attn_prefill"])
         self._decode = self._decode_fn(df[df["family"] == "attn_decode"])
         self._comm = self._comm_fn(df[df["family"] == "comm"])
+        self._init_caches(profile)
+
+    def _init_caches(self, profile: HardwareProfile) -> None:
+        """The profile's CPU overhead terms, and empty caches of the per-step pieces."""
         self._step_s, self._seq_s = profile.overhead.step_s, profile.overhead.per_seq_s
         self._tok_s = profile.overhead.per_token_s
         self._tok_cache: dict[int, tuple[float, float, float]] = {}
@@ -113,6 +117,7 @@ class TableCostModel:
         self._fixed_cache: dict[int, tuple[float, float, float, float]] = {}
         self._affine_cache: dict[int, tuple[float, float]] = {}
         self._step_fns: dict[int, Callable[[float], float]] = {}
+        self._steps_fns: dict[int, DecodeSteps] = {}
 
     # -- construction -------------------------------------------------------------------------------
     def _peaks(self, df: pd.DataFrame) -> tuple[float, float]:
@@ -362,6 +367,18 @@ class TableCostModel:
             lin, elem, comm, overhead = self._decode_fixed(num_decodes)
             attn, layers = scalar_fn(num_decodes), self.L
             got = self._step_fns[num_decodes] = lambda s: lin + layers * attn(s) + elem + comm + overhead
+        return got
+
+    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
+        """:meth:`decode_step_fn`'s steps in one function (:data:`~simulator.cost.base.DecodeSteps`),
+        where the decode attention inlines its own (measured tables); None elsewhere."""
+        got = self._steps_fns.get(num_decodes)
+        if got is None:
+            steps_fn = getattr(self._decode, "steps_fn", None)
+            if steps_fn is None:
+                return None
+            lin, elem, comm, overhead = self._decode_fixed(num_decodes)
+            got = self._steps_fns[num_decodes] = steps_fn(num_decodes, self.L, lin, elem, comm, overhead)
         return got
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:

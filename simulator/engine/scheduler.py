@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from simulator.cost.base import BatchShape
+from simulator.cost.base import BatchShape, DecodeSteps, decode_steps_from
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.registry import Registry
@@ -507,13 +507,12 @@ class Scheduler:
         if self.num_scheduler_steps > 1:             # a multi-step run ends at its last step
             k = min(k, self.num_scheduler_steps - self.steps_into_run)
         durations: np.ndarray | list[float] | None = None
-        step_fn = None
+        steps_fn = None
         if affine is None:       # a short run is priced on plain floats, a long one with numpy
-            fn_of = getattr(cost, "decode_step_fn", None)
-            step_fn = fn_of(nc) if fn_of is not None else None
+            steps_fn = _decode_steps_fn(cost, nc)
         if next_event_time != np.inf and k > 1:
-            if step_fn is not None:
-                reach, durations = _list_steps_to_reach(next_event_time - now, step_fn, cost, nc, ctx1, k)
+            if steps_fn is not None:
+                reach, durations = _list_steps_to_reach(next_event_time - now, steps_fn, cost, nc, ctx1, k)
             else:
                 reach, durations = _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k)
             k = min(k, reach)
@@ -537,8 +536,8 @@ class Scheduler:
             # The first k of the durations summed to find the horizon's step, if there are (a cost
             # model's decode_run_times is element for element: a step's duration is its context's).
             if durations is None or len(durations) < k:
-                if step_fn is not None and k <= LIST_STEPS:
-                    durations = [step_fn(float(ctx1 + nc * j)) for j in range(k)]
+                if steps_fn is not None and k <= LIST_STEPS:
+                    durations = steps_fn(ctx1, k, math.inf)[0]
                 else:
                     durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
             else:
@@ -797,25 +796,32 @@ def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any,
 
 
 LIST_STEPS = 64
-"""Decode runs of at most this many steps are priced on Python floats (``decode_step_fn``), longer
+"""Decode runs of at most this many steps are priced on Python floats (``decode_steps_fn``), longer
 ones with numpy (``decode_run_times``); both give the same floats."""
 
 
-def _list_steps_to_reach(delta: float, step_fn: Any, cost: Any, n: int, ctx1: int,
+def _decode_steps_fn(cost: Any, num_decodes: int) -> DecodeSteps | None:
+    """The cost model's pure-decode steps on plain floats (``decode_steps_fn``, else built from its
+    ``decode_step_fn``), or None when it has neither."""
+    steps_of = getattr(cost, "decode_steps_fn", None)
+    steps = steps_of(num_decodes) if steps_of is not None else None
+    if steps is None:
+        step_of = getattr(cost, "decode_step_fn", None)
+        step = step_of(num_decodes) if step_of is not None else None
+        steps = decode_steps_from(step, num_decodes) if step is not None else None
+    return steps
+
+
+def _list_steps_to_reach(delta: float, steps_fn: DecodeSteps, cost: Any, n: int, ctx1: int,
                          k_cap: int) -> tuple[int, np.ndarray | list[float] | None]:
     """:func:`_steps_to_reach` for a cost model that is not affine, one step at a time on plain
     floats while that takes at most :data:`LIST_STEPS` steps: the same step count, and the same
     durations (a running sum in the order ``np.cumsum`` adds)."""
     if delta <= 0:
         return 1, None
-    durations: list[float] = []
-    cum = 0.0
-    for j in range(min(k_cap, LIST_STEPS)):
-        d = step_fn(float(ctx1 + n * j))
-        durations.append(d)
-        cum += d
-        if cum >= delta:
-            return j + 1, durations
+    durations, reached = steps_fn(ctx1, min(k_cap, LIST_STEPS), delta)
+    if reached:
+        return len(durations), durations
     if k_cap <= LIST_STEPS:
         return k_cap, durations
     return _steps_to_reach(delta, None, cost, n, ctx1, k_cap)

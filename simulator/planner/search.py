@@ -41,7 +41,8 @@ import pandas as pd
 from simulator.cluster.network import ClientNetwork, add_client_latencies
 from simulator.metrics import batch_summary, measurement_window
 from simulator.planner.capacity import saturation_rps
-from simulator.run.records import SimulationResult
+from simulator.run.records import FrozenStepLog, SimulationResult
+from simulator.run.resolve import ResolvedSystem
 from simulator.run.simulate import simulate
 from simulator.scenario.config import Scenario, SLOConfig
 from simulator.slo import COMPLETED, Verdict, judge, judged_latencies, quantile_with_drops, stability, tasks
@@ -184,7 +185,7 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
     pools: list[str | None] = [None] + [p.name for p in sc.deployment.pools or ()]
     out: dict[str | None, dict[str, Any]] = {}
     run_stability = _run_stability(result)
-    batching_factor = batch_summary(result)["mean_num_seqs"]
+    batching_factor = BatchingFactor(result.step_log, result.system)
     for i, (case, mix) in enumerate(task.mixes):
         frame = result.requests.copy()
         rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
@@ -196,6 +197,20 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
             if pool not in out or _worse(check, out[pool]):
                 out[pool] = check
     return out
+
+
+@dataclass(frozen=True)
+class BatchingFactor:
+    """A run's mean running batch (the summary's ``batch.mean_num_seqs``), computed when read with
+    ``float()``: it expands the run's whole step log, and a worksheet row shows one run's of the dozens
+    a search simulates."""
+
+    step_log: FrozenStepLog
+    system: ResolvedSystem
+
+    def __float__(self) -> float:
+        mean = batch_summary(self.step_log, self.system)["mean_num_seqs"]
+        return math.nan if mean is None else float(mean)
 
 
 class Runs:
@@ -420,7 +435,7 @@ def check_columns(chosen: dict[str, Any]) -> dict[str, Any]:
         "ttua_p99_ms": _ms(chosen["ttua_p99_s"]), "task_ttua_p99_ms": _ms(chosen["task_ttua_p99_s"]),
         "slo_attainment": chosen["attainment"], "dropped": chosen["dropped"],
         "stable": chosen["stable"], "backlog_growth_fraction": chosen["stability"]["backlog_growth_fraction"],
-        "batching_factor": chosen["batching_factor"], "worst_case": chosen["case"],
+        "batching_factor": float(chosen["batching_factor"]), "worst_case": chosen["case"],
         "slo_worst_ratio": chosen["score"], "seed_spread": chosen["seed_spread"],
     }
 

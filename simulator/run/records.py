@@ -60,7 +60,7 @@ class StepLog:
         self._replicas.add(replica)
 
     def freeze(self) -> FrozenStepLog:
-        """The log as compact per-entry arrays (one row per step or decode run); drops the list."""
+        """The log as a :class:`FrozenStepLog` (one entry per step or decode run); hands over the lists."""
         frozen = FrozenStepLog(self._entries, self._residues, self._tabulated, len(self._replicas) > 1,
                                self._block_size)
         self._entries, self._residues, self._tabulated = [], [], []
@@ -70,14 +70,25 @@ class StepLog:
 class FrozenStepLog:
     """A finished run's step log: per-entry arrays, expanded to one row per step on demand.
 
-    Expansion is vectorised over all entries; ``columns()`` gives numpy arrays (what the summary
-    reads) and ``to_frame()`` the DataFrame (built only when a caller asks for ``result.steps``).
+    The entries become arrays when first needed (a caller that never reads the steps, such as the
+    planner's judge, never pays for it). Expansion is vectorised over all entries; ``columns()``
+    gives numpy arrays (what the summary reads) and ``to_frame()`` the DataFrame (built only when a
+    caller asks for ``result.steps``).
     """
 
     def __init__(self, entries: list[tuple], residues: list[list[int]], tabulated: list[np.ndarray | list[float]],
                  interleave: bool, block_size: int) -> None:
         self.num_entries = len(entries)
         self._interleave = interleave
+        self._lists: tuple[list[tuple], list[list[int]], list[np.ndarray | list[float]], int] | None = \
+            (entries, residues, tabulated, block_size)
+        self._columns: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> None:
+        """The entries' lists as arrays (once)."""
+        if self._lists is None:
+            return
+        entries, residues, tabulated, block_size = self._lists
         # Flattened by fromiter: a list of many short sequences converts several times faster than
         # through np.array or np.concatenate (same values).
         flat = itertools.chain.from_iterable
@@ -91,16 +102,18 @@ class FrozenStepLog:
         (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
          self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
         self._k = k.astype(np.int64)
-        self._columns: dict[str, np.ndarray] | None = None
+        self._lists = None
 
     @property
     def num_steps(self) -> int:
+        self._load()
         return int(self._k.sum())
 
     def columns(self) -> dict[str, np.ndarray]:
         """One array per column of :data:`STEP_COLUMNS`, one element per engine step, in time order."""
         if self._columns is not None:
             return self._columns
+        self._load()
         k = self._k
         if len(k) == 0:
             self._columns = {c: np.zeros(0) for c in STEP_COLUMNS}
