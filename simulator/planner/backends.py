@@ -108,6 +108,15 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         manager.join(timeout=5.0)
 
 
+def start_workers(ex: Executor, task: Callable[[], Any]) -> None:
+    """Start ``ex``'s local worker processes now, each running ``task`` (a module-level function:
+    unpickling it imports its module, the workers' slow start), so that they start while the parent
+    goes on (building the searches); nothing for an in-process executor or a cluster."""
+    if isinstance(ex, ProcessPoolExecutor):
+        for _ in range(int(ex._max_workers)):   # type: ignore[attr-defined]
+            ex.submit(task)
+
+
 def executor_slots(ex: Executor) -> int | None:
     """How many tasks ``ex`` runs at once: its local workers (1 in-process), None when a cluster
     decides (every task is then submitted at once)."""

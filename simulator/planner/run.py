@@ -24,7 +24,7 @@ import pandas as pd
 from simulator.cluster.network import network_from_clients
 from simulator.cluster.request_path import stage_workers_text
 from simulator.errors import ScenarioError
-from simulator.planner.backends import executor_slots, open_executor
+from simulator.planner.backends import executor_slots, open_executor, start_workers
 from simulator.planner.capacity import capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.fleet_hours import autoscale_policy, fleet_day
@@ -77,10 +77,11 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     """
     wall0 = time.perf_counter()
     loaded = _as_loaded(plan_config)
-    tasks = build_tasks(loaded)
     per_cell: dict[tuple[str, str], int] = {}
     rows: list[dict[str, Any]] = []
     with open_executor(backend, workers=workers, address=address, timeout_s=timeout_s) as ex:
+        start_workers(ex, _ready)       # their imports overlap the building of the searches
+        tasks = build_tasks(loaded)
         for done, row in enumerate(_longest_first(ex, tasks), 1):
             rows.append(row)
             key = (row["quarter"], row["region"])
@@ -93,6 +94,10 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     worksheet = _worksheet(loaded, candidates)
     summary = _summary(loaded, worksheet)
     return PlanResult(worksheet, candidates, _totals(loaded, summary), time.perf_counter() - wall0, summary)
+
+
+def _ready() -> None:
+    """A local worker's first task: importing this module (to unpickle it) is the work."""
 
 
 def _search(task: SearchTask) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.cluster.network import ClientNetwork, add_client_latencies
+from simulator.cluster.network import ClientNetwork, with_client_latencies
 from simulator.metrics import batch_summary, measurement_window
 from simulator.planner.capacity import saturation_rps
 from simulator.run.records import FrozenStepLog, SimulationResult
@@ -187,9 +187,8 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
     run_stability = _run_stability(result)
     batching_factor = BatchingFactor(result.step_log, result.system)
     for i, (case, mix) in enumerate(task.mixes):
-        frame = result.requests.copy()
         rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
-        add_client_latencies(frame, mix, rng)
+        frame = with_client_latencies(result.requests, mix, rng)
         for pool in pools:
             verdict, judged, window, stable = _judged(result, task.slo, frame, pool, run_stability)
             check = _check_row(verdict, judged, window)

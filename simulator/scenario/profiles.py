@@ -7,6 +7,7 @@ Every profile says its ``source``: ``datasheet`` (vendor peak numbers with assum
 """
 from __future__ import annotations
 
+import functools
 import os
 from importlib import resources
 from pathlib import Path
@@ -194,6 +195,17 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
     if path is None:
         known = ", ".join(sorted(available_profiles())) or "none"
         raise ScenarioError(field, ref, f"no such hardware profile; known: {known} (or give a path)")
+    try:
+        stat = path.stat()
+    except OSError:      # gone since _find: read_yaml says so
+        return _profile_file(path, field, -1, -1)
+    return _profile_file(path, field, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_file(path: Path, field: str, mtime_ns: int, size: int) -> HardwareProfile:
+    """The profile in the file at ``path`` as it was at ``mtime_ns`` and ``size``: read once per process
+    while the file is unchanged (every simulation resolves its profile; the planner runs hundreds)."""
     data = read_yaml(path, f"{field} ({path})", what="a hardware profile")
     if not isinstance(data, dict):
         raise ScenarioError(field, str(path), "profile must be a YAML mapping")
