@@ -88,7 +88,8 @@ def with_client_latencies(requests, network: ClientNetwork, rng: np.random.Gener
     per column)."""
     import pandas as pd
     cols = client_latency_columns(requests, network, rng)
-    kept = requests.drop(columns=[c for c in cols if c in requests.columns])
+    again = [c for c in cols if c in requests.columns]
+    kept = requests.drop(columns=again) if again else requests
     return pd.concat([kept, pd.DataFrame(cols, index=requests.index)], axis=1)
 
 

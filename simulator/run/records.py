@@ -210,7 +210,7 @@ class SimulationResult:
 
 def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
     status = pd.Categorical.from_codes(table.status.astype(np.int64), [s.name.lower() for s in RequestStatus])
-    df = pd.DataFrame({
+    cols: dict[str, Any] = {
         "request_id": np.arange(len(table), dtype=np.int64),
         "arrival_time": table.arrival_time,
         "num_prompt_tokens": table.num_prompt_tokens,
@@ -223,21 +223,23 @@ def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
         "num_preemptions": table.num_preemptions,
         "num_cached_tokens": table.num_cached_tokens,
         "status": status,
-    })
+    }
     if table.session is not None:   # the task (session) of each call, its turn (from 0) and the turns it has
         by_session = pd.Series(table.session).groupby(table.session)
-        df["session"] = table.session
-        df["turn"] = by_session.cumcount().to_numpy(np.int64)
-        df["session_turns"] = by_session.transform("size").to_numpy(np.int64)
+        cols["session"] = table.session
+        cols["turn"] = by_session.cumcount().to_numpy(np.int64)
+        cols["session_turns"] = by_session.transform("size").to_numpy(np.int64)
     tiers = scenario.workload.tiers
     if tiers is not None:
-        df["tier"] = pd.Categorical.from_codes(table.tier.astype(np.int64), [t.name for t in tiers])
-        df["priority"] = table.priority
-    df["queue_delay_s"] = df["first_scheduled_time"] - df["arrival_time"]
-    df["ttft_s"] = df["first_token_time"] - df["arrival_time"]
-    df["e2e_s"] = df["finish_time"] - df["arrival_time"]
-    decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
-    df["tpot_s"] = (df["finish_time"] - df["first_token_time"]) / decode_tokens
-    return df
+        cols["tier"] = pd.Categorical.from_codes(table.tier.astype(np.int64), [t.name for t in tiers])
+        cols["priority"] = table.priority
+    arrival, first_token = np.asarray(table.arrival_time, dtype=np.float64), table.first_token_time
+    cols["queue_delay_s"] = table.first_scheduled_time - arrival
+    cols["ttft_s"] = first_token - arrival
+    cols["e2e_s"] = table.finish_time - arrival
+    out = np.asarray(table.num_output_tokens)
+    decode_tokens = np.where(out > 1, out - 1, np.nan)     # no TPOT without a second token
+    cols["tpot_s"] = (table.finish_time - first_token) / decode_tokens
+    return pd.DataFrame(cols)
 
 
