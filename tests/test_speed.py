@@ -240,6 +240,8 @@ def test_a_decode_step_on_floats_is_the_numpy_step(engine):
         ctx = n * np.array([0, 1, 2, 7, 100, 999, 5000, 20000, 200000], dtype=np.float64)
         assert [fn(float(c)) for c in ctx] == cost.decode_run_times(n, ctx).tolist()
         assert fn(float(ctx[4])) == cost.decode_step_time_s(n, int(ctx[4]))
+        assert [cost.decode_step_time_s(n, c) for c in ctx.astype(np.int64)] == [fn(float(c)) for c in ctx]
+        assert [cost.decode_step_time_s(n, int(c)) for c in ctx] == [fn(float(c)) for c in ctx]
         # The run pricing the scheduler uses (the table's inlined steps without wrappers), across
         # breakpoints: the same floats, stopped at the first step whose running sum reaches delta.
         steps = scheduler._decode_steps_fn(cost, n)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -118,6 +119,7 @@ class TableCostModel:
         self._affine_cache: dict[int, tuple[float, float]] = {}
         self._step_fns: dict[int, Callable[[float], float]] = {}
         self._steps_fns: dict[int, DecodeSteps] = {}
+        self._attn_fns: dict[int, Callable[[Any], float]] = {}
 
     # -- construction -------------------------------------------------------------------------------
     def _peaks(self, df: pd.DataFrame) -> tuple[float, float]:
@@ -301,6 +303,21 @@ class TableCostModel:
     def _decode_attn(self, n: int, s: float | np.ndarray) -> np.ndarray:
         return self.L * self._decode(n, s)
 
+    def _decode_attn_fn(self, n: int) -> Callable[[Any], float]:
+        """One step's decode attention over ``n`` sequences (all layers) as a function of its context
+        sum: ``float(self._decode_attn(n, s))``, through the table's scalar function where it has one
+        (the same float, tested)."""
+        got = self._attn_fns.get(n)
+        if got is None:
+            scalar_fn = getattr(self._decode, "scalar_fn", None)
+            layers = self.L
+            if scalar_fn is not None:
+                attn = scalar_fn(n)
+                got = self._attn_fns[n] = lambda s: layers * attn(float(s))
+            else:
+                got = self._attn_fns[n] = lambda s: float(self._decode_attn(n, s))
+        return got
+
     # -- the CostModel interface --------------------------------------------------------------------
     def _terms(self, shape: BatchShape, tokens: int) -> tuple[float, float, float, float, float]:
         """(linear, attention, elementwise, comm, overhead) seconds of a step of ``tokens`` > 0 tokens."""
@@ -314,7 +331,7 @@ class TableCostModel:
             if q:
                 attn += self._prefill_s(q, c)
         if num_decodes:
-            attn += float(self._decode_attn(num_decodes, shape.decode_context_tokens))
+            attn += (self._attn_fns.get(num_decodes) or self._decode_attn_fn(num_decodes))(shape.decode_context_tokens)
         seqs = len(shape.prefill_tokens) + num_decodes
         overhead = self._step_s + self._seq_s * seqs + self._tok_s * tokens
         return lin, attn, elem, comm, overhead
