@@ -168,29 +168,43 @@ class ChunkedPrefillScheduler(Scheduler):
         if self.priority_order:
             self.sort_pending = True
         if out.row_tokens is None:                           # the running rows all decoded
-            out.row_tokens = np.ones(first_row, dtype=np.int64)
+            out.row_tokens = np.array([1] * first_row + chunks, dtype=np.int64)
             out.prefill_context = []
+        else:
+            out.row_tokens = np.concatenate((out.row_tokens, np.asarray(chunks, dtype=np.int64)))
         out.admitted.extend(admitted)
         out.admitted_tokens.extend(chunks)
         assert out.prefill_context is not None
         out.prefill_context.extend(contexts)
-        out.row_tokens = np.concatenate((out.row_tokens, np.asarray(chunks, dtype=np.int64)))
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
         if out.row_tokens is None:                           # a pure-decode step
             return super().update_from_output(out, now)
+        # On lists: a step's batch is a few dozen rows, where numpy's per-call cost dominates.
         tok = out.row_tokens
         m = len(tok)
-        pending = self.num_pending[:m]
-        was_prefill = pending > 0
+        pending = self.num_pending[:m].tolist()
+        emitted = [0] * m         # an output token: a decoding row's, or the last chunk's first token
+        completed = []            # rows whose last prompt chunk this step was
+        total = 0
+        for row, t in enumerate(tok.tolist()):
+            total += t
+            p = pending[row]
+            if p > 0:
+                p -= t
+                pending[row] = p
+                if p == 0:
+                    completed.append(row)
+                    emitted[row] = 1
+            elif t > 0:
+                emitted[row] = 1
         self.num_computed_tokens[:m] += tok
-        self.context_total += int(tok.sum())
-        pending -= np.where(was_prefill, tok, 0)
-        completed = was_prefill & (pending == 0)
-        self.num_remaining_tokens[:m] -= ((tok > 0) & ~was_prefill) | completed
-        if completed.any():
-            self.num_prefilling -= int(completed.sum())
-            ids = self.req_id[:m][completed]
+        self.context_total += total
+        self.num_pending[:m] = pending
+        self.num_remaining_tokens[:m] -= emitted
+        if completed:
+            self.num_prefilling -= len(completed)
+            ids = self.req_id[completed]
             first = ids[np.isnan(self.table.first_token_time[ids])]
             self.table.first_token_time[first] = now
         return self._finish(now)

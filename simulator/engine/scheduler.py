@@ -309,6 +309,10 @@ class Scheduler:
         residues: list[int] | None
         if self._tracked:
             residues = _turned(self._residues_at_phase, self._phase_computed)
+        elif n <= SMALL_BATCH:
+            residues = [0] * bs
+            for c in self.num_computed_tokens[:n].tolist():
+                residues[c % bs] += 1
         else:
             residues = np.bincount(self.num_computed_tokens[:n] % bs, minlength=bs).tolist()
         need = residues[0]        # rows whose blocks are exactly full need one more
@@ -441,7 +445,7 @@ class Scheduler:
         decode_affine = getattr(cost, "decode_affine", None)
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
-        k_fin = self._min_remaining() if self._tracked else int(self.num_remaining_tokens[:n].min())
+        k_fin = self._min_remaining() if self._tracked else min(self.num_remaining_tokens[:n].tolist())
         residues = cast(list, out.residues)   # set: a pure-decode step
         return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
                                 self.kv.num_free_blocks, self.kv.num_used_blocks)
@@ -569,11 +573,20 @@ class Scheduler:
 
     def _finish(self, now: float) -> np.ndarray:
         n = self.n
-        done = (self.num_remaining_tokens[:n] == self._phase_remaining).nonzero()[0]
-        if len(done) == 0:
-            return _EMPTY
-        if len(done) == 1:
-            return self._finish_row(int(done[0]), now)
+        if n <= SMALL_BATCH:
+            pr = self._phase_remaining
+            rows = [row for row, r in enumerate(self.num_remaining_tokens[:n].tolist()) if r == pr]
+            if not rows:
+                return _EMPTY
+            if len(rows) == 1:
+                return self._finish_row(rows[0], now)
+            done = np.array(rows, dtype=np.int64)
+        else:
+            done = (self.num_remaining_tokens[:n] == self._phase_remaining).nonzero()[0]
+            if len(done) == 0:
+                return _EMPTY
+            if len(done) == 1:
+                return self._finish_row(int(done[0]), now)
         ids = self.req_id[done]
         computed = self.computed_tokens(done)
         if self._tracked:
@@ -794,6 +807,10 @@ def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any,
     durations = cost.decode_run_times(n, ctx1 + n * np.arange(k_guess, dtype=np.float64))
     return min(k_guess, int(np.searchsorted(np.cumsum(durations), delta)) + 1), durations
 
+
+SMALL_BATCH = 32
+"""Batches of at most this many rows are scanned on Python lists (numpy's per-call cost is larger
+there); larger ones with numpy. Both give the same rows in the same order."""
 
 LIST_STEPS = 64
 """Decode runs of at most this many steps are priced on Python floats (``decode_steps_fn``), longer
