@@ -112,18 +112,19 @@ class ChunkedPrefillScheduler(Scheduler):
         """Describe scheduled running rows: decodes as ``num_decode``, chunks as ``admitted``."""
         decode_ctx = partial = 0
         decode_ids, prefill_ids, prefill_tokens, prefill_ctx = [], [], [], []
-        ids = self.req_id
+        ids = self.req_id[:len(tokens)].tolist()
         for row, t in enumerate(tokens):
             if t == 0:
                 continue
-            if pending[row] == 0:
-                decode_ids.append(int(ids[row]))
+            p = pending[row]
+            if p == 0:
+                decode_ids.append(ids[row])
                 decode_ctx += computed[row] + 1
             else:
-                prefill_ids.append(int(ids[row]))
+                prefill_ids.append(ids[row])
                 prefill_tokens.append(t)
                 prefill_ctx.append(computed[row])
-                partial += t < pending[row]
+                partial += t < p
         out.num_decode = len(decode_ids)
         out.decode_ids = np.asarray(decode_ids, dtype=np.int64)
         out.decode_context_sum = decode_ctx
