@@ -1,7 +1,6 @@
 """What a run records: the step log, the per-request frame and :class:`SimulationResult`."""
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,13 +22,15 @@ class StepLog:
     """Every engine step of a run, appended in time order per replica.
 
     A single step and a decode run are both one entry; runs are expanded into one row per step
-    only when the frame is built, for all runs at once (vectorised).
+    only when the frame is built, for all runs at once (vectorised). The entries are kept flat, as
+    plain numbers in three lists (no object per entry: nothing for the cyclic garbage collector to
+    walk when the run ends and the collector is back on, and one conversion to arrays).
     """
 
     def __init__(self, block_size: int) -> None:
-        self._entries: list[tuple] = []
-        self._residues: list[list[int]] = []   # decode runs of more than one step only
-        self._tabulated: list[np.ndarray | list[float]] = []
+        self._entries: list[float] = []         # 12 numbers per entry
+        self._residues: list[int] = []           # a histogram per decode run of more than one step
+        self._tabulated: list[float] = []        # a tabulated run's step durations
         self._block_size = block_size
         self._replicas: set[int] = set()
 
@@ -38,7 +39,7 @@ class StepLog:
         # Requests in the batch: a policy's cost shape counts its padded slots (static batching) and
         # charges verifying requests as (k+1)-token entries (speculative decoding), one each.
         seqs = out.num_decode + len(out.admitted) if out.cost_shape is None else out.cost_shape.num_seqs
-        self._entries.append((start, 1, replica, seqs, out.num_prefill_tokens,
+        self._entries.extend((start, 1, replica, seqs, out.num_prefill_tokens,
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)
 
@@ -46,17 +47,18 @@ class StepLog:
                        kv_used: int, num_waiting: int) -> None:
         """A step that neither prefills nor preempts, logged exactly as :meth:`add_step` logs it
         (for engine fast paths that plan such steps without a :class:`SchedulerOutput`)."""
-        self._entries.append((start, 1, replica, num_seqs, 0, num_decode, num_waiting, kv_used, 0, 0, duration, 0.0))
+        self._entries.extend((start, 1, replica, num_seqs, 0, num_decode, num_waiting, kv_used, 0, 0, duration, 0.0))
         self._replicas.add(replica)
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)
-        self._entries.append((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded,
+        self._entries.extend((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded,
                               num_waiting, run.kv_used_first, 0, run.context_sum, a, b))
         if run.num_steps > 1:
-            self._residues.append(run.residues)
-        if run.durations is not None:
-            self._tabulated.append(run.durations)
+            self._residues.extend(run.residues)
+        durations = run.durations
+        if durations is not None:
+            self._tabulated.extend(durations if isinstance(durations, list) else durations.tolist())
         self._replicas.add(replica)
 
     def freeze(self) -> FrozenStepLog:
@@ -76,29 +78,24 @@ class FrozenStepLog:
     caller asks for ``result.steps``).
     """
 
-    def __init__(self, entries: list[tuple], residues: list[list[int]], tabulated: list[np.ndarray | list[float]],
+    def __init__(self, entries: list[float], residues: list[int], tabulated: list[float],
                  interleave: bool, block_size: int) -> None:
-        self.num_entries = len(entries)
+        self.num_entries = len(entries) // 12
         self._interleave = interleave
-        self._lists: tuple[list[tuple], list[list[int]], list[np.ndarray | list[float]], int] | None = \
-            (entries, residues, tabulated, block_size)
+        self._lists: tuple[list[float], list[int], list[float], int] | None = (entries, residues, tabulated,
+                                                                               block_size)
         self._columns: dict[str, np.ndarray] | None = None
 
     def _load(self) -> None:
-        """The entries' lists as arrays (once)."""
+        """The flat lists as arrays (once)."""
         if self._lists is None:
             return
         entries, residues, tabulated, block_size = self._lists
-        # Flattened by fromiter: a list of many short sequences converts several times faster than
-        # through np.array or np.concatenate (same values).
-        flat = itertools.chain.from_iterable
-        self._tabulated = np.fromiter(flat(tabulated), dtype=np.float64)
+        self._tabulated = np.array(tabulated, dtype=np.float64)
         # Residue histograms of the multi-step runs, in entry order, one row each.
-        self._residues = np.fromiter(flat(residues), dtype=np.int64,
-                                     count=len(residues) * block_size).reshape(-1, block_size)
+        self._residues = np.array(residues, dtype=np.int64).reshape(-1, block_size)
         # Every field is an int or a float well inside float64's exact integer range.
-        cols = [np.ascontiguousarray(c) for c in
-                np.fromiter(flat(entries), dtype=np.float64, count=12 * len(entries)).reshape(-1, 12).T]
+        cols = [np.ascontiguousarray(c) for c in np.array(entries, dtype=np.float64).reshape(-1, 12).T]
         (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
          self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
         self._k = k.astype(np.int64)
