@@ -32,6 +32,7 @@ from simulator.engine.replica import Replica
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import SwapSpace
 from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
+from simulator.metrics import summarize  # noqa: F401  (imported with the engine: a run's summary needs it)
 from simulator.run.clients import ClosedLoopClients, ClosedSessions
 from simulator.run.records import SimulationResult, StepLog, _requests_frame
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
