@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from simulator import simulate
@@ -218,3 +219,24 @@ def test_the_planner_judges_the_arrivals_of_the_warmup_and_cooldown_window():
     by_hand = int(((arrival >= sc.warmup_s) & (arrival <= arrival.max() - sc.cooldown_s)).sum())
     assert 0 < by_hand < len(arrival)
     assert judge_run(result, task.slo).arrived == by_hand
+
+
+def test_saturations_simulated_before_the_searches_are_the_searches_own():
+    """The planner simulates each distinct one-replica saturation once, before the searches; a search
+    given that figure writes the row it writes when it simulates the figure itself."""
+    from simulator.planner import run as plan_run
+    from simulator.planner.backends import InlineExecutor
+    from simulator.planner.capacity import saturation_rps
+
+    cands = [{"name": "plain", "set": {}}, {"name": "more-seats", "set": {"scheduler.max_num_seqs": 12}}]
+    loaded = load_plan({**trust_plan({"ttft_p99_ms": 400}, cands, num_requests=600, replications=2),
+                        "forecast": [{"quarter": q, "region": "east", "peak_rps": p}
+                                     for q, p in (("Q1", 40.0), ("Q2", 60.0))]})
+    tasks = build_tasks(loaded)
+    given = plan_run._with_saturations(InlineExecutor(), tasks)
+    assert [t.saturation_rps for t in given] == [saturation_rps(search_module.one_replica(t)) for t in tasks]
+    assert len({t.saturation_rps for t in given}) == 2          # one per candidate: the quarters share it
+    for own, pre in zip(tasks, given, strict=True):
+        assert own.saturation_rps is None
+        a, b = search_replicas(pre), search_replicas(own)
+        assert list(a) == list(b) and pd.DataFrame([a]).equals(pd.DataFrame([b]))   # NaN equals NaN here

@@ -60,6 +60,11 @@ def saturation_rps(scenario: Scenario, num_requests: int = 2000) -> float:
     return rate
 
 
+def saturation_key(scenario: Scenario, num_requests: int = 2000) -> str:
+    """What :func:`saturation_rps` of ``scenario`` depends on: equal keys, equal figures."""
+    return _run_key(_saturated(scenario, num_requests))
+
+
 _SATURATION: dict[str, float] = {}
 _POOL_SATURATION: dict[str, dict[str, PoolLoad]] = {}
 """Saturation figures already simulated in this process, by :func:`_run_key`: the planner's cells

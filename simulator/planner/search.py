@@ -75,6 +75,7 @@ class SearchTask:
     auto_replications: bool = False         # more seeds where the decision is noisy (module docstring)
     pool_prices: dict[str, float] = field(default_factory=dict)   # price per GPU-hour by pool (pools only)
     meta: dict[str, Any] = field(default_factory=dict)
+    saturation_rps: float | None = None     # one replica's, when already simulated (else the search does)
 
 
 Guess = Callable[[int], int | None]
@@ -330,12 +331,18 @@ def replications_reason(task: SearchTask, replications: int, noise: str, chosen:
     return f"auto: {replications} seeds ({quiet}; {below})"
 
 
+def one_replica(task: SearchTask) -> Scenario:
+    """The scenario whose saturation throughput the search of ``task`` needs (one replica)."""
+    return with_counts(task.scenario, 1)
+
+
 def search_replicas(task: SearchTask) -> dict[str, Any]:
     """Minimum replicas meeting the SLO (see module docstring); infeasible ones report their best."""
     runs = Runs(task)
     tried: dict[int, dict[str, Any]] = {}
-    one = with_counts(task.scenario, 1)
-    saturation = saturation_rps(one) if task.design_rps else math.inf
+    one = one_replica(task)
+    saturation = (task.saturation_rps if task.saturation_rps is not None else saturation_rps(one)) \
+        if task.design_rps else math.inf
     replications = task.replications
     seeds = 1               # the runs ``ok`` judges a count on: first the first seed alone
 
