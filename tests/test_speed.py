@@ -382,3 +382,20 @@ def test_small_batches_on_lists_are_the_numpy_batches(overrides, rows_above, mon
     if "scheduler.num_gpu_blocks_override" in overrides:
         assert on_numpy.summary["requests"]["preemptions"] > 0
     _same_run(on_lists, on_numpy)
+
+
+def test_a_released_batching_factor_simulates_its_run_again():
+    """The planner keeps the step logs of its current answer's runs only; a released run's mean
+    running batch comes from simulating the same seeded run again: the same float."""
+    import dataclasses
+
+    from simulator.planner import build_tasks, load_plan
+    from simulator.planner.search import _judge_replication
+
+    task = build_tasks(load_plan("examples/plan-fy27.yaml"))[2]
+    task = dataclasses.replace(task, scenario=task.scenario.with_overrides({"num_requests": 400}))
+    factor = _judge_replication(task, 30, 1)[None]["batching_factor"]
+    kept = float(factor)
+    assert factor.step_log is not None
+    factor.release()
+    assert factor.step_log is None and float(factor) == kept and kept > 0

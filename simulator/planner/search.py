@@ -186,7 +186,7 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
     pools: list[str | None] = [None] + [p.name for p in sc.deployment.pools or ()]
     out: dict[str | None, dict[str, Any]] = {}
     run_stability = _run_stability(result)
-    batching_factor = BatchingFactor(result.step_log, result.system)
+    batching_factor = BatchingFactor(result.step_log, result.system, task, counts, k)
     for i, (case, mix) in enumerate(task.mixes):
         rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
         frame = with_client_latencies(result.requests, mix, rng)
@@ -196,20 +196,33 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
             check.update(case=case, seed=sc.seed, stability=stable, batching_factor=batching_factor)
             if pool not in out or _worse(check, out[pool]):
                 out[pool] = check
+    if not out[None]["passed"]:     # a failed run is shown only as an infeasible cell's best
+        batching_factor.release()
     return out
 
 
-@dataclass(frozen=True)
 class BatchingFactor:
     """A run's mean running batch (the summary's ``batch.mean_num_seqs``), computed when read with
     ``float()``: it expands the run's whole step log, and a worksheet row shows one run's of the dozens
-    a search simulates."""
+    a search simulates. :meth:`release` drops the log (a search keeps those of its current answer
+    only); a released one simulates its run again when read (the same run, seeded)."""
 
-    step_log: FrozenStepLog
-    system: ResolvedSystem
+    __slots__ = ("counts", "k", "step_log", "system", "task")
+
+    def __init__(self, step_log: FrozenStepLog, system: ResolvedSystem, task: SearchTask, counts: Counts,
+                 k: int) -> None:
+        self.step_log: FrozenStepLog | None = step_log
+        self.system, self.task, self.counts, self.k = system, task, counts, k
+
+    def release(self) -> None:
+        self.step_log = None
 
     def __float__(self) -> float:
-        mean = batch_summary(self.step_log, self.system)["mean_num_seqs"]
+        step_log = self.step_log
+        if step_log is None:
+            sc = with_counts(self.task.scenario, self.counts)
+            step_log = simulate(sc.model_copy(update={"seed": sc.seed + self.k})).step_log
+        mean = batch_summary(step_log, self.system)["mean_num_seqs"]
         return math.nan if mean is None else float(mean)
 
 
@@ -226,6 +239,15 @@ class Runs:
     @property
     def simulations(self) -> int:
         return len(self._runs)
+
+    def release_all_but(self, counts: Counts) -> None:
+        """Drop the step logs of every run but those of ``counts`` (see :class:`BatchingFactor`)."""
+        for (key, _), checks in self._runs.items():
+            if key != counts:
+                for check in checks.values():
+                    factor = check["batching_factor"]
+                    if isinstance(factor, BatchingFactor):
+                        factor.release()
 
     def check(self, counts: Counts, k: int, pool: str | None = None) -> dict[str, Any]:
         """Replication ``k``'s check of ``counts`` (over all requests, or ``pool``'s own)."""
@@ -354,6 +376,8 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
             tried.setdefault(n, _overloaded(task, n, saturation))
             return False
         tried[n] = runs.evaluate(n, seeds)
+        if tried[n]["passed"]:          # the search's answer so far: the only runs it may report
+            runs.release_all_but(n)
         return bool(tried[n]["passed"])
 
     def guess(lo: int) -> int | None:
