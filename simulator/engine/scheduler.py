@@ -445,7 +445,12 @@ class Scheduler:
         decode_affine = getattr(cost, "decode_affine", None)
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
-        k_fin = self._min_remaining() if self._tracked else min(self.num_remaining_tokens[:n].tolist())
+        if self._tracked:
+            k_fin = self._min_remaining()
+        elif n <= SMALL_BATCH:
+            k_fin = min(self.num_remaining_tokens[:n].tolist())
+        else:
+            k_fin = int(self.num_remaining_tokens[:n].min())
         residues = cast(list, out.residues)   # set: a pure-decode step
         return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
                                 self.kv.num_free_blocks, self.kv.num_used_blocks)

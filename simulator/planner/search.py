@@ -4,8 +4,8 @@
 first guess, gallops up from it (one more, then two, four, ... more than the last failure, or less
 where the failures' worst ratios point nearer) until a count passes or the cap is reached, gallops
 down the same way while counts below the start still pass, then bisects. The planner runs it on the
-first seed alone, then again from that answer on every seed. The answer ``n`` is always a simulated pass and
-``n - 1`` a simulated failure (or ``n = 1``).
+first seed alone, then again from that answer on every seed. The answer ``n`` is always a simulated
+pass and ``n - 1`` a simulated failure (or ``n = 1``).
 
 :func:`search_replicas` is one unit of work for the planner's executor (a picklable task in, a plain
 dict out). A count passes when the one SLO judge (:func:`simulator.slo.judge`) passes it in every
