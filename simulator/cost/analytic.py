@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, StepTime, register
+from simulator.cost.base import BatchShape, StepTime, VerifyStep, register
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism, collective_link, stage_links
@@ -126,6 +126,7 @@ class RooflineCostModel:
         self._overhead_tok = profile.overhead.per_token_s
         # Decode steps are affine in the context sum: cache the slope of decode attention.
         self._decode_fixed: dict[int, float] = {}
+        self._verify_fns: dict[tuple[int, int], VerifyStep] = {}
         self._decode_attn_slope = max(self._attn_flops_per_pair / self._attn_c,
                                       self._kv_bytes_per_token / self._attn_m)
 
@@ -177,6 +178,30 @@ class RooflineCostModel:
                 + self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
                 + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decodes)
                 + self._overhead_tok * tokens)
+
+    def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
+        """:meth:`step_time_s` of a verification step (:data:`~simulator.cost.base.VerifyStep`):
+        the terms of ``num_seqs x num_query_tokens`` tokens once, the causal attention of each
+        request's chunk over its context in the loop, added in :meth:`step_time_s`'s order."""
+        got = self._verify_fns.get((num_seqs, num_query_tokens))
+        if got is None:
+            n, q = num_seqs, num_query_tokens
+            tokens = n * q
+            lin = self._linear_s(tokens, tokens)
+            elem = self._elem_bytes_per_token * tokens / self._mem_bw
+            comm = self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
+            o_step, o_seq, o_tok = self._overhead_step, self._overhead_seq * n, self._overhead_tok * tokens
+            attn0 = self._decode_attn_slope * 0
+            flops, c_rate, kv, m_rate = self._attn_flops_per_pair, self._attn_c, self._kv_bytes_per_token, self._attn_m
+            half = q * (q + 1) / 2.0
+
+            def step(computed: list[int]) -> float:
+                attn = attn0
+                for c in computed:
+                    attn += max(flops * (q * c + half) / c_rate, kv * (c + q) / m_rate)
+                return lin + attn + elem + comm + o_step + o_seq + o_tok
+            got = self._verify_fns[(num_seqs, num_query_tokens)] = step
+        return got
 
     def _decode_fixed_s(self, num_decodes: int) -> float:
         """Everything in a pure-decode step except attention (which grows with context)."""
@@ -413,6 +438,9 @@ class GeneralRooflineCostModel(RooflineCostModel):
 
     def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
         return self._decode_fixed_s(num_decodes) + self._decode_attention_s(num_decodes, decode_context_tokens)
+
+    def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
+        return None                     # the general terms: verification goes through step_time_s
 
     def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:   # type: ignore[override]
         if self._decode_window_slope:

@@ -116,6 +116,25 @@ def decode_steps_from(step_fn: Callable[[float], float], num_decodes: int) -> De
     return steps
 
 
+VerifyStep = Callable[[list[int]], float]
+"""``step(computed)``: the duration of a speculative verification step of ``len(computed)``
+requests, each computing the same ``q`` query tokens over its ``computed[i]`` cached tokens and
+sampling all of them: ``step_time_s(BatchShape([q] * n, computed, 0, 0, n * q))``, the same float.
+A cost model's optional ``verify_step_fn(num_seqs, num_query_tokens)`` gives one with the terms that
+depend only on the batch size computed once (or None); :func:`verify_step_fn` falls back to
+``step_time_s``."""
+
+
+def verify_step_fn(cost: CostModel, num_seqs: int, num_query_tokens: int) -> VerifyStep:
+    """``cost``'s :data:`VerifyStep` for ``num_seqs`` requests of ``num_query_tokens`` query tokens."""
+    own = getattr(cost, "verify_step_fn", None)
+    fn = own(num_seqs, num_query_tokens) if own is not None else None
+    if fn is not None:
+        return fn
+    q, sampled, step_time_s = [num_query_tokens] * num_seqs, num_seqs * num_query_tokens, cost.step_time_s
+    return lambda computed: step_time_s(BatchShape(q, computed, 0, 0, sampled))
+
+
 COST_MODELS: Registry[Callable[..., CostModel]] = Registry("cost model", "hardware.cost_model")
 register = COST_MODELS.register
 """Class decorator adding a cost model to :data:`COST_MODELS` under a name."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, CostModel, StepTime
+from simulator.cost.base import BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,14 @@ class CudaGraphPadded:
         t = self.inner.step_time_s(shape)
         tokens = self._replays(shape)
         return t + self.extra(tokens)[3] if tokens else t
+
+    def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep:
+        inner = verify_step_fn(self.inner, num_seqs, num_query_tokens)
+        tokens = num_seqs * num_query_tokens
+        if not num_seqs or not self.padding.prefill_steps or not 0 < tokens <= self._max:
+            return inner                # as _replays: verification entries are prefill entries
+        pad = self.extra(tokens)[3]
+        return lambda computed: inner(computed) + pad
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         t = self.inner.decode_run_times(num_decodes, decode_context_tokens)

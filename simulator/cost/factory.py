@@ -9,7 +9,7 @@ import numpy as np
 from simulator.cost import analytic as _analytic  # noqa: F401  (registers constant, roofline)
 from simulator.cost import kernel_table as _kernel_table  # noqa: F401  (registers kernel_table)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
-from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime
+from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
 from simulator.cost.cuda_graph import CudaGraphPadded, CudaGraphPadding
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism
@@ -63,6 +63,11 @@ class AsyncScheduled:
 
     def step_time_s(self, shape: BatchShape) -> float:
         return max(self.inner.step_time_s(shape), self._cpu_s(shape.num_seqs, shape.num_tokens))
+
+    def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep:
+        gpu = verify_step_fn(self.inner, num_seqs, num_query_tokens)
+        cpu = self._cpu_s(num_seqs, num_seqs * num_query_tokens)
+        return lambda computed: max(gpu(computed), cpu)
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         return np.maximum(self.inner.decode_run_times(num_decodes, decode_context_tokens),

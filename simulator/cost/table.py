@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.cost.base import BatchShape, DecodeSteps, StepTime, register
+from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
@@ -351,6 +351,26 @@ class TableCostModel:
             return self._step_s
         lin, attn, elem, comm, overhead = self._terms(shape, tokens)
         return lin + attn + elem + comm + overhead
+
+    def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
+        """:meth:`step_time_s` of a verification step (:data:`~simulator.cost.base.VerifyStep`):
+        :meth:`_terms` of ``num_seqs x num_query_tokens`` tokens once, the chunks' attention in the loop."""
+        n, q = num_seqs, num_query_tokens
+        tokens = n * q
+        if not tokens:
+            return None
+        lin, elem, comm = self._per_tokens(tokens)
+        head, sample = self._per_sampled(tokens)
+        lin, elem = lin + head, elem + sample
+        overhead = self._step_s + self._seq_s * n + self._tok_s * tokens
+        prefill_s = self._prefill_s
+
+        def step(computed: list[int]) -> float:
+            attn = 0.0
+            for c in computed:
+                attn += prefill_s(q, c)
+            return lin + attn + elem + comm + overhead
+        return step
 
     def _decode_fixed(self, n: int) -> tuple[float, float, float, float]:
         """(linear, elementwise, comm, overhead) of a pure-decode step of ``n`` requests."""

@@ -133,7 +133,13 @@ class Replica:
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
                 if self._verify_steps is not None and sched.n and not sched.waiting:
-                    end, done = self._fast_steps(t, horizon)
+                    end, done, crossing_end = self._fast_steps(t, horizon)
+                    if crossing_end is not None:  # it also planned the step crossing the horizon
+                        yield env.timeout(crossing_end - now)
+                        done = sched.apply_verify_step(crossing_end)
+                        if len(done):
+                            self.on_finish(done, crossing_end)
+                        break
                     if end != t:                  # steps were applied, exactly as the branch below would
                         if len(done):
                             self.on_finish(done, end)
@@ -163,24 +169,24 @@ class Replica:
             if env.now < t:   # the replica emptied mid-horizon: catch the clock up
                 yield env.timeout(t - env.now)
 
-    def _fast_steps(self, t: float, horizon: float) -> tuple[float, np.ndarray]:
+    def _fast_steps(self, t: float, horizon: float) -> tuple[float, np.ndarray, float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end
         before ``horizon`` and change nothing outside the batch); returns the last one's end (``t``
-        when there was none) and the requests it finished."""
+        when there was none), the requests it finished, and the end of the step after them when the
+        scheduler planned that one too (it crosses ``horizon``: applied once the clock reaches its
+        end, with ``apply_verify_step``), else None."""
         sched = self.scheduler
         if sched.sort_pending or self.on_step_planned is not None:
-            return t, _NO_IDS
-        steps, index, n = self.steps, self.index, sched.n
-
-        def log(start: float, duration: float, kv_used: int) -> None:
-            # As add_step logs a verification step: all n running requests, each verifying.
-            steps.add_plain_step(index, start, duration, n, n, kv_used, 0)
-
+            return t, _NO_IDS, None
+        # As add_step logs a verification step: all n running requests, each verifying, none waiting.
+        log = self.steps.plain_step_logger(self.index, sched.n, sched.n, 0)
         assert self._verify_steps is not None
-        end, done = self._verify_steps(t, horizon, self.cost, log)
-        if end != t:
+        end, done, crossing_end = self._verify_steps(t, horizon, self.cost, log)
+        if crossing_end is not None:
+            self.planned_until = crossing_end
+        elif end != t:
             self.planned_until = end
-        return end, done
+        return end, done, crossing_end
 
     def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput | None, float, Any]:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cost.base import BatchShape
+from simulator.cost.base import BatchShape, VerifyStep, verify_step_fn
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import ChunkedPrefillScheduler
 from simulator.engine.request import RequestTable
@@ -68,20 +68,35 @@ class _Speculation:
         self.num_accepted_tokens = 0
         self.num_verify_steps = 0
         self.num_emitted_decode_tokens = 0
-        self._draws = np.zeros(0, dtype=np.int64)
+        self._draws: list[int] = []
         self._next_draw = 0
+        self._verify_fns: dict[int, VerifyStep] = {}
+        self._verify_cost: Any = None
 
-    def _accepted(self, m: int) -> np.ndarray:
+    def _accepted_list(self, m: int) -> list[int]:
         """Accepted proposals of ``m`` requests: geometric counts truncated at k, drawn in blocks."""
         if self.alpha >= 1.0:
-            return np.full(m, self.k, dtype=np.int64)
-        if self._next_draw + m > len(self._draws):
+            return [self.k] * m
+        i = self._next_draw
+        if i + m > len(self._draws):
             fresh = np.minimum(self.rng.geometric(1.0 - self.alpha, size=max(4096, m)) - 1, self.k)
-            self._draws = np.concatenate((self._draws[self._next_draw:], fresh))
-            self._next_draw = 0
-        out = self._draws[self._next_draw:self._next_draw + m]
-        self._next_draw += m
-        return out
+            self._draws = self._draws[i:] + fresh.tolist()
+            i = 0
+        self._next_draw = i + m
+        return self._draws[i:i + m]
+
+    def _accepted(self, m: int) -> np.ndarray:
+        """:meth:`_accepted_list` as an array."""
+        return np.array(self._accepted_list(m), dtype=np.int64)
+
+    def _verify_fn(self, cost: Any, n: int) -> VerifyStep:
+        """``cost``'s verification step of ``n`` requests (:func:`~simulator.cost.base.verify_step_fn`)."""
+        if cost is not self._verify_cost:
+            self._verify_fns, self._verify_cost = {}, cost
+        fn = self._verify_fns.get(n)
+        if fn is None:
+            fn = self._verify_fns[n] = verify_step_fn(cost, n, self.k + 1)
+        return fn
 
     def stats(self) -> dict[str, int]:
         return {"num_draft_tokens": self.num_draft_tokens, "num_accepted_tokens": self.num_accepted_tokens,
@@ -112,11 +127,14 @@ class SpeculativeScheduler(_Speculation, Scheduler):
 
     def _schedule_running_spec(self, out: SchedulerOutput) -> None:
         n, k1, kv = self.n, self.k + 1, self.kv
-        computed = self.num_computed_tokens[:n]
-        need_rows = kv.blocks_for(computed + k1) - kv.blocks_for(computed)   # lookahead for k + 1 tokens
+        bs = kv.block_size
+        need = 0                                    # lookahead blocks for k + 1 tokens per request
+        for c in self.num_computed_tokens[:n].tolist():
+            need += -(-(c + k1) // bs) + (-c // bs)
         keep = n
-        need = int(need_rows.sum())
         if need > kv.num_free_blocks:
+            computed = self.num_computed_tokens[:n]
+            need_rows = kv.blocks_for(computed + k1) - kv.blocks_for(computed)
             keep = kv.release_tail_until_fits(self.req_id[:n], computed, need_rows)
             self._preempt_rows(keep, out)
             need = int(need_rows[:keep].sum())
@@ -128,77 +146,94 @@ class SpeculativeScheduler(_Speculation, Scheduler):
         out.decode_budget_tokens = keep * k1
 
     def advance_verify_steps(self, t: float, horizon: float, cost: Any,
-                             log: Callable[[float, float, int], None]) -> tuple[float, np.ndarray]:
+                             log: Callable[[float, float, int], None]) -> tuple[float, np.ndarray, float | None]:
         """Plan and apply consecutive verification steps from ``t`` while nothing else can happen:
         each ends before ``horizon``, every running request verifies (no preemption, no waiting
         request, so none is admitted), and none has finished yet. Returns the end of the last step
-        applied (``t`` when none was) and the ids it finished.
+        applied (``t`` when none was), the ids it finished, and the end of the step that crosses
+        ``horizon`` when that step was planned too (None otherwise): it is logged and holds its
+        lookahead blocks, and :meth:`apply_verify_step` applies it once the clock reaches its end,
+        as :meth:`schedule` and :meth:`update_from_output` would plan and apply it.
 
         Each step makes exactly the calls, draws and float operations of :meth:`schedule`, the
         replica's step costing and :meth:`update_from_output`, in the same order, on Python lists
         instead of small numpy arrays: the engine's fast path for the batches speculative decoding
         runs one step at a time. ``log(start, duration_s, kv_used_blocks)`` records each step.
         """
-        n, k, k1, kv = self.n, self.k, self.k + 1, self.kv
+        n, k1, kv = self.n, self.k + 1, self.kv
         bs = kv.block_size          # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
         computed = self.num_computed_tokens[:n].tolist()
         remaining = self.num_remaining_tokens[:n].tolist()
-        context_total = self.context_total
-        verify = [k1] * n
+        verify_s, proposal_s, accepted_list = self._verify_fn(cost, n), self.proposal_time_s, self._accepted_list
+        need = 0                    # the lookahead blocks of k + 1 tokens per request
+        for c in computed:
+            need += -(-(c + k1) // bs) + (-c // bs)
         finished = False
         while not finished:
-            need = 0
-            for c in computed:
-                need += -(-(c + k1) // bs) + (-c // bs)
-            if need > kv.num_free_blocks:        # the step preempts: the replica plans it the usual way
+            if need > kv.num_gpu_blocks - kv.num_used_blocks:   # the step preempts: planned the usual way
                 break
-            shape = BatchShape(verify, list(computed), 0, 0, n * k1)
-            duration = cost.step_time_s(shape) + self.proposal_time_s(n, context_total + n)
+            duration = verify_s(computed) + proposal_s(n, self.context_total + n)
             end = t + duration
-            if not end < horizon:                # the step crosses the next event: planned the usual way
-                break
-            ok = kv.allocate(need)
-            assert ok
+            kv.num_used_blocks += need           # kv.allocate(need), which fits
             log(t, duration, kv.num_used_blocks)
-            accepted = self._accepted(n).tolist()
-            freed = emitted_sum = 0
-            for i in range(n):
-                c, r = computed[i], remaining[i]
-                e = accepted[i] + 1
-                if e > r:
-                    e = r
-                computed[i] = c + e
-                remaining[i] = r - e
-                emitted_sum += e
-                freed += -(-(c + k1) // bs) + (-(c + e) // bs)
-                finished = finished or e == r
-            context_total += emitted_sum
-            kv.free(freed)
-            self.num_draft_tokens += n * k
-            self.num_accepted_tokens += emitted_sum - n
-            self.num_verify_steps += n
-            self.num_emitted_decode_tokens += emitted_sum
+            if not end < horizon:                # the step crosses the next event: applied at its end
+                self.num_computed_tokens[:n] = computed
+                self.num_remaining_tokens[:n] = remaining
+                return t, _EMPTY, end
+            need, finished = self._verify_rows(computed, remaining, accepted_list(n))
             t = end
         self.num_computed_tokens[:n] = computed
         self.num_remaining_tokens[:n] = remaining
-        self.context_total = context_total
-        return t, (self._finish(t) if finished else _EMPTY)
+        return t, (self._finish(t) if finished else _EMPTY), None
+
+    def _verify_rows(self, computed: list[int], remaining: list[int], accepted: list[int]) -> tuple[int, bool]:
+        """Apply one verification step of every running request to ``computed`` and ``remaining``
+        (the rows' lists, updated in place) and to the counters and KV blocks, as
+        :meth:`update_from_output` does for a step without admissions; returns the next step's
+        lookahead blocks and whether a request finished."""
+        k1, bs, n = self.k + 1, self.kv.block_size, len(computed)
+        freed = emitted_sum = need = 0
+        finished = False
+        for i in range(n):
+            c, r = computed[i], remaining[i]
+            e = accepted[i] + 1
+            if e > r:
+                e = r
+            if e == r:
+                finished = True
+            ce = c + e
+            computed[i] = ce
+            remaining[i] = r - e
+            emitted_sum += e
+            freed += -(-(c + k1) // bs) + (-ce // bs)
+            need += -(-(ce + k1) // bs) + (-ce // bs)    # the next step's lookahead
+        self.context_total += emitted_sum
+        self.kv.free(freed)
+        self.num_draft_tokens += n * self.k
+        self.num_accepted_tokens += emitted_sum - n
+        self.num_verify_steps += n
+        self.num_emitted_decode_tokens += emitted_sum
+        return need, finished
+
+    def apply_verify_step(self, now: float) -> np.ndarray:
+        """Apply the step :meth:`advance_verify_steps` planned across its horizon, ending ``now``;
+        returns the ids it finished."""
+        n = self.n
+        computed = self.num_computed_tokens[:n].tolist()
+        remaining = self.num_remaining_tokens[:n].tolist()
+        self._verify_rows(computed, remaining, self._accepted_list(n))
+        self.num_computed_tokens[:n] = computed
+        self.num_remaining_tokens[:n] = remaining
+        return self._finish(now)
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
-        m, n, k, blocks_for = out.num_decode, self.n, self.k, self.kv.blocks_for
+        m, n = out.num_decode, self.n
         if m:
-            accepted = self._accepted(m)
-            before = self.num_computed_tokens[:m].copy()
-            emitted = np.minimum(accepted + 1, self.num_remaining_tokens[:m])
-            self.num_computed_tokens[:m] += emitted
-            self.num_remaining_tokens[:m] -= emitted
-            self.context_total += int(emitted.sum())
-            # Return the lookahead blocks the rejected (or never needed) positions reserved.
-            self.kv.free(int((blocks_for(before + k + 1) - blocks_for(before + emitted)).sum()))
-            self.num_draft_tokens += m * k
-            self.num_accepted_tokens += int((emitted - 1).sum())
-            self.num_verify_steps += m
-            self.num_emitted_decode_tokens += int(emitted.sum())
+            computed = self.num_computed_tokens[:m].tolist()
+            remaining = self.num_remaining_tokens[:m].tolist()
+            self._verify_rows(computed, remaining, self._accepted_list(m))
+            self.num_computed_tokens[:m] = computed
+            self.num_remaining_tokens[:m] = remaining
         if n > m:
             self.num_remaining_tokens[m:n] -= 1          # admitted requests' first tokens
         if out.admitted_first:

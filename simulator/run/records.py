@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +44,17 @@ class StepLog:
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)
 
-    def add_plain_step(self, replica: int, start: float, duration: float, num_seqs: int, num_decode: int,
-                       kv_used: int, num_waiting: int) -> None:
-        """A step that neither prefills nor preempts, logged exactly as :meth:`add_step` logs it
-        (for engine fast paths that plan such steps without a :class:`SchedulerOutput`)."""
-        self._entries.extend((start, 1, replica, num_seqs, 0, num_decode, num_waiting, kv_used, 0, 0, duration, 0.0))
+    def plain_step_logger(self, replica: int, num_seqs: int, num_decode: int,
+                          num_waiting: int) -> Callable[[float, float, int], None]:
+        """``log(start, duration, kv_used)`` for steps of one replica that neither prefill nor
+        preempt, with these counts: each logged exactly as :meth:`add_step` logs it (for engine
+        fast paths that plan such steps without a :class:`SchedulerOutput`)."""
         self._replicas.add(replica)
+        extend = self._entries.extend
+
+        def log(start: float, duration: float, kv_used: int) -> None:
+            extend((start, 1, replica, num_seqs, 0, num_decode, num_waiting, kv_used, 0, 0, duration, 0.0))
+        return log
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
         a, b = run.affine if run.affine is not None else (math.nan, math.nan)

@@ -415,5 +415,8 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
             got = by_n[n] = (draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s,
                              step or partial(draft_cost.decode_step_time_s, n))
         overhead, step = got
-        return sum(step(float(ctx + n * j)) - overhead for j in range(k))
+        total = 0                             # sum() of the k steps, added in order
+        for j in range(k):
+            total += step(float(ctx + n * j)) - overhead
+        return total
     return draft
