@@ -176,3 +176,46 @@ def test_step_log_counts_every_request_of_the_batch(speculative, policy, fast_fo
     assert expected.max() > 4                       # the batches really are batches
     assert (r.steps["num_seqs"].to_numpy() == expected).all()
     assert r.summary["batch"]["mean_num_seqs"] > 2
+
+
+VERIFY_COST_CASES = {
+    "roofline": {"hardware": "a100-80gb-datasheet"},
+    "roofline, MHA model": {"hardware": "h100-sxm-datasheet", "model": "llama-2-7b"},
+    "kernel tables": {"hardware": "a100-80gb"},
+    "general roofline (MoE)": {"hardware": "h100-sxm-datasheet", "model": "mixtral-8x7b",
+                               "deployment.tensor_parallel_size": 2},
+    "CUDA graphs, every step": {"hardware": "h100-sxm-datasheet",
+                                "engine": {"preset": "vllm-v1", "cuda_graph": {"capture_sizes": [8, 16, 32, 64]}}},
+    "CUDA graphs, decode only": {"hardware": "h100-sxm-datasheet", "engine": {
+        "preset": "vllm-v1", "cuda_graph": {"capture_sizes": [8, 16, 32, 64], "prefill_steps": False}}},
+    "async scheduling": {"hardware": "h100-sxm-datasheet", "engine": {
+        "preset": "vllm-v1", "async_scheduling": True, "overhead": {"step_s": 0.004, "per_seq_s": 2e-4}}},
+}
+
+
+@pytest.mark.parametrize("overrides", VERIFY_COST_CASES.values(), ids=VERIFY_COST_CASES)
+def test_verification_steps_cost_what_step_time_s_says_to_the_bit(overrides):
+    """The engine prices a verification step (every request a (k+1)-token chunk over its context)
+    with ``verify_step_fn``: the same float as ``step_time_s`` of that shape, for every cost model
+    and wrapper, batch size and query length (memory- and compute-bound chunk attention alike)."""
+    import numpy as np
+
+    from simulator.cost.base import BatchShape, verify_step_fn
+    from simulator.cost.factory import make_cost_model
+    from simulator.run.resolve import resolve
+    from simulator.scenario.parallel import Parallelism
+
+    sc = make_scenario(**{"model": "llama-3-8b", "scheduler.max_model_len": 2048, **overrides})
+    system = resolve(sc)
+    cost = make_cost_model(system.profile, system.model, sc.deployment.tensor_parallel_size,
+                           parallel=Parallelism.of(sc.deployment), cuda_graph=system.cuda_graph)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for n in (1, 3, 7, 16, 40):
+        for q in (2, 5, 9, 64, 300):
+            fn = verify_step_fn(cost, n, q)
+            for computed in ([0] * n, rng.integers(0, 4000, n).tolist(), rng.integers(0, 30, n).tolist()):
+                expected = cost.step_time_s(BatchShape([q] * n, list(computed), 0, 0, n * q))
+                assert fn(computed) == expected, (n, q, computed)
+                checked += 1
+    assert checked == 75

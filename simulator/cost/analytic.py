@@ -194,11 +194,20 @@ class RooflineCostModel:
             attn0 = self._decode_attn_slope * 0
             flops, c_rate, kv, m_rate = self._attn_flops_per_pair, self._attn_c, self._kv_bytes_per_token, self._attn_m
             half = q * (q + 1) / 2.0
+            # Each chunk's attention is max(compute, memory), both affine in its context c >= 0.
+            # Where memory exceeds compute by a relative 1e-9 at c = 0 and as c grows (so at every
+            # c between), the rounded terms compare the same way: the loop adds the memory term only.
+            memory_bound = (kv * q / m_rate > (1 + 1e-9) * flops * half / c_rate
+                            and kv / m_rate > (1 + 1e-9) * flops * q / c_rate)
 
             def step(computed: list[int]) -> float:
                 attn = attn0
-                for c in computed:
-                    attn += max(flops * (q * c + half) / c_rate, kv * (c + q) / m_rate)
+                if memory_bound:
+                    for c in computed:
+                        attn += kv * (c + q) / m_rate
+                else:
+                    for c in computed:
+                        attn += max(flops * (q * c + half) / c_rate, kv * (c + q) / m_rate)
                 return lin + attn + elem + comm + o_step + o_seq + o_tok
             got = self._verify_fns[(num_seqs, num_query_tokens)] = step
         return got

@@ -415,7 +415,7 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
             got = by_n[n] = (draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s,
                              step or partial(draft_cost.decode_step_time_s, n))
         overhead, step = got
-        total = 0                             # sum() of the k steps, added in order
+        total: float = 0                      # sum() of the k steps, added in order (from the int 0)
         for j in range(k):
             total += step(float(ctx + n * j)) - overhead
         return total
