@@ -219,3 +219,36 @@ def test_verification_steps_cost_what_step_time_s_says_to_the_bit(overrides):
                 assert fn(computed) == expected, (n, q, computed)
                 checked += 1
     assert checked == 75
+
+
+SPEC_FAST_PATH_CASES = {
+    "continuous": {},
+    "chunked prefill (vLLM v1)": {"scheduler.policy": "chunked_prefill"},
+    "chunked, a token budget that binds": {"scheduler.policy": "chunked_prefill", "scheduler.max_num_seqs": 16,
+                                           "scheduler.max_num_batched_tokens": 48},
+    "continuous, preemptions": {"scheduler.num_gpu_blocks_override": 40},
+    "chunked, preemptions": {"scheduler.policy": "chunked_prefill", "scheduler.num_gpu_blocks_override": 40},
+}
+
+
+@pytest.mark.parametrize("overrides", SPEC_FAST_PATH_CASES.values(), ids=SPEC_FAST_PATH_CASES)
+def test_the_speculative_fast_path_is_the_step_by_step_run_to_the_bit(overrides):
+    """Steps in which every running request verifies are planned and applied on lists, and the
+    one crossing the next arrival is planned at once and applied at its end: the requests, every
+    logged step and the acceptance counters are those of the run planned one step at a time, bit
+    for bit (outputs shorter than k + 1 near their end, a budget that binds, preemptions)."""
+    import pandas as pd
+
+    sc = make_scenario(**{"model": "llama-3-8b", "hardware": "a100-80gb-datasheet", "num_requests": 300,
+                          "scheduler.max_model_len": 512, "workload.arrival.rate_per_s": 12.0,
+                          "workload.prompt_tokens": {"dist": "uniform", "min": 16, "max": 300},
+                          "workload.output_tokens": {"dist": "geometric", "mean": 40, "max": 200},
+                          **spec("draft", k=4, alpha=0.7, draft_model="llama-3.2-1b"), **overrides})
+    fast, slow = simulate(sc), simulate(sc, fast_forward=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    assert fast.engine_stats == slow.engine_stats
+    assert fast.summary["speculative"] == slow.summary["speculative"]
+    assert fast.summary["requests"]["completed"] == 300
+    if "num_gpu_blocks_override" in str(overrides):
+        assert fast.summary["requests"]["preemptions"] > 0

@@ -48,13 +48,14 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
     return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-class _Speculation:
-    """Proposal bookkeeping shared by both speculative schedulers: acceptance draws and counters."""
+class _Speculation(Scheduler):
+    """What both speculative schedulers share: acceptance draws, counters, and the fast path of
+    steps in which every running request verifies."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
                  spec: SpeculativeConfig, rng: np.random.Generator,
                  proposal_time_s: Callable[[int, int], float]) -> None:
-        super().__init__(config, kv, table)   # type: ignore[call-arg]  # the scheduler class after this mixin
+        super().__init__(config, kv, table)   # the policy's scheduler, next in the subclass's MRO
         self._init_speculation(spec, rng, proposal_time_s)
 
     def _init_speculation(self, spec: SpeculativeConfig, rng: np.random.Generator,
@@ -85,10 +86,6 @@ class _Speculation:
         self._next_draw = i + m
         return self._draws[i:i + m]
 
-    def _accepted(self, m: int) -> np.ndarray:
-        """:meth:`_accepted_list` as an array."""
-        return np.array(self._accepted_list(m), dtype=np.int64)
-
     def _verify_fn(self, cost: Any, n: int) -> VerifyStep:
         """``cost``'s verification step of ``n`` requests (:func:`~simulator.cost.base.verify_step_fn`)."""
         if cost is not self._verify_cost:
@@ -97,6 +94,134 @@ class _Speculation:
         if fn is None:
             fn = self._verify_fns[n] = verify_step_fn(cost, n, self.k + 1)
         return fn
+
+    caps_lookahead = False
+    """Whether a decoding request verifies at most its remaining output tokens (vLLM v1's
+    chunked-prefill scheduler) rather than always ``k + 1`` positions."""
+
+    def _only_verifies(self) -> bool:
+        """Whether every running request verifies in full next step (the fast path's precondition
+        beyond what the replica checks)."""
+        return True
+
+    def advance_verify_steps(self, t: float, horizon: float, cost: Any,
+                             log: Callable[[float, float, int], None]) -> tuple[float, np.ndarray, float | None]:
+        """Plan and apply consecutive verification steps from ``t`` while nothing else can happen:
+        each ends before ``horizon``, every running request verifies (no preemption, no waiting
+        request, so none is admitted; with chunked prefill, no prompt chunk left and a token budget
+        that does not bind), and none has finished yet. Returns the end of the last step applied
+        (``t`` when none was), the ids it finished, and the end of the step that crosses
+        ``horizon`` when that step was planned too (None otherwise): it is logged and holds its
+        lookahead blocks, and :meth:`apply_verify_step` applies it once the clock reaches its end,
+        as ``schedule`` and ``update_from_output`` would plan and apply it.
+
+        Each step makes exactly the calls, draws and float operations of ``schedule``, the
+        replica's step costing and ``update_from_output``, in the same order, on Python lists
+        instead of small numpy arrays: the engine's fast path for the batches speculative decoding
+        runs one step at a time. ``log(start, duration_s, kv_used_blocks)`` records each step.
+        """
+        n, k1, kv = self.n, self.k + 1, self.kv
+        capped = self.caps_lookahead
+        if not self._only_verifies():
+            return t, _EMPTY, None
+        bs = kv.block_size           # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
+        computed = self.num_computed_tokens[:n].tolist()
+        remaining = self.num_remaining_tokens[:n].tolist()
+        verify_s, proposal_s, accepted_list = self._verify_fn(cost, n), self.proposal_time_s, self._accepted_list
+        need = 0                     # the lookahead blocks of the next step
+        short = False                # a request verifies fewer than k + 1 positions (capped lookahead)
+        for c, r in zip(computed, remaining, strict=True):
+            q = k1
+            if capped and r < k1:
+                q, short = r, True
+            need += -(-(c + q) // bs) + (-c // bs)
+        finished = False
+        while not finished:
+            if need > kv.num_gpu_blocks - kv.num_used_blocks:   # the step preempts: planned the usual way
+                break
+            if short:
+                tokens = [r if r < k1 else k1 for r in remaining]
+                step_s = cost.step_time_s(BatchShape(tokens, list(computed), 0, 0, sum(tokens)))
+            else:
+                step_s = verify_s(computed)
+            duration = step_s + proposal_s(n, (sum(computed) if capped else self.context_total) + n)
+            end = t + duration
+            kv.num_used_blocks += need           # kv.allocate(need), which fits
+            log(t, duration, kv.num_used_blocks)
+            if not end < horizon:                # the step crosses the next event: applied at its end
+                self.num_computed_tokens[:n] = computed
+                self.num_remaining_tokens[:n] = remaining
+                return t, _EMPTY, end
+            need, finished, short = self._verify_rows(computed, remaining, accepted_list(n))
+            t = end
+        self.num_computed_tokens[:n] = computed
+        self.num_remaining_tokens[:n] = remaining
+        return t, (self._finish(t) if finished else _EMPTY), None
+
+    def _verify_rows(self, computed: list[int], remaining: list[int],
+                     accepted: list[int]) -> tuple[int, bool, bool]:
+        """Apply one verification step of every running request to ``computed`` and ``remaining``
+        (the rows' lists, updated in place) and to the counters and KV blocks, as
+        ``update_from_output`` does for a step of decoding rows only; returns the next step's
+        lookahead blocks, whether a request finished, and whether one now has fewer than ``k + 1``
+        tokens left to verify (capped lookahead only)."""
+        k1, bs, n = self.k + 1, self.kv.block_size, len(computed)
+        freed = emitted_sum = need = 0
+        finished = short = False
+        if not self.caps_lookahead:      # k + 1 positions per request, always (the lean loop: every row, every step)
+            for i in range(n):
+                c, r = computed[i], remaining[i]
+                e = accepted[i] + 1      # accepted proposals plus the target's own token, within the output
+                if e > r:
+                    e = r
+                if e == r:
+                    finished = True
+                ce = c + e
+                computed[i] = ce
+                remaining[i] = r - e
+                emitted_sum += e
+                freed += -(-(c + k1) // bs) + (-ce // bs)    # the lookahead the rejected positions leave
+                need += -(-(ce + k1) // bs) + (-ce // bs)    # the next step's lookahead
+            drafted = n * self.k
+        else:                            # the same, verifying at most the remaining output
+            drafted = 0
+            for i in range(n):
+                c, r = computed[i], remaining[i]
+                q = r if r < k1 else k1
+                e = accepted[i] + 1
+                if e > r:
+                    e = r
+                if e == r:
+                    finished = True
+                ce, r = c + e, r - e
+                computed[i] = ce
+                remaining[i] = r
+                emitted_sum += e
+                drafted += q - 1
+                freed += -(-(c + q) // bs) + (-ce // bs)
+                if r < k1:
+                    q, short = r, True
+                else:
+                    q = k1
+                need += -(-(ce + q) // bs) + (-ce // bs)
+        self.context_total += emitted_sum
+        self.kv.free(freed)
+        self.num_draft_tokens += drafted
+        self.num_accepted_tokens += emitted_sum - n
+        self.num_verify_steps += n
+        self.num_emitted_decode_tokens += emitted_sum
+        return need, finished, short
+
+    def apply_verify_step(self, now: float) -> np.ndarray:
+        """Apply the step :meth:`advance_verify_steps` planned across its horizon, ending ``now``;
+        returns the ids it finished."""
+        n = self.n
+        computed = self.num_computed_tokens[:n].tolist()
+        remaining = self.num_remaining_tokens[:n].tolist()
+        self._verify_rows(computed, remaining, self._accepted_list(n))
+        self.num_computed_tokens[:n] = computed
+        self.num_remaining_tokens[:n] = remaining
+        return self._finish(now)
 
     def stats(self) -> dict[str, int]:
         return {"num_draft_tokens": self.num_draft_tokens, "num_accepted_tokens": self.num_accepted_tokens,
@@ -145,87 +270,6 @@ class SpeculativeScheduler(_Speculation, Scheduler):
         out.decode_context_sum = self.context_total + keep
         out.decode_budget_tokens = keep * k1
 
-    def advance_verify_steps(self, t: float, horizon: float, cost: Any,
-                             log: Callable[[float, float, int], None]) -> tuple[float, np.ndarray, float | None]:
-        """Plan and apply consecutive verification steps from ``t`` while nothing else can happen:
-        each ends before ``horizon``, every running request verifies (no preemption, no waiting
-        request, so none is admitted), and none has finished yet. Returns the end of the last step
-        applied (``t`` when none was), the ids it finished, and the end of the step that crosses
-        ``horizon`` when that step was planned too (None otherwise): it is logged and holds its
-        lookahead blocks, and :meth:`apply_verify_step` applies it once the clock reaches its end,
-        as :meth:`schedule` and :meth:`update_from_output` would plan and apply it.
-
-        Each step makes exactly the calls, draws and float operations of :meth:`schedule`, the
-        replica's step costing and :meth:`update_from_output`, in the same order, on Python lists
-        instead of small numpy arrays: the engine's fast path for the batches speculative decoding
-        runs one step at a time. ``log(start, duration_s, kv_used_blocks)`` records each step.
-        """
-        n, k1, kv = self.n, self.k + 1, self.kv
-        bs = kv.block_size          # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
-        computed = self.num_computed_tokens[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist()
-        verify_s, proposal_s, accepted_list = self._verify_fn(cost, n), self.proposal_time_s, self._accepted_list
-        need = 0                    # the lookahead blocks of k + 1 tokens per request
-        for c in computed:
-            need += -(-(c + k1) // bs) + (-c // bs)
-        finished = False
-        while not finished:
-            if need > kv.num_gpu_blocks - kv.num_used_blocks:   # the step preempts: planned the usual way
-                break
-            duration = verify_s(computed) + proposal_s(n, self.context_total + n)
-            end = t + duration
-            kv.num_used_blocks += need           # kv.allocate(need), which fits
-            log(t, duration, kv.num_used_blocks)
-            if not end < horizon:                # the step crosses the next event: applied at its end
-                self.num_computed_tokens[:n] = computed
-                self.num_remaining_tokens[:n] = remaining
-                return t, _EMPTY, end
-            need, finished = self._verify_rows(computed, remaining, accepted_list(n))
-            t = end
-        self.num_computed_tokens[:n] = computed
-        self.num_remaining_tokens[:n] = remaining
-        return t, (self._finish(t) if finished else _EMPTY), None
-
-    def _verify_rows(self, computed: list[int], remaining: list[int], accepted: list[int]) -> tuple[int, bool]:
-        """Apply one verification step of every running request to ``computed`` and ``remaining``
-        (the rows' lists, updated in place) and to the counters and KV blocks, as
-        :meth:`update_from_output` does for a step without admissions; returns the next step's
-        lookahead blocks and whether a request finished."""
-        k1, bs, n = self.k + 1, self.kv.block_size, len(computed)
-        freed = emitted_sum = need = 0
-        finished = False
-        for i in range(n):
-            c, r = computed[i], remaining[i]
-            e = accepted[i] + 1
-            if e > r:
-                e = r
-            if e == r:
-                finished = True
-            ce = c + e
-            computed[i] = ce
-            remaining[i] = r - e
-            emitted_sum += e
-            freed += -(-(c + k1) // bs) + (-ce // bs)
-            need += -(-(ce + k1) // bs) + (-ce // bs)    # the next step's lookahead
-        self.context_total += emitted_sum
-        self.kv.free(freed)
-        self.num_draft_tokens += n * self.k
-        self.num_accepted_tokens += emitted_sum - n
-        self.num_verify_steps += n
-        self.num_emitted_decode_tokens += emitted_sum
-        return need, finished
-
-    def apply_verify_step(self, now: float) -> np.ndarray:
-        """Apply the step :meth:`advance_verify_steps` planned across its horizon, ending ``now``;
-        returns the ids it finished."""
-        n = self.n
-        computed = self.num_computed_tokens[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist()
-        self._verify_rows(computed, remaining, self._accepted_list(n))
-        self.num_computed_tokens[:n] = computed
-        self.num_remaining_tokens[:n] = remaining
-        return self._finish(now)
-
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
         m, n = out.num_decode, self.n
         if m:
@@ -244,6 +288,10 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
     """Chunked prefill whose decoding requests propose and verify up to ``k`` tokens per step."""
 
     supports_decode_runs = False
+    caps_lookahead = True
+
+    def _only_verifies(self) -> bool:   # no prompt chunk left, and a budget that cannot bind
+        return self.num_prefilling == 0 and self.n * (self.k + 1) <= self.config.max_num_batched_tokens
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -255,45 +303,79 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
         tok = out.row_tokens
         if tok is None:
             return out
+        # On lists, like the running rows' walk: a chunk per scheduled row, each sampling its
+        # verified positions (decoding rows) or its first token (a prompt's last chunk).
         m = len(tok)
-        pending, computed = self.num_pending[:m], self.num_computed_tokens[:m]
-        rows = tok > 0
-        verify = rows & (pending == 0)
-        sampled = int(tok[verify].sum()) + int((rows & (pending > 0) & (tok == pending)).sum())
-        out.cost_shape = BatchShape(tok[rows].tolist(), computed[rows].tolist(), 0, 0, sampled)
-        num_verify = int(verify.sum())
+        chunk_tokens, chunk_context = [], []
+        sampled = num_verify = verify_context = 0
+        for t, p, c in zip(tok.tolist(), self.num_pending[:m].tolist(), self.num_computed_tokens[:m].tolist(),
+                           strict=True):
+            if t > 0:
+                chunk_tokens.append(t)
+                chunk_context.append(c)
+                if p == 0:
+                    sampled += t
+                    num_verify += 1
+                    verify_context += c
+                elif t == p:
+                    sampled += 1
+        out.cost_shape = BatchShape(chunk_tokens, chunk_context, 0, 0, sampled)
         if num_verify:
-            out.extra_s = self.proposal_time_s(num_verify, int(computed[verify].sum()) + num_verify)
+            out.extra_s = self.proposal_time_s(num_verify, verify_context + num_verify)
         return out
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
         tok = out.row_tokens
         assert tok is not None   # every step of this scheduler describes its rows
         m = len(tok)
-        pending = self.num_pending[:m]
-        was_prefill = pending > 0
-        step = np.where(was_prefill, tok, 0)
-        verify = np.flatnonzero(~was_prefill & (tok > 0))
-        if len(verify):
-            t = tok[verify]
-            before = self.num_computed_tokens[verify]
-            emitted = np.minimum(np.minimum(self._accepted(len(verify)) + 1, t), self.num_remaining_tokens[verify])
-            step[verify] = emitted
-            self.num_remaining_tokens[verify] -= emitted
-            blocks_for = self.kv.blocks_for
-            self.kv.free(int((blocks_for(before + t) - blocks_for(before + emitted)).sum()))  # unused lookahead
-            self.num_draft_tokens += int((t - 1).sum())
-            self.num_accepted_tokens += int((emitted - 1).sum())
-            self.num_verify_steps += len(verify)
-            self.num_emitted_decode_tokens += int(emitted.sum())
-        self.num_computed_tokens[:m] += step
-        self.context_total += int(step.sum())
-        pending -= np.where(was_prefill, tok, 0)
-        completed = was_prefill & (pending == 0)
-        self.num_remaining_tokens[:m] -= completed
-        if completed.any():
-            self.num_prefilling -= int(completed.sum())
-            ids = self.req_id[:m][completed]
+        tokens = tok.tolist()
+        pending = self.num_pending[:m].tolist()
+        computed = self.num_computed_tokens[:m].tolist()
+        remaining = self.num_remaining_tokens[:m].tolist()
+        num_verify = sum(1 for t, p in zip(tokens, pending, strict=True) if t > 0 and p == 0)
+        accepted = self._accepted_list(num_verify) if num_verify else []
+        bs = self.kv.block_size
+        j = total = freed = drafted = emitted_sum = 0
+        completed = []                     # rows whose last prompt chunk this step was
+        for row in range(m):
+            t, p, c = tokens[row], pending[row], computed[row]
+            if p > 0:                      # a prompt chunk
+                p -= t
+                pending[row] = p
+                if p == 0:
+                    completed.append(row)
+                    remaining[row] -= 1    # its first token
+                step = t
+            elif t > 0:                    # verification: accepted proposals plus one, within the row's tokens
+                e = accepted[j] + 1
+                j += 1
+                if e > t:
+                    e = t
+                r = remaining[row]
+                if e > r:
+                    e = r
+                remaining[row] = r - e
+                freed += -(-(c + t) // bs) + (-(c + e) // bs)   # the unused lookahead blocks
+                drafted += t - 1
+                emitted_sum += e
+                step = e
+            else:
+                step = 0
+            computed[row] = c + step
+            total += step
+        self.num_computed_tokens[:m] = computed
+        self.num_pending[:m] = pending
+        self.num_remaining_tokens[:m] = remaining
+        self.context_total += total
+        if num_verify:
+            self.kv.free(freed)
+            self.num_draft_tokens += drafted
+            self.num_accepted_tokens += emitted_sum - num_verify
+            self.num_verify_steps += num_verify
+            self.num_emitted_decode_tokens += emitted_sum
+        if completed:
+            self.num_prefilling -= len(completed)
+            ids = self.req_id[completed]
             first = ids[np.isnan(self.table.first_token_time[ids])]
             self.table.first_token_time[first] = now
         return self._finish(now)
