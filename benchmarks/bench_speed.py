@@ -20,7 +20,8 @@ drifts between invocations). Rows:
 * feature cost: CPU time of speed-10k with speculative decoding (draft llama-3.2-1b, k=4,
   acceptance 0.8), chunked prefill (vLLM's default threshold, and 256-token chunks) or prefix
   caching (4 shared 256-token system prompts for 80% of requests, caching on vs off) over the
-  same run without it; the variants run round-robin in one process, median of the repeats.
+  same run without it, and of speculative decoding under chunked prefill (as vLLM v1 runs it) over
+  chunked prefill alone; the variants run round-robin in one process, median of the repeats.
 * ``--plan``: ``llmplan plan examples/plan-fy27.yaml --workers 2`` (long).
 * ``--app``: the dashboard's What-if page through streamlit's AppTest in a fresh process, and its
   default scenario run with an empty cache (needs the app extra).
@@ -65,6 +66,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "cost_spec": ("<=", 2.0, "x"),
     "cost_chunked": ("<=", 2.0, "x"),
     "cost_chunked_256": ("<=", 2.0, "x"),
+    "cost_chunked_spec": ("<=", 2.0, "x"),
     "cost_prefix": ("<=", 2.0, "x"),
     "plan": ("<=", 20.0, "s"),
     "app_run": ("<=", 1.5, "s"),
@@ -78,11 +80,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "spec": {"speculative_config": SPEC},
     "chunked": {"scheduler.policy": "chunked_prefill"},
     "chunked_256": {"scheduler.policy": "chunked_prefill", "scheduler.long_prefill_token_threshold": 256},
+    "chunked_spec": {"scheduler.policy": "chunked_prefill", "speculative_config": SPEC},
     "prefix_off": {"workload.prefix": PREFIX},
     "prefix": {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True},
 }
 COSTS = {"cost_spec": ("spec", "off"), "cost_chunked": ("chunked", "off"),
-         "cost_chunked_256": ("chunked_256", "off"), "cost_prefix": ("prefix", "prefix_off")}
+         "cost_chunked_256": ("chunked_256", "off"), "cost_prefix": ("prefix", "prefix_off"),
+         "cost_chunked_spec": ("chunked_spec", "chunked")}
 
 # A script run in the tree under test: times simulate() for each job, round-robin, and prints JSON.
 ENGINE_SCRIPT = r"""
@@ -280,6 +284,7 @@ LABELS = {
     "engine_replicas8_table": "engine, 8 replicas on measured h100-sxm (req/s)",
     "cost_spec": "speculative decoding / off (CPU)", "cost_chunked": "chunked prefill / off (CPU)",
     "cost_chunked_256": "chunked prefill 256-token chunks / off (CPU)",
+    "cost_chunked_spec": "spec decoding + chunked / chunked (CPU)",
     "cost_prefix": "prefix caching on / off (CPU)",
     "plan": "FY27 example plan, 2 workers (process)", "plan_cpu": "  the same, CPU s (all processes)",
     "app_open": "dashboard: open What-if (AppTest, process)",

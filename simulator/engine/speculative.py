@@ -20,7 +20,11 @@ Costs of one step:
   also holds the draft's KV, and the draft's weights take memory (see ``simulation.resolve``).
 
 Acceptance draws come from their own seeded stream. A step's outcome is random per request, so
-decode runs are advanced one step per event (no fast-forward): the README states the cost.
+there is no closed-form decode run: every step is planned and drawn. The steps in which every
+running request verifies and that end before the next event are planned and applied back to back
+on Python lists (:meth:`_Speculation.advance_verify_steps`), and the step crossing that event is
+planned with them and applied at its end: the same calls, draws and floats as one step per event
+(tested bit for bit); ``docs/speed.md`` gives the cost.
 
 With ``scheduler.policy: chunked_prefill`` (:class:`ChunkedSpeculativeScheduler`, as vLLM v1 runs
 speculation) the verification positions share the step's token budget with prefill chunks: each
@@ -74,13 +78,14 @@ class _Speculation(Scheduler):
         self._verify_fns: dict[int, VerifyStep] = {}
         self._verify_cost: Any = None
 
-    def _accepted_list(self, m: int) -> list[int]:
-        """Accepted proposals of ``m`` requests: geometric counts truncated at k, drawn in blocks."""
+    def _emitted_list(self, m: int) -> list[int]:
+        """Tokens the verifications of ``m`` requests emit where their outputs allow: accepted
+        proposals (geometric counts truncated at k, drawn in blocks) plus the target's own token."""
         if self.alpha >= 1.0:
-            return [self.k] * m
+            return [self.k + 1] * m
         i = self._next_draw
         if i + m > len(self._draws):
-            fresh = np.minimum(self.rng.geometric(1.0 - self.alpha, size=max(4096, m)) - 1, self.k)
+            fresh = np.minimum(self.rng.geometric(1.0 - self.alpha, size=max(4096, m)), self.k + 1)
             self._draws = self._draws[i:] + fresh.tolist()
             i = 0
         self._next_draw = i + m
@@ -127,7 +132,7 @@ class _Speculation(Scheduler):
         bs = kv.block_size           # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
         computed = self.num_computed_tokens[:n].tolist()
         remaining = self.num_remaining_tokens[:n].tolist()
-        verify_s, proposal_s, accepted_list = self._verify_fn(cost, n), self.proposal_time_s, self._accepted_list
+        verify_s, proposal_s, emitted_list = self._verify_fn(cost, n), self.proposal_time_s, self._emitted_list
         need = 0                     # the lookahead blocks of the next step
         short = False                # a request verifies fewer than k + 1 positions (capped lookahead)
         for c, r in zip(computed, remaining, strict=True):
@@ -152,14 +157,14 @@ class _Speculation(Scheduler):
                 self.num_computed_tokens[:n] = computed
                 self.num_remaining_tokens[:n] = remaining
                 return t, _EMPTY, end
-            need, finished, short = self._verify_rows(computed, remaining, accepted_list(n))
+            need, finished, short = self._verify_rows(computed, remaining, emitted_list(n))
             t = end
         self.num_computed_tokens[:n] = computed
         self.num_remaining_tokens[:n] = remaining
         return t, (self._finish(t) if finished else _EMPTY), None
 
     def _verify_rows(self, computed: list[int], remaining: list[int],
-                     accepted: list[int]) -> tuple[int, bool, bool]:
+                     emitted: list[int]) -> tuple[int, bool, bool]:
         """Apply one verification step of every running request to ``computed`` and ``remaining``
         (the rows' lists, updated in place) and to the counters and KV blocks, as
         ``update_from_output`` does for a step of decoding rows only; returns the next step's
@@ -171,7 +176,7 @@ class _Speculation(Scheduler):
         if not self.caps_lookahead:      # k + 1 positions per request, always (the lean loop: every row, every step)
             for i in range(n):
                 c, r = computed[i], remaining[i]
-                e = accepted[i] + 1      # accepted proposals plus the target's own token, within the output
+                e = emitted[i]           # accepted proposals plus the target's own token, within the output
                 if e > r:
                     e = r
                 if e == r:
@@ -188,7 +193,7 @@ class _Speculation(Scheduler):
             for i in range(n):
                 c, r = computed[i], remaining[i]
                 q = r if r < k1 else k1
-                e = accepted[i] + 1
+                e = emitted[i]
                 if e > r:
                     e = r
                 if e == r:
@@ -218,7 +223,7 @@ class _Speculation(Scheduler):
         n = self.n
         computed = self.num_computed_tokens[:n].tolist()
         remaining = self.num_remaining_tokens[:n].tolist()
-        self._verify_rows(computed, remaining, self._accepted_list(n))
+        self._verify_rows(computed, remaining, self._emitted_list(n))
         self.num_computed_tokens[:n] = computed
         self.num_remaining_tokens[:n] = remaining
         return self._finish(now)
@@ -275,7 +280,7 @@ class SpeculativeScheduler(_Speculation, Scheduler):
         if m:
             computed = self.num_computed_tokens[:m].tolist()
             remaining = self.num_remaining_tokens[:m].tolist()
-            self._verify_rows(computed, remaining, self._accepted_list(m))
+            self._verify_rows(computed, remaining, self._emitted_list(m))
             self.num_computed_tokens[:m] = computed
             self.num_remaining_tokens[:m] = remaining
         if n > m:
@@ -333,7 +338,7 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
         computed = self.num_computed_tokens[:m].tolist()
         remaining = self.num_remaining_tokens[:m].tolist()
         num_verify = sum(1 for t, p in zip(tokens, pending, strict=True) if t > 0 and p == 0)
-        accepted = self._accepted_list(num_verify) if num_verify else []
+        emitted = self._emitted_list(num_verify) if num_verify else []
         bs = self.kv.block_size
         j = total = freed = drafted = emitted_sum = 0
         completed = []                     # rows whose last prompt chunk this step was
@@ -347,7 +352,7 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
                     remaining[row] -= 1    # its first token
                 step = t
             elif t > 0:                    # verification: accepted proposals plus one, within the row's tokens
-                e = accepted[j] + 1
+                e = emitted[j]
                 j += 1
                 if e > t:
                     e = t
