@@ -399,22 +399,3 @@ def test_a_released_batching_factor_simulates_its_run_again():
     assert factor.step_log is not None
     factor.release()
     assert factor.step_log is None and float(factor) == kept and kept > 0
-
-
-def test_proposal_times_are_remembered_exactly_within_a_bounded_store():
-    """A speculative step's proposal time is a pure function of (batch size, context sum): the
-    remembered function returns the computed floats, computes each pair once while it is kept, and
-    empties its store when full instead of growing without bound."""
-    from simulator.run.simulate import _remembered
-
-    calls = []
-
-    def proposal(n, ctx):
-        calls.append((n, ctx))
-        return 0.1 * n + ctx / 3.0
-
-    remembered = _remembered(proposal, max_entries=3)
-    pairs = [(1, 10), (1, 10), (2, 10), (1, 10), (2, 11), (3, 12), (1, 10), (1, 10)]
-    assert [remembered(n, c) for n, c in pairs] == [0.1 * n + c / 3.0 for n, c in pairs]
-    # (3, 12) arrives with the store full: it is emptied, so (1, 10) is computed once more.
-    assert calls == [(1, 10), (2, 10), (2, 11), (3, 12), (1, 10)]

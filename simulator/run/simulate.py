@@ -401,7 +401,7 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
         def mtp(n: int, ctx: int) -> float:   # k extra decoder layers of the target
             bd = cost.breakdown(BatchShape.decode(n, ctx))
             return k * (bd.total_s - bd.overhead_s) / layers
-        return _remembered(mtp)
+        return mtp
     assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
@@ -419,22 +419,4 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
         for j in range(k):
             total += step(float(ctx + n * j)) - overhead
         return total
-    return _remembered(draft)
-
-
-def _remembered(proposal_time_s: Callable[[int, int], float],
-                max_entries: int = 1 << 16) -> Callable[[int, int], float]:
-    """``proposal_time_s`` (a pure function of the batch size and context sum) with its results kept:
-    a run meets the same pairs again and again (94% of the calls in the speculative speed-10k run
-    of ``benchmarks/bench_speed.py``). The store is emptied when it holds ``max_entries`` pairs,
-    which bounds its memory."""
-    store: dict[tuple[int, int], float] = {}
-
-    def remembered(n: int, ctx: int) -> float:
-        got = store.get((n, ctx))
-        if got is None:
-            if len(store) >= max_entries:
-                store.clear()
-            got = store[(n, ctx)] = proposal_time_s(n, ctx)
-        return got
-    return remembered
+    return draft
