@@ -76,7 +76,7 @@ def _same_run(a, b) -> None:
 ])
 def test_the_verification_fast_path_is_the_step_by_step_loop(overrides, monkeypatch):
     """Speculative steps that end before the next event are planned and applied by
-    ``advance_verify_steps`` on plain lists; the result is the same run, bit for bit, as the
+    ``advance_steps`` on plain lists; the result is the same run, bit for bit, as the
     engine loop planning and applying each of them through ``schedule``/``update_from_output``."""
     from simulator import load_scenario, simulate
     from simulator.engine.speculative import SpeculativeScheduler
@@ -84,11 +84,60 @@ def test_the_verification_fast_path_is_the_step_by_step_loop(overrides, monkeypa
     sc = load_scenario(SPEED, {"num_requests": 600, **overrides})
     fast = simulate(sc)
     assert fast.engine_stats["num_verify_steps"] > 0
-    monkeypatch.setattr(SpeculativeScheduler, "advance_verify_steps", None)
+    monkeypatch.setattr(SpeculativeScheduler, "advance_steps", None)
     _same_run(fast, simulate(sc))
 
 
 SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
+CHUNKED_SHAREGPT = {"hardware": "h100-sxm-datasheet", "num_requests": 700, "workload.arrival.rate_per_s": 4.0,
+                    "scheduler.policy": "chunked_prefill", "scheduler.max_num_batched_tokens": 512}
+#: Variants of ShareGPT-like traffic under chunked prefill with 512-token steps (requests wait while
+#: a long prompt takes the budget): the mixed steps' fast path beside everything that ends it.
+CHUNKED_CASES = {
+    "one replica": {},
+    "prefix caching": {"workload.prefix": {"num_prefixes": 4, "prefix_tokens": 512, "share": 0.8,
+                                           "short_prompt": "clip"}, "scheduler.enable_prefix_caching": True},
+    "KV pressure": {"scheduler.num_gpu_blocks_override": 2500},
+    "priority": {"scheduler.scheduling_policy": "priority", "workload.tiers": [
+        {"name": "chat", "share": 0.3, "priority": 0}, {"name": "batch", "share": 0.7, "priority": 1}]},
+    "256-token chunks, 1024-token steps": {"scheduler.long_prefill_token_threshold": 256,
+                                           "scheduler.max_num_batched_tokens": 1024},
+    "timeouts and shedding": {"workload.arrival.rate_per_s": 6.0, "client.timeout_s": 20.0,
+                              "admission.max_queue_delay_s": 4.0},
+    "three replicas": {"deployment.replicas": 3, "deployment.router": "least_outstanding_tokens",
+                       "workload.arrival.rate_per_s": 11.0},
+    "vLLM v1 (async scheduling, CUDA graphs)": {"engine": "vllm-v1"},
+}
+
+
+@pytest.mark.parametrize("overrides", CHUNKED_CASES.values(), ids=CHUNKED_CASES)
+def test_the_mixed_step_fast_path_is_the_step_by_step_loop(overrides, monkeypatch):
+    """Chunked prefill's mixed steps (prompt chunks beside the decodes) that end before the next
+    event, and the one that crosses it, are planned and applied by ``advance_steps`` on plain lists,
+    also while requests wait for the budget; the result is the same run, bit for bit, as the engine
+    loop planning and applying each of them through ``schedule``/``update_from_output``."""
+    from simulator import load_scenario, simulate
+    from simulator.engine.policies import ChunkedPrefillScheduler
+
+    sc = load_scenario(SHAREGPT, {**CHUNKED_SHAREGPT, **overrides})
+    planned = []
+    own = ChunkedPrefillScheduler.advance_steps
+
+    def counted(self, t, horizon, cost, log):
+        end, done, crossing = own(self, t, horizon, cost, log)
+        planned.append((end != t) + (crossing is not None))
+        return end, done, crossing
+
+    monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", counted)
+    fast = simulate(sc)
+    assert sum(planned) > 100
+    monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", None)
+    slow = simulate(sc)
+    _same_run(fast, slow)
+    if "num_gpu_blocks_override" in overrides:
+        assert fast.summary["requests"]["preemptions"] > 0
+
+
 PREFIX = {"num_prefixes": 4, "prefix_tokens": 512, "share": 0.8, "short_prompt": "clip"}
 MANY = {"num_requests": 1500, "deployment.replicas": 4, "workload.arrival.rate_per_s": 20.0,
         "deployment.router": "least_outstanding"}

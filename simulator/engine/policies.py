@@ -26,6 +26,7 @@ accounting, preemption and fast-forward of pure-decode runs.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from simulator.cost.base import BatchShape
 from simulator.engine.disaggregated import DecodeScheduler
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
-from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
+from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput, StepLogger
 from simulator.scenario.config import SchedulerConfig
 
 _RUNNING = int(RequestStatus.RUNNING)
@@ -52,6 +53,8 @@ class ChunkedPrefillScheduler(Scheduler):
         self.num_prefilling = 0
         threshold = config.long_prefill_token_threshold
         self.chunk_limit = threshold if threshold else config.max_num_batched_tokens
+        self._planned_tokens: list[int] = []
+        """Tokens per row of the step :meth:`advance_steps` planned across its horizon."""
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -208,6 +211,131 @@ class ChunkedPrefillScheduler(Scheduler):
             ids = self.req_id[completed]
             first = ids[np.isnan(self.table.first_token_time[ids])]
             self.table.first_token_time[first] = now
+        return self._finish(now)
+
+    def advance_steps(self, t: float, horizon: float, cost: Any,
+                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
+        """Plan and apply consecutive mixed steps from ``t`` (the prefilling rows' next chunks and a
+        token for every decoding row, in row order within the budget) while nothing else can happen:
+        each ends before ``horizon``, no request is admitted (none waits, or the step leaves no
+        budget or seat), none preempts, a prompt is still being prefilled (else decode runs take
+        over) and no request has finished yet. Returns the end of the last step applied (``t``
+        when none was), the ids it finished, and the end of the step that crosses ``horizon`` when
+        that step was planned too (None otherwise): it is logged and holds its blocks, and
+        :meth:`apply_planned_step` applies it once the clock reaches its end.
+
+        Each step makes exactly the calls and float operations of :meth:`schedule` (with
+        :meth:`_schedule_running_mixed`), the replica's step costing and logging, and
+        :meth:`update_from_output`, in the same order, on Python lists: the engine's fast path for
+        the steps that prefill a prompt chunk by chunk beside the decodes, one event each otherwise.
+        """
+        n = self.n
+        if not self.num_prefilling:
+            return t, _EMPTY, None
+        kv, waiting = self.kv, len(self.waiting)
+        # With requests waiting, a step is the fast path's only while it leaves no budget or seat
+        # for them (schedule would admit none, nor call _admit_chunks).
+        admits = waiting and n < self.config.max_num_seqs
+        computed = self.num_computed_tokens[:n].tolist()
+        pending = self.num_pending[:n].tolist()
+        remaining = self.num_remaining_tokens[:n].tolist()
+        ids = self.req_id[:n].tolist()
+        step_time_s = cost.step_time_s
+        start, finished, crossing_end = t, False, None
+        while True:
+            tokens, need, shape = self._mixed_step(computed, pending)
+            if need > kv.num_free_blocks:                # the step preempts: planned the usual way
+                break
+            if admits and shape.num_tokens < self.config.max_num_batched_tokens:
+                break                                    # budget left for a waiting request: the usual way
+            duration = step_time_s(shape)
+            end = t + duration
+            ok = kv.allocate(need)
+            assert ok
+            for i, tk in enumerate(tokens):              # chunks' full blocks join the prefix cache
+                if pending[i]:
+                    kv.register(ids[i], computed[i] + tk)
+            log(t, duration, shape.num_seqs, shape.num_tokens - shape.num_decodes, shape.num_decodes, waiting,
+                kv.num_used_blocks)
+            if not end < horizon:                        # the step crosses the next event: applied at its end
+                self._planned_tokens = tokens
+                crossing_end = end
+                break
+            finished = self._mixed_update(tokens, computed, pending, remaining, ids, end)
+            t = end
+            if finished or not self.num_prefilling:
+                break
+        if t != start or crossing_end is not None:
+            self.num_computed_tokens[:n] = computed
+            self.num_pending[:n] = pending
+            self.num_remaining_tokens[:n] = remaining
+        return t, (self._finish(t) if finished else _EMPTY), crossing_end
+
+    def _mixed_step(self, computed: list[int], pending: list[int]) -> tuple[list[int], int, BatchShape]:
+        """The next mixed step of the running rows, none preempted (:meth:`_schedule_running_mixed`
+        and :meth:`_fill_output`'s batch shape): tokens per scheduled row, the blocks it needs, and
+        its batch shape."""
+        bs, limit, budget = self.kv.block_size, self.chunk_limit, self.config.max_num_batched_tokens
+        need = num_decode = decode_context = partial = 0
+        tokens: list[int] = []
+        chunks: list[int] = []
+        contexts: list[int] = []
+        for c, p in zip(computed, pending, strict=True):
+            if budget <= 0:
+                break
+            if p:
+                tk = min(p, budget, limit)
+                chunks.append(tk)
+                contexts.append(c)
+                if tk < p:
+                    partial += 1
+            else:
+                tk = 1
+                num_decode += 1
+                decode_context += c + 1
+            need += -(-(c + tk) // bs) - (-(-c // bs))
+            tokens.append(tk)
+            budget -= tk
+        sampled = num_decode + len(chunks) - partial   # decodes, and the prompts this step finishes
+        return tokens, need, BatchShape(chunks, contexts, num_decode, decode_context, sampled)
+
+    def _mixed_update(self, tokens: list[int], computed: list[int], pending: list[int], remaining: list[int],
+                      ids: list[int], now: float) -> bool:
+        """Apply a mixed step's ``tokens`` to the rows' lists (:meth:`update_from_output`, on lists)
+        and to the counters; returns whether a request emitted its last token."""
+        first_token_time, phase = self.table.first_token_time, self._phase_remaining
+        total, finished = 0, False
+        for i, tk in enumerate(tokens):
+            total += tk
+            computed[i] += tk
+            p = pending[i]
+            if p:
+                p -= tk
+                pending[i] = p
+                if p:
+                    continue
+                self.num_prefilling -= 1                 # its last chunk: the first token
+                rid = ids[i]
+                if math.isnan(first_token_time[rid]):
+                    first_token_time[rid] = now
+            r = remaining[i] - 1
+            remaining[i] = r
+            if r == phase:
+                finished = True
+        self.context_total += total
+        return finished
+
+    def apply_planned_step(self, now: float) -> np.ndarray:
+        """Apply the step :meth:`advance_steps` planned across its horizon, ending ``now``; returns
+        the ids it finished."""
+        n = self.n
+        computed = self.num_computed_tokens[:n].tolist()
+        pending = self.num_pending[:n].tolist()
+        remaining = self.num_remaining_tokens[:n].tolist()
+        self._mixed_update(self._planned_tokens, computed, pending, remaining, self.req_id[:n].tolist(), now)
+        self.num_computed_tokens[:n] = computed
+        self.num_pending[:n] = pending
+        self.num_remaining_tokens[:n] = remaining
         return self._finish(now)
 
     def _rows_leaving(self, rows: np.ndarray) -> None:   # aborted rows (simulator.engine.deadlines)

@@ -52,8 +52,9 @@ class Replica:
         """A decode run applied when the clock passed the next event, which the next one may follow on from."""
         self._run_in_flight: tuple[float, DecodeRun] | None = None
         """The decode run (and its start) that the engine waits on, applied only when it ends."""
-        self._verify_steps = getattr(scheduler, "advance_verify_steps", None) if fast_forward else None
-        """Speculative decoding's fast path for steps that end before the next event (see ``_fast_steps``)."""
+        self._own_steps = getattr(scheduler, "advance_steps", None) if fast_forward else None
+        """The policy's fast path for single steps that end before the next event (``_fast_steps``)."""
+        self._log_step = steps.step_logger(index)
         self.process = env.process(self.engine_loop())
 
     @property
@@ -132,11 +133,11 @@ class Replica:
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
-                if self._verify_steps is not None and sched.n and not sched.waiting:
+                if self._own_steps is not None and sched.n:
                     end, done, crossing_end = self._fast_steps(t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
                         yield env.timeout(crossing_end - now)
-                        done = sched.apply_verify_step(crossing_end)
+                        done = sched.apply_planned_step(crossing_end)
                         if len(done):
                             self.on_finish(done, crossing_end)
                         break
@@ -171,17 +172,16 @@ class Replica:
 
     def _fast_steps(self, t: float, horizon: float) -> tuple[float, np.ndarray, float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end
-        before ``horizon`` and change nothing outside the batch); returns the last one's end (``t``
-        when there was none), the requests it finished, and the end of the step after them when the
-        scheduler planned that one too (it crosses ``horizon``: applied once the clock reaches its
-        end, with ``apply_verify_step``), else None."""
+        before ``horizon`` and change nothing outside the batch: ``advance_steps``, speculative
+        decoding's verification steps and chunked prefill's mixed steps); returns the last one's end
+        (``t`` when there was none), the requests it finished, and the end of the step after them
+        when the scheduler planned that one too (it crosses ``horizon``: applied once the clock
+        reaches its end, with ``apply_planned_step``), else None."""
         sched = self.scheduler
         if sched.sort_pending or self.on_step_planned is not None:
             return t, _NO_IDS, None
-        # As add_step logs a verification step: all n running requests, each verifying, none waiting.
-        log = self.steps.plain_step_logger(self.index, sched.n, sched.n, 0)
-        assert self._verify_steps is not None
-        end, done, crossing_end = self._verify_steps(t, horizon, self.cost, log)
+        assert self._own_steps is not None
+        end, done, crossing_end = self._own_steps(t, horizon, self.cost, self._log_step)
         if crossing_end is not None:
             self.planned_until = crossing_end
         elif end != t:

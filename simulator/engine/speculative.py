@@ -22,7 +22,7 @@ Costs of one step:
 Acceptance draws come from their own seeded stream. A step's outcome is random per request, so
 there is no closed-form decode run: every step is planned and drawn. The steps in which every
 running request verifies and that end before the next event are planned and applied back to back
-on Python lists (:meth:`_Speculation.advance_verify_steps`), and the step crossing that event is
+on Python lists (:meth:`_Speculation.advance_steps`), and the step crossing that event is
 planned with them and applied at its end: the same calls, draws and floats as one step per event
 (tested bit for bit); ``docs/speed.md`` gives the cost.
 
@@ -42,7 +42,7 @@ from simulator.cost.base import BatchShape, VerifyStep, verify_step_fn
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import ChunkedPrefillScheduler
 from simulator.engine.request import RequestTable
-from simulator.engine.scheduler import _EMPTY, Scheduler, SchedulerOutput
+from simulator.engine.scheduler import _EMPTY, Scheduler, SchedulerOutput, StepLogger
 from simulator.scenario.config import SchedulerConfig, SpeculativeConfig
 
 
@@ -109,25 +109,25 @@ class _Speculation(Scheduler):
         beyond what the replica checks)."""
         return True
 
-    def advance_verify_steps(self, t: float, horizon: float, cost: Any,
-                             log: Callable[[float, float, int], None]) -> tuple[float, np.ndarray, float | None]:
+    def advance_steps(self, t: float, horizon: float, cost: Any,
+                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
         """Plan and apply consecutive verification steps from ``t`` while nothing else can happen:
         each ends before ``horizon``, every running request verifies (no preemption, no waiting
         request, so none is admitted; with chunked prefill, no prompt chunk left and a token budget
         that does not bind), and none has finished yet. Returns the end of the last step applied
         (``t`` when none was), the ids it finished, and the end of the step that crosses
         ``horizon`` when that step was planned too (None otherwise): it is logged and holds its
-        lookahead blocks, and :meth:`apply_verify_step` applies it once the clock reaches its end,
+        lookahead blocks, and :meth:`apply_planned_step` applies it once the clock reaches its end,
         as ``schedule`` and ``update_from_output`` would plan and apply it.
 
         Each step makes exactly the calls, draws and float operations of ``schedule``, the
         replica's step costing and ``update_from_output``, in the same order, on Python lists
         instead of small numpy arrays: the engine's fast path for the batches speculative decoding
-        runs one step at a time. ``log(start, duration_s, kv_used_blocks)`` records each step.
+        runs one step at a time. ``log`` (``StepLog.step_logger``) records each step.
         """
         n, k1, kv = self.n, self.k + 1, self.kv
         capped = self.caps_lookahead
-        if not self._only_verifies():
+        if self.waiting or not self._only_verifies():
             return t, _EMPTY, None
         bs = kv.block_size           # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
         computed = self.num_computed_tokens[:n].tolist()
@@ -152,7 +152,7 @@ class _Speculation(Scheduler):
             duration = step_s + proposal_s(n, (sum(computed) if capped else self.context_total) + n)
             end = t + duration
             kv.num_used_blocks += need           # kv.allocate(need), which fits
-            log(t, duration, kv.num_used_blocks)
+            log(t, duration, n, 0, n, 0, kv.num_used_blocks)
             if not end < horizon:                # the step crosses the next event: applied at its end
                 self.num_computed_tokens[:n] = computed
                 self.num_remaining_tokens[:n] = remaining
@@ -217,8 +217,8 @@ class _Speculation(Scheduler):
         self.num_emitted_decode_tokens += emitted_sum
         return need, finished, short
 
-    def apply_verify_step(self, now: float) -> np.ndarray:
-        """Apply the step :meth:`advance_verify_steps` planned across its horizon, ending ``now``;
+    def apply_planned_step(self, now: float) -> np.ndarray:
+        """Apply the step :meth:`advance_steps` planned across its horizon, ending ``now``;
         returns the ids it finished."""
         n = self.n
         computed = self.num_computed_tokens[:n].tolist()

@@ -44,16 +44,17 @@ class StepLog:
                               out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self._replicas.add(replica)
 
-    def plain_step_logger(self, replica: int, num_seqs: int, num_decode: int,
-                          num_waiting: int) -> Callable[[float, float, int], None]:
-        """``log(start, duration, kv_used)`` for steps of one replica that neither prefill nor
-        preempt, with these counts: each logged exactly as :meth:`add_step` logs it (for engine
-        fast paths that plan such steps without a :class:`SchedulerOutput`)."""
-        self._replicas.add(replica)
-        extend = self._entries.extend
+    def step_logger(self, replica: int) -> Callable[[float, float, int, int, int, int, int], None]:
+        """``log(start, duration, num_seqs, num_prefill_tokens, num_decode, num_waiting, kv_used)``
+        for the steps of one replica that preempt nothing, each logged exactly as :meth:`add_step`
+        logs it (for engine fast paths that plan steps without a :class:`SchedulerOutput`)."""
+        entries, replicas = self._entries, self._replicas
 
-        def log(start: float, duration: float, kv_used: int) -> None:
-            extend((start, 1, replica, num_seqs, 0, num_decode, num_waiting, kv_used, 0, 0, duration, 0.0))
+        def log(start: float, duration: float, num_seqs: int, num_prefill_tokens: int, num_decode: int,
+                num_waiting: int, kv_used: int) -> None:
+            entries.extend((start, 1, replica, num_seqs, num_prefill_tokens, num_decode, num_waiting, kv_used,
+                            0, 0, duration, 0.0))
+            replicas.add(replica)
         return log
 
     def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
