@@ -54,6 +54,8 @@ class Replica:
         """The decode run (and its start) that the engine waits on, applied only when it ends."""
         self._own_steps = getattr(scheduler, "advance_steps", None) if fast_forward else None
         """The policy's fast path for single steps that end before the next event (``_fast_steps``)."""
+        self._own_gate: str | None = getattr(scheduler, "own_steps_gate", None)
+        """An attribute of the scheduler that is falsy while its fast path has nothing to plan."""
         self._log_step = steps.step_logger(index)
         self.process = env.process(self.engine_loop())
 
@@ -116,6 +118,7 @@ class Replica:
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
         env, sched = self.env, self.scheduler
+        own, gate = self._own_steps, self._own_gate
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
                 self.deadlines.expire(env.now)
@@ -133,7 +136,7 @@ class Replica:
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
-                if self._own_steps is not None and sched.n:
+                if own is not None and sched.n and (gate is None or getattr(sched, gate)):
                     end, done, crossing_end = self._fast_steps(t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
                         yield env.timeout(crossing_end - now)

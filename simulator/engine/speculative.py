@@ -100,6 +100,8 @@ class _Speculation(Scheduler):
             fn = self._verify_fns[n] = verify_step_fn(cost, n, self.k + 1)
         return fn
 
+    own_steps_gate: str | None = None
+    """:meth:`advance_steps` is tried whenever requests run (chunked prefill's gate does not apply)."""
     caps_lookahead = False
     """Whether a decoding request verifies at most its remaining output tokens (vLLM v1's
     chunked-prefill scheduler) rather than always ``k + 1`` positions."""
