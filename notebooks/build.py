@@ -288,7 +288,7 @@ steps and a wider verification pass. This notebook sweeps alpha and `k` on the r
 at light load (1 req/s, where decoding is memory-bound and speculation helps most) and reports, for
 each `k`, the break-even acceptance rate (`studies.break_even_acceptance`).
 
-(The prefix-caching half of the issue's notebook 3 needs the prefix cache, which is not built yet.)"""),
+Prefix caching has its own notebook, `05_prefix_caching.ipynb`."""),
     new_code_cell(SETUP),
     new_code_cell('''\
 NUM_REQUESTS = 150 if SMALL else 1000
