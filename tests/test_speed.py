@@ -448,3 +448,68 @@ def test_a_released_batching_factor_simulates_its_run_again():
     assert factor.step_log is not None
     factor.release()
     assert factor.step_log is None and float(factor) == kept and kept > 0
+
+
+def _random_scenario(seed: int) -> dict:
+    """Overrides of a small random scenario that mixes the levers the policies' fast paths meet."""
+    import random
+
+    rnd = random.Random(seed)
+    chunked = rnd.random() < 0.6
+    ov = {"model": "llama-3-8b", "hardware": rnd.choice(["a100-80gb-datasheet", "h100-sxm", "h100-sxm-datasheet"]),
+          "num_requests": 200, "seed": seed, "scheduler.max_model_len": 1024,
+          "scheduler.policy": "chunked_prefill" if chunked else "continuous",
+          "scheduler.max_num_seqs": rnd.choice([4, 16, 64]),
+          "scheduler.max_num_batched_tokens": rnd.choice([32, 64, 256, 1024]) if chunked else 1024,
+          "workload.arrival.rate_per_s": rnd.choice([2.0, 8.0, 20.0, 40.0]),
+          "workload.prompt_tokens": {"dist": "uniform", "min": 8, "max": rnd.choice([200, 600])},
+          "workload.output_tokens": {"dist": "geometric", "mean": rnd.choice([5, 30, 100]), "max": 400}}
+    if chunked and rnd.random() < 0.3:
+        ov["scheduler.long_prefill_token_threshold"] = rnd.choice([16, 100])
+    if not chunked or rnd.random() < 0.5:        # every draw has a policy with a fast path
+        method = rnd.choice(["draft", "ngram", "mtp"])
+        ov["speculative_config"] = {"method": method, "num_speculative_tokens": rnd.choice([1, 3, 6]),
+                                    "acceptance_rate": rnd.choice([0.0, 0.5, 0.9, 1.0]),
+                                    **({"draft_model": "llama-3.2-1b"} if method == "draft" else {})}
+    if rnd.random() < 0.3:
+        ov["scheduler.num_gpu_blocks_override"] = rnd.choice([80, 200])
+    if rnd.random() < 0.3:
+        ov.update({"scheduler.enable_prefix_caching": True,
+                   "workload.prefix": {"num_prefixes": 2, "prefix_tokens": 64, "share": 0.7}})
+    if rnd.random() < 0.3:
+        ov.update({"deployment.replicas": rnd.choice([2, 3]),
+                   "deployment.router": rnd.choice(["round_robin", "least_outstanding", "least_outstanding_tokens"])})
+    if rnd.random() < 0.2:
+        ov["client.timeout_s"] = rnd.choice([0.5, 3.0])
+    if rnd.random() < 0.2:
+        ov["admission.max_queue_delay_s"] = rnd.choice([0.2, 1.0])
+    if rnd.random() < 0.2:
+        ov.update({"scheduler.scheduling_policy": "priority", "workload.tiers": [
+            {"name": "a", "share": 0.4, "priority": 0}, {"name": "b", "share": 0.6, "priority": 1}]})
+    if rnd.random() < 0.2:
+        ov["engine"] = rnd.choice(["vllm-v1", "sglang"])
+    return ov
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_the_policies_fast_paths_are_their_general_steps_on_random_scenarios(case, monkeypatch):
+    """Random small scenarios (continuous or chunked prefill, speculation by draft, n-gram or MTP,
+    KV pressure, prefix caching, replicas and routers, timeouts, shedding, priority tiers, engine
+    presets): the run with the policies' ``advance_steps`` fast paths is the run without them, bit
+    for bit (requests, every step, counters)."""
+    from conftest import make_scenario
+
+    from simulator import ScenarioError, simulate
+    from simulator.engine.policies import ChunkedPrefillScheduler
+    from simulator.engine.speculative import _Speculation
+
+    for seed in range(100 * case, 100 * case + 100):   # the first valid draw of this case's seeds
+        try:
+            sc = make_scenario(**_random_scenario(seed))
+            fast = simulate(sc)
+            break
+        except ScenarioError:
+            continue
+    monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", None)
+    monkeypatch.setattr(_Speculation, "advance_steps", None)
+    _same_run(fast, simulate(sc))
