@@ -187,32 +187,7 @@ class ChunkedPrefillScheduler(Scheduler):
         if out.row_tokens is None:                           # a pure-decode step
             return super().update_from_output(out, now)
         # On lists: a step's batch is a few dozen rows, where numpy's per-call cost dominates.
-        tok = out.row_tokens
-        m = len(tok)
-        pending = self.num_pending[:m].tolist()
-        emitted = [0] * m         # an output token: a decoding row's, or the last chunk's first token
-        completed = []            # rows whose last prompt chunk this step was
-        total = 0
-        for row, t in enumerate(tok.tolist()):
-            total += t
-            p = pending[row]
-            if p > 0:
-                p -= t
-                pending[row] = p
-                if p == 0:
-                    completed.append(row)
-                    emitted[row] = 1
-            elif t > 0:
-                emitted[row] = 1
-        self.num_computed_tokens[:m] += tok
-        self.context_total += total
-        self.num_pending[:m] = pending
-        self.num_remaining_tokens[:m] -= emitted
-        if completed:
-            self.num_prefilling -= len(completed)
-            ids = self.req_id[completed]
-            first = ids[np.isnan(self.table.first_token_time[ids])]
-            self.table.first_token_time[first] = now
+        self._apply_rows(out.row_tokens.tolist(), now)
         return self._finish(now)
 
     def advance_steps(self, t: float, horizon: float, cost: Any,
@@ -303,11 +278,15 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def _mixed_update(self, tokens: list[int], computed: list[int], pending: list[int], remaining: list[int],
                       ids: list[int], now: float) -> bool:
-        """Apply a mixed step's ``tokens`` to the rows' lists (:meth:`update_from_output`, on lists)
-        and to the counters; returns whether a request emitted its last token."""
+        """Apply a step's ``tokens`` per row (rows ``[0, len(tokens))``; a prompt's chunk, or a
+        decoding row's token) to the rows' lists and the counters: a decoding row and a prompt's
+        last chunk emit a token (the first one's time is the prompt's first token); returns whether
+        a request emitted its last token."""
         first_token_time, phase = self.table.first_token_time, self._phase_remaining
         total, finished = 0, False
         for i, tk in enumerate(tokens):
+            if not tk:                                   # a row the budget did not reach
+                continue
             total += tk
             computed[i] += tk
             p = pending[i]
@@ -327,17 +306,21 @@ class ChunkedPrefillScheduler(Scheduler):
         self.context_total += total
         return finished
 
+    def _apply_rows(self, tokens: list[int], now: float) -> None:
+        """:meth:`_mixed_update` on the first ``len(tokens)`` rows' arrays."""
+        m = len(tokens)
+        computed = self.num_computed_tokens[:m].tolist()
+        pending = self.num_pending[:m].tolist()
+        remaining = self.num_remaining_tokens[:m].tolist()
+        self._mixed_update(tokens, computed, pending, remaining, self.req_id[:m].tolist(), now)
+        self.num_computed_tokens[:m] = computed
+        self.num_pending[:m] = pending
+        self.num_remaining_tokens[:m] = remaining
+
     def apply_planned_step(self, now: float) -> np.ndarray:
         """Apply the step :meth:`advance_steps` planned across its horizon, ending ``now``; returns
         the ids it finished."""
-        n = self.n
-        computed = self.num_computed_tokens[:n].tolist()
-        pending = self.num_pending[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist()
-        self._mixed_update(self._planned_tokens, computed, pending, remaining, self.req_id[:n].tolist(), now)
-        self.num_computed_tokens[:n] = computed
-        self.num_pending[:n] = pending
-        self.num_remaining_tokens[:n] = remaining
+        self._apply_rows(self._planned_tokens, now)
         return self._finish(now)
 
     def _rows_leaving(self, rows: np.ndarray) -> None:   # aborted rows (simulator.engine.deadlines)
