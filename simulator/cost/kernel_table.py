@@ -205,9 +205,11 @@ def monotone_table(df: pd.DataFrame) -> pd.DataFrame:
         if sel.empty:
             continue
         keys = [c for c in shape if c != size]
-        fitted = sel.groupby(keys, sort=False)["median_s"].transform(
-            lambda t: np.exp(_isotonic(np.log(t.to_numpy(np.float64)))))
-        out.loc[fitted.index, "median_s"] = fitted
+        log_s = np.log(sel["median_s"].to_numpy(np.float64))
+        fitted = np.empty_like(log_s)
+        for rows in sel.groupby(keys, sort=False).indices.values():   # each curve's rows, by size
+            fitted[rows] = np.exp(_isotonic(log_s[rows]))
+        out.loc[sel.index, "median_s"] = fitted
     return out
 
 
