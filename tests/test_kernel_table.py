@@ -121,6 +121,32 @@ def test_monotone_table_leaves_monotone_curves_and_passes_through_them() -> None
     assert np.all(np.diff(qkv.sort_values("tokens")["median_s"].to_numpy()) >= 0)
 
 
+@pytest.mark.parametrize("name", ["h100-sxm", "l40s", "cpu-amd-epyc-tiny-llama"])
+def test_monotone_table_fits_each_curve_on_its_own_in_size_order(name: str) -> None:
+    """Every curve (the rows that share every shape column but the sizes: tokens, message bytes) is
+    replaced by the isotonic fit of its log times in the order of its size, to the bit, and nothing
+    else changes."""
+    p = load_profile(name)
+    raw = read_table(p.table, sha256=p.table_sha256)
+    mono = monotone_table(raw)
+    keys = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
+            "world_size"]
+    sizes = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
+             "comm": "message_bytes"}
+    expected = raw["median_s"].to_numpy(np.float64).copy()
+    curves = 0
+    for fam, size in sizes.items():
+        rows = raw[raw["family"] == fam]
+        for _, curve in rows.groupby(keys, sort=False):
+            curve = curve.sort_values(size, kind="stable")
+            at = raw.index.get_indexer(curve.index)
+            expected[at] = np.exp(_isotonic(np.log(curve["median_s"].to_numpy(np.float64))))
+            curves += 1
+    assert curves > 10
+    assert mono["median_s"].to_numpy().view(np.int64).tolist() == expected.view(np.int64).tolist()
+    assert mono.drop(columns="median_s").equals(raw.drop(columns="median_s"))
+
+
 @given(st.lists(st.floats(-5, 5), min_size=1, max_size=30))
 def test_isotonic_is_non_decreasing_keeps_the_mean_and_sorted_input(y: list[float]) -> None:
     a = np.array(y)
