@@ -31,6 +31,7 @@ from rich.table import Table
 
 from simulator.errors import ScenarioError
 from simulator.output import check_output_folder, output_folder, write_csv
+from simulator.startup import Terminated, stop_on_sigterm
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -138,6 +139,8 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except ScenarioError as exc:
             _fail(str(exc))
+        except Terminated:
+            _fail("terminated", code=143)
         except KeyboardInterrupt:
             _fail("interrupted", code=130)
         except Exception as exc:  # the CLI must never print a bare traceback
@@ -704,9 +707,14 @@ def plan(
 
 
 def main() -> None:
-    """Run the CLI. A Ctrl-C outside a command (while the arguments are parsed) also ends in one line."""
+    """Run the CLI. A Ctrl-C outside a command (while the arguments are parsed) also ends in one line;
+    SIGTERM stops a command as a Ctrl-C does (:class:`simulator.startup.Terminated`: status 143)."""
+    stop_on_sigterm()
     try:
         app()
+    except Terminated:
+        err_console.print("[bold red]error:[/] terminated", highlight=False)
+        sys.exit(143)
     except KeyboardInterrupt:
         err_console.print("[bold red]error:[/] interrupted", highlight=False)
         sys.exit(130)

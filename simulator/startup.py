@@ -36,3 +36,21 @@ def guard_startup() -> Callable[[], None]:
     def restore() -> None:
         signal.signal(signal.SIGINT, previous)
     return restore
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a CI job cancelled) during a command: raised like a Ctrl-C, so the
+    same clean-up runs (a plan's worker processes are ended, a half-written output folder removed),
+    and the command exits with status 143 (:func:`simulator.cli.guarded`)."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+def stop_on_sigterm() -> None:
+    """Let SIGTERM stop a running command like a Ctrl-C (see :class:`Terminated`). Only in the main
+    thread, and only where SIGTERM still has its default action (an embedding program keeps its own)."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)

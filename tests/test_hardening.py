@@ -455,6 +455,7 @@ def test_ctrl_c_in_a_one_worker_plan_stops_the_plan(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize("args, words", [
     (("--backend", "dask", "--address", "not a url"), ("--address = 'not a url'", "not a Dask scheduler address")),
     (("--workers", "0"), ("--workers = 0", "must be >= 1")),
+    (("--workers", "100000"), ("--workers = 100000", "at most 4 per CPU")),
     (("--timeout", "nan"), ("--timeout = nan",)),
     (("--backend", "spark"), ("--backend = 'spark'", "allowed: local, dask")),
 ])
@@ -503,10 +504,11 @@ def test_validate_and_calibrate_arguments_fail_fast_and_create_nothing(tmp_path:
                           "already holds a finished profile", "--force")
 
 
-def _interrupt(args: list[str], after_s: float) -> tuple[int, str, float, list[int]]:
-    """Run ``python -m simulator.cli ARGS`` in its own process group, send SIGINT to the whole group after
-    ``after_s`` (as a terminal's Ctrl-C does); return the exit status, stderr, the seconds it took to exit
-    and the child processes it had when interrupted."""
+def _interrupt(args: list[str], after_s: float, sig: str = "SIGINT", group: bool = True
+               ) -> tuple[int, str, float, list[int]]:
+    """Run ``python -m simulator.cli ARGS`` in its own process group, send ``sig`` to the whole group after
+    ``after_s`` (as a terminal's Ctrl-C does; ``group=False``: to the CLI alone, as ``kill`` does); return
+    the exit status, stderr, the seconds it took to exit and its descendants when interrupted."""
     import os
     import signal
     import subprocess
@@ -517,8 +519,11 @@ def _interrupt(args: list[str], after_s: float) -> tuple[int, str, float, list[i
     proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *args], cwd=REPO, env=cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     time.sleep(after_s)
-    children = _children(proc.pid)
-    os.killpg(proc.pid, signal.SIGINT)
+    children = _descendants(proc.pid)
+    if group:
+        os.killpg(proc.pid, getattr(signal, sig))
+    else:
+        os.kill(proc.pid, getattr(signal, sig))
     t0 = time.perf_counter()
     stdout, stderr = proc.communicate(timeout=60)
     assert "Traceback" not in stdout + stderr, stderr
@@ -534,6 +539,16 @@ def _children(pid: int) -> list[int]:
             continue
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    """Children, grandchildren, ... of ``pid`` (a plan's workers are its fork server's children)."""
+    out, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
     return out
 
 
@@ -573,6 +588,46 @@ def test_ctrl_c_in_a_two_worker_plan_is_one_line_and_ends_the_workers(tmp_path: 
     assert len(children) >= 2   # the worker processes were running ...
     time.sleep(0.5)
     assert not [pid for pid in children if _alive(pid)]   # ... and are gone
+
+
+def _long_plan(tmp_path: Path) -> Path:
+    plan = {"scenario": base(num_requests=100),
+            "candidates": [{"name": f"c{i}", "price_per_gpu_hour": 1.0, "set": {"scheduler.max_num_seqs": 2 + i}}
+                           for i in range(6)],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": q, "region": "r", "peak_rps": 50} for q in ("Q1", "Q2", "Q3", "Q4", "Q5", "Q6")],
+            "simulation": {"num_requests": 50000, "max_replicas": 64}}   # minutes of work
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def test_sigterm_stops_a_two_worker_plan_like_ctrl_c(tmp_path: Path) -> None:
+    """``kill`` (SIGTERM, as ``timeout`` and cancelled CI jobs send) ended the planner at once but left its
+    workers running their searches and then waiting for tasks forever; now it stops the plan as a Ctrl-C
+    does: one line, status 143, the workers ended, nothing written."""
+    out = tmp_path / "out"
+    returncode, stderr, delay, procs = _interrupt(["plan", str(_long_plan(tmp_path)), "--workers", "2",
+                                                   "--no-progress", "--out", str(out)], 6.0, "SIGTERM", group=False)
+    assert returncode == 143, (returncode, stderr)
+    assert stderr.strip().splitlines() == ["error: terminated"], stderr
+    assert delay < 10 and not out.exists()
+    assert len(procs) >= 2
+    time.sleep(1.0)
+    assert not [pid for pid in procs if _alive(pid)]
+
+
+def test_the_workers_of_a_killed_plan_end(tmp_path: Path) -> None:
+    """A planner killed outright (SIGKILL, the out-of-memory killer) cannot end its workers: each checks
+    every second that its planner is still there, and ends when it is not."""
+    returncode, _, _, procs = _interrupt(["plan", str(_long_plan(tmp_path)), "--workers", "2", "--no-progress",
+                                          "--out", str(tmp_path / "out")], 6.0, "SIGKILL", group=False)
+    assert returncode == -9
+    assert len(procs) >= 2
+    deadline = time.perf_counter() + 10
+    while [pid for pid in procs if _alive(pid)] and time.perf_counter() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in procs if _alive(pid)]
 
 
 def test_stopping_a_worker_pool_waits_for_its_manager_thread() -> None:

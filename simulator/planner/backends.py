@@ -25,6 +25,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from multiprocessing.connection import Connection
 from typing import Any
 
 from simulator.errors import ScenarioError
@@ -49,14 +50,24 @@ def check_backend(backend: str, *, workers: int | None = None, address: str | No
     """Refuse bad ``--backend``, ``--workers``, ``--address`` and ``--timeout`` values before any work."""
     if backend not in BACKENDS:
         raise ScenarioError("--backend", backend, f"unknown backend; allowed: {', '.join(BACKENDS)}")
-    if workers is not None and workers < 1:
-        raise ScenarioError("--workers", workers, "must be >= 1")
+    check_workers(workers)
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise ScenarioError("--timeout", timeout_s, "must be a positive number of seconds")
     if backend == "dask":
         if not address:
             raise ScenarioError("--address", address, "the dask backend needs a scheduler address, e.g. tcp://host:8786")
         _check_address(address)
+
+
+def check_workers(workers: int | None) -> None:
+    """Refuse a number of local workers below 1 or above :func:`max_local_workers` (None: the CPU count)."""
+    if workers is None:
+        return
+    if workers < 1:
+        raise ScenarioError("--workers", workers, "must be >= 1")
+    if workers > max_local_workers():
+        raise ScenarioError("--workers", workers, f"at most {WORKERS_PER_CPU} per CPU: between 1 and "
+                            f"{max_local_workers()} on this machine ({os.cpu_count() or 1} CPUs)")
 
 
 def _check_address(address: str) -> None:
@@ -78,6 +89,32 @@ def _check_address(address: str) -> None:
 def _ignore_sigint() -> None:
     # A worker process: Ctrl-C in the terminal reaches the whole process group; the parent handles it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start_worker(planner_alive: Connection | None) -> None:
+    """A local worker's initializer: leave Ctrl-C to the planner, and end with it. A worker whose planner
+    is gone without ending it (killed with SIGKILL, or by the out-of-memory killer) would otherwise run
+    its search to the end and then wait for tasks forever: ``planner_alive`` is the read end of a pipe
+    whose write end only the planner holds, so reading it ends (EOF) the moment the planner is gone."""
+    _ignore_sigint()
+    if planner_alive is None:   # pragma: no cover - spawned workers (Windows)
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            planner_alive.recv()   # returns only at EOF: nothing is ever sent
+        os._exit(1)
+
+    threading.Thread(target=watch, name="llmplan-planner-watch", daemon=True).start()
+
+
+WORKERS_PER_CPU = 4
+"""The most local workers per CPU: the searches are CPU-bound, so more only add memory (each worker
+holds its own engine and tables) and, past the machine's limits, exhaust it."""
+
+
+def max_local_workers() -> int:
+    return WORKERS_PER_CPU * (os.cpu_count() or 1)
 
 
 class _WorkerPool(ProcessPoolExecutor):
@@ -149,21 +186,32 @@ def executor_slots(ex: Executor) -> int | None:
 
 @contextlib.contextmanager
 def open_executor(backend: str = "local", *, workers: int | None = None, address: str | None = None,
-                  timeout_s: float = 10.0) -> Iterator[Executor]:
+                  timeout_s: float = 10.0, max_tasks: int | None = None) -> Iterator[Executor]:
+    """The executor of ``backend``. Local: ``workers`` processes (default the CPU count), no more than
+    ``max_tasks`` (the tasks that could run at once; one runs in this process)."""
     if backend == "local":
+        check_workers(workers)
         n = workers if workers is not None else (os.cpu_count() or 1)
-        if n < 1:
-            raise ScenarioError("--workers", workers, "must be >= 1")
+        if max_tasks is not None:
+            n = max(1, min(n, max_tasks))
         if n == 1:
             yield InlineExecutor()
             return
-        pool = _WorkerPool(max_workers=n, mp_context=worker_context(), initializer=_ignore_sigint)
+        ctx = worker_context()
+        watched = ctx.get_start_method() == "forkserver"   # its workers are not this process's children
+        alive_r, alive_w = multiprocessing.Pipe(duplex=False) if watched else (None, None)
+        pool = _WorkerPool(max_workers=n, mp_context=ctx, initializer=_start_worker, initargs=(alive_r,))
         try:
-            yield pool
-        except BaseException:
-            _stop(pool)
-            raise
-        pool.shutdown(wait=True)
+            try:
+                yield pool
+            except BaseException:
+                _stop(pool)
+                raise
+            pool.shutdown(wait=True)
+        finally:
+            for end in (alive_r, alive_w):
+                if end is not None:
+                    end.close()
         return
     if backend == "dask":
         check_backend(backend, workers=workers, address=address, timeout_s=timeout_s)

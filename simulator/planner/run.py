@@ -80,7 +80,8 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     loaded = _as_loaded(plan_config)
     per_cell: dict[tuple[str, str], int] = {}
     rows: list[dict[str, Any]] = []
-    with open_executor(backend, workers=workers, address=address, timeout_s=timeout_s) as ex:
+    searches = len(loaded.forecast) * len(loaded.config.candidates)   # no more workers than searches
+    with open_executor(backend, workers=workers, address=address, timeout_s=timeout_s, max_tasks=searches) as ex:
         start_workers(ex, _ready)       # their imports overlap the building of the searches
         tasks = _with_saturations(ex, build_tasks(loaded))
         for done, row in enumerate(_longest_first(ex, tasks), 1):
