@@ -324,9 +324,11 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
             out_console.print(f"  [red]-[/] {escape(failure)}")
     st = summary.get("stability") or {}
     if st.get("stable") is False:
+        ratio = st["offered_load_ratio"]   # None: no request left the system inside the window
+        served = f"offered/served {ratio:.2f}" if ratio is not None else "no request completed in the window"
         out_console.print(f"[bold red]warning: the run is unstable[/]: the waiting backlog grows "
                           f"{st['backlog_growth_per_s']:.2f} requests/s ({100 * st['backlog_growth_fraction']:.1f}% of "
-                          f"arrivals; offered/served {st['offered_load_ratio']:.2f}); "
+                          f"arrivals; {served}); "
                           "its percentiles grow with the run "
                           "length. Add capacity or lower the load.")
     for region, f in (summary.get("fleet") or {}).items():

@@ -647,3 +647,70 @@ def test_stopping_a_worker_pool_waits_for_its_manager_thread() -> None:
     assert manager is not None and manager.is_alive()
     _stop(pool)
     assert not manager.is_alive()
+
+
+@pytest.mark.parametrize("text, key, lines", [
+    ("seed: 1\nnum_requests: 10\nseed: 9\n", "seed", "lines 1 and 3"),
+    ("scheduler:\n  block_size: 16\n  max_num_seqs: 8\n  block_size: 32\n", "block_size", "lines 2 and 4"),
+    ("deployment: {replicas: 1, replicas: 2}\n", "replicas", "lines 1 and 1"),
+    ("a: 1\n'a': 2\n", "a", "lines 1 and 2"),
+])
+def test_a_key_given_twice_is_refused(tmp_path: Path, text: str, key: str, lines: str) -> None:
+    """YAML loaders keep the last of two equal keys silently (a scenario ran with seed 9 while its first
+    line said 1); now it is one line naming the key and both lines."""
+    from test_errors import assert_one_error_line, run_cli
+
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    assert_one_error_line(run_cli("simulate", str(path)), repr(key), "key given twice", lines)
+
+
+def test_equal_keys_in_different_mappings_are_fine() -> None:
+    from simulator.scenario.files import parse_yaml
+
+    assert parse_yaml("a: 1\nb: {a: 2, c: [{a: 3}, {a: 4}]}\nc: a\n", "x") == {
+        "a": 1, "b": {"a": 2, "c": [{"a": 3}, {"a": 4}]}, "c": "a"}
+
+
+@pytest.mark.parametrize("override", ["workload.arrival.rate_per_s=200", "max_sim_time_s=1.0e-6"])
+def test_the_text_summary_of_a_run_where_nothing_completes_in_the_window(override: str) -> None:
+    """An overloaded run with no request completing inside its window (offered/served undefined) crashed
+    the text summary with an internal error; now it warns that the run is unstable and exits 0."""
+    from test_errors import run_cli
+
+    proc = run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", "num_requests=200", "--set",
+                   override, "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "no request completed in the window" in proc.stdout
+
+
+@pytest.mark.parametrize("override, words", [
+    ("scheduler.swap_space_gib=1.0e+300", ("scheduler.swap_space_gib = 1e+300", "at most 65536")),
+    ("scheduler.max_wait_ms=1.0e+300", ("scheduler.max_wait_ms = 1e+300", "at most")),
+    ("name=" + "x" * 300, ("name = ", "at most 256 characters")),
+])
+def test_limits_of_swap_space_waits_and_names(override: str, words: tuple[str, ...]) -> None:
+    from test_errors import assert_one_error_line, run_cli
+
+    assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", override), *words)
+
+
+def test_a_kernel_table_with_a_header_alone_is_refused(tmp_path: Path) -> None:
+    """A header-only ops.csv (its checksum updated to match) ran on no measurements and crashed
+    ``profiles show``; both now say the table has no rows."""
+    from test_errors import assert_one_error_line, run_cli
+
+    from simulator.cost.op_table import file_sha256
+
+    src = REPO / "hwprofiles" / "l40s"
+    folder = tmp_path / "empty-table"
+    folder.mkdir()
+    header = (src / "ops.csv").read_text().splitlines()[0] + "\n"
+    (folder / "ops.csv").write_text(header)
+    profile = yaml.safe_load((src / "profile.yaml").read_text())
+    profile["table_sha256"] = file_sha256(folder / "ops.csv")
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    assert_one_error_line(run_cli("profiles", "show", str(folder)), "table has no rows")
+    assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set",
+                                  f"hardware={folder}"), "table has no rows")

@@ -24,6 +24,7 @@ from simulator.scenario.files import read_csv, read_yaml
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
     MAX_MODEL_LEN,
+    MAX_NAME_LENGTH,
     MAX_NUM_REQUESTS,
     MAX_PEAK_RPS,
     MAX_REPLICAS,
@@ -116,7 +117,7 @@ class ForecastRow(Frozen):
 
 
 class PlanConfig(Frozen):
-    name: str = "plan"
+    name: str = Field(default="plan", max_length=MAX_NAME_LENGTH)
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     """ISO 4217 code of the prices and costs (``cost_usd``, ``usd_per_1m_tokens`` in the worksheet); a
     currency other than USD needs every candidate's ``price_per_gpu_hour`` (the profiles' prices are USD)."""

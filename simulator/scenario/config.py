@@ -24,10 +24,13 @@ from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
     MAX_BLOCK_SIZE,
     MAX_MODEL_LEN,
+    MAX_NAME_LENGTH,
     MAX_NUM_REQUESTS,
     MAX_NUM_SEQS,
     MAX_REPLICAS,
     MAX_SESSION_TURNS_DRAWN,
+    MAX_SWAP_GIB,
+    MAX_TIME_MS,
     MAX_TIME_S,
     MIN_DEVICE_RATE,
     FiniteFloat,
@@ -464,12 +467,12 @@ class SchedulerConfig(Frozen):
     """Use this many KV blocks instead of deriving them from memory (tests, what-ifs)."""
     long_prefill_token_threshold: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """chunked_prefill: most prompt tokens one request computes in a step (None: the budget)."""
-    max_wait_ms: FiniteFloat = Field(default=50.0, ge=0)
+    max_wait_ms: FiniteFloat = Field(default=50.0, ge=0, le=MAX_TIME_MS)
     """static/dynamic: longest an idle engine waits for a full batch after the oldest arrival."""
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     """What a preempted request loses: its KV (recomputed on return), or nothing (its KV is copied to
     host memory over the device-host link and back; vLLM v0's swap)."""
-    swap_space_gib: FiniteFloat = Field(default=4.0, ge=0)
+    swap_space_gib: FiniteFloat = Field(default=4.0, ge=0, le=MAX_SWAP_GIB)
     """Host memory per GPU for swapped KV (vLLM's ``swap_space``); when full, preemption recomputes."""
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """vLLM's queue order: arrival order, or (tier priority, arrival); under ``priority`` the
@@ -820,7 +823,7 @@ class InlineHardware(Frozen):
 class Scenario(Frozen):
     """One serving system under one workload; the input of :func:`simulator.simulate`."""
 
-    name: str = "scenario"
+    name: str = Field(default="scenario", max_length=MAX_NAME_LENGTH)
     seed: Integer = Field(default=0, ge=0)
     num_requests: Integer | None = Field(default=None, ge=1, le=MAX_NUM_REQUESTS)
     duration_s: FiniteFloat | None = Field(default=None, gt=0, le=MAX_TIME_S)

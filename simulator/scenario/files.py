@@ -78,23 +78,46 @@ def decode_text(data: bytes, source: str, hint: str = "") -> str:
 
 
 def parse_yaml(text: str, source: str) -> Any:
-    """Parse YAML text with safe tags only, refusing aliases and nesting deeper than ``MAX_YAML_DEPTH``.
+    """Parse YAML text with safe tags only, refusing aliases, nesting deeper than ``MAX_YAML_DEPTH``
+    and a key given twice in one mapping (YAML loaders keep the last silently).
 
     Raises:
         ScenarioError: naming ``source`` and the line of the problem.
     """
     try:
-        depth = 0
+        # One frame per open collection: for a mapping, the lines of its keys so far by key text, and
+        # whether its next node is a key (else a value).
+        frames: list[tuple[dict[str, int] | None, list[bool]]] = []
+
+        def node(event: Any) -> None:   # a key or value node starts in the innermost collection
+            keys, expect_key = frames[-1] if frames else (None, [False])
+            if keys is not None and expect_key[0] and isinstance(event, yaml.ScalarEvent):
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                if event.value in keys:
+                    raise ScenarioError(source, event.value, f"key given twice in one mapping (lines "
+                                        f"{keys[event.value]} and {line}); YAML would keep the last silently: "
+                                        "remove one")
+                keys[event.value] = line
+
+        def done() -> None:             # that node ended: a key's value comes next, or the next key
+            if frames and frames[-1][0] is not None:
+                frames[-1][1][0] = not frames[-1][1][0]
+
         for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, yaml.AliasEvent):
                 raise ScenarioError(source, f"*{event.anchor}", f"YAML aliases are not accepted ({_line(event)}); "
                                     "write the value out")
             if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_YAML_DEPTH:
+                node(event)
+                frames.append(({} if isinstance(event, yaml.MappingStartEvent) else None, [True]))
+                if len(frames) > MAX_YAML_DEPTH:
                     raise ScenarioError(source, _line(event), f"nested more than {MAX_YAML_DEPTH} levels deep")
             elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
+                frames.pop()
+                done()
+            elif isinstance(event, yaml.ScalarEvent):
+                node(event)
+                done()
         return yaml.load(text, Loader=_LOADER)
     except ScenarioError:
         raise

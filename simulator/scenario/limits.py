@@ -32,6 +32,12 @@ MAX_REPLICAS = 4096
 #: would lose the clock's resolution (a float64 at 1e8 s still resolves 15 ns; at 1e20 s, steps
 #: of milliseconds vanish and every latency reads 0).
 MAX_TIME_S = 1.0e8
+#: The same span in milliseconds (a waiting time given in ms, e.g. ``scheduler.max_wait_ms``).
+MAX_TIME_MS = MAX_TIME_S * 1000
+#: Most host memory per GPU for swapped KV (``scheduler.swap_space_gib``): 64 TiB, more than any server.
+MAX_SWAP_GIB = 65536.0
+#: Longest scenario or plan ``name`` (it titles every table and plot).
+MAX_NAME_LENGTH = 256
 #: Longest context (prompt + output), in tokens, of a model or a scheduler; also the largest token
 #: count anywhere (a length, a budget, a prefix).
 MAX_MODEL_LEN = 16 * 1024 * 1024
@@ -78,7 +84,8 @@ refused)."""
 
 
 # Bounds that are limits of this simulator (documented under Limits), not facts of the field.
-_CEILINGS = {MAX_NUM_REQUESTS, MAX_REPLICAS, MAX_TIME_S, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BLOCK_SIZE, MAX_PEAK_RPS}
+_CEILINGS = {MAX_NUM_REQUESTS, MAX_REPLICAS, MAX_TIME_S, MAX_TIME_MS, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BLOCK_SIZE,
+             MAX_PEAK_RPS, MAX_SWAP_GIB}
 _FLOORS = {MIN_DEVICE_RATE, MIN_EFFICIENCY}
 
 
