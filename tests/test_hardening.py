@@ -543,7 +543,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Children, grandchildren, ... of ``pid`` (a plan's workers are its fork server's children)."""
+    """Children, grandchildren, ... of ``pid`` (the worker processes, and any process they start)."""
     out, todo = [], [pid]
     while todo:
         kids = _children(todo.pop())

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -157,21 +156,6 @@ def test_results_independent_of_backend_and_workers():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl:
         via_dask = plan(data, backend="dask", address=cl.scheduler_address).candidates
     pd.testing.assert_frame_equal(one, via_dask)
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="no fork server on Windows: workers are spawned")
-def test_local_workers_start_from_a_fork_server_with_the_planner_imported():
-    """Local workers are forked from a fork server that imported the planner once (they start with
-    their imports done), never forked from this process (its threads) nor each a fresh interpreter."""
-    import os
-
-    from simulator.planner.backends import open_executor
-
-    with open_executor("local", workers=2) as ex:
-        parents = {ex.submit(os.getppid).result() for _ in range(4)}
-        preloaded = ex.submit(eval, "'simulator.planner.run' in __import__('sys').modules").result()
-    assert preloaded
-    assert os.getpid() not in parents and len(parents) == 1   # both workers are the fork server's children
 
 
 

@@ -1,8 +1,6 @@
 """Where the searches run: a ``concurrent.futures.Executor`` seam.
 
-* ``local`` (default): ``ProcessPoolExecutor`` on this machine (``workers=1`` runs in-process),
-  its workers forked from a fork server that imported the searches' modules once
-  (:func:`worker_context`).
+* ``local`` (default): ``ProcessPoolExecutor`` on this machine (``workers=1`` runs in-process).
 * ``dask``: an existing Dask distributed cluster, ``Client(address).get_executor()`` (the
   ``cluster`` extra: ``pip install 'llmplan[cluster]'``). An address that does not answer is an
   error after ``timeout_s``, never a hang; one that is not an address is an error at once
@@ -97,7 +95,7 @@ def _start_worker(planner_alive: Connection | None) -> None:
     its search to the end and then wait for tasks forever: ``planner_alive`` is the read end of a pipe
     whose write end only the planner holds, so reading it ends (EOF) the moment the planner is gone."""
     _ignore_sigint()
-    if planner_alive is None:   # pragma: no cover - spawned workers (Windows)
+    if planner_alive is None:   # pragma: no cover - Windows
         return
 
     def watch() -> None:
@@ -147,24 +145,6 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         manager.join(timeout=5.0)
 
 
-WORKER_MODULES = ("simulator.planner.run",)
-"""What a local worker imports before its first task (the searches' whole stack: engine, judge, pandas)."""
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """How local workers start: forked from a fork server (POSIX) that imported
-    :data:`WORKER_MODULES` once, so they start with their imports done and the second and later
-    workers (and every later plan of this process, e.g. the dashboard's) cost no import; fresh
-    interpreters (``spawn``) where there is no fork server (Windows). Never a fork of this process:
-    its threads (the dashboard's) would be copied mid-state. The fork server is one extra process that
-    ignores Ctrl-C and ends with this one."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():   # pragma: no cover - Windows
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(WORKER_MODULES))
-    return ctx
-
-
 def start_workers(ex: Executor, task: Callable[[], Any]) -> None:
     """Start ``ex``'s local worker processes now, each running ``task`` (a module-level function:
     unpickling it imports its module, the workers' slow start), so that they start while the parent
@@ -197,10 +177,11 @@ def open_executor(backend: str = "local", *, workers: int | None = None, address
         if n == 1:
             yield InlineExecutor()
             return
-        ctx = worker_context()
-        watched = ctx.get_start_method() == "forkserver"   # its workers are not this process's children
-        alive_r, alive_w = multiprocessing.Pipe(duplex=False) if watched else (None, None)
-        pool = _WorkerPool(max_workers=n, mp_context=ctx, initializer=_start_worker, initargs=(alive_r,))
+        # Fresh interpreters (spawn), never a fork of this process: its threads (the dashboard's) would be
+        # copied mid-state.
+        alive_r, alive_w = multiprocessing.Pipe(duplex=False) if os.name == "posix" else (None, None)
+        pool = _WorkerPool(max_workers=n, mp_context=multiprocessing.get_context("spawn"),
+                           initializer=_start_worker, initargs=(alive_r,))
         try:
             try:
                 yield pool
