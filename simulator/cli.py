@@ -521,6 +521,9 @@ def calibrate(
         at_least(flag, value, 1)
     if memory_limit_gib is not None and not (math.isfinite(memory_limit_gib) and memory_limit_gib > 0):
         raise ScenarioError("--memory-limit-gib", memory_limit_gib, "must be a positive number of GiB")
+    for flag, bound in (("--max-drift", max_drift), ("--max-spread", max_spread), ("--max-load", max_load)):
+        if bound is not None and not (math.isfinite(bound) and bound > 0):   # nan would turn the check off
+            raise ScenarioError(flag, bound, "must be a positive number (a noise bound)")
     check_profile_out(out, force)
     fresh = fresh or force
     show = not no_progress and err_console.is_terminal

@@ -456,6 +456,7 @@ def test_ctrl_c_in_a_one_worker_plan_stops_the_plan(monkeypatch: pytest.MonkeyPa
     (("--backend", "dask", "--address", "not a url"), ("--address = 'not a url'", "not a Dask scheduler address")),
     (("--workers", "0"), ("--workers = 0", "must be >= 1")),
     (("--workers", "100000"), ("--workers = 100000", "at most 4 per CPU")),
+    (("--address", "tcp://127.0.0.1:1"), ("--address = 'tcp://127.0.0.1:1'", "only the dask backend")),
     (("--timeout", "nan"), ("--timeout = nan",)),
     (("--backend", "spark"), ("--backend = 'spark'", "allowed: local, dask")),
 ])
@@ -497,6 +498,9 @@ def test_validate_and_calibrate_arguments_fail_fast_and_create_nothing(tmp_path:
     assert_one_error_line(run_cli("validate", "--out", str(out), "--max-num-seqs", "0"), "--max-num-seqs = 0")
     assert_one_error_line(run_cli("calibrate", "--out", str(out), "--max-tokens", "0", "--quick"),
                           "--max-tokens = 0", "must be >= 1")
+    for flag, value in (("--max-drift", "-1"), ("--max-spread", "nan"), ("--max-load", "-3")):   # nan: no check
+        assert_one_error_line(run_cli("calibrate", "--out", str(out), flag, value, "--quick"),
+                              f"{flag} = ", "must be a positive number")
     assert not out.exists()
     out.mkdir()
     (out / "profile.yaml").write_text("name: x\n")

@@ -51,6 +51,9 @@ def check_backend(backend: str, *, workers: int | None = None, address: str | No
     check_workers(workers)
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise ScenarioError("--timeout", timeout_s, "must be a positive number of seconds")
+    if backend == "local" and address:
+        raise ScenarioError("--address", address, "only the dask backend connects to a scheduler: add "
+                            "--backend dask, or leave --address out to run on this machine")
     if backend == "dask":
         if not address:
             raise ScenarioError("--address", address, "the dask backend needs a scheduler address, e.g. tcp://host:8786")
