@@ -195,11 +195,12 @@ def number(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
-def constraints(metadata: list[Any]) -> list[str]:
+def constraints(metadata: list[Any], text: bool = False) -> list[str]:
+    """The bounds in ``metadata`` as a reader writes them (``text``: of a string, in characters)."""
     out: list[str] = []
     for m in metadata:
         if isinstance(m, FieldInfo):
-            out.extend(constraints(m.metadata))
+            out.extend(constraints(m.metadata, text))
         elif isinstance(m, annotated_types.Gt):
             out.append(f"> {number(m.gt)}")
         elif isinstance(m, annotated_types.Ge):
@@ -211,7 +212,7 @@ def constraints(metadata: list[Any]) -> list[str]:
         elif isinstance(m, annotated_types.MinLen):
             out.append(f"at least {m.min_length} items" if m.min_length != 1 else "not empty")
         elif isinstance(m, annotated_types.MaxLen):
-            out.append(f"at most {m.max_length} items")
+            out.append(f"at most {m.max_length} items" if not text else f"at most {m.max_length} characters")
     lo = next((c for c in out if c.startswith("at least ")), None)
     hi = next((c for c in out if c.startswith("at most ")), None)
     if lo and hi and lo.removeprefix("at least ") == hi.removeprefix("at most "):
@@ -290,7 +291,7 @@ def render() -> str:
         for name, field in model.model_fields.items():
             ann = annotation_of(model, name, field)
             kind = fmt_type(ann)
-            extra = constraints(field.metadata)
+            extra = constraints(field.metadata, field.annotation is str)
             if extra:
                 kind += "; " + ", ".join(extra)
             tag = union_tag(models_in(ann))
@@ -316,7 +317,7 @@ def limits_section() -> str:
 
     rows = [
         ("scenario, plan or profile YAML file", f"at most {lim.MAX_YAML_BYTES:,} bytes, UTF-8, nested at most "
-         f"{lim.MAX_YAML_DEPTH} levels, no aliases (`*name`); safe tags only"),
+         f"{lim.MAX_YAML_DEPTH} levels, no aliases (`*name`), no key given twice in one mapping; safe tags only"),
         ("`num_requests` (also `simulation.num_requests` of a plan, a trace's rows, the arrivals of "
          "`duration_s`)", f"at most {lim.MAX_NUM_REQUESTS:,} requests a run"),
         ("session turns drawn (`workload.sessions`: first turns x mean turns)",
@@ -329,6 +330,9 @@ def limits_section() -> str:
          f"at most {lim.MAX_MODEL_LEN:,}"),
         ("`scheduler.max_num_seqs`", f"at most {lim.MAX_NUM_SEQS:,}"),
         ("`scheduler.block_size`", f"at most {lim.MAX_BLOCK_SIZE:,} tokens"),
+        ("`scheduler.swap_space_gib`", f"at most {lim.MAX_SWAP_GIB:g} GiB per GPU"),
+        ("`scheduler.max_wait_ms`", f"at most {lim.MAX_TIME_MS:g} ms (the longest simulated span)"),
+        ("a scenario's or plan's `name`", f"at most {lim.MAX_NAME_LENGTH} characters"),
         ("a forecast's `peak_rps`", f"at most {lim.MAX_PEAK_RPS:g} requests/s"),
         ("bandwidths and peak FLOP/s of a hardware profile", f"at least {lim.MIN_DEVICE_RATE:g}"),
         ("efficiencies of a hardware profile", f"at least {lim.MIN_EFFICIENCY:g}"),
