@@ -698,23 +698,3 @@ def test_limits_of_swap_space_waits_and_names(override: str, words: tuple[str, .
     from test_errors import assert_one_error_line, run_cli
 
     assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", override), *words)
-
-
-def test_a_kernel_table_with_a_header_alone_is_refused(tmp_path: Path) -> None:
-    """A header-only ops.csv (its checksum updated to match) ran on no measurements and crashed
-    ``profiles show``; both now say the table has no rows."""
-    from test_errors import assert_one_error_line, run_cli
-
-    from simulator.cost.op_table import file_sha256
-
-    src = REPO / "hwprofiles" / "l40s"
-    folder = tmp_path / "empty-table"
-    folder.mkdir()
-    header = (src / "ops.csv").read_text().splitlines()[0] + "\n"
-    (folder / "ops.csv").write_text(header)
-    profile = yaml.safe_load((src / "profile.yaml").read_text())
-    profile["table_sha256"] = file_sha256(folder / "ops.csv")
-    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
-    assert_one_error_line(run_cli("profiles", "show", str(folder)), "table has no rows")
-    assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set",
-                                  f"hardware={folder}"), "table has no rows")
