@@ -85,13 +85,14 @@ def parse_yaml(text: str, source: str) -> Any:
         ScenarioError: naming ``source`` and the line of the problem.
     """
     try:
-        # One frame per open collection: for a mapping, the lines of its keys so far by key text, and
-        # whether its next node is a key (else a value).
-        frames: list[tuple[dict[str, int] | None, list[bool]]] = []
+        # Per open collection: a mapping's keys so far (with the line of each; None for a sequence), and
+        # the nodes seen in it (in a mapping, an even count means a key comes next).
+        keys_of: list[dict[str, int] | None] = []
+        nodes: list[int] = []
 
-        def node(event: Any) -> None:   # a key or value node starts in the innermost collection
-            keys, expect_key = frames[-1] if frames else (None, [False])
-            if keys is not None and expect_key[0] and isinstance(event, yaml.ScalarEvent):
+        def node(event: Any) -> None:   # a node starts in the innermost collection
+            keys = keys_of[-1] if keys_of else None
+            if keys is not None and nodes[-1] % 2 == 0 and isinstance(event, yaml.ScalarEvent):
                 line = event.start_mark.line + 1 if event.start_mark is not None else 0
                 if event.value in keys:
                     raise ScenarioError(source, event.value, f"key given twice in one mapping (lines "
@@ -99,9 +100,9 @@ def parse_yaml(text: str, source: str) -> Any:
                                         "remove one")
                 keys[event.value] = line
 
-        def done() -> None:             # that node ended: a key's value comes next, or the next key
-            if frames and frames[-1][0] is not None:
-                frames[-1][1][0] = not frames[-1][1][0]
+        def done() -> None:             # that node ended
+            if nodes:
+                nodes[-1] += 1
 
         for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, yaml.AliasEvent):
@@ -109,11 +110,13 @@ def parse_yaml(text: str, source: str) -> Any:
                                     "write the value out")
             if isinstance(event, yaml.CollectionStartEvent):
                 node(event)
-                frames.append(({} if isinstance(event, yaml.MappingStartEvent) else None, [True]))
-                if len(frames) > MAX_YAML_DEPTH:
+                keys_of.append({} if isinstance(event, yaml.MappingStartEvent) else None)
+                nodes.append(0)
+                if len(nodes) > MAX_YAML_DEPTH:
                     raise ScenarioError(source, _line(event), f"nested more than {MAX_YAML_DEPTH} levels deep")
             elif isinstance(event, yaml.CollectionEndEvent):
-                frames.pop()
+                keys_of.pop()
+                nodes.pop()
                 done()
             elif isinstance(event, yaml.ScalarEvent):
                 node(event)
