@@ -443,11 +443,12 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         out_console.print(f"  noise: p90-p10 spread {100 * n.get('median_rel_spread_p90_p10', 0):.0f}% of the median "
                           f"(median over benchmarks), reference drift {100 * n.get('reference_drift', 0):+.1f}%, "
                           f"load average {n.get('load_average_before', ['-'])[0]}", highlight=False)
-    if ops is None or fam is None:
+    if ops is None or fam is None or ops.empty:
         eff = p.efficiency
-        out_console.print(f"no per-op measurements: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
+        why = "no per-op measurements" if ops is None else f"the per-op table {p.table} has no rows (a header alone)"
+        out_console.print(f"{why}: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
                           f"of peak, memory {eff.memory:.0%}, attention {eff.attention_compute:.0%}/"
-                          f"{eff.attention_memory:.0%}); fit error: n/a")
+                          f"{eff.attention_memory:.0%}); fit error: n/a", highlight=False, markup=False)
         return
     table = Table(title="per op: leave-one-out error on held-out shapes, best efficiency vs the profile's peak",
                   title_justify="left")

@@ -701,3 +701,34 @@ def test_limits_of_swap_space_waits_and_names(override: str, words: tuple[str, .
     from test_errors import assert_one_error_line, run_cli
 
     assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", override), *words)
+
+
+# -- findings of a CLI fuzz (profiles show, duplicate names, peak_flops keys, messages naming the field) --
+def header_only_table_profile(tmp_path: Path) -> Path:
+    """A copy of the l40s profile whose ops.csv holds its header alone (the checksum updated to match): an
+    empty table is legitimate (the datasheet comparison builds its table model from one on purpose)."""
+    from simulator.cost.op_table import file_sha256
+
+    src = REPO / "hwprofiles" / "l40s"
+    folder = tmp_path / "empty-table"
+    folder.mkdir()
+    (folder / "ops.csv").write_text((src / "ops.csv").read_text().splitlines()[0] + "\n")
+    profile = yaml.safe_load((src / "profile.yaml").read_text())
+    profile["table_sha256"] = file_sha256(folder / "ops.csv")
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+def test_profiles_show_of_a_header_only_table_says_it_has_no_rows(tmp_path: Path) -> None:
+    """`profiles show` crashed with KeyError 'family' on a table with no rows; now it shows the profile and
+    says the table has no rows (no fit error to report)."""
+    from test_errors import run_cli
+
+    from simulator.report.profile_report import family_report, op_report
+
+    folder = header_only_table_profile(tmp_path)
+    assert op_report(load_profile(str(folder))).empty and family_report(load_profile(str(folder))).empty
+    proc = run_cli("profiles", "show", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr and proc.stderr == ""
+    assert "has no rows" in proc.stdout and "fit error: n/a" in proc.stdout
