@@ -732,3 +732,38 @@ def test_profiles_show_of_a_header_only_table_says_it_has_no_rows(tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr and proc.stderr == ""
     assert "has no rows" in proc.stdout and "fit error: n/a" in proc.stdout
+
+
+FLEET_AB = {"regions": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}],
+            "clients": [{"name": "c", "rtt_ms": {"a": 10, "b": 20}}]}
+
+
+@pytest.mark.parametrize("top, field, name", [
+    ({"fleet": {**FLEET_AB, "regions": [{"name": "a", "replicas": 1}, {"name": "a", "replicas": 2}],
+                "clients": [{"name": "c", "rtt_ms": {"a": 10}}]}}, "fleet.regions.name", "a"),
+    ({"fleet": {**FLEET_AB, "clients": [{"name": "c", "rtt_ms": {"a": 10, "b": 20}},
+                                        {"name": "c", "rtt_ms": {"a": 30, "b": 5}}]}}, "fleet.clients.name", "c"),
+    ({"pipeline": {"pre": [{"name": "tok", "latency_ms": 1}, {"name": "rag", "latency_ms": 5},
+                           {"name": "tok", "latency_ms": 2}]}}, "pipeline.pre.name", "tok"),
+    ({"pipeline": {"post": [{"name": "filter", "latency_ms": 1}, {"name": "filter", "latency_ms": 1}]}},
+     "pipeline.post.name", "filter"),
+])
+def test_a_name_given_twice_in_a_list_is_refused(top: dict[str, Any], field: str, name: str) -> None:
+    """Two regions, clients or pipeline stages of one name were taken silently (a region's replicas or a
+    client's RTTs hidden behind the other's); like tiers and pools, now one error names the list and the name."""
+    err = raises(lambda: scenario_from_dict(base(**top)), "names must be unique", repr(name))
+    assert (err.field, err.value) == (field, name)
+
+
+def test_names_given_twice_share_one_check_and_message() -> None:
+    """Tiers, pools and the plan's regions and candidates say it the same way, naming the field, not the
+    whole document."""
+    from test_planner import base_plan
+
+    data = base()
+    data["workload"]["tiers"] = [{"name": "x", "share": 0.5}, {"name": "x", "share": 0.5}]
+    assert raises(lambda: scenario_from_dict(data), "tier names must be unique").field == "workload.tiers.name"
+    plan = base_plan()
+    plan["regions"] = [plan["regions"][0], plan["regions"][0]]
+    err = raises(lambda: load_plan(plan), "region names must be unique", "entries 0 and 1")
+    assert (err.field, err.value) == ("regions.name", plan["regions"][0]["name"])

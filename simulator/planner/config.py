@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, check_unique_names, field_error_of
 from simulator.planner.fleet_hours import plan_shapes
 from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
 from simulator.scenario.files import read_csv, read_yaml
@@ -138,14 +138,8 @@ class PlanConfig(Frozen):
 
     @model_validator(mode="after")
     def _cross(self) -> PlanConfig:
-        names = [r.name for r in self.regions]
-        dup = next((n for n in names if names.count(n) > 1), None)
-        if dup is not None:
-            raise ValueError(f"regions={dup!r} appears twice")
-        cands = [c.name for c in self.candidates]
-        dup = next((n for n in cands if cands.count(n) > 1), None)
-        if dup is not None:
-            raise ValueError(f"candidates={dup!r} appears twice")
+        check_unique_names(self.regions, "regions", "region")
+        check_unique_names(self.candidates, "candidates", "candidate")
         return self
 
 
@@ -343,11 +337,17 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
                                len(e["loc"])))
     err = errors[0]
     loc = [p for p in err["loc"] if not _is_tag(p) and not (isinstance(p, str) and "[" in p)]
+    value, msg = err.get("input"), err["msg"]
+    named = field_error_of(err)
+    if named is not None:    # a check across fields named the one at fault, relative to its model
+        loc += [int(p) if p.isdigit() else p for p in named.field.split(".")]
+        value, msg = named.value, named.message
     field = ""
     for part in loc:
         field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
     field = field or "plan"
-    value, msg = err.get("input"), err["msg"]
+    if named is not None:
+        return ScenarioError(field, value, msg)
     if err["type"] == "extra_forbidden":
         model = _model_at([p for p in loc[:-1] if not isinstance(p, int)])
         allowed = sorted(k for k in model.model_fields if k != "base_dir") if model else []

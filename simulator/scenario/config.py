@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, check_unique_names, field_error_of
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.files import parse_yaml_value, read_yaml
 from simulator.scenario.frozen import Frozen
@@ -283,9 +283,7 @@ class WorkloadConfig(Frozen):
     @model_validator(mode="after")
     def _tiers(self) -> WorkloadConfig:
         if self.tiers is not None:
-            names = [t.name for t in self.tiers]
-            if len(set(names)) != len(names):
-                raise ValueError(f"tier names must be unique, got {names}")
+            check_unique_names(self.tiers, "tiers", "tier")
             total = sum(t.share for t in self.tiers)
             if abs(total - 1.0) > 1e-6:
                 shares = ", ".join(f"{t.name}: {t.share:g}" for t in self.tiers)
@@ -623,6 +621,12 @@ class PipelineConfig(Frozen):
     pre: list[StageConfig] = Field(default_factory=list, max_length=16)
     post: list[StageConfig] = Field(default_factory=list, max_length=16)
 
+    @model_validator(mode="after")
+    def _names(self) -> PipelineConfig:
+        check_unique_names(self.pre, "pre", "stage")
+        check_unique_names(self.post, "post", "stage")
+        return self
+
 
 class ResponseCacheConfig(Frozen):
     """A cache of whole answers in front of the engine: a hit is answered after the lookup without
@@ -799,6 +803,8 @@ class FleetConfig(Frozen):
 
     @model_validator(mode="after")
     def _names(self) -> FleetConfig:
+        check_unique_names(self.regions, "regions", "region")
+        check_unique_names(self.clients, "clients", "client")
         names = [r.name for r in self.regions]
         for c in self.clients:
             missing = [n for n in names if n not in c.rtt_ms]
@@ -1080,6 +1086,9 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
     field = ".".join(loc) or "scenario"
     value = err.get("input")
     msg = err["msg"]
+    named = field_error_of(err)
+    if named is not None:    # a check across fields named the one at fault, relative to its model
+        return ScenarioError(".".join([*loc, named.field]), named.value, named.message)
     if err["type"] == "extra_forbidden":
         parent_model = _model_at(loc[:-1])
         allowed = sorted(parent_model.model_fields) if parent_model else []

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, field_error_of
 from simulator.scenario.files import read_yaml
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, limit_message
@@ -238,6 +238,9 @@ def _validate(data: dict[str, Any], field: str) -> HardwareProfile:
         err = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err["loc"])
         where = f"{field}.{loc}" if loc else field
+        named = field_error_of(err)
+        if named is not None:    # a check across fields named the one at fault, relative to its model
+            raise ScenarioError(f"{where}.{named.field}", named.value, named.message) from None
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field; allowed: {', '.join(sorted(HardwareProfile.model_fields))}"
