@@ -29,9 +29,10 @@ class ScenarioError(ValueError):
 
 class FieldError(ScenarioError):
     """A :class:`ScenarioError` raised by a validator of a pydantic model (a check across fields), naming
-    the field at fault by its dotted path *relative to that model* (``tiers`` in the workload, ``hit_rate``
-    in the response cache) and its value. The translators of validation errors (``scenario_from_dict``,
-    ``load_profile``, ``load_plan``) put the model's own location in front, so the one-line error names
+    the field at fault by its dotted path *relative to where the validator runs*: the model for a model
+    validator (``tiers`` in the workload, ``hit_rate`` in the response cache), the field for a field
+    validator (a key of a mapping). The translators of validation errors (``scenario_from_dict``,
+    ``load_profile``, ``load_plan``) put that location in front, so the one-line error names
     ``workload.tiers`` rather than dumping the whole workload. Raised outside a validator, ``field`` is
     read as a full path."""
 

@@ -767,3 +767,19 @@ def test_names_given_twice_share_one_check_and_message() -> None:
     plan["regions"] = [plan["regions"][0], plan["regions"][0]]
     err = raises(lambda: load_plan(plan), "region names must be unique", "entries 0 and 1")
     assert (err.field, err.value) == ("regions.name", plan["regions"][0]["name"])
+
+
+def test_peak_flops_keys_are_compute_dtypes_and_the_value_a_mapping() -> None:
+    """`peak_flops: {bf17: ...}` was taken and the model run at another dtype's peak (or stopped later with
+    "no entry usable"); a scalar said only "Input should be a valid dictionary"."""
+    from simulator.scenario.profiles import PEAK_FLOPS_DTYPES
+
+    typo = {**ROOFLINE_HW, "peak_flops": {"bf16": 9.89e14, "bf17": 2e15}}
+    err = raises(lambda: load_profile(typo), "unknown compute dtype", "did you mean 'bf16'",
+                 "allowed: " + ", ".join(PEAK_FLOPS_DTYPES))
+    assert (err.field, err.value) == ("hardware.peak_flops.bf17", 2e15)
+    err = raises(lambda: load_profile({**ROOFLINE_HW, "peak_flops": 5}), "must be a mapping of compute dtype",
+                 "{bf16: ")
+    assert (err.field, err.value) == ("hardware.peak_flops", 5)
+    for name in ("h100-sxm", "gb200-datasheet", "cpu-amd-epyc-tiny-llama"):   # tf32, fp4, fp32 keys
+        assert load_profile(name).peak_flops
