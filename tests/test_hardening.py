@@ -783,3 +783,56 @@ def test_peak_flops_keys_are_compute_dtypes_and_the_value_a_mapping() -> None:
     assert (err.field, err.value) == ("hardware.peak_flops", 5)
     for name in ("h100-sxm", "gb200-datasheet", "cpu-amd-epyc-tiny-llama"):   # tf32, fp4, fp32 keys
         assert load_profile(name).peak_flops
+
+
+POPULAR = {"distinct_prompts": 50, "zipf_s": 1.0}
+
+
+@pytest.mark.parametrize("cache, field, value, words", [
+    ({"kind": "semantic", "hit_rate": 0.3, "ttl_s": 5}, "response_cache.ttl_s", 5, "applies to kind: exact only"),
+    ({"kind": "semantic", "hit_rate": 0.3, "capacity_entries": 10}, "response_cache.capacity_entries", 10,
+     "applies to kind: exact only"),
+    ({"kind": "exact", "hit_rate": 0.3}, "response_cache.hit_rate", 0.3, "applies to kind: semantic only"),
+    ({"kind": "semantic"}, "response_cache.hit_rate", None, "required with kind: semantic"),
+])
+def test_response_cache_fields_of_the_other_kind_are_refused(cache: dict[str, Any], field: str, value: Any,
+                                                             words: str) -> None:
+    """A semantic cache took the exact cache's ttl_s and capacity_entries and ignored them; the exact cache's
+    errors named the whole response_cache mapping. Each names the field, its value and the kind."""
+    data = base(response_cache=cache)
+    data["workload"]["prompt_popularity"] = POPULAR
+    err = raises(lambda: scenario_from_dict(data), words, cache["kind"])
+    assert (err.field, err.value) == (field, value)
+
+
+@pytest.mark.parametrize("change, field, value, words", [
+    ({"num_requests": None}, "num_requests", None, ("give num_requests", "or duration_s", "neither is set")),
+    ({"workload.tiers": [{"name": "a", "share": 0.5}, {"name": "b", "share": 0.2}]}, "workload.tiers",
+     {"a": 0.5, "b": 0.2}, ("tier shares must sum to 1, got 0.7",)),
+    ({"slo.task_ttua_p90_ms": 100}, "slo.task_ttua_p90_ms", 100, ("give workload.sessions", "slo.ttua_p90_ms")),
+    ({"workload.tiers": [{"name": "a", "share": 1, "slo": {"task_ttua_p50_ms": 100}}]},
+     "workload.tiers.0.slo.task_ttua_p50_ms", 100, ("give workload.sessions",)),
+    ({"response_cache": {"kind": "exact"}}, "response_cache.kind", "exact", ("give workload.prompt_popularity",)),
+    ({"coalescing": {"window_ms": 10}}, "coalescing", {"window_ms": 10}, ("give workload.prompt_popularity",)),
+    ({"workload.output_tokens": None}, "workload.output_tokens", None, ("required unless a trace",)),
+])
+def test_checks_across_fields_name_the_field_not_the_whole_document(change: dict[str, Any], field: str, value: Any,
+                                                                    words: tuple[str, ...]) -> None:
+    """These errors printed the whole scenario (or workload) mapping as the value; now the field and its value."""
+    data = base()
+    for key, val in change.items():
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = val
+    err = raises(lambda: scenario_from_dict(data), *words)
+    assert (err.field, err.value) == (field, value)
+    assert "{'name'" not in str(err) and "'workload'" not in str(err)
+
+
+def test_an_empty_set_value_of_num_requests_names_it() -> None:
+    from test_errors import assert_one_error_line, run_cli
+
+    assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", "num_requests="),
+                          "error: num_requests = None: ", "give num_requests", "duration_s")

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ScenarioError, check_unique_names, field_error_of
+from simulator.errors import FieldError, ScenarioError, check_unique_names, field_error_of
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.files import parse_yaml_value, read_yaml
 from simulator.scenario.frozen import Frozen
@@ -286,15 +286,17 @@ class WorkloadConfig(Frozen):
             check_unique_names(self.tiers, "tiers", "tier")
             total = sum(t.share for t in self.tiers)
             if abs(total - 1.0) > 1e-6:
-                shares = ", ".join(f"{t.name}: {t.share:g}" for t in self.tiers)
-                raise ValueError(f"tier shares must sum to 1, got {total:g} ({shares})")
+                raise FieldError("tiers", {t.name: t.share for t in self.tiers},
+                                 f"tier shares must sum to 1, got {total:g}")
         return self
 
     @model_validator(mode="after")
     def _lengths_given(self) -> WorkloadConfig:
         from_trace = isinstance(self.arrival, TraceArrival) and self.arrival.use_trace_lengths
-        if not from_trace and (self.prompt_tokens is None or self.output_tokens is None):
-            raise ValueError("prompt_tokens and output_tokens are required unless a trace supplies lengths")
+        for name in ("prompt_tokens", "output_tokens"):
+            if not from_trace and getattr(self, name) is None:
+                raise FieldError(name, None, "required unless a trace supplies the lengths: give a length "
+                                 "distribution, e.g. {dist: lognormal, mean: 512, sigma: 0.8}")
         return self
 
     @model_validator(mode="after")
@@ -628,6 +630,14 @@ class PipelineConfig(Frozen):
         return self
 
 
+#: The response-cache fields of one kind only: field -> (its kind, why the other kind has no use for it).
+_CACHE_KIND_FIELDS = {
+    "hit_rate": ("semantic", "finds its hits from repeated prompts (workload.prompt_popularity)"),
+    "ttl_s": ("exact", "hits with probability hit_rate and stores no entries to expire"),
+    "capacity_entries": ("exact", "hits with probability hit_rate and stores no entries to count"),
+}
+
+
 class ResponseCacheConfig(Frozen):
     """A cache of whole answers in front of the engine: a hit is answered after the lookup without
     reaching the engine; a miss pays the lookup and goes on."""
@@ -648,10 +658,13 @@ class ResponseCacheConfig(Frozen):
     @model_validator(mode="after")
     def _kind_fields(self) -> ResponseCacheConfig:
         if self.kind == "semantic" and self.hit_rate is None:
-            raise ValueError("kind semantic needs hit_rate (the share of requests answered from the cache)")
-        if self.kind == "exact" and self.hit_rate is not None:
-            raise ValueError("kind exact finds its hits from repeated prompts (workload.prompt_popularity); "
-                             "drop hit_rate, or use kind: semantic")
+            raise FieldError("hit_rate", None, "required with kind: semantic (the share of requests answered from "
+                             "the cache)")
+        for name, (kind, why) in _CACHE_KIND_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None and self.kind != kind:
+                raise FieldError(name, value, f"applies to kind: {kind} only; kind {self.kind} {why}: drop {name}, "
+                                 f"or use kind: {kind}")
         return self
 
 
@@ -870,33 +883,39 @@ class Scenario(Frozen):
     def _size(self) -> Scenario:
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
-            raise ValueError("give num_requests or duration_s")
+            raise FieldError("num_requests", None, "the run needs a length: give num_requests (requests to send) "
+                             "or duration_s (seconds of arrivals); neither is set")
         return self
 
     @model_validator(mode="after")
     def _task_slo_needs_sessions(self) -> Scenario:
         if self.workload.sessions is None:
-            slos = [("slo", self.slo)] + [(f"workload.tiers[{t.name}].slo", t.slo) for t in self.workload.tiers or ()]
+            slos = [("slo", self.slo)] + [(f"workload.tiers.{i}.slo", t.slo)
+                                          for i, t in enumerate(self.workload.tiers or ())]
             for where, slo in slos:
                 for p in (50, 90, 95, 99):
-                    if slo is not None and getattr(slo, f"task_ttua_p{p}_ms") is not None:
-                        raise ValueError(f"{where}.task_ttua_p{p}_ms judges whole sessions (agent tasks): give "
-                                         "workload.sessions, or use ttua_p{p}_ms for single requests".replace(
-                                             "{p}", str(p)))
+                    value = getattr(slo, f"task_ttua_p{p}_ms") if slo is not None else None
+                    if value is not None:
+                        raise FieldError(f"{where}.task_ttua_p{p}_ms", value, "judges whole sessions (agent tasks): "
+                                         f"give workload.sessions, or use {where}.ttua_p{p}_ms for single requests")
         return self
 
     @model_validator(mode="after")
     def _prompt_identity(self) -> Scenario:
         arrival = self.workload.arrival
-        if self.workload.prompt_popularity is not None and getattr(arrival, "use_trace_lengths", False):
-            raise ValueError("workload.prompt_popularity draws prompt lengths per distinct prompt, but the trace "
-                             "gives every request's length: set workload.arrival.use_trace_lengths: false")
-        if self.workload.prompt_popularity is None:
+        popularity = self.workload.prompt_popularity
+        if popularity is not None and getattr(arrival, "use_trace_lengths", False):
+            raise FieldError("workload.prompt_popularity", popularity.model_dump(), "draws prompt lengths per "
+                             "distinct prompt, but the trace gives every request's length: set "
+                             "workload.arrival.use_trace_lengths: false")
+        if popularity is None:
             if self.response_cache is not None and self.response_cache.kind == "exact":
-                raise ValueError("response_cache kind exact hits repeated prompts: give workload.prompt_popularity "
-                                 "(distinct_prompts, zipf_s), or use kind: semantic with a hit_rate")
+                raise FieldError("response_cache.kind", "exact", "hits repeated prompts: give "
+                                 "workload.prompt_popularity (distinct_prompts, zipf_s), or use kind: semantic with "
+                                 "a hit_rate")
             if self.coalescing is not None:
-                raise ValueError("coalescing merges identical prompts: give workload.prompt_popularity")
+                raise FieldError("coalescing", self.coalescing.model_dump(), "merges identical prompts: give "
+                                 "workload.prompt_popularity (distinct_prompts, zipf_s)")
         return self
 
     @model_validator(mode="after")
