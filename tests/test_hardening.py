@@ -142,7 +142,7 @@ NUMBER_CASES = [
      "at most 65,536"),
     ({"workload.prefix": {"prefix_tokens": 8, "num_prefixes": 10**12}}, "workload.prefix.num_prefixes",
      "at most 1,000,000"),
-    ({"client.max_tokens": 2**63}, "client.max_tokens", "2^62"),
+    ({"client.max_tokens": 2**63}, "client.max_tokens", "between 1 and 16,777,216"),
     ({"workload.tiers": [{"name": "a", "share": 1.0, "priority": 2**63}]}, "workload.tiers.0.priority", ""),
     ({"workload.arrival": {"process": "closed_loop", "concurrency": True}}, "workload.arrival.concurrency",
      "not true/false"),
@@ -836,3 +836,28 @@ def test_an_empty_set_value_of_num_requests_names_it() -> None:
 
     assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", "num_requests="),
                           "error: num_requests = None: ", "give num_requests", "duration_s")
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"seed": 10**20}, "seed", "must be between 0 and 2^62"),
+    ({"num_requests": 10**20}, "num_requests", "must be between 1 and 1,000,000"),
+    ({"client.max_tokens": -(10**20)}, "client.max_tokens", "must be between 1 and 16,777,216"),
+    ({"workload.prompt_tokens": {"dist": "lognormal", "mean": 32, "sigma": 1, "max": 10**20}},
+     "workload.prompt_tokens.max", "must be between 1 and 16,777,216"),
+    ({"engine": {"preset": "vllm-v1", "cuda_graph": {"capture_sizes": [1, 10**20]}}},
+     "engine.cuda_graph.capture_sizes.1", "must be between 1 and 16,777,216"),
+    ({"hardware": {**CONSTANT_HW, "interconnect": {"bandwidth_bytes_per_s": 1e11, "domain_gpus": 10**20}}},
+     "hardware.interconnect.domain_gpus", "must be between 1 and 2^62"),
+])
+def test_an_integer_past_2_62_is_told_the_fields_own_bounds(change: dict[str, Any], field: str, words: str) -> None:
+    """An integer past +-2^62 was told "must be between -2^62 and 2^62" even where the field allows far less
+    (an optional field checks its own bounds after that one) or nothing negative."""
+    data = base()
+    for key, val in change.items():
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = val
+    err = raises(lambda: simulate(scenario_from_dict(data)), words)
+    assert err.field == field and "-2^62" not in str(err)

@@ -282,7 +282,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
             err = exc.errors(include_url=False)[0]
             col = str(err["loc"][0]) if err["loc"] else "row"
             msg = "required value is missing" if err["type"] in ("missing", "string_type", "float_type") \
-                and clean.get(col) is None else limit_message(err) or err["msg"]
+                and clean.get(col) is None else limit_message(err, ForecastRow) or err["msg"]
             raise ScenarioError(f"{path.name} row {i + 2} column {col}", clean.get(col), msg) from None
     return pd.DataFrame(rows, columns=list(FORECAST_COLUMNS))
 
@@ -361,8 +361,8 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         msg = f"not allowed; allowed: {err.get('ctx', {}).get('expected', '')}"
     elif err["type"] == "string_pattern_mismatch" and loc == ["currency"]:
         msg = "must be an ISO 4217 code in capitals, e.g. USD, EUR, GBP"
-    elif limit_message(err):
-        msg = str(limit_message(err))
+    elif limit_message(err, PlanConfig):
+        msg = str(limit_message(err, PlanConfig))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
     return ScenarioError(field, value, msg)

@@ -1122,8 +1122,8 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
         ctx = err.get("ctx", {})
         value = ctx.get("tag", value)
         msg = f"unknown kind; allowed: {ctx.get('expected_tags', '')}"
-    elif limit_message(err):
-        msg = str(limit_message(err))
+    elif limit_message(err, Scenario):
+        msg = str(limit_message(err, Scenario))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
         # Cross-field checks name the first field as "name=value": point at that field.

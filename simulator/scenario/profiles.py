@@ -264,6 +264,6 @@ def _validate(data: dict[str, Any], field: str) -> HardwareProfile:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field; allowed: {', '.join(sorted(HardwareProfile.model_fields))}"
-        msg = limit_message(err) or msg
+        msg = limit_message(err, HardwareProfile) or msg
         return_value = err.get("input") if err["type"] != "missing" else None
         raise ScenarioError(where, return_value, msg) from None
