@@ -577,9 +577,16 @@ def calibrate(
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
 
 
+#: The import-profile options that only some sources read: option -> those sources.
+_IMPORT_OPTIONS = {"gpu": ("vidur",), "data": ("vidur", "default"), "system": ("aiconfigurator", "default"),
+                   "framework": ("aiconfigurator",), "wheel": ("aiconfigurator", "default"),
+                   "compact": ("aiconfigurator",)}
+
+
 @app.command("import-profile")
 @guarded
 def import_profile(
+    ctx: typer.Context,
     source: str = typer.Argument(..., help="vidur, aiconfigurator, or default (the shipped GPU profiles: "
                                  "AIConfigurator + Vidur, compact, fitted efficiencies)."),
     out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
@@ -600,6 +607,12 @@ def import_profile(
 
     if source not in ("vidur", "aiconfigurator", "default"):
         raise ScenarioError("source", source, "allowed: vidur, aiconfigurator, default")
+    for option, sources in _IMPORT_OPTIONS.items():   # an option of another source would be ignored
+        given = getattr(ctx.get_parameter_source(option), "name", None) == "COMMANDLINE"
+        if given and source not in sources:
+            value = ctx.params[option]
+            raise ScenarioError(f"--{option}", str(value) if isinstance(value, Path) else value,
+                                f"applies to import-profile {' and '.join(sources)} only, not {source}")
     check_profile_out(out, force)
     vidur_data = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     if source == "vidur":

@@ -861,3 +861,27 @@ def test_an_integer_past_2_62_is_told_the_fields_own_bounds(change: dict[str, An
         node[last] = val
     err = raises(lambda: simulate(scenario_from_dict(data)), words)
     assert err.field == field and "-2^62" not in str(err)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("aiconfigurator", "--framework", "ollama"), ("--framework = 'ollama'", "allowed: vllm, sglang, trtllm")),
+    (("default", "--framework", "sglang"), ("--framework = 'sglang'", "applies to import-profile aiconfigurator only")),
+    (("vidur", "--system", "l40s"), ("--system = 'l40s'", "aiconfigurator and default only, not vidur")),
+    (("default", "--gpu", "a100"), ("--gpu = 'a100'", "applies to import-profile vidur only")),
+])
+def test_import_profile_options_are_checked_and_none_is_ignored(tmp_path: Path, args: tuple[str, ...],
+                                                                words: tuple[str, ...]) -> None:
+    """`--framework ollama` was not checked (the error named a `--source` option that does not exist), and an
+    option of another source (`default --framework sglang`) was ignored silently."""
+    from test_errors import assert_one_error_line, run_cli
+
+    assert_one_error_line(run_cli("import-profile", *args, "--out", str(tmp_path / "out")), *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_aiconfigurator_database_errors_name_the_wheel_option(tmp_path: Path) -> None:
+    from calibrate.importers import AicDatabase
+
+    (tmp_path / "notes.txt").write_text("x")
+    assert raises(lambda: AicDatabase(tmp_path / "notes.txt"), "not an aiconfigurator-core wheel").field == "--wheel"
+    assert raises(lambda: AicDatabase(tmp_path), "has no systems/data folder").field == "--wheel"
