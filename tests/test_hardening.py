@@ -885,3 +885,15 @@ def test_the_aiconfigurator_database_errors_name_the_wheel_option(tmp_path: Path
     (tmp_path / "notes.txt").write_text("x")
     assert raises(lambda: AicDatabase(tmp_path / "notes.txt"), "not an aiconfigurator-core wheel").field == "--wheel"
     assert raises(lambda: AicDatabase(tmp_path), "has no systems/data folder").field == "--wheel"
+
+
+def test_memory_the_engine_cannot_use_is_named_as_its_own_field() -> None:
+    """A huge hardware.non_torch_memory_bytes was reported as "activations" of the model; now the field is
+    named, and a model that does not fit shows the three parts apart."""
+    hw = {"cost_model": "constant", "step_time_s": 0.01, "memory_bytes": 80 * 2**30, "non_torch_memory_bytes": 1e30}
+    err = raises(lambda: simulate(scenario_from_dict(base(hardware=hw))), "leaves nothing of the", "usable")
+    assert (err.field, err.value) == ("hardware.non_torch_memory_bytes", 1e30)
+    hw = {**hw, "memory_bytes": 4 * 2**30, "non_torch_memory_bytes": 2 * 2**30}
+    err = raises(lambda: simulate(scenario_from_dict(base(model="llama-3-8b", hardware=hw))), "does not fit",
+                 "+ non-torch memory 2.0 GiB (hardware.non_torch_memory_bytes)")
+    assert err.field == "model"
