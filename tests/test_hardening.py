@@ -897,3 +897,23 @@ def test_memory_the_engine_cannot_use_is_named_as_its_own_field() -> None:
     err = raises(lambda: simulate(scenario_from_dict(base(model="llama-3-8b", hardware=hw))), "does not fit",
                  "+ non-torch memory 2.0 GiB (hardware.non_torch_memory_bytes)")
     assert err.field == "model"
+
+
+@pytest.mark.parametrize("item, words", [
+    (".=5", "the key path '.' has an empty name"),
+    ("a..b=5", "the key path 'a..b' has an empty name"),
+    ("seed.=5", "the key path 'seed.' has an empty name"),
+    ("=5", "the key path '' is empty"),
+])
+def test_an_override_key_with_an_empty_name_is_refused(item: str, words: str) -> None:
+    """`--set .=5` set a field named '' and the error printed the resulting mapping ("scenario = {'': 5}:
+    unknown field"); now the key path itself is refused, from the CLI and from a mapping of overrides."""
+    from test_errors import assert_one_error_line, run_cli
+
+    err = raises(lambda: parse_overrides([item]), words, "field names joined by dots")
+    assert (err.field, err.value) == ("--set", item)
+    key = item.partition("=")[0]
+    raises(lambda: scenario_from_dict(base()).with_overrides({key: 5}), words)
+    if item == ".=5":
+        assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", item),
+                              "error: --set = '.=5': the key path '.' has an empty name")

@@ -1066,10 +1066,23 @@ def parse_overrides(overrides: list[str] | dict[str, Any] | None) -> dict[str, A
     out: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
+        if not sep:
             raise ScenarioError("--set", item, "expected key.path=value, e.g. workload.arrival.rate_per_s=12")
-        out[key.strip()] = parse_yaml_value(raw, f"--set {key.strip()}") if raw.strip() else None
+        key = key.strip()
+        _key_path(key, "--set", item)
+        out[key] = parse_yaml_value(raw, f"--set {key}") if raw.strip() else None
     return out
+
+
+def _key_path(key: str, field: str, value: Any) -> list[str]:
+    """The field names of a dotted override key, refusing an empty key or an empty name in it (``.``,
+    ``a..b``, ``a.``), which would set a field named ``''``."""
+    parts = key.split(".")
+    if not all(part.strip() for part in parts):
+        what = "is empty" if not key.strip() else "has an empty name (a dot at either end, or two dots in a row)"
+        raise ScenarioError(field, value, f"the key path {key!r} {what}; give field names joined by dots, "
+                            "e.g. workload.arrival.rate_per_s=12")
+    return parts
 
 
 def _preset_context(name: str) -> int | None:
@@ -1078,7 +1091,7 @@ def _preset_context(name: str) -> int | None:
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
+    parts = _key_path(key, key or "key path", value)
     node = data
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
