@@ -917,3 +917,20 @@ def test_an_override_key_with_an_empty_name_is_refused(item: str, words: str) ->
     if item == ".=5":
         assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", item),
                               "error: --set = '.=5': the key path '.' has an empty name")
+
+
+def test_a_directory_or_a_device_given_as_a_file_is_called_what_it_is(tmp_path: Path) -> None:
+    """A directory or /dev/null given as the scenario, plan, trace or profile said "file not found" (or "no such
+    hardware profile"); now the error says it is a directory, or not a regular file."""
+    from test_errors import assert_one_error_line, run_cli
+
+    assert_one_error_line(run_cli("simulate", str(tmp_path)), "scenario = ", "a directory, not a scenario file")
+    assert_one_error_line(run_cli("simulate", "/dev/null"), "scenario = '/dev/null'", "not a regular file")
+    assert_one_error_line(run_cli("profiles", "show", str(tmp_path)), "a directory without a profile.yaml")
+    assert_one_error_line(run_cli("profiles", "show", "/dev/null"), "profile = '/dev/null'", "not a regular file")
+    raises(lambda: load_plan(tmp_path), "plan = ", "a directory, not a plan file")
+    raises(lambda: load_profile("/dev/null"), "not a regular file", "hardware profile")
+    data = base(num_requests=None, workload={"arrival": {"process": "trace", "path": str(tmp_path),
+                                                         "format": "azure"}})
+    raises(lambda: simulate(scenario_from_dict(data)), "a directory, not a trace file")
+    raises(lambda: load_scenario(tmp_path / "missing.yaml"), "file not found")

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from simulator.errors import ScenarioError, check_unique_names, field_error_of
 from simulator.planner.fleet_hours import plan_shapes
 from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
-from simulator.scenario.files import read_csv, read_yaml
+from simulator.scenario.files import read_csv, read_yaml, require_file
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
     MAX_MODEL_LEN,
@@ -172,8 +172,7 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
         data, here = dict(source), Path(base_dir or ".")
     else:
         p = Path(source)
-        if not p.is_file():
-            raise ScenarioError("plan", str(source), "file not found")
+        require_file(p, "plan", str(source), "plan file", missing="file not found")
         data = read_yaml(p, str(source), what="a plan file")
         if not isinstance(data, dict):
             raise ScenarioError(str(source), data, "a plan file must be a YAML mapping")
@@ -258,8 +257,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
     path = Path(config.forecast).expanduser()
     if not path.is_absolute():
         path = Path(config.base_dir) / path
-    if not path.is_file():
-        raise ScenarioError("forecast", config.forecast, "CSV file not found")
+    require_file(path, "forecast", config.forecast, "forecast CSV", missing="CSV file not found")
     raw = read_csv(path, "forecast", dtype={"quarter": str, "region": str})
     unknown = [c for c in raw.columns if c not in FORECAST_COLUMNS]
     if unknown:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from simulator.errors import FieldError, ScenarioError, check_unique_names, field_error_of
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
-from simulator.scenario.files import parse_yaml_value, read_yaml
+from simulator.scenario.files import parse_yaml_value, read_yaml, require_file
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
     MAX_BLOCK_SIZE,
@@ -1047,8 +1047,7 @@ def _mean_of(dist: Any) -> float:
 def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
     """Read a YAML scenario file, apply ``key.path=value`` overrides and validate it."""
     p = Path(path)
-    if not p.is_file():
-        raise ScenarioError("scenario", str(path), "file not found")
+    require_file(p, "scenario", str(path), "scenario file", missing="file not found")
     data = read_yaml(p, str(path), what="a scenario file")
     if not isinstance(data, dict):
         raise ScenarioError(str(path), data, "a scenario file must be a YAML mapping")

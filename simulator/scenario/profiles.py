@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from simulator.errors import FieldError, ScenarioError, field_error_of
-from simulator.scenario.files import read_yaml
+from simulator.scenario.files import read_yaml, require_file
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, limit_message
 
@@ -214,6 +214,12 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
     path = _find(ref, base_dir)
     if path is None:
         known = ", ".join(sorted(available_profiles())) or "none"
+        for cand in (Path(ref), Path(base_dir) / ref):   # something is there, but not a profile
+            if cand.is_dir():
+                raise ScenarioError(field, ref, "a directory without a profile.yaml, not a hardware profile folder; "
+                                    f"known profiles: {known}")
+            if cand.exists():
+                require_file(cand, field, ref, "hardware profile (profile.yaml)")
         raise ScenarioError(field, ref, f"no such hardware profile; known: {known} (or give a path)")
     try:
         stat = path.stat()
