@@ -119,6 +119,8 @@ def import_vidur(data_dir: Path, gpu: str, out: Path, name: str | None = None) -
 AIC_SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80gb",
                "l40s": "l40s"}
 """AIConfigurator system folder -> the name of our profile of that GPU."""
+AIC_FRAMEWORKS = ("vllm", "sglang", "trtllm")
+"""The frameworks AIConfigurator measures kernels under (``--framework``)."""
 AIC_PACKAGE = "aiconfigurator_core"
 AIC_GEMM_KERNELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "bf16": ("bfloat16", ("torch.nn.functional.linear", "vllm_default", "torch_flow")),
@@ -163,8 +165,8 @@ class AicDatabase:
 
             spec = importlib.util.find_spec(AIC_PACKAGE)
             if spec is None or not spec.submodule_search_locations:
-                raise ScenarioError("--source", None, "aiconfigurator-core is not installed: give its wheel "
-                                    "(pip download aiconfigurator-core --no-deps -d DIR) or pip install it")
+                raise ScenarioError("--wheel", None, "aiconfigurator-core is not installed: give its wheel with "
+                                    "--wheel (pip download aiconfigurator-core --no-deps -d DIR) or pip install it")
             self.root = Path(next(iter(spec.submodule_search_locations)))
             from importlib.metadata import version
 
@@ -184,11 +186,11 @@ class AicDatabase:
             text = metas[-1].read_text() if metas else ""
             self.origin = f"unpacked wheel at {path}"
         else:
-            raise ScenarioError("--source", str(source), "not an aiconfigurator-core wheel (.whl) or a folder")
+            raise ScenarioError("--wheel", str(source), "not an aiconfigurator-core wheel (.whl) or a folder")
         found = [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Version:")]
         self.version = found[0] if found else "unknown"
         if not self.exists("systems/data"):
-            raise ScenarioError("--source", str(source), "has no systems/data folder: not aiconfigurator-core")
+            raise ScenarioError("--wheel", str(source), "has no systems/data folder: not aiconfigurator-core")
 
     def exists(self, rel: str) -> bool:
         if self._zip is not None:
@@ -372,6 +374,8 @@ def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name:
     datasheet's assumptions, unlike :func:`import_default`'s fitted ones)."""
     if system not in AIC_SYSTEMS:
         raise ScenarioError("--system", system, f"known: {', '.join(AIC_SYSTEMS)}")
+    if framework not in AIC_FRAMEWORKS:
+        raise ScenarioError("--framework", framework, f"allowed: {', '.join(AIC_FRAMEWORKS)}")
     db = AicDatabase(source)
     t = aiconfigurator_tables(db, system, framework, compact=compact)
     table = _dedupe(pd.DataFrame(t.rows, columns=list(TABLE_COLUMNS)))

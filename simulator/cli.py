@@ -443,11 +443,12 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         out_console.print(f"  noise: p90-p10 spread {100 * n.get('median_rel_spread_p90_p10', 0):.0f}% of the median "
                           f"(median over benchmarks), reference drift {100 * n.get('reference_drift', 0):+.1f}%, "
                           f"load average {n.get('load_average_before', ['-'])[0]}", highlight=False)
-    if ops is None or fam is None:
+    if ops is None or fam is None or ops.empty:
         eff = p.efficiency
-        out_console.print(f"no per-op measurements: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
+        why = "no per-op measurements" if ops is None else f"the per-op table {p.table} has no rows (a header alone)"
+        out_console.print(f"{why}: a roofline with assumed efficiencies (GEMM {eff.gemm_max:.0%} "
                           f"of peak, memory {eff.memory:.0%}, attention {eff.attention_compute:.0%}/"
-                          f"{eff.attention_memory:.0%}); fit error: n/a")
+                          f"{eff.attention_memory:.0%}); fit error: n/a", highlight=False, markup=False)
         return
     table = Table(title="per op: leave-one-out error on held-out shapes, best efficiency vs the profile's peak",
                   title_justify="left")
@@ -576,9 +577,16 @@ def calibrate(
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
 
 
+#: The import-profile options that only some sources read: option -> those sources.
+_IMPORT_OPTIONS = {"gpu": ("vidur",), "data": ("vidur", "default"), "system": ("aiconfigurator", "default"),
+                   "framework": ("aiconfigurator",), "wheel": ("aiconfigurator", "default"),
+                   "compact": ("aiconfigurator",)}
+
+
 @app.command("import-profile")
 @guarded
 def import_profile(
+    ctx: typer.Context,
     source: str = typer.Argument(..., help="vidur, aiconfigurator, or default (the shipped GPU profiles: "
                                  "AIConfigurator + Vidur, compact, fitted efficiencies)."),
     out: Path = typer.Option(..., "--out", help="Folder for the imported profile (profile.yaml + ops.csv)."),
@@ -599,6 +607,12 @@ def import_profile(
 
     if source not in ("vidur", "aiconfigurator", "default"):
         raise ScenarioError("source", source, "allowed: vidur, aiconfigurator, default")
+    for option, sources in _IMPORT_OPTIONS.items():   # an option of another source would be ignored
+        given = getattr(ctx.get_parameter_source(option), "name", None) == "COMMANDLINE"
+        if given and source not in sources:
+            value = ctx.params[option]
+            raise ScenarioError(f"--{option}", str(value) if isinstance(value, Path) else value,
+                                f"applies to import-profile {' and '.join(sources)} only, not {source}")
     check_profile_out(out, force)
     vidur_data = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     if source == "vidur":

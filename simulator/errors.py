@@ -6,6 +6,7 @@ can print one line and exit with status 2 instead of a traceback.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -24,6 +25,36 @@ class ScenarioError(ValueError):
         self.value = value
         self.message = message
         super().__init__(f"{field} = {_short(value)}: {message}")
+
+
+class FieldError(ScenarioError):
+    """A :class:`ScenarioError` raised by a validator of a pydantic model (a check across fields), naming
+    the field at fault by its dotted path *relative to where the validator runs*: the model for a model
+    validator (``tiers`` in the workload, ``hit_rate`` in the response cache), the field for a field
+    validator (a key of a mapping). The translators of validation errors (``scenario_from_dict``,
+    ``load_profile``, ``load_plan``) put that location in front, so the one-line error names
+    ``workload.tiers`` rather than dumping the whole workload. Raised outside a validator, ``field`` is
+    read as a full path."""
+
+
+def field_error_of(error: Any) -> FieldError | None:
+    """The :class:`FieldError` behind one entry of ``ValidationError.errors()``, if a validator raised one."""
+    exc = (error.get("ctx") or {}).get("error") if isinstance(error, dict) else None
+    return exc if isinstance(exc, FieldError) else None
+
+
+def check_unique_names(items: Sequence[Any], field: str, what: str) -> None:
+    """Refuse two entries of the list at ``field`` with the same ``name`` (``what``: "tier", "region").
+
+    Raises:
+        FieldError: naming ``<field>.name``, the name given twice and the two entries.
+    """
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if item.name in first:
+            raise FieldError(f"{field}.name", item.name, f"{what} names must be unique; {item.name!r} names "
+                             f"entries {first[item.name]} and {i} (counting from 0)")
+        first[item.name] = i
 
 
 def _short(value: Any, limit: int = 160) -> str:

@@ -142,7 +142,7 @@ NUMBER_CASES = [
      "at most 65,536"),
     ({"workload.prefix": {"prefix_tokens": 8, "num_prefixes": 10**12}}, "workload.prefix.num_prefixes",
      "at most 1,000,000"),
-    ({"client.max_tokens": 2**63}, "client.max_tokens", "2^62"),
+    ({"client.max_tokens": 2**63}, "client.max_tokens", "between 1 and 16,777,216"),
     ({"workload.tiers": [{"name": "a", "share": 1.0, "priority": 2**63}]}, "workload.tiers.0.priority", ""),
     ({"workload.arrival": {"process": "closed_loop", "concurrency": True}}, "workload.arrival.concurrency",
      "not true/false"),
@@ -701,3 +701,236 @@ def test_limits_of_swap_space_waits_and_names(override: str, words: tuple[str, .
     from test_errors import assert_one_error_line, run_cli
 
     assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", override), *words)
+
+
+# -- findings of a CLI fuzz (profiles show, duplicate names, peak_flops keys, messages naming the field) --
+def header_only_table_profile(tmp_path: Path) -> Path:
+    """A copy of the l40s profile whose ops.csv holds its header alone (the checksum updated to match): an
+    empty table is legitimate (the datasheet comparison builds its table model from one on purpose)."""
+    from simulator.cost.op_table import file_sha256
+
+    src = REPO / "hwprofiles" / "l40s"
+    folder = tmp_path / "empty-table"
+    folder.mkdir()
+    (folder / "ops.csv").write_text((src / "ops.csv").read_text().splitlines()[0] + "\n")
+    profile = yaml.safe_load((src / "profile.yaml").read_text())
+    profile["table_sha256"] = file_sha256(folder / "ops.csv")
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+def test_profiles_show_of_a_header_only_table_says_it_has_no_rows(tmp_path: Path) -> None:
+    """`profiles show` crashed with KeyError 'family' on a table with no rows; now it shows the profile and
+    says the table has no rows (no fit error to report)."""
+    from test_errors import run_cli
+
+    from simulator.report.profile_report import family_report, op_report
+
+    folder = header_only_table_profile(tmp_path)
+    assert op_report(load_profile(str(folder))).empty and family_report(load_profile(str(folder))).empty
+    proc = run_cli("profiles", "show", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr and proc.stderr == ""
+    assert "has no rows" in proc.stdout and "fit error: n/a" in proc.stdout
+
+
+FLEET_AB = {"regions": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}],
+            "clients": [{"name": "c", "rtt_ms": {"a": 10, "b": 20}}]}
+
+
+@pytest.mark.parametrize("top, field, name", [
+    ({"fleet": {**FLEET_AB, "regions": [{"name": "a", "replicas": 1}, {"name": "a", "replicas": 2}],
+                "clients": [{"name": "c", "rtt_ms": {"a": 10}}]}}, "fleet.regions.name", "a"),
+    ({"fleet": {**FLEET_AB, "clients": [{"name": "c", "rtt_ms": {"a": 10, "b": 20}},
+                                        {"name": "c", "rtt_ms": {"a": 30, "b": 5}}]}}, "fleet.clients.name", "c"),
+    ({"pipeline": {"pre": [{"name": "tok", "latency_ms": 1}, {"name": "rag", "latency_ms": 5},
+                           {"name": "tok", "latency_ms": 2}]}}, "pipeline.pre.name", "tok"),
+    ({"pipeline": {"post": [{"name": "filter", "latency_ms": 1}, {"name": "filter", "latency_ms": 1}]}},
+     "pipeline.post.name", "filter"),
+])
+def test_a_name_given_twice_in_a_list_is_refused(top: dict[str, Any], field: str, name: str) -> None:
+    """Two regions, clients or pipeline stages of one name were taken silently (a region's replicas or a
+    client's RTTs hidden behind the other's); like tiers and pools, now one error names the list and the name."""
+    err = raises(lambda: scenario_from_dict(base(**top)), "names must be unique", repr(name))
+    assert (err.field, err.value) == (field, name)
+
+
+def test_names_given_twice_share_one_check_and_message() -> None:
+    """Tiers, pools and the plan's regions and candidates say it the same way, naming the field, not the
+    whole document."""
+    from test_planner import base_plan
+
+    data = base()
+    data["workload"]["tiers"] = [{"name": "x", "share": 0.5}, {"name": "x", "share": 0.5}]
+    assert raises(lambda: scenario_from_dict(data), "tier names must be unique").field == "workload.tiers.name"
+    plan = base_plan()
+    plan["regions"] = [plan["regions"][0], plan["regions"][0]]
+    err = raises(lambda: load_plan(plan), "region names must be unique", "entries 0 and 1")
+    assert (err.field, err.value) == ("regions.name", plan["regions"][0]["name"])
+
+
+def test_peak_flops_keys_are_compute_dtypes_and_the_value_a_mapping() -> None:
+    """`peak_flops: {bf17: ...}` was taken and the model run at another dtype's peak (or stopped later with
+    "no entry usable"); a scalar said only "Input should be a valid dictionary"."""
+    from simulator.scenario.profiles import PEAK_FLOPS_DTYPES
+
+    typo = {**ROOFLINE_HW, "peak_flops": {"bf16": 9.89e14, "bf17": 2e15}}
+    err = raises(lambda: load_profile(typo), "unknown compute dtype", "did you mean 'bf16'",
+                 "allowed: " + ", ".join(PEAK_FLOPS_DTYPES))
+    assert (err.field, err.value) == ("hardware.peak_flops.bf17", 2e15)
+    err = raises(lambda: load_profile({**ROOFLINE_HW, "peak_flops": 5}), "must be a mapping of compute dtype",
+                 "{bf16: ")
+    assert (err.field, err.value) == ("hardware.peak_flops", 5)
+    for name in ("h100-sxm", "gb200-datasheet", "cpu-amd-epyc-tiny-llama"):   # tf32, fp4, fp32 keys
+        assert load_profile(name).peak_flops
+
+
+POPULAR = {"distinct_prompts": 50, "zipf_s": 1.0}
+
+
+@pytest.mark.parametrize("cache, field, value, words", [
+    ({"kind": "semantic", "hit_rate": 0.3, "ttl_s": 5}, "response_cache.ttl_s", 5, "applies to kind: exact only"),
+    ({"kind": "semantic", "hit_rate": 0.3, "capacity_entries": 10}, "response_cache.capacity_entries", 10,
+     "applies to kind: exact only"),
+    ({"kind": "exact", "hit_rate": 0.3}, "response_cache.hit_rate", 0.3, "applies to kind: semantic only"),
+    ({"kind": "semantic"}, "response_cache.hit_rate", None, "required with kind: semantic"),
+])
+def test_response_cache_fields_of_the_other_kind_are_refused(cache: dict[str, Any], field: str, value: Any,
+                                                             words: str) -> None:
+    """A semantic cache took the exact cache's ttl_s and capacity_entries and ignored them; the exact cache's
+    errors named the whole response_cache mapping. Each names the field, its value and the kind."""
+    data = base(response_cache=cache)
+    data["workload"]["prompt_popularity"] = POPULAR
+    err = raises(lambda: scenario_from_dict(data), words, cache["kind"])
+    assert (err.field, err.value) == (field, value)
+
+
+@pytest.mark.parametrize("change, field, value, words", [
+    ({"num_requests": None}, "num_requests", None, ("give num_requests", "or duration_s", "neither is set")),
+    ({"workload.tiers": [{"name": "a", "share": 0.5}, {"name": "b", "share": 0.2}]}, "workload.tiers",
+     {"a": 0.5, "b": 0.2}, ("tier shares must sum to 1, got 0.7",)),
+    ({"slo.task_ttua_p90_ms": 100}, "slo.task_ttua_p90_ms", 100, ("give workload.sessions", "slo.ttua_p90_ms")),
+    ({"workload.tiers": [{"name": "a", "share": 1, "slo": {"task_ttua_p50_ms": 100}}]},
+     "workload.tiers.0.slo.task_ttua_p50_ms", 100, ("give workload.sessions",)),
+    ({"response_cache": {"kind": "exact"}}, "response_cache.kind", "exact", ("give workload.prompt_popularity",)),
+    ({"coalescing": {"window_ms": 10}}, "coalescing", {"window_ms": 10}, ("give workload.prompt_popularity",)),
+    ({"workload.output_tokens": None}, "workload.output_tokens", None, ("required unless a trace",)),
+])
+def test_checks_across_fields_name_the_field_not_the_whole_document(change: dict[str, Any], field: str, value: Any,
+                                                                    words: tuple[str, ...]) -> None:
+    """These errors printed the whole scenario (or workload) mapping as the value; now the field and its value."""
+    data = base()
+    for key, val in change.items():
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = val
+    err = raises(lambda: scenario_from_dict(data), *words)
+    assert (err.field, err.value) == (field, value)
+    assert "{'name'" not in str(err) and "'workload'" not in str(err)
+
+
+def test_an_empty_set_value_of_num_requests_names_it() -> None:
+    from test_errors import assert_one_error_line, run_cli
+
+    assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", "num_requests="),
+                          "error: num_requests = None: ", "give num_requests", "duration_s")
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"seed": 10**20}, "seed", "must be between 0 and 2^62"),
+    ({"num_requests": 10**20}, "num_requests", "must be between 1 and 1,000,000"),
+    ({"client.max_tokens": -(10**20)}, "client.max_tokens", "must be between 1 and 16,777,216"),
+    ({"workload.prompt_tokens": {"dist": "lognormal", "mean": 32, "sigma": 1, "max": 10**20}},
+     "workload.prompt_tokens.max", "must be between 1 and 16,777,216"),
+    ({"engine": {"preset": "vllm-v1", "cuda_graph": {"capture_sizes": [1, 10**20]}}},
+     "engine.cuda_graph.capture_sizes.1", "must be between 1 and 16,777,216"),
+    ({"hardware": {**CONSTANT_HW, "interconnect": {"bandwidth_bytes_per_s": 1e11, "domain_gpus": 10**20}}},
+     "hardware.interconnect.domain_gpus", "must be between 1 and 2^62"),
+])
+def test_an_integer_past_2_62_is_told_the_fields_own_bounds(change: dict[str, Any], field: str, words: str) -> None:
+    """An integer past +-2^62 was told "must be between -2^62 and 2^62" even where the field allows far less
+    (an optional field checks its own bounds after that one) or nothing negative."""
+    data = base()
+    for key, val in change.items():
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = val
+    err = raises(lambda: simulate(scenario_from_dict(data)), words)
+    assert err.field == field and "-2^62" not in str(err)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("aiconfigurator", "--framework", "ollama"), ("--framework = 'ollama'", "allowed: vllm, sglang, trtllm")),
+    (("default", "--framework", "sglang"), ("--framework = 'sglang'", "applies to import-profile aiconfigurator only")),
+    (("vidur", "--system", "l40s"), ("--system = 'l40s'", "aiconfigurator and default only, not vidur")),
+    (("default", "--gpu", "a100"), ("--gpu = 'a100'", "applies to import-profile vidur only")),
+])
+def test_import_profile_options_are_checked_and_none_is_ignored(tmp_path: Path, args: tuple[str, ...],
+                                                                words: tuple[str, ...]) -> None:
+    """`--framework ollama` was not checked (the error named a `--source` option that does not exist), and an
+    option of another source (`default --framework sglang`) was ignored silently."""
+    from test_errors import assert_one_error_line, run_cli
+
+    assert_one_error_line(run_cli("import-profile", *args, "--out", str(tmp_path / "out")), *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_aiconfigurator_database_errors_name_the_wheel_option(tmp_path: Path) -> None:
+    from calibrate.importers import AicDatabase
+
+    (tmp_path / "notes.txt").write_text("x")
+    assert raises(lambda: AicDatabase(tmp_path / "notes.txt"), "not an aiconfigurator-core wheel").field == "--wheel"
+    assert raises(lambda: AicDatabase(tmp_path), "has no systems/data folder").field == "--wheel"
+
+
+def test_memory_the_engine_cannot_use_is_named_as_its_own_field() -> None:
+    """A huge hardware.non_torch_memory_bytes was reported as "activations" of the model; now the field is
+    named, and a model that does not fit shows the three parts apart."""
+    hw = {"cost_model": "constant", "step_time_s": 0.01, "memory_bytes": 80 * 2**30, "non_torch_memory_bytes": 1e30}
+    err = raises(lambda: simulate(scenario_from_dict(base(hardware=hw))), "leaves nothing of the", "usable")
+    assert (err.field, err.value) == ("hardware.non_torch_memory_bytes", 1e30)
+    hw = {**hw, "memory_bytes": 4 * 2**30, "non_torch_memory_bytes": 2 * 2**30}
+    err = raises(lambda: simulate(scenario_from_dict(base(model="llama-3-8b", hardware=hw))), "does not fit",
+                 "+ non-torch memory 2.0 GiB (hardware.non_torch_memory_bytes)")
+    assert err.field == "model"
+
+
+@pytest.mark.parametrize("item, words", [
+    (".=5", "the key path '.' has an empty name"),
+    ("a..b=5", "the key path 'a..b' has an empty name"),
+    ("seed.=5", "the key path 'seed.' has an empty name"),
+    ("=5", "the key path '' is empty"),
+])
+def test_an_override_key_with_an_empty_name_is_refused(item: str, words: str) -> None:
+    """`--set .=5` set a field named '' and the error printed the resulting mapping ("scenario = {'': 5}:
+    unknown field"); now the key path itself is refused, from the CLI and from a mapping of overrides."""
+    from test_errors import assert_one_error_line, run_cli
+
+    err = raises(lambda: parse_overrides([item]), words, "field names joined by dots")
+    assert (err.field, err.value) == ("--set", item)
+    key = item.partition("=")[0]
+    raises(lambda: scenario_from_dict(base()).with_overrides({key: 5}), words)
+    if item == ".=5":
+        assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", item),
+                              "error: --set = '.=5': the key path '.' has an empty name")
+
+
+def test_a_directory_or_a_device_given_as_a_file_is_called_what_it_is(tmp_path: Path) -> None:
+    """A directory or /dev/null given as the scenario, plan, trace or profile said "file not found" (or "no such
+    hardware profile"); now the error says it is a directory, or not a regular file."""
+    from test_errors import assert_one_error_line, run_cli
+
+    assert_one_error_line(run_cli("simulate", str(tmp_path)), "scenario = ", "a directory, not a scenario file")
+    assert_one_error_line(run_cli("simulate", "/dev/null"), "scenario = '/dev/null'", "not a regular file")
+    assert_one_error_line(run_cli("profiles", "show", str(tmp_path)), "a directory without a profile.yaml")
+    assert_one_error_line(run_cli("profiles", "show", "/dev/null"), "profile = '/dev/null'", "not a regular file")
+    raises(lambda: load_plan(tmp_path), "plan = ", "a directory, not a plan file")
+    raises(lambda: load_profile("/dev/null"), "not a regular file", "hardware profile")
+    data = base(num_requests=None, workload={"arrival": {"process": "trace", "path": str(tmp_path),
+                                                         "format": "azure"}})
+    raises(lambda: simulate(scenario_from_dict(data)), "a directory, not a trace file")
+    raises(lambda: load_scenario(tmp_path / "missing.yaml"), "file not found")

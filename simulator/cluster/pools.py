@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, check_unique_names
 from simulator.scenario.config import PoolConfig, Scenario
 
 POOL_FIELDS = {"model": "model", "hardware": "hardware", "deployment.tensor_parallel_size": "tensor_parallel_size",
@@ -49,10 +49,8 @@ def check_pools(scenario: Scenario) -> None:
     if dep.replicas != 1:
         raise ScenarioError("deployment.replicas", dep.replicas, "with deployment.pools the replicas are per pool "
                             "(deployment.pools[].replicas); leave deployment.replicas out")
+    check_unique_names(pools, "deployment.pools", "pool")
     names = [p.name for p in pools]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ScenarioError("deployment.pools.name", dupes[0], f"pool names must be unique; got {', '.join(names)}")
     known = f"pools: {', '.join(names)}"
 
     def pool_ref(field: str, value: str | None) -> None:

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError
-from simulator.scenario.files import read_csv
+from simulator.scenario.files import read_csv, require_file
 
 TABLE_SCHEMA = 1
 SHAPE_COLUMNS = ("tokens", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
@@ -87,8 +87,8 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
     if schema is not None and schema != TABLE_SCHEMA:
         raise ScenarioError(f"{field}_schema", schema, f"this llmplan reads table schema {TABLE_SCHEMA} only; "
                             "re-run `llmplan calibrate` (or the import) with this version")
-    if not path.is_file():
-        raise ScenarioError(field, str(path), "per-op table not found (the profile folder is incomplete)")
+    require_file(path, field, str(path), "per-op table (CSV)",
+                 missing="per-op table not found (the profile folder is incomplete)")
     if sha256 is not None and file_sha256(path) != sha256:
         raise ScenarioError(field, str(path), "table does not match the sha256 in its profile.yaml: the file "
                             "was edited, truncated or corrupted; re-run `llmplan calibrate`")

@@ -115,11 +115,18 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
                 kv_bytes_per_block = block_size * full_per_token
         free -= reserved
         if free <= 0:
+            on = (f"{usable / GIB:.1f} GiB usable on {profile.name} ({profile.memory_bytes / GIB:.1f} GiB x "
+                  f"gpu_memory_utilization {gpu_memory_utilization})")
+            non_torch = profile.non_torch_memory_bytes
+            if non_torch >= usable:    # the profile's own figure leaves nothing, whatever the model
+                raise ScenarioError("hardware.non_torch_memory_bytes", non_torch,
+                                    f"{non_torch / GIB:.3g} GiB that the engine cannot use (CUDA context, NCCL "
+                                    f"buffers, CUDA graphs) leaves nothing of the {on}; a GPU's is about 1 GiB")
             raise ScenarioError(
                 "model", model.name,
-                f"does not fit: weights {weights / GIB:.1f} GiB + activations {activations / GIB:.1f} GiB per GPU "
-                f"exceed {usable / GIB:.1f} GiB usable on {profile.name} ({profile.memory_bytes / GIB:.1f} GiB x "
-                f"gpu_memory_utilization {gpu_memory_utilization}); raise deployment.tensor_parallel_size "
+                f"does not fit: weights {weights / GIB:.1f} GiB + activations {(activations - non_torch) / GIB:.1f} "
+                f"GiB + non-torch memory {non_torch / GIB:.1f} GiB (hardware.non_torch_memory_bytes) per GPU exceed "
+                f"{on}; raise deployment.tensor_parallel_size "
                 "(or pipeline_parallel_size), quantize the weights (deployment.quantization) or choose a larger GPU")
         blocks = num_gpu_blocks_override or int(free // kv_bytes_per_block)
     plan = KVCachePlan(blocks, block_size, usable, weights, activations, kv_bytes_per_block, reserved)

@@ -17,10 +17,10 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, check_unique_names, field_error_of
 from simulator.planner.fleet_hours import plan_shapes
 from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
-from simulator.scenario.files import read_csv, read_yaml
+from simulator.scenario.files import read_csv, read_yaml, require_file
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
     MAX_MODEL_LEN,
@@ -138,14 +138,8 @@ class PlanConfig(Frozen):
 
     @model_validator(mode="after")
     def _cross(self) -> PlanConfig:
-        names = [r.name for r in self.regions]
-        dup = next((n for n in names if names.count(n) > 1), None)
-        if dup is not None:
-            raise ValueError(f"regions={dup!r} appears twice")
-        cands = [c.name for c in self.candidates]
-        dup = next((n for n in cands if cands.count(n) > 1), None)
-        if dup is not None:
-            raise ValueError(f"candidates={dup!r} appears twice")
+        check_unique_names(self.regions, "regions", "region")
+        check_unique_names(self.candidates, "candidates", "candidate")
         return self
 
 
@@ -178,8 +172,7 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
         data, here = dict(source), Path(base_dir or ".")
     else:
         p = Path(source)
-        if not p.is_file():
-            raise ScenarioError("plan", str(source), "file not found")
+        require_file(p, "plan", str(source), "plan file", missing="file not found")
         data = read_yaml(p, str(source), what="a plan file")
         if not isinstance(data, dict):
             raise ScenarioError(str(source), data, "a plan file must be a YAML mapping")
@@ -264,8 +257,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
     path = Path(config.forecast).expanduser()
     if not path.is_absolute():
         path = Path(config.base_dir) / path
-    if not path.is_file():
-        raise ScenarioError("forecast", config.forecast, "CSV file not found")
+    require_file(path, "forecast", config.forecast, "forecast CSV", missing="CSV file not found")
     raw = read_csv(path, "forecast", dtype={"quarter": str, "region": str})
     unknown = [c for c in raw.columns if c not in FORECAST_COLUMNS]
     if unknown:
@@ -288,7 +280,7 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
             err = exc.errors(include_url=False)[0]
             col = str(err["loc"][0]) if err["loc"] else "row"
             msg = "required value is missing" if err["type"] in ("missing", "string_type", "float_type") \
-                and clean.get(col) is None else limit_message(err) or err["msg"]
+                and clean.get(col) is None else limit_message(err, ForecastRow) or err["msg"]
             raise ScenarioError(f"{path.name} row {i + 2} column {col}", clean.get(col), msg) from None
     return pd.DataFrame(rows, columns=list(FORECAST_COLUMNS))
 
@@ -343,11 +335,17 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
                                len(e["loc"])))
     err = errors[0]
     loc = [p for p in err["loc"] if not _is_tag(p) and not (isinstance(p, str) and "[" in p)]
+    value, msg = err.get("input"), err["msg"]
+    named = field_error_of(err)
+    if named is not None:    # a check across fields named the one at fault, relative to its model
+        loc += [int(p) if p.isdigit() else p for p in named.field.split(".")]
+        value, msg = named.value, named.message
     field = ""
     for part in loc:
         field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
     field = field or "plan"
-    value, msg = err.get("input"), err["msg"]
+    if named is not None:
+        return ScenarioError(field, value, msg)
     if err["type"] == "extra_forbidden":
         model = _model_at([p for p in loc[:-1] if not isinstance(p, int)])
         allowed = sorted(k for k in model.model_fields if k != "base_dir") if model else []
@@ -361,8 +359,8 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         msg = f"not allowed; allowed: {err.get('ctx', {}).get('expected', '')}"
     elif err["type"] == "string_pattern_mismatch" and loc == ["currency"]:
         msg = "must be an ISO 4217 code in capitals, e.g. USD, EUR, GBP"
-    elif limit_message(err):
-        msg = str(limit_message(err))
+    elif limit_message(err, PlanConfig):
+        msg = str(limit_message(err, PlanConfig))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
     return ScenarioError(field, value, msg)

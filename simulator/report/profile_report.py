@@ -14,6 +14,9 @@ from simulator.scenario.profiles import HardwareProfile
 
 #: The fit-quality targets of the calibration issue (per op family, held-out points).
 TARGET_MEDIAN, TARGET_P90 = 0.05, 0.15
+#: The columns of :func:`op_report` (an empty table still has them).
+OP_REPORT_COLUMNS = ("op", "family", "points", "median_abs_error", "p90_abs_error", "max_abs_error", "best", "unit",
+                     "efficiency")
 
 
 def profile_table(profile: HardwareProfile) -> pd.DataFrame:
@@ -49,7 +52,8 @@ def achieved(df: pd.DataFrame) -> pd.Series:
 
 def op_report(profile: HardwareProfile) -> pd.DataFrame:
     """One row per op: points, leave-one-out median/p90/max |error|, best efficiency vs the
-    profile's peak (FLOP/s for GEMMs and prefill attention, bandwidth for the rest)."""
+    profile's peak (FLOP/s for GEMMs and prefill attention, bandwidth for the rest); no rows for a
+    table of a header alone."""
     df = profile_table(profile)
     dtype = str(df["dtype"].iloc[0]) if len(df) else "bf16"
     peak, bw = _peaks(profile, dtype)
@@ -71,7 +75,7 @@ def op_report(profile: HardwareProfile) -> pd.DataFrame:
                      "max_abs_error": float(e.max()) if len(e) else np.nan,
                      "best": float(g.loc[best, "achieved"]), "unit": "FLOP/s" if compute else "B/s",
                      "efficiency": float(eff[best])})
-    rep = pd.DataFrame(rows)
+    rep = pd.DataFrame(rows, columns=list(OP_REPORT_COLUMNS))
     order = {f: i for i, f in enumerate(FAMILIES)}
     return rep.sort_values("family", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 

@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ScenarioError
+from simulator.errors import FieldError, ScenarioError, check_unique_names, field_error_of
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
-from simulator.scenario.files import parse_yaml_value, read_yaml
+from simulator.scenario.files import parse_yaml_value, read_yaml, require_file
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
     MAX_BLOCK_SIZE,
@@ -283,20 +283,20 @@ class WorkloadConfig(Frozen):
     @model_validator(mode="after")
     def _tiers(self) -> WorkloadConfig:
         if self.tiers is not None:
-            names = [t.name for t in self.tiers]
-            if len(set(names)) != len(names):
-                raise ValueError(f"tier names must be unique, got {names}")
+            check_unique_names(self.tiers, "tiers", "tier")
             total = sum(t.share for t in self.tiers)
             if abs(total - 1.0) > 1e-6:
-                shares = ", ".join(f"{t.name}: {t.share:g}" for t in self.tiers)
-                raise ValueError(f"tier shares must sum to 1, got {total:g} ({shares})")
+                raise FieldError("tiers", {t.name: t.share for t in self.tiers},
+                                 f"tier shares must sum to 1, got {total:g}")
         return self
 
     @model_validator(mode="after")
     def _lengths_given(self) -> WorkloadConfig:
         from_trace = isinstance(self.arrival, TraceArrival) and self.arrival.use_trace_lengths
-        if not from_trace and (self.prompt_tokens is None or self.output_tokens is None):
-            raise ValueError("prompt_tokens and output_tokens are required unless a trace supplies lengths")
+        for name in ("prompt_tokens", "output_tokens"):
+            if not from_trace and getattr(self, name) is None:
+                raise FieldError(name, None, "required unless a trace supplies the lengths: give a length "
+                                 "distribution, e.g. {dist: lognormal, mean: 512, sigma: 0.8}")
         return self
 
     @model_validator(mode="after")
@@ -623,6 +623,20 @@ class PipelineConfig(Frozen):
     pre: list[StageConfig] = Field(default_factory=list, max_length=16)
     post: list[StageConfig] = Field(default_factory=list, max_length=16)
 
+    @model_validator(mode="after")
+    def _names(self) -> PipelineConfig:
+        check_unique_names(self.pre, "pre", "stage")
+        check_unique_names(self.post, "post", "stage")
+        return self
+
+
+#: The response-cache fields of one kind only: field -> (its kind, why the other kind has no use for it).
+_CACHE_KIND_FIELDS = {
+    "hit_rate": ("semantic", "finds its hits from repeated prompts (workload.prompt_popularity)"),
+    "ttl_s": ("exact", "hits with probability hit_rate and stores no entries to expire"),
+    "capacity_entries": ("exact", "hits with probability hit_rate and stores no entries to count"),
+}
+
 
 class ResponseCacheConfig(Frozen):
     """A cache of whole answers in front of the engine: a hit is answered after the lookup without
@@ -644,10 +658,13 @@ class ResponseCacheConfig(Frozen):
     @model_validator(mode="after")
     def _kind_fields(self) -> ResponseCacheConfig:
         if self.kind == "semantic" and self.hit_rate is None:
-            raise ValueError("kind semantic needs hit_rate (the share of requests answered from the cache)")
-        if self.kind == "exact" and self.hit_rate is not None:
-            raise ValueError("kind exact finds its hits from repeated prompts (workload.prompt_popularity); "
-                             "drop hit_rate, or use kind: semantic")
+            raise FieldError("hit_rate", None, "required with kind: semantic (the share of requests answered from "
+                             "the cache)")
+        for name, (kind, why) in _CACHE_KIND_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None and self.kind != kind:
+                raise FieldError(name, value, f"applies to kind: {kind} only; kind {self.kind} {why}: drop {name}, "
+                                 f"or use kind: {kind}")
         return self
 
 
@@ -799,6 +816,8 @@ class FleetConfig(Frozen):
 
     @model_validator(mode="after")
     def _names(self) -> FleetConfig:
+        check_unique_names(self.regions, "regions", "region")
+        check_unique_names(self.clients, "clients", "client")
         names = [r.name for r in self.regions]
         for c in self.clients:
             missing = [n for n in names if n not in c.rtt_ms]
@@ -864,33 +883,39 @@ class Scenario(Frozen):
     def _size(self) -> Scenario:
         is_trace = isinstance(self.workload.arrival, TraceArrival)
         if self.num_requests is None and self.duration_s is None and not is_trace:
-            raise ValueError("give num_requests or duration_s")
+            raise FieldError("num_requests", None, "the run needs a length: give num_requests (requests to send) "
+                             "or duration_s (seconds of arrivals); neither is set")
         return self
 
     @model_validator(mode="after")
     def _task_slo_needs_sessions(self) -> Scenario:
         if self.workload.sessions is None:
-            slos = [("slo", self.slo)] + [(f"workload.tiers[{t.name}].slo", t.slo) for t in self.workload.tiers or ()]
+            slos = [("slo", self.slo)] + [(f"workload.tiers.{i}.slo", t.slo)
+                                          for i, t in enumerate(self.workload.tiers or ())]
             for where, slo in slos:
                 for p in (50, 90, 95, 99):
-                    if slo is not None and getattr(slo, f"task_ttua_p{p}_ms") is not None:
-                        raise ValueError(f"{where}.task_ttua_p{p}_ms judges whole sessions (agent tasks): give "
-                                         "workload.sessions, or use ttua_p{p}_ms for single requests".replace(
-                                             "{p}", str(p)))
+                    value = getattr(slo, f"task_ttua_p{p}_ms") if slo is not None else None
+                    if value is not None:
+                        raise FieldError(f"{where}.task_ttua_p{p}_ms", value, "judges whole sessions (agent tasks): "
+                                         f"give workload.sessions, or use {where}.ttua_p{p}_ms for single requests")
         return self
 
     @model_validator(mode="after")
     def _prompt_identity(self) -> Scenario:
         arrival = self.workload.arrival
-        if self.workload.prompt_popularity is not None and getattr(arrival, "use_trace_lengths", False):
-            raise ValueError("workload.prompt_popularity draws prompt lengths per distinct prompt, but the trace "
-                             "gives every request's length: set workload.arrival.use_trace_lengths: false")
-        if self.workload.prompt_popularity is None:
+        popularity = self.workload.prompt_popularity
+        if popularity is not None and getattr(arrival, "use_trace_lengths", False):
+            raise FieldError("workload.prompt_popularity", popularity.model_dump(), "draws prompt lengths per "
+                             "distinct prompt, but the trace gives every request's length: set "
+                             "workload.arrival.use_trace_lengths: false")
+        if popularity is None:
             if self.response_cache is not None and self.response_cache.kind == "exact":
-                raise ValueError("response_cache kind exact hits repeated prompts: give workload.prompt_popularity "
-                                 "(distinct_prompts, zipf_s), or use kind: semantic with a hit_rate")
+                raise FieldError("response_cache.kind", "exact", "hits repeated prompts: give "
+                                 "workload.prompt_popularity (distinct_prompts, zipf_s), or use kind: semantic with "
+                                 "a hit_rate")
             if self.coalescing is not None:
-                raise ValueError("coalescing merges identical prompts: give workload.prompt_popularity")
+                raise FieldError("coalescing", self.coalescing.model_dump(), "merges identical prompts: give "
+                                 "workload.prompt_popularity (distinct_prompts, zipf_s)")
         return self
 
     @model_validator(mode="after")
@@ -1022,8 +1047,7 @@ def _mean_of(dist: Any) -> float:
 def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
     """Read a YAML scenario file, apply ``key.path=value`` overrides and validate it."""
     p = Path(path)
-    if not p.is_file():
-        raise ScenarioError("scenario", str(path), "file not found")
+    require_file(p, "scenario", str(path), "scenario file", missing="file not found")
     data = read_yaml(p, str(path), what="a scenario file")
     if not isinstance(data, dict):
         raise ScenarioError(str(path), data, "a scenario file must be a YAML mapping")
@@ -1041,10 +1065,23 @@ def parse_overrides(overrides: list[str] | dict[str, Any] | None) -> dict[str, A
     out: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
+        if not sep:
             raise ScenarioError("--set", item, "expected key.path=value, e.g. workload.arrival.rate_per_s=12")
-        out[key.strip()] = parse_yaml_value(raw, f"--set {key.strip()}") if raw.strip() else None
+        key = key.strip()
+        _key_path(key, "--set", item)
+        out[key] = parse_yaml_value(raw, f"--set {key}") if raw.strip() else None
     return out
+
+
+def _key_path(key: str, field: str, value: Any) -> list[str]:
+    """The field names of a dotted override key, refusing an empty key or an empty name in it (``.``,
+    ``a..b``, ``a.``), which would set a field named ``''``."""
+    parts = key.split(".")
+    if not all(part.strip() for part in parts):
+        what = "is empty" if not key.strip() else "has an empty name (a dot at either end, or two dots in a row)"
+        raise ScenarioError(field, value, f"the key path {key!r} {what}; give field names joined by dots, "
+                            "e.g. workload.arrival.rate_per_s=12")
+    return parts
 
 
 def _preset_context(name: str) -> int | None:
@@ -1053,7 +1090,7 @@ def _preset_context(name: str) -> int | None:
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
+    parts = _key_path(key, key or "key path", value)
     node = data
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
@@ -1080,6 +1117,9 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
     field = ".".join(loc) or "scenario"
     value = err.get("input")
     msg = err["msg"]
+    named = field_error_of(err)
+    if named is not None:    # a check across fields named the one at fault, relative to its model
+        return ScenarioError(".".join([*loc, named.field]), named.value, named.message)
     if err["type"] == "extra_forbidden":
         parent_model = _model_at(loc[:-1])
         allowed = sorted(parent_model.model_fields) if parent_model else []
@@ -1094,8 +1134,8 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
         ctx = err.get("ctx", {})
         value = ctx.get("tag", value)
         msg = f"unknown kind; allowed: {ctx.get('expected_tags', '')}"
-    elif limit_message(err):
-        msg = str(limit_message(err))
+    elif limit_message(err, Scenario):
+        msg = str(limit_message(err, Scenario))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
         # Cross-field checks name the first field as "name=value": point at that field.

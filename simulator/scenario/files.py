@@ -48,6 +48,25 @@ def read_yaml(path: str | Path, source: str | None = None, *, what: str = "a YAM
     return parse_yaml(decode_text(data, source), source)
 
 
+def require_file(path: Path, field: str, value: Any, what: str, *, missing: str | None = None) -> None:
+    """Refuse ``path`` unless it is a regular file, saying what is there instead: nothing (``missing``,
+    default "<what> not found"), a directory, or something else (a device such as /dev/null, a pipe, a
+    socket). ``what`` is what the file should be ("scenario file").
+
+    Raises:
+        ScenarioError: naming ``field`` and ``value``.
+    """
+    if path.is_file():
+        return
+    if not path.exists():
+        why = missing or f"{what} not found"
+    elif path.is_dir():
+        why = f"a directory, not a {what}"
+    else:
+        why = f"not a regular file (a device, pipe or socket), not a {what}"
+    raise ScenarioError(field, value, why)
+
+
 def read_bytes(path: Path, source: str, *, max_bytes: int, what: str) -> bytes:
     """A file's bytes, refusing one larger than ``max_bytes`` before reading it."""
     try:

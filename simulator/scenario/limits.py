@@ -10,10 +10,15 @@ cannot fit in memory or time; ``docs/scenario-reference.md`` ("Limits") lists th
 from __future__ import annotations
 
 import math
+import types
+import typing
+from collections.abc import Sequence
 from typing import Annotated, Any
 
+import annotated_types
 import numpy as np
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 #: Largest YAML file read (scenario, plan, hardware profile): a scenario is a few hundred bytes;
@@ -89,9 +94,18 @@ _CEILINGS = {MAX_NUM_REQUESTS, MAX_REPLICAS, MAX_TIME_S, MAX_TIME_MS, MAX_MODEL_
 _FLOORS = {MIN_DEVICE_RATE, MIN_EFFICIENCY}
 
 
-def limit_message(error: Any) -> str | None:
-    """The message for a pydantic bound error at one of the limits above (else None)."""
+_LIMIT_NOTE = "(a limit of this simulator: see Limits in docs/scenario-reference.md)"
+
+
+def limit_message(error: Any, root: type[BaseModel] | None = None) -> str | None:
+    """The message for a pydantic bound error at one of the limits above (else None). ``root``, the model
+    validated, lets an integer outside +-2^62 be told the field's own bounds (those of an optional field
+    are checked after the +-2^62 one)."""
     kind, ctx = error.get("type"), error.get("ctx") or {}
+    if kind == "int64_range":
+        lo, hi = _int_bounds(root, error.get("loc", ())) if root is not None else (-INT_LIMIT, INT_LIMIT)
+        at_limit = hi in _CEILINGS or hi == INT_LIMIT or lo == -INT_LIMIT
+        return f"must be between {_int_text(lo)} and {_int_text(hi)}" + (f" {_LIMIT_NOTE}" if at_limit else "")
     if kind == "less_than_equal" and ctx["le"] in _CEILINGS:
         word, bound = "at most", ctx["le"]
     elif kind == "greater_than_equal" and ctx["ge"] in _FLOORS:
@@ -99,4 +113,88 @@ def limit_message(error: Any) -> str | None:
     else:
         return None
     shown = f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
-    return f"must be {word} {shown} (a limit of this simulator: see Limits in docs/scenario-reference.md)"
+    return f"must be {word} {shown} {_LIMIT_NOTE}"
+
+
+def _int_text(bound: int) -> str:
+    return "2^62" if bound == INT_LIMIT else "-2^62" if bound == -INT_LIMIT else f"{bound:,}"
+
+
+def _int_bounds(root: type[BaseModel], loc: Sequence[Any]) -> tuple[int, int]:
+    """The least and greatest integer the field at the pydantic error location ``loc`` (from ``root``)
+    accepts: its own ``ge``/``gt``/``le``/``lt`` within +-2^62."""
+    lo, hi = -INT_LIMIT, INT_LIMIT
+    for bound in _constraints_at(root, loc):
+        value: Any = getattr(bound, type(bound).__name__.lower(), None)   # Ge(ge=1).ge, Lt(lt=9).lt
+        if isinstance(bound, annotated_types.Ge):
+            lo = max(lo, math.ceil(value))
+        elif isinstance(bound, annotated_types.Gt):
+            lo = max(lo, math.floor(value) + 1)
+        elif isinstance(bound, annotated_types.Le):
+            hi = min(hi, math.floor(value))
+        elif isinstance(bound, annotated_types.Lt):
+            hi = min(hi, math.ceil(value) - 1)
+    return lo, hi
+
+
+def _constraints_at(root: type[BaseModel], loc: Sequence[Any]) -> list[Any]:
+    """The constraint metadata (``Ge(1)``, ``Le(100)``) of the value at ``loc``: through model fields, list
+    items (an int in ``loc``), mapping values, and the union tags pydantic puts in ``loc`` (``poisson``,
+    ``ModelSpec``), which are stepped over. Empty when ``loc`` leads nowhere known."""
+    at: list[tuple[Any, list[Any]]] = [(root, [])]   # (annotation, the field's own metadata) per candidate
+    for part in loc:
+        step: list[tuple[Any, list[Any]]] = []
+        for ann, _ in at:
+            for member in _members(ann):
+                origin, args = typing.get_origin(member), typing.get_args(member)
+                if isinstance(member, type) and issubclass(member, BaseModel) and part in member.model_fields:
+                    field = member.model_fields[part]
+                    step.append((field.annotation, list(field.metadata)))
+                elif isinstance(part, int) and origin in (list, tuple, set, frozenset) and args:
+                    step.append((args[0], []))
+                elif isinstance(part, str) and origin is dict and len(args) == 2:
+                    step.append((args[1], []))
+        if step:
+            at = step
+        else:   # a union tag: keep the members it names, if it names any
+            tagged: list[tuple[Any, list[Any]]] = [(m, []) for ann, _ in at for m in _members(ann)
+                                                   if _tagged(m, part)]
+            at = tagged or at
+    if not at:
+        return []
+    ann, own = at[0]
+    return own + _metadata(ann)
+
+
+def _members(ann: Any) -> list[Any]:
+    """The alternatives of an annotation, with ``Annotated`` and ``Optional`` unwrapped."""
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        return _members(typing.get_args(ann)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return [m for a in typing.get_args(ann) if a is not type(None) for m in _members(a)]
+    return [ann]
+
+
+def _tagged(member: Any, tag: Any) -> bool:
+    """Whether a union tag in an error location (a discriminator value, a class name) names ``member``."""
+    if not (isinstance(member, type) and issubclass(member, BaseModel)):
+        return False
+    return member.__name__ == tag or any(f.default == tag for f in member.model_fields.values()
+                                          if typing.get_origin(f.annotation) is typing.Literal)
+
+
+def _metadata(ann: Any) -> list[Any]:
+    """The constraints written in ``Annotated[...]`` around an annotation (``Field(ge=1)`` included)."""
+    out: list[Any] = []
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        base, *meta = typing.get_args(ann)
+        for m in meta:
+            out.extend(m.metadata if isinstance(m, FieldInfo) else [m])
+        out.extend(_metadata(base))
+    elif origin is typing.Union or origin is types.UnionType:
+        for a in typing.get_args(ann):
+            if a is not type(None):
+                out.extend(_metadata(a))
+    return out

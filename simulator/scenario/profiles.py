@@ -7,20 +7,25 @@ Every profile says its ``source``: ``datasheet`` (vendor peak numbers with assum
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ScenarioError
-from simulator.scenario.files import read_yaml
+from simulator.errors import FieldError, ScenarioError, field_error_of
+from simulator.scenario.files import read_yaml, require_file
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, limit_message
 
 GIB = 1024**3
+
+#: The compute dtypes ``peak_flops`` may give a peak for: the model dtypes (``ModelSpec.dtype``), the
+#: quantizations' compute dtypes (``fp4`` for mxfp4) and ``tf32`` (a datasheet figure, shown only).
+PEAK_FLOPS_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
 
 
 class Interconnect(Frozen):
@@ -99,7 +104,7 @@ class HardwareProfile(Frozen):
     """Device memory as the driver reports it (``torch.cuda.mem_get_info`` total)."""
     memory_bandwidth_bytes_per_s: FiniteFloat | None = Field(default=None, ge=MIN_DEVICE_RATE)
     peak_flops: dict[str, Annotated[FiniteFloat, Field(ge=MIN_DEVICE_RATE)]] = Field(default_factory=dict)
-    """Dense peak FLOP/s per compute dtype (``bf16``, ``fp16``, ``fp8``, ``int8``, ``fp32``)."""
+    """Dense peak FLOP/s per compute dtype, one of :data:`PEAK_FLOPS_DTYPES` (``{bf16: 9.89e14, fp8: 1.98e15}``)."""
     interconnect: Interconnect | None = None
     inter_node: Interconnect | None = None
     """The scale-out link between interconnect domains (InfiniBand or RoCE, per GPU, one
@@ -126,6 +131,21 @@ class HardwareProfile(Frozen):
     """Checksum of ``table`` as written; a mismatch on load means the file was edited or corrupted."""
     table_schema: Integer | None = None
     """Version of the table's columns (:data:`simulator.cost.op_table.TABLE_SCHEMA`)."""
+
+    @field_validator("peak_flops", mode="before")
+    @classmethod
+    def _peak_dtypes(cls, value: Any) -> Any:
+        # An unknown key (a typo: bf17) would be ignored and the model served at another dtype's peak.
+        if not isinstance(value, dict):
+            raise ValueError("must be a mapping of compute dtype to dense peak FLOP/s, e.g. "
+                             f"{{bf16: 9.89e14, fp8: 1.98e15}}; dtypes: {', '.join(PEAK_FLOPS_DTYPES)}")
+        for key, peak in value.items():
+            if key not in PEAK_FLOPS_DTYPES:
+                hint = difflib.get_close_matches(str(key), PEAK_FLOPS_DTYPES, n=1)
+                raise FieldError(str(key), peak, "unknown compute dtype" + (f" (did you mean {hint[0]!r}?)" if hint
+                                                                          else "")
+                                 + f"; allowed: {', '.join(PEAK_FLOPS_DTYPES)}")
+        return value
 
     @model_validator(mode="after")
     def _complete(self) -> HardwareProfile:
@@ -194,6 +214,12 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
     path = _find(ref, base_dir)
     if path is None:
         known = ", ".join(sorted(available_profiles())) or "none"
+        for cand in (Path(ref), Path(base_dir) / ref):   # something is there, but not a profile
+            if cand.is_dir():
+                raise ScenarioError(field, ref, "a directory without a profile.yaml, not a hardware profile folder; "
+                                    f"known profiles: {known}")
+            if cand.exists():
+                require_file(cand, field, ref, "hardware profile (profile.yaml)")
         raise ScenarioError(field, ref, f"no such hardware profile; known: {known} (or give a path)")
     try:
         stat = path.stat()
@@ -238,9 +264,12 @@ def _validate(data: dict[str, Any], field: str) -> HardwareProfile:
         err = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err["loc"])
         where = f"{field}.{loc}" if loc else field
+        named = field_error_of(err)
+        if named is not None:    # a check across fields named the one at fault, relative to its model
+            raise ScenarioError(f"{where}.{named.field}", named.value, named.message) from None
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field; allowed: {', '.join(sorted(HardwareProfile.model_fields))}"
-        msg = limit_message(err) or msg
+        msg = limit_message(err, HardwareProfile) or msg
         return_value = err.get("input") if err["type"] != "missing" else None
         raise ScenarioError(where, return_value, msg) from None

@@ -19,7 +19,7 @@ from simulator.scenario.config import (
     Scenario,
     UniformLength,
 )
-from simulator.scenario.files import read_csv
+from simulator.scenario.files import read_csv, require_file
 from simulator.scenario.limits import MAX_MODEL_LEN
 
 LENGTHS: Registry[Callable[..., Any]] = Registry("length distribution", "workload.*_tokens.dist")
@@ -100,8 +100,7 @@ class Empirical:
 
     def __init__(self, cfg: EmpiricalLength, scenario: Scenario, field: str) -> None:
         path = scenario.resolve_path(cfg.path)
-        if not path.is_file():
-            raise ScenarioError(f"{field}.path", cfg.path, "file not found")
+        require_file(path, f"{field}.path", cfg.path, "CSV file", missing="file not found")
         table = read_csv(path, f"{field}.path")
         if cfg.column not in table.columns:
             raise ScenarioError(f"{field}.column", cfg.column,

@@ -36,7 +36,7 @@ from simulator.scenario.config import (
     Scenario,
     TraceArrival,
 )
-from simulator.scenario.files import read_csv, trace_timestamps
+from simulator.scenario.files import read_csv, require_file, trace_timestamps
 from simulator.scenario.limits import MAX_MODEL_LEN, MAX_NUM_REQUESTS, MAX_TIME_S
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
@@ -252,8 +252,7 @@ def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
     Raises:
         ScenarioError: missing file, empty file, missing columns or unparsable rows (named).
     """
-    if not path.is_file():
-        raise ScenarioError(field, str(path), "trace file not found")
+    require_file(path, field, str(path), "trace file")
     if path.stat().st_size == 0:
         raise ScenarioError(field, str(path), "trace file is empty")
     if fmt == "azure":
