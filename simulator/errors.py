@@ -25,6 +25,11 @@ class ScenarioError(ValueError):
         self.message = message
         super().__init__(f"{field} = {_short(value)}: {message}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its three parts: an error raised in a planner worker process reaches the parent
+        # whole (the default pickling passes only the joined text, and the pool broke on it).
+        return type(self), (self.field, self.value, self.message)
+
 
 def _short(value: Any, limit: int = 160) -> str:
     """``repr(value)``, shortened in the middle so that both ends (a path's file name) survive."""

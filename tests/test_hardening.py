@@ -701,3 +701,15 @@ def test_limits_of_swap_space_waits_and_names(override: str, words: tuple[str, .
     from test_errors import assert_one_error_line, run_cli
 
     assert_one_error_line(run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", override), *words)
+
+
+def test_an_error_raised_in_a_planner_worker_reaches_the_plan_whole() -> None:
+    """A ScenarioError raised in a worker process (a cell whose simulation refuses its workload) is pickled
+    back to the planner; it used to lose its parts on the way and break the worker pool ("internal error:
+    BrokenProcessPool") instead of printing its one line."""
+    import pickle
+
+    err = pickle.loads(pickle.dumps(ScenarioError("workload.prompt_tokens", {"min": 1, "max": 2}, "too narrow")))
+    assert (type(err), err.field, err.value, err.message) == (ScenarioError, "workload.prompt_tokens",
+                                                              {"min": 1, "max": 2}, "too narrow")
+    assert str(err) == "workload.prompt_tokens = {'min': 1, 'max': 2}: too narrow"
