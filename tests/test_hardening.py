@@ -713,3 +713,27 @@ def test_an_error_raised_in_a_planner_worker_reaches_the_plan_whole() -> None:
     assert (type(err), err.field, err.value, err.message) == (ScenarioError, "workload.prompt_tokens",
                                                               {"min": 1, "max": 2}, "too narrow")
     assert str(err) == "workload.prompt_tokens = {'min': 1, 'max': 2}: too narrow"
+
+
+NARROW = {"dist": "lognormal", "mean": 32, "sigma": 0.1, "min": 1000, "max": 1001}
+
+
+def test_a_length_range_no_draw_falls_into_names_the_distribution() -> None:
+    """Lengths outside min/max are drawn again; when almost none fall inside, the error named ``workload =
+    (1000, 1001)``; it names the distribution's field and its settings now."""
+    data = base(workload={**BASE["workload"], "prompt_tokens": NARROW})
+    err = raises(lambda: simulate(scenario_from_dict(data)), "almost every draw falls outside [1000, 1001]",
+                 "'mean': 32")
+    assert err.field == "workload.prompt_tokens"
+
+
+def test_a_cell_whose_simulation_is_refused_is_named() -> None:
+    """A refusal that only the simulation of a cell finds names the forecast row and the candidate."""
+    from simulator.planner import plan
+
+    scenario = base(workload={**BASE["workload"], "prompt_tokens": NARROW})
+    data = {"scenario": scenario, "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": "Q1", "region": "r", "peak_rps": 1}]}
+    err = raises(lambda: plan(load_plan(data), workers=1), "almost every draw", within_s=30)
+    assert err.field == "forecast (quarter Q1, region r), candidate c: workload.prompt_tokens"

@@ -111,7 +111,7 @@ def _with_saturations(ex: Executor, tasks: list[SearchTask]) -> list[SearchTask]
         one = one_replica(task)
         key = saturation_key(one)
         if key not in keys:
-            keys[key] = ex.submit(saturation_rps, one)
+            keys[key] = ex.submit(_in_cell, cell_where(task.quarter, task.region, task.candidate), saturation_rps, one)
         per_task.append(key)
     return [task if key is None else dataclasses.replace(task, saturation_rps=keys[key].result())
             for task, key in zip(tasks, per_task, strict=True)]
@@ -122,7 +122,21 @@ def _ready() -> None:
 
 
 def _search(task: SearchTask) -> dict[str, Any]:
-    return search_pools(task) if task.scenario.deployment.pools else search_replicas(task)
+    return _in_cell(cell_where(task.quarter, task.region, task.candidate),
+                    search_pools if task.scenario.deployment.pools else search_replicas, task)
+
+
+def cell_where(quarter: str, region: str, candidate: str) -> str:
+    """How an error names the cell and candidate it arose in."""
+    return f"forecast (quarter {quarter}, region {region}), candidate {candidate}"
+
+
+def _in_cell(where: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, a refusal of the cell's simulation (a workload it cannot draw, say) naming the cell."""
+    try:
+        return fn(*args)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message) from None
 
 
 def _longest_first(ex: Executor, tasks: list[SearchTask]) -> Iterator[dict[str, Any]]:
@@ -240,10 +254,7 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     # fleet-hours model (fleet_hours.py: min/max, scale-down delay, cold start, warm pool) on that count.
     data.get("deployment", {}).pop("autoscaler", None)
     data.pop("max_sim_time_s", None)
-    try:
-        return scenario_from_dict(data)
-    except ScenarioError as exc:
-        raise ScenarioError(f"forecast {row['quarter']} {row['region']}: {exc.field}", exc.value, exc.message) from None
+    return _in_cell(cell_where(row["quarter"], row["region"], cfg.candidates[index].name), scenario_from_dict, data)
 
 
 def _rescaled(dist: dict[str, Any], mean: float, column: str) -> dict[str, Any]:
