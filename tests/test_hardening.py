@@ -737,3 +737,25 @@ def test_a_cell_whose_simulation_is_refused_is_named() -> None:
             "forecast": [{"quarter": "Q1", "region": "r", "peak_rps": 1}]}
     err = raises(lambda: plan(load_plan(data), workers=1), "almost every draw", within_s=30)
     assert err.field == "forecast (quarter Q1, region r), candidate c: workload.prompt_tokens"
+
+
+def small_plan(**top: Any) -> dict[str, Any]:
+    """A valid one-region, one-candidate plan on the constant-time scenario of :func:`base`."""
+    data = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": "Q1", "region": "r", "peak_rps": 1}]}
+    data.update(top)
+    return copy.deepcopy(data)
+
+
+def test_a_name_given_twice_in_a_plan_names_the_entry() -> None:
+    """Two candidates (or regions) of one name printed the whole plan as the value; now the entry and
+    the name."""
+    cands = [{"name": "a", "price_per_gpu_hour": 1.0}, {"name": "b", "price_per_gpu_hour": 1.0},
+             {"name": "a", "price_per_gpu_hour": 2.0}]
+    err = raises(lambda: load_plan(small_plan(candidates=cands)), "candidates[2].name = 'a'",
+                 "candidates[0] has this name too")
+    assert (err.field, err.value) == ("candidates[2].name", "a")
+    regions = [{"name": "r", "rtt_ms": {"r": 1}}, {"name": "r", "rtt_ms": {"r": 2}}]
+    err = raises(lambda: load_plan(small_plan(regions=regions)), "regions[0] has this name too")
+    assert (err.field, err.value) == ("regions[1].name", "r")

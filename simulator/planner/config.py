@@ -136,18 +136,6 @@ class PlanConfig(Frozen):
     simulation: SimulationSettings = SimulationSettings()
     base_dir: str = "."
 
-    @model_validator(mode="after")
-    def _cross(self) -> PlanConfig:
-        names = [r.name for r in self.regions]
-        dup = next((n for n in names if names.count(n) > 1), None)
-        if dup is not None:
-            raise ValueError(f"regions={dup!r} appears twice")
-        cands = [c.name for c in self.candidates]
-        dup = next((n for n in cands if cands.count(n) > 1), None)
-        if dup is not None:
-            raise ValueError(f"candidates={dup!r} appears twice")
-        return self
-
 
 # -- loaded plan -----------------------------------------------------------------------------------
 class LoadedPlan:
@@ -189,6 +177,8 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
         config = PlanConfig.model_validate(data)
     except ValidationError as exc:
         raise _to_plan_error(exc, data) from None
+    _check_names("regions", [r.name for r in config.regions], "region")
+    _check_names("candidates", [c.name for c in config.candidates], "candidate")
     base = _load_base(config)
     if base.fleet is not None:
         raise ScenarioError("scenario.fleet", [r.name for r in base.fleet.regions],
@@ -199,6 +189,16 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     forecast = _load_forecast(config)
     _check_regions(config, forecast)
     return LoadedPlan(config, base, candidates, forecast)
+
+
+def _check_names(field: str, names: list[str], what: str) -> None:
+    """Refuse a name given to two entries of ``field`` (the worksheets and errors name entries by it)."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ScenarioError(f"{field}[{i}].name", name, f"{field}[{seen[name]}] has this name too; "
+                                f"every {what} needs its own name")
+        seen[name] = i
 
 
 def _load_base(config: PlanConfig) -> Scenario:
