@@ -190,6 +190,24 @@ def test_speedup_and_plan_numbers_must_be_finite(tmp_path: Path) -> None:
     assert raises(lambda: load_plan(plan), "at most 1e+06").field == "forecast[0].peak_rps"
 
 
+@pytest.mark.parametrize("rows, where", [("Q1,a,1,2\nQ1,b,1\n", "row 2 = 'Q1,a,1,2'"),
+                                         ("Q1,a,1\nQ1,b,1,2\n", "row 3 = 'Q1,b,1,2'"),
+                                         ('Q1,a,1\nQ1,b,"1,5",2\n', """row 3 = 'Q1,b,"1,5",2'""")])
+def test_a_forecast_row_with_more_values_than_columns_is_named(tmp_path: Path, rows: str, where: str) -> None:
+    """A forecast row with a value too many: on row 2, pandas took the row's first value as an index and the
+    error blamed row 3's peak_rps as missing; on a later row it was 'not a readable CSV (ParserError)'. A
+    file and an upload both name the row now."""
+    from simulator.scenario.io import forecast_rows_from_csv_bytes
+
+    text = "quarter,region,peak_rps\n" + rows
+    (tmp_path / "f.csv").write_text(text)
+    plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}], "slo": {"ttft_p99_ms": 100},
+            "regions": [{"name": "a", "rtt_ms": {"a": 1}}, {"name": "b", "rtt_ms": {"b": 1}}], "forecast": "f.csv"}
+    raises(lambda: load_plan(plan, base_dir=tmp_path), f"f.csv {where}",
+           "3 columns (quarter, region, peak_rps); give one value per column")
+    raises(lambda: forecast_rows_from_csv_bytes(text.encode(), source="up.csv"), f"up.csv {where}", "3 columns")
+
+
 def test_a_forecast_missing_a_quarter_region_row_is_an_error() -> None:
     """Already an error before issue 19; verified here: every region needs a row in every quarter."""
     plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
@@ -244,6 +262,11 @@ def test_azure_timestamps_with_and_without_fractional_seconds_are_read(tmp_path:
      "mooncake", ("hash2.jsonl line 1", "hash_ids")),
     ("latin1.jsonl", b'{"timestamp": 0, "input_length": 10, "output_length": 4, "x": "\xe9"}\n', "mooncake",
      ("latin1.jsonl line 1", "UnicodeDecodeError")),
+    # a row with more values than the header: the first such row used to shift every column by one
+    ("wide2.csv", AZURE_HEADER + "2023-11-16 18:15:46,10,4,7\n2023-11-16 18:15:50,10,4\n", "azure",
+     ("wide2.csv row 2 = '2023-11-16 18:15:46,10,4,7'", "4 values but the header has 3 columns")),
+    ("wide3.csv.gz", gzip.compress((AZURE_HEADER + "2023-11-16 18:15:46,10,4\n2023-11-16 18:15:50,1,000,4\n").encode()),
+     "azure", ("wide3.csv.gz row 3 = '2023-11-16 18:15:50,1,000,4'", "4 values", "(TIMESTAMP, ContextTokens")),
 ])
 def test_bad_trace_files_name_file_row_and_column(tmp_path: Path, name: str, content: str | bytes, fmt: str,
                                                    words: tuple[str, ...]) -> None:
