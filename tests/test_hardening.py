@@ -782,3 +782,15 @@ def test_a_name_given_twice_in_a_plan_names_the_entry() -> None:
     regions = [{"name": "r", "rtt_ms": {"r": 1}}, {"name": "r", "rtt_ms": {"r": 2}}]
     err = raises(lambda: load_plan(small_plan(regions=regions)), "regions[0] has this name too")
     assert (err.field, err.value) == ("regions[1].name", "r")
+
+
+@pytest.mark.parametrize("peak", [1e-9, 1.5e-6])
+def test_a_forecast_peak_too_low_to_simulate_names_peak_rps(peak: float) -> None:
+    """A peak so low that the cell's requests would arrive over more than the longest simulated span blamed
+    warmup_s (derived from it) or workload.arrival.rate_per_s; it names the forecast row's peak_rps."""
+    from simulator.planner import build_tasks
+
+    data = small_plan(forecast=[{"quarter": "Q1", "region": "r", "peak_rps": peak}])
+    err = raises(lambda: build_tasks(load_plan(data)), "the longest simulated span is 1e+08 s",
+                 "raise peak_rps or lower simulation.num_requests")
+    assert (err.field, err.value) == ("forecast (quarter Q1, region r).peak_rps", peak)

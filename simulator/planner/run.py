@@ -32,7 +32,7 @@ from simulator.planner.fleet_hours import autoscale_policy, fleet_day
 from simulator.planner.pool_search import search_pools
 from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, one_replica, search_replicas
 from simulator.run.resolve import resolve
-from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
+from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, check_span, scenario_from_dict
 from simulator.workload.lengths import make_length
 from simulator.workload.prefix import requests_per_session
 
@@ -239,6 +239,10 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     wl["arrival"]["rate_per_s"] = rate
     if base.workload.sessions is not None:   # the arrival process starts sessions of several requests each
         wl["arrival"]["rate_per_s"] = rate / requests_per_session(base)
+    check_span(sim.num_requests, wl["arrival"]["rate_per_s"], f"forecast (quarter {row['quarter']}, region "
+               f"{row['region']}).peak_rps", row["peak_rps"], f"the {sim.num_requests:,} requests "
+               f"(simulation.num_requests) of the cell's design load, {rate:.3g} requests/s,",
+               "raise peak_rps or lower simulation.num_requests")
     for key, col in (("prompt_tokens", "avg_prompt_tokens"), ("output_tokens", "avg_output_tokens")):
         mean = row.get(col)
         if mean is not None and not (isinstance(mean, float) and math.isnan(mean)):

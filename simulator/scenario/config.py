@@ -992,12 +992,8 @@ def _check_rate(scenario: Scenario, arrival: PoissonArrival | GammaArrival | Diu
     else:
         name, rate, per_s = "rate_per_s", arrival.rate_per_s, arrival.rate_per_s
     if scenario.num_requests is not None:
-        span = scenario.num_requests / rate
-        if span > MAX_TIME_S:
-            raise ScenarioError(f"workload.arrival.{name}", rate,
-                                f"{scenario.num_requests:,} requests at this rate arrive over about {span:.3g} s; "
-                                f"the longest simulated span is {MAX_TIME_S:.0e} s (about 3 years): raise the "
-                                "rate or lower num_requests")
+        check_span(scenario.num_requests, rate, f"workload.arrival.{name}", rate,
+                   f"{scenario.num_requests:,} requests at this rate", "raise the rate or lower num_requests")
         return scenario.num_requests
     assert scenario.duration_s is not None   # the model requires one of the two
     expected = per_s * scenario.duration_s
@@ -1006,6 +1002,18 @@ def _check_rate(scenario: Scenario, arrival: PoissonArrival | GammaArrival | Diu
                             f"about {expected:,.0f} requests arrive in it at {name}={rate:g}; a run holds at most "
                             f"{MAX_NUM_REQUESTS:,}: shorten duration_s, lower the rate or give num_requests")
     return int(expected)
+
+
+def check_span(count: int, rate: float, field: str, value: Any, what: str, advice: str) -> None:
+    """Refuse ``count`` arrivals at ``rate`` per second: they would spread over more than ``MAX_TIME_S``.
+
+    Raises:
+        ScenarioError: naming ``field`` and ``value``; ``what`` arrive over the span, ``advice`` ends it.
+    """
+    span = count / rate
+    if span > MAX_TIME_S:
+        raise ScenarioError(field, value, f"{what} arrive over about {span:.3g} s; the longest simulated span is "
+                                          f"{MAX_TIME_S:.0e} s (about 3 years): {advice}")
 
 
 def _mean_of(dist: Any) -> float:
