@@ -794,3 +794,31 @@ def test_a_forecast_peak_too_low_to_simulate_names_peak_rps(peak: float) -> None
     err = raises(lambda: build_tasks(load_plan(data)), "the longest simulated span is 1e+08 s",
                  "raise peak_rps or lower simulation.num_requests")
     assert (err.field, err.value) == ("forecast (quarter Q1, region r).peak_rps", peak)
+
+
+LOGNORMAL = {"dist": "lognormal", "mean": 100, "sigma": 0.5, "min": 20, "max": 400}
+
+
+@pytest.mark.parametrize("lengths, given, field, words", [
+    ({"prompt_tokens": LOGNORMAL}, {"avg_prompt_tokens": 5000}, ".avg_prompt_tokens",
+     ("= 5000.0", "must be below the base scenario's workload.prompt_tokens.max=400")),
+    ({"output_tokens": {"dist": "geometric", "mean": 8, "max": 64}}, {"avg_output_tokens": 64}, ".avg_output_tokens",
+     ("must be below the base scenario's workload.output_tokens.max=64",)),
+    ({"prompt_tokens": LOGNORMAL}, {"avg_prompt_tokens": 10}, ".avg_prompt_tokens",
+     ("must be above the base scenario's workload.prompt_tokens.min=20",)),
+    ({"prompt_tokens": {"dist": "uniform", "min": 1, "max": 30}}, {"avg_prompt_tokens": 10}, ".avg_prompt_tokens",
+     ("cannot rescale the base scenario's uniform distribution (workload.prompt_tokens)",)),
+    ({}, {"avg_prompt_tokens": 1500, "avg_output_tokens": 1000}, "",
+     ("1,500 prompt + 1,000 output = 2,500 tokens", "candidate c's max_model_len=2,048")),
+    ({}, {"avg_output_tokens": 2040}, "",
+     ("32 prompt (the base scenario's) + 2,040 output = 2,072 tokens", "max_model_len=2,048")),
+])
+def test_a_forecast_mean_length_the_cell_cannot_simulate_is_refused(lengths: dict[str, Any], given: dict[str, Any],
+                                                                    field: str, words: tuple[str, ...]) -> None:
+    """A forecast mean above the base distribution's max was costed as given but simulated below it (the draws
+    stay under max); one longer than the model's context was accepted. Both name the row and column now,
+    as does a distribution that cannot be rescaled (that one was found only when the cells were built)."""
+    data = small_plan(forecast=[{"quarter": "Q1", "region": "r", "peak_rps": 1, **given}])
+    data["scenario"]["workload"].update(lengths)
+    err = raises(lambda: load_plan(data), *words)
+    assert err.field == "forecast (quarter Q1, region r)" + field

@@ -184,10 +184,12 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
         raise ScenarioError("scenario.fleet", [r.name for r in base.fleet.regions],
                             "the plan's regions and forecast replace a multi-region fleet (one region per "
                             "cell); remove fleet from the base scenario")
-    candidates = {c.name: _candidate_scenario(base, c, i, config.currency)
-                  for i, c in enumerate(config.candidates)}
+    candidates, contexts = {}, {}
+    for i, c in enumerate(config.candidates):
+        candidates[c.name], contexts[c.name] = _candidate_scenario(base, c, i, config.currency)
     forecast = _load_forecast(config)
     _check_regions(config, forecast)
+    _check_forecast_lengths(base, forecast, contexts)
     return LoadedPlan(config, base, candidates, forecast)
 
 
@@ -216,7 +218,8 @@ def _load_base(config: PlanConfig) -> Scenario:
         raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
 
 
-def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: str = "USD") -> Scenario:
+def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: str = "USD") -> tuple[Scenario, int]:
+    """The candidate's scenario and the longest request (prompt + output) it serves, ``max_model_len``."""
     from simulator.run.resolve import resolve
 
     where = f"candidates[{index}] ({cand.name})"
@@ -249,7 +252,7 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
             raise ScenarioError(f"{where}.price_per_gpu_hour", None,
                                 f"the plan's currency is {currency} but hardware profile {profile.name!r}{pool} "
                                 f"has an assumed USD price; quote this candidate's price in {currency}")
-    return sc
+    return sc, system.max_model_len
 
 
 FORECAST_COLUMNS = ("quarter", "region", "peak_rps", "avg_prompt_tokens", "avg_output_tokens")
@@ -332,6 +335,58 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
             if lacking:
                 raise ScenarioError(f"regions[{j}] ({r.name}).rtt_ms", r.rtt_ms,
                                     f"failover n_plus_one needs the RTT to every region; missing {', '.join(lacking)}")
+
+
+RESCALED = {"prompt_tokens": "avg_prompt_tokens", "output_tokens": "avg_output_tokens"}
+"""The base scenario's length distributions and the forecast columns whose mean they take."""
+
+
+def _check_forecast_lengths(base: Scenario, forecast: pd.DataFrame, contexts: dict[str, int]) -> None:
+    """Refuse a forecast mean length the cell could not simulate: a base distribution that cannot be
+    rescaled (uniform, empirical), a mean outside the distribution's ``[min, max]`` (its draws stay inside,
+    so the simulated mean would differ from the one costed), or a mean request (prompt + output) longer than
+    a candidate's ``max_model_len`` (``contexts``, by candidate name)."""
+    from simulator.workload.lengths import make_length
+
+    base_means: dict[str, float] = {}
+    for row in forecast.to_dict("records"):
+        where = f"forecast (quarter {row['quarter']}, region {row['region']})"
+        given = {key: float(row[col]) for key, col in RESCALED.items()
+                 if row.get(col) is not None and not (isinstance(row[col], float) and math.isnan(row[col]))}
+        for key, mean in given.items():
+            dist, field = getattr(base.workload, key), f"{where}.{RESCALED[key]}"
+            if dist is None:
+                continue        # trace lengths: the planner refuses trace arrivals when it builds the cells
+            if dist.dist not in ("lognormal", "geometric", "fixed"):
+                raise ScenarioError(field, mean, f"cannot rescale the base scenario's {dist.dist} distribution "
+                                    f"(workload.{key}); use lognormal, geometric or fixed lengths in the base "
+                                    "scenario, or leave the column empty")
+            hi, lo = getattr(dist, "max", None), getattr(dist, "min", None)
+            if hi is not None and mean >= hi:
+                raise ScenarioError(field, mean, f"must be below the base scenario's workload.{key}.max={hi:,}: "
+                                    "lengths are drawn up to it, so the simulated mean would stay below the "
+                                    f"one costed; raise workload.{key}.max or lower the forecast")
+            if lo is not None and mean <= lo:
+                raise ScenarioError(field, mean, f"must be above the base scenario's workload.{key}.min={lo:,}: "
+                                    "lengths are drawn from it up, so the simulated mean would stay above the "
+                                    f"one costed; lower workload.{key}.min or raise the forecast")
+        if not given:
+            continue
+        means = {}
+        for key in RESCALED:
+            if key not in given and key not in base_means:
+                dist = getattr(base.workload, key)
+                base_means[key] = make_length(dist, base, f"workload.{key}").mean if dist is not None else 0.0
+            means[key] = given.get(key, base_means.get(key, 0.0))
+        total = sum(means.values())
+        shortest = min(contexts, key=lambda name: contexts[name])
+        if total > contexts[shortest]:
+            parts = " + ".join(f"{means[k]:,.6g} {k.split('_')[0]}" + ("" if k in given else " (the base scenario's)")
+                               for k in RESCALED)
+            raise ScenarioError(where, {RESCALED[k]: v for k, v in given.items()},
+                                f"the mean request, {parts} = {total:,.6g} tokens, is longer than candidate "
+                                f"{shortest}'s max_model_len={contexts[shortest]:,} (prompt + output must fit); "
+                                "lower the forecast, or give the candidates a longer context")
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -246,7 +246,7 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     for key, col in (("prompt_tokens", "avg_prompt_tokens"), ("output_tokens", "avg_output_tokens")):
         mean = row.get(col)
         if mean is not None and not (isinstance(mean, float) and math.isnan(mean)):
-            wl[key] = _rescaled(dict(wl[key]), float(mean), col)
+            wl[key] = _rescaled(dict(wl[key]), float(mean))
     span = sim.num_requests / rate
     data.update(num_requests=sim.num_requests, seed=sim.seed, warmup_s=sim.warmup_fraction * span,
                 cooldown_s=sim.cooldown_fraction * span, slo={},
@@ -261,15 +261,12 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     return _in_cell(cell_where(row["quarter"], row["region"], cfg.candidates[index].name), scenario_from_dict, data)
 
 
-def _rescaled(dist: dict[str, Any], mean: float, column: str) -> dict[str, Any]:
-    kind = dist["dist"]
-    if kind in ("lognormal", "geometric"):
-        dist["mean"] = mean
-    elif kind == "fixed":
+def _rescaled(dist: dict[str, Any], mean: float) -> dict[str, Any]:
+    """The distribution with the forecast's mean (which :func:`load_plan` checked it can take)."""
+    if dist["dist"] == "fixed":
         dist["value"] = max(1, int(round(mean)))
     else:
-        raise ScenarioError(f"forecast {column}", mean, f"cannot rescale the base scenario's {kind} distribution; "
-                            "use lognormal, geometric or fixed lengths in the base scenario, or leave the column empty")
+        dist["mean"] = mean
     return dist
 
 
