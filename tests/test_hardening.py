@@ -822,3 +822,27 @@ def test_a_forecast_mean_length_the_cell_cannot_simulate_is_refused(lengths: dic
     data["scenario"]["workload"].update(lengths)
     err = raises(lambda: load_plan(data), *words)
     assert err.field == "forecast (quarter Q1, region r)" + field
+
+
+@pytest.mark.parametrize("scenario, candidate, field, words", [
+    ({"network": {"clients": [{"rtt_ms": 50}]}}, {}, "scenario.network",
+     ("the plan gives the client network (regions[].rtt_ms", "remove network from the base scenario")),
+    ({"max_sim_time_s": 5}, {}, "scenario.max_sim_time_s",
+     ("runs every simulation until its last request ends", "remove max_sim_time_s")),
+    ({}, {"deployment.replicas": 4}, "candidates[0] (c).set.deployment.replicas",
+     ("the planner searches every candidate's replica count", "simulation.max_replicas")),
+    ({}, {"deployment": {"replicas": 4}}, "candidates[0] (c).set.deployment.replicas", ("replica count",)),
+    ({}, {"deployment.pools": [{"name": "a"}, {"name": "b", "replicas": 3}],
+          "deployment.pool_routing": {"by": "prompt_tokens", "thresholds": [{"max_prompt_tokens": 16, "pool": "a"}],
+                                      "default": "b"}},
+     "candidates[0] (c).set.deployment.pools.1.replicas", ("each pool's",)),
+])
+def test_what_a_plan_replaces_is_refused_not_dropped(scenario: dict[str, Any], candidate: dict[str, Any], field: str,
+                                                     words: tuple[str, ...]) -> None:
+    """A base scenario's network or max_sim_time_s, and a candidate's replica count, were dropped from every
+    cell without a word (the plan's regions give the RTTs, the planner runs to the end and searches the
+    count); each is an error naming it now."""
+    data = small_plan(scenario=base(**scenario))
+    data["candidates"][0]["set"] = candidate
+    err = raises(lambda: load_plan(data), *words)
+    assert err.field == field

@@ -180,10 +180,12 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     _check_names("regions", [r.name for r in config.regions], "region")
     _check_names("candidates", [c.name for c in config.candidates], "candidate")
     base = _load_base(config)
-    if base.fleet is not None:
-        raise ScenarioError("scenario.fleet", [r.name for r in base.fleet.regions],
-                            "the plan's regions and forecast replace a multi-region fleet (one region per "
-                            "cell); remove fleet from the base scenario")
+    for key, why in REPLACED.items():
+        value = getattr(base, key)
+        if value is not None:
+            shown = [r.name for r in value.regions] if key == "fleet" else \
+                value.model_dump(mode="json", exclude_unset=True) if isinstance(value, BaseModel) else value
+            raise ScenarioError(f"scenario.{key}", shown, f"{why}; remove {key} from the base scenario")
     candidates, contexts = {}, {}
     for i, c in enumerate(config.candidates):
         candidates[c.name], contexts[c.name] = _candidate_scenario(base, c, i, config.currency)
@@ -218,6 +220,15 @@ def _load_base(config: PlanConfig) -> Scenario:
         raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
 
 
+REPLACED = {
+    "network": "the plan gives the client network (regions[].rtt_ms, and network for the connection set-up)",
+    "fleet": "the plan's regions and forecast replace a multi-region fleet (one region per cell)",
+    "max_sim_time_s": "the planner runs every simulation until its last request ends (a request the clock cut "
+                      "off would count as a miss)",
+}
+"""Scenario fields the plan replaces and a cell would drop: set in the base scenario (or a candidate), an error."""
+
+
 def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: str = "USD") -> tuple[Scenario, int]:
     """The candidate's scenario and the longest request (prompt + output) it serves, ``max_model_len``."""
     from simulator.run.resolve import resolve
@@ -233,6 +244,12 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
             raise ScenarioError(f"{where}.set.{key}", cand.set[key],
                                 "the plan's regions (client RTTs, failover) replace the scenario's network "
                                 "and fleet; a candidate may change the serving system only")
+    counts = _replica_counts(cand.set)
+    if counts:
+        key, value = counts[0]
+        raise ScenarioError(f"{where}.set.{key}", value, "the planner searches every candidate's replica count "
+                            "(with deployment.pools, each pool's), from 1 to simulation.max_replicas; leave it out "
+                            "(deployment.autoscaler.min_replicas sets a floor the fleet pays)")
     try:
         sc = base.with_overrides(dict(cand.set))
     except ScenarioError as exc:
@@ -253,6 +270,26 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
                                 f"the plan's currency is {currency} but hardware profile {profile.name!r}{pool} "
                                 f"has an assumed USD price; quote this candidate's price in {currency}")
     return sc, system.max_model_len
+
+
+def _replica_counts(overrides: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The replica counts a candidate's overrides set, as (dotted key, value): ``deployment.replicas``, or
+    ``replicas`` of a ``deployment.pools`` entry, however the keys are nested."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(key: str, value: Any) -> None:
+        if key == "deployment.replicas" or (key.startswith("deployment.pools.") and key.endswith(".replicas")):
+            found.append((key, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{key}.{k}", v)
+        elif key == "deployment.pools" and isinstance(value, list):
+            for i, pool in enumerate(value):
+                walk(f"{key}.{i}", pool)
+
+    for key, value in overrides.items():
+        walk(str(key), value)
+    return found
 
 
 FORECAST_COLUMNS = ("quarter", "region", "peak_rps", "avg_prompt_tokens", "avg_output_tokens")

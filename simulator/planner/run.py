@@ -251,13 +251,11 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     data.update(num_requests=sim.num_requests, seed=sim.seed, warmup_s=sim.warmup_fraction * span,
                 cooldown_s=sim.cooldown_fraction * span, slo={},
                 name=f"{row['quarter']}/{row['region']}/{cfg.candidates[index].name}")
-    data.pop("duration_s", None)
-    data.pop("network", None)        # the plan's regions give the client RTTs
-    data.pop("fleet", None)          # one region per cell, sized at a steady peak
+    data.pop("duration_s", None)     # the run length is simulation.num_requests
     # The search verifies a fixed count at the steady peak; the candidate's autoscaler is honoured by the
     # fleet-hours model (fleet_hours.py: min/max, scale-down delay, cold start, warm pool) on that count.
     data.get("deployment", {}).pop("autoscaler", None)
-    data.pop("max_sim_time_s", None)
+    # network, fleet and max_sim_time_s, which a cell cannot honour, load_plan refused (config.REPLACED).
     return _in_cell(cell_where(row["quarter"], row["region"], cfg.candidates[index].name), scenario_from_dict, data)
 
 
