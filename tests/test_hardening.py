@@ -709,7 +709,7 @@ def test_the_text_summary_of_a_run_where_nothing_completes_in_the_window(overrid
     from test_errors import run_cli
 
     proc = run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", "num_requests=200", "--set",
-                   override, "--no-progress")
+                   "warmup_s=0", "--set", override, "--no-progress")
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "no request completed in the window" in proc.stdout
@@ -846,3 +846,48 @@ def test_what_a_plan_replaces_is_refused_not_dropped(scenario: dict[str, Any], c
     data["candidates"][0]["set"] = candidate
     err = raises(lambda: load_plan(data), *words)
     assert err.field == field
+
+
+@pytest.mark.parametrize("top, field, words", [
+    ({"warmup_s": 100}, "warmup_s", ("warmup_s = 100.0: leaves no request to measure",
+                                     "[warmup_s, last arrival - cooldown_s] = [100, ")),
+    ({"cooldown_s": 100}, "cooldown_s", ("cooldown_s = 100.0: leaves no request",)),
+    ({"warmup_s": 3, "cooldown_s": 3}, "warmup_s + cooldown_s", ("warmup_s + cooldown_s = 6.0: leave no request",)),
+    ({"warmup_s": 1e6, "workload": {**BASE["workload"], "arrival": {"process": "closed_loop", "concurrency": 4}}},
+     "warmup_s", ("(the steady part of the closed loop", "= [1e+06, ")),
+])
+def test_a_warmup_or_cooldown_covering_the_run_is_an_error(top: dict[str, Any], field: str,
+                                                          words: tuple[str, ...]) -> None:
+    """warmup_s and cooldown_s that leave no arrival in the measurement window were replaced by the whole
+    run (start-up included) without a word; the run is now refused, naming them and the empty window."""
+    err = raises(lambda: simulate(scenario_from_dict(base(**top))).summary, *words,
+                 "lower warmup_s or cooldown_s, or give more requests")
+    assert err.field == field
+
+
+def test_a_warmup_covering_the_duration_is_refused_before_the_run() -> None:
+    """Every request arrives before duration_s: warmup_s + cooldown_s at or beyond it is refused with the
+    scenario."""
+    err = raises(lambda: scenario_from_dict(base(num_requests=None, duration_s=10, warmup_s=4, cooldown_s=6)),
+                 "warmup_s=4 + cooldown_s=6 = 10 s cover the whole duration_s=10 s")
+    assert (err.field, err.value) == ("warmup_s", 4)
+    err = raises(lambda: scenario_from_dict(base(num_requests=None, duration_s=10, cooldown_s=12)), "cooldown_s=12")
+    assert err.field == "cooldown_s"
+    scenario_from_dict(base(num_requests=None, duration_s=10, warmup_s=4, cooldown_s=5.9))
+
+
+def test_plan_warmup_and_cooldown_fractions_must_leave_a_window() -> None:
+    """A plan's warmup_fraction + cooldown_fraction of 1 or more was accepted (every run then measured as a
+    whole); a sum below 1 whose window a run's arrivals leave empty names the cell and the fractions."""
+    from simulator.planner import plan
+
+    data = small_plan(simulation={"warmup_fraction": 0.6, "cooldown_fraction": 0.45})
+    err = raises(lambda: load_plan(data), "cooldown_fraction=0.45 + warmup_fraction=0.6 = 1.05",
+                 "their sum must be below 1")
+    assert (err.field, err.value) == ("simulation.cooldown_fraction", 0.45)
+    data = small_plan(simulation={"num_requests": 200, "warmup_fraction": 0.89, "cooldown_fraction": 0.1, "seed": 2,
+                                  "replications": 1, "max_replicas": 4})
+    err = raises(lambda: plan(load_plan(data), workers=1), "leave no request to measure",
+                 "the planner sets warmup_s and cooldown_s to simulation.warmup_fraction and cooldown_fraction",
+                 within_s=30)
+    assert err.field == "forecast (quarter Q1, region r), candidate c: warmup_s + cooldown_s"

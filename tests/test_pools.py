@@ -112,7 +112,8 @@ def test_example_runs_from_the_cli():
 
 def test_out_folder_keeps_the_pool_column(tmp_path):
     import pandas as pd
-    proc = run_cli("simulate", str(EXAMPLE), "--set", "num_requests=300", "--out", str(tmp_path / "run"))
+    proc = run_cli("simulate", str(EXAMPLE), "--set", "num_requests=300", "--set", "warmup_s=0",   # 21 s of arrivals
+                   "--out", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
     req = pd.read_csv(tmp_path / "run" / "requests.csv")
     assert set(req["pool"]) == {"small", "big"}

@@ -19,7 +19,15 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from simulator.errors import ScenarioError
 from simulator.planner.fleet_hours import plan_shapes
-from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
+from simulator.scenario.config import (
+    Scenario,
+    SLOConfig,
+    _flatten,
+    _is_tag,
+    cross_field,
+    load_scenario,
+    scenario_from_dict,
+)
 from simulator.scenario.files import read_csv, read_yaml
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
@@ -89,6 +97,7 @@ class SimulationSettings(Frozen):
     warmup_fraction: FiniteFloat = Field(default=0.1, ge=0, lt=0.9)
     """Leading share of the arrivals left out of the statistics (the fleet starts empty)."""
     cooldown_fraction: FiniteFloat = Field(default=0.05, ge=0, lt=0.5)
+    """Trailing share of the arrivals left out (the fleet drains); with ``warmup_fraction`` below 1."""
     seed: Integer = Field(default=0, ge=0)
     max_replicas: Integer = Field(default=64, ge=1, le=MAX_REPLICAS)
     """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
@@ -98,6 +107,14 @@ class SimulationSettings(Frozen):
     decision is noisy (at the chosen count the worst ratio's seed-to-seed spread is above 5% and a seed two
     spreads worse would miss, or the count below passes on some seeds); ``replications`` and
     ``replications_reason`` in the worksheet say which."""
+
+    @model_validator(mode="after")
+    def _window(self) -> SimulationSettings:
+        if self.warmup_fraction + self.cooldown_fraction >= 1:
+            raise ValueError(f"cooldown_fraction={self.cooldown_fraction:g} + warmup_fraction={self.warmup_fraction:g}"
+                             f" = {self.warmup_fraction + self.cooldown_fraction:g} leave no arrival to measure (each "
+                             "run is measured between the two); their sum must be below 1")
+        return self
 
     @field_validator("replications", mode="before")
     @classmethod
@@ -457,6 +474,7 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         msg = str(limit_message(err))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
+        field, value = cross_field("" if field == "plan" else field, value, msg) or (field, value)
     return ScenarioError(field, value, msg)
 
 

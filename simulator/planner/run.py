@@ -136,7 +136,9 @@ def _in_cell(where: str, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except ScenarioError as exc:
-        raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message) from None
+        hint = ("; the planner sets warmup_s and cooldown_s to simulation.warmup_fraction and cooldown_fraction "
+                "of the cell's run") if exc.field.startswith(("warmup_s", "cooldown_s")) else ""
+        raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message + hint) from None
 
 
 def _longest_first(ex: Executor, tasks: list[SearchTask]) -> Iterator[dict[str, Any]]:

@@ -868,6 +868,21 @@ class Scenario(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _window(self) -> Scenario:
+        """Every request arrives before ``duration_s`` (without sessions, whose later turns may not): when
+        ``warmup_s`` and ``cooldown_s`` cover it, the measurement window is sure to be empty."""
+        offline = isinstance(self.workload.arrival, OfflineArrival)
+        trimmed = self.warmup_s + self.cooldown_s
+        if self.duration_s is not None and self.workload.sessions is None and not offline and trimmed > 0 \
+                and trimmed >= self.duration_s:
+            both = [f"warmup_s={self.warmup_s:g}", f"cooldown_s={self.cooldown_s:g}"]
+            raise ValueError(f"{' + '.join(both if self.warmup_s else both[::-1])} = {trimmed:g} s cover the whole "
+                             f"duration_s={self.duration_s:g} s (every request arrives within it): no request is left "
+                             "in the measurement window [warmup_s, last arrival - cooldown_s]; lower them or "
+                             "lengthen duration_s")
+        return self
+
+    @model_validator(mode="after")
     def _task_slo_needs_sessions(self) -> Scenario:
         if self.workload.sessions is None:
             slos = [("slo", self.slo)] + [(f"workload.tiers[{t.name}].slo", t.slo) for t in self.workload.tiers or ()]
@@ -1106,11 +1121,19 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
         msg = str(limit_message(err))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
-        # Cross-field checks name the first field as "name=value": point at that field.
-        lead = re.match(r"(\w+)=", msg)
-        if lead and isinstance(value, dict) and lead.group(1) in value:
-            field, value = f"{field}.{lead.group(1)}", value[lead.group(1)]
+        field, value = cross_field(".".join(loc), value, msg) or (field, value)
     return ScenarioError(field, value, msg)
+
+
+def cross_field(path: str, value: Any, message: str) -> tuple[str, Any] | None:
+    """Where a cross-field check points: it names the first field it is about as ``name=value`` at the start
+    of its ``message``; that field's dotted path under ``path`` (the checked model's; "" at the top) and its
+    value, when the checked input ``value`` holds it (else None)."""
+    lead = re.match(r"(\w+)=", message)
+    if lead and isinstance(value, dict) and lead.group(1) in value:
+        name = lead.group(1)
+        return (f"{path}.{name}" if path else name), value[name]
+    return None
 
 
 def _is_tag(part: Any) -> bool:
