@@ -891,3 +891,11 @@ def test_plan_warmup_and_cooldown_fractions_must_leave_a_window() -> None:
                  "the planner sets warmup_s and cooldown_s to simulation.warmup_fraction and cooldown_fraction",
                  within_s=30)
     assert err.field == "forecast (quarter Q1, region r), candidate c: warmup_s + cooldown_s"
+
+
+def test_the_base_mean_a_forecast_row_is_checked_with_names_the_base_scenario() -> None:
+    """A row giving one mean length is checked with the base scenario's other mean; a length file that
+    cannot be read for it is named as the base scenario's field (it was named without ``scenario.``)."""
+    data = small_plan(forecast=[{"quarter": "Q1", "region": "r", "peak_rps": 1, "avg_prompt_tokens": 10}])
+    data["scenario"]["workload"]["output_tokens"] = {"dist": "empirical", "path": "nope.csv", "column": "n"}
+    assert raises(lambda: load_plan(data), "file not found").field == "scenario.workload.output_tokens.path"

@@ -430,7 +430,10 @@ def _check_forecast_lengths(base: Scenario, forecast: pd.DataFrame, contexts: di
         for key in RESCALED:
             if key not in given and key not in base_means:
                 dist = getattr(base.workload, key)
-                base_means[key] = make_length(dist, base, f"workload.{key}").mean if dist is not None else 0.0
+                try:
+                    base_means[key] = make_length(dist, base, f"workload.{key}").mean if dist is not None else 0.0
+                except ScenarioError as exc:   # an empirical length file that cannot be read
+                    raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
             means[key] = given.get(key, base_means.get(key, 0.0))
         total = sum(means.values())
         shortest = min(contexts, key=lambda name: contexts[name])
