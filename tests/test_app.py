@@ -167,11 +167,11 @@ def test_load_curve_page(app):
     app.slider(key="lc_points").set_value(3)
     app.number_input(key="lc_min_rate").set_value(4.0)
     app.number_input(key="lc_max_rate").set_value(40.0)
-    app.number_input(key="lc_num_requests").set_value(600)
+    app.number_input(key="lc_num_requests").set_value(1500)   # 37 s of arrivals at 40 req/s: past the 30 s warm-up
     ok(app.run())
     ok(app.button(key="lc_run").click().run())
     cards = metrics(app)
-    sc = with_arrival_rate(load_scenario(EXAMPLE, {"num_requests": 600}), 4.0)
+    sc = with_arrival_rate(load_scenario(EXAMPLE, {"num_requests": 1500}), 4.0)
     limit = max_load_meeting_slo(load_sweep(sc, [4.0, 22.0, 40.0]))
     assert cards["Max load meeting the SLO (req/s)"] == f"{limit['max_rate_per_s']:,.2f}"
     assert cards["First swept rate missing it (req/s)"] == f"{limit['first_failing_rate_per_s']:,.2f}"
@@ -552,10 +552,10 @@ def test_load_curve_over_clients(app):
     app.number_input(key="lc_min_clients").set_value(4)
     app.number_input(key="lc_max_clients").set_value(64)
     app.slider(key="lc_points").set_value(3)
-    app.number_input(key="lc_num_requests").set_value(300)
+    app.number_input(key="lc_num_requests").set_value(1000)   # 64 clients send them over ~75 s: past the 30 s warm-up
     ok(app.run())
     ok(app.button(key="lc_run").click().run())
-    sc = load_scenario(EXAMPLE, {"num_requests": 300})
+    sc = load_scenario(EXAMPLE, {"num_requests": 1000})
     sweep = load_sweep(sc, [4, 34, 64], axis="concurrency")
     limit = max_load_meeting_slo(sweep)
     cards = metrics(app)
