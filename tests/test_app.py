@@ -544,6 +544,18 @@ def test_closed_loop_example_has_a_clients_knob(app):
     assert app.query_params["clients"] == "8"
 
 
+def test_load_curve_requests_outlast_the_warm_up_at_the_highest_rate(app):
+    """The sweep's default requests per rate carry the highest rate (4x the scenario's) past warm-up and
+    cool-down twice over: the what-if's 1,500 requests at 16 req/s, swept to 64 req/s, arrived within the
+    example's 30 s warm-up (an empty window, refused)."""
+    app.number_input(key="wi_num_requests").set_value(1500)
+    app.number_input(key="wi_rate").set_value(16.0)
+    ok(app.run())
+    ok(app.switch_page("app_pages/load_curve.py").run())
+    assert app.number_input(key="lc_max_rate").value == 64.0
+    assert app.number_input(key="lc_num_requests").value == 2 * 64 * 30
+
+
 def test_load_curve_over_clients(app):
     """Sweeping clients: the sweep's throughput and the most clients meeting the SLO, as the library has them."""
     ok(app.switch_page("app_pages/load_curve.py").run())
