@@ -58,15 +58,17 @@ if not isinstance(arrival, (PoissonArrival, GammaArrival, ClosedLoopArrival, Off
 
 if st.session_state.get(f"{P}_base_id") != scenario_key(base):   # a new scenario: defaults from it
     st.session_state[f"{P}_base_id"] = scenario_key(base)
-    n = base.num_requests or 2000
     rate = getattr(arrival, "rate_per_s", 4.0)
+    # Enough requests that at the highest rate (4x) the measured part outlasts warm-up and cool-down together
+    # (a window they leave empty is an error).
+    n = max(min(base.num_requests or 2000, 3000), int(np.ceil(2 * 4.0 * rate * (base.warmup_s + base.cooldown_s))))
     clients = arrival.concurrency if isinstance(arrival, ClosedLoopArrival) else base.scheduler.max_num_seqs
     st.session_state.update({
         f"{P}_axis": CLIENTS if isinstance(arrival, ClosedLoopArrival | OfflineArrival) else RATE,
         f"{P}_min_rate": round(rate * 0.25, 3), f"{P}_max_rate": round(rate * 4.0, 3),
         f"{P}_min_clients": max(1, clients // 8), f"{P}_max_clients": max(2, min(clients * 2, 4096)),
         f"{P}_think_s": float(arrival.think_time_s) if isinstance(arrival, ClosedLoopArrival) else 0.0,
-        f"{P}_points": 8, f"{P}_num_requests": int(min(n, 3000)),
+        f"{P}_points": 8, f"{P}_num_requests": int(min(n, 100_000)),
         f"{P}_slo_ttft_ms": float(base.slo.ttft_p99_ms or 0.0), f"{P}_slo_tpot_ms": float(base.slo.tpot_p99_ms or 0.0)})
 st.session_state.setdefault(f"{P}_per_gpu", False)
 st.session_state.setdefault(f"{P}_time_limit_s", 2 * DEFAULT_TIME_LIMIT_S)

@@ -103,7 +103,8 @@ for name, (path, overrides, saturate_rate) in jobs.items():
         capacity = sat.summary["requests"]["completed"] / sat.sim_time_s
         sc = sc.with_overrides({"workload.arrival.rate_per_s": saturate_rate * capacity})
     scenarios[name] = sc
-    simulate(sc.with_overrides({"num_requests": 200})).summary   # warm caches (profiles, cost tables)
+    simulate(sc.with_overrides({"num_requests": 200, "warmup_s": 0,   # warm caches (profiles, cost tables);
+                                "cooldown_s": 0})).summary           # 200 requests end inside a warm-up
 out = {name: {"wall_s": [], "cpu_s": []} for name in jobs}
 for _ in range(repeats):
     for name, sc in scenarios.items():

@@ -26,6 +26,11 @@ class ScenarioError(ValueError):
         self.message = message
         super().__init__(f"{field} = {_short(value)}: {message}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its three parts: an error raised in a planner worker process reaches the parent
+        # whole (the default pickling passes only the joined text, and the pool broke on it).
+        return type(self), (self.field, self.value, self.message)
+
 
 class FieldError(ScenarioError):
     """A :class:`ScenarioError` raised by a validator of a pydantic model (a check across fields), naming
@@ -47,13 +52,13 @@ def check_unique_names(items: Sequence[Any], field: str, what: str) -> None:
     """Refuse two entries of the list at ``field`` with the same ``name`` (``what``: "tier", "region").
 
     Raises:
-        FieldError: naming ``<field>.name``, the name given twice and the two entries.
+        FieldError: naming the second entry's name, ``<field>[i].name``, and the first entry of that name.
     """
     first: dict[str, int] = {}
     for i, item in enumerate(items):
         if item.name in first:
-            raise FieldError(f"{field}.name", item.name, f"{what} names must be unique; {item.name!r} names "
-                             f"entries {first[item.name]} and {i} (counting from 0)")
+            raise FieldError(f"{field}[{i}].name", item.name, f"{field}[{first[item.name]}] has this name too; "
+                             f"every {what} needs its own name")
         first[item.name] = i
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.critical_values import binom_ppf, t_ppf
+from simulator.errors import ScenarioError
 from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
 from simulator.slo import has_objectives, judge, per_request_limits_s, stability
 
@@ -89,28 +90,53 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
       requests sent later are served while clients stop sending) or ``last send - cooldown_s``,
       whichever is earlier. All N clients are busy or thinking throughout.
 
-    When that interval would be empty: the whole run, ``[0, last arrival]``, or ``[0, last end]``
-    for a closed loop and when every request arrived at one instant.
+    When ``warmup_s`` and ``cooldown_s`` leave that interval empty, no request is measured: an error
+    naming them. Otherwise, where it has no length (every request arrived at one instant; a closed loop
+    too short to reach its steady part): the whole run, ``[0, last end]``.
+
+    Raises:
+        ScenarioError: ``warmup_s`` and ``cooldown_s`` cover the whole run.
     """
     sent = requests["arrival_time"].to_numpy(dtype=float)
     last = float(sent.max()) if len(sent) else 0.0
     closed = isinstance(arrival, ClosedLoopArrival)
     if not closed and not isinstance(arrival, OfflineArrival):
+        what = "arrival"
         if getattr(sessions, "loop", "open") == "closed" and "session" in requests and len(sent):
             starts = sent[requests["session"].to_numpy() == requests["request_id"].to_numpy()]
             last = float(starts.max()) if len(starts) else last
+            what = "session start"
         start, end = warmup_s, last - cooldown_s
-        if end > start or last > 0:
-            return (start, end) if end > start else (0.0, last)
+        if end > start:
+            return start, end
+        if warmup_s > 0 or cooldown_s > 0:
+            raise _empty_window(warmup_s, cooldown_s, f"[warmup_s, last {what} - cooldown_s] = [{start:.4g}, "
+                                f"{end:.4g}] s (the last {what} at {last:.4g} s)")
+        if last > 0:
+            return 0.0, last
     ends = np.sort(requests["finish_time"].to_numpy(dtype=float))
     ends = ends[~np.isnan(ends)]
     whole = (0.0, max(float(ends[-1]), last) if len(ends) else last)
     if closed and len(ends) >= arrival.concurrency and len(sent) > arrival.concurrency:
         n = arrival.concurrency
-        start, end = max(warmup_s, float(ends[n - 1])), min(last - cooldown_s, float(np.sort(sent)[-n - 1]))
+        steady = (float(ends[n - 1]), float(np.sort(sent)[-n - 1]))   # the clients' start is over .. they stop
+        start, end = max(warmup_s, steady[0]), min(last - cooldown_s, steady[1])
         if end > start:
             return start, end
+        if steady[1] > steady[0]:
+            raise _empty_window(warmup_s, cooldown_s, f"[max(warmup_s, {steady[0]:.4g}), min(last send - "
+                                f"cooldown_s, {steady[1]:.4g})] = [{start:.4g}, {end:.4g}] s (the steady part of "
+                                f"the closed loop, the last send at {last:.4g} s)")
     return whole
+
+
+def _empty_window(warmup_s: float, cooldown_s: float, window: str) -> ScenarioError:
+    """The error of a measurement window that ``warmup_s`` and ``cooldown_s`` leave empty."""
+    field, value = (("warmup_s", warmup_s) if not cooldown_s else ("cooldown_s", cooldown_s) if not warmup_s
+                    else ("warmup_s + cooldown_s", warmup_s + cooldown_s))
+    verb = "leave" if "+" in field else "leaves"
+    return ScenarioError(field, value, f"{verb} no request to measure: the measurement window {window} is "
+                                       "empty; lower warmup_s or cooldown_s, or give more requests")
 
 
 def in_measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,

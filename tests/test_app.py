@@ -167,11 +167,11 @@ def test_load_curve_page(app):
     app.slider(key="lc_points").set_value(3)
     app.number_input(key="lc_min_rate").set_value(4.0)
     app.number_input(key="lc_max_rate").set_value(40.0)
-    app.number_input(key="lc_num_requests").set_value(600)
+    app.number_input(key="lc_num_requests").set_value(1500)   # 37 s of arrivals at 40 req/s: past the 30 s warm-up
     ok(app.run())
     ok(app.button(key="lc_run").click().run())
     cards = metrics(app)
-    sc = with_arrival_rate(load_scenario(EXAMPLE, {"num_requests": 600}), 4.0)
+    sc = with_arrival_rate(load_scenario(EXAMPLE, {"num_requests": 1500}), 4.0)
     limit = max_load_meeting_slo(load_sweep(sc, [4.0, 22.0, 40.0]))
     assert cards["Max load meeting the SLO (req/s)"] == f"{limit['max_rate_per_s']:,.2f}"
     assert cards["First swept rate missing it (req/s)"] == f"{limit['first_failing_rate_per_s']:,.2f}"
@@ -544,6 +544,18 @@ def test_closed_loop_example_has_a_clients_knob(app):
     assert app.query_params["clients"] == "8"
 
 
+def test_load_curve_requests_outlast_the_warm_up_at_the_highest_rate(app):
+    """The sweep's default requests per rate carry the highest rate (4x the scenario's) past warm-up and
+    cool-down twice over: the what-if's 1,500 requests at 16 req/s, swept to 64 req/s, arrived within the
+    example's 30 s warm-up (an empty window, refused)."""
+    app.number_input(key="wi_num_requests").set_value(1500)
+    app.number_input(key="wi_rate").set_value(16.0)
+    ok(app.run())
+    ok(app.switch_page("app_pages/load_curve.py").run())
+    assert app.number_input(key="lc_max_rate").value == 64.0
+    assert app.number_input(key="lc_num_requests").value == 2 * 64 * 30
+
+
 def test_load_curve_over_clients(app):
     """Sweeping clients: the sweep's throughput and the most clients meeting the SLO, as the library has them."""
     ok(app.switch_page("app_pages/load_curve.py").run())
@@ -552,10 +564,10 @@ def test_load_curve_over_clients(app):
     app.number_input(key="lc_min_clients").set_value(4)
     app.number_input(key="lc_max_clients").set_value(64)
     app.slider(key="lc_points").set_value(3)
-    app.number_input(key="lc_num_requests").set_value(300)
+    app.number_input(key="lc_num_requests").set_value(1000)   # 64 clients send them over ~75 s: past the 30 s warm-up
     ok(app.run())
     ok(app.button(key="lc_run").click().run())
-    sc = load_scenario(EXAMPLE, {"num_requests": 300})
+    sc = load_scenario(EXAMPLE, {"num_requests": 1000})
     sweep = load_sweep(sc, [4, 34, 64], axis="concurrency")
     limit = max_load_meeting_slo(sweep)
     cards = metrics(app)

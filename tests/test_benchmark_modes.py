@@ -221,9 +221,6 @@ TABLE_CASES = {
     "one request": ({"num_requests": 1, "workload": {"arrival": {"process": "offline"}}}, "throughput: "),
     "all at t=0 (a trace)": ({"workload": {"arrival": {"process": "trace", "path": "t0.csv", "format": "azure"}}},
                              "throughput: "),
-    "warmup longer than the run": ({"warmup_s": 1e6, "workload": {"arrival": {"process": "closed_loop",
-                                                                              "concurrency": 4}}},
-                                   "benchmark: closed loop of 4 clients"),
     "nothing finished": ({"max_sim_time_s": 1e-4, "workload": {"arrival": {"process": "closed_loop",
                                                                            "concurrency": 4}}}, "throughput: -"),
 }

@@ -120,8 +120,8 @@ def test_set_rate_changes_the_result(baseline: dict[str, Any]) -> None:
     by exactly that factor."""
     rate = EXAMPLE_DATA["workload"]["arrival"]["rate_per_s"]
     assert rate != 12
-    fast = parse_json_stdout(run_cli("simulate", EXAMPLE, "--json", *SMALL,
-                                     "--set", "workload.arrival.rate_per_s=12"))
+    fast = parse_json_stdout(run_cli("simulate", EXAMPLE, "--json", *SMALL,    # 300 requests in 25 s: no warm-up
+                                     "--set", "workload.arrival.rate_per_s=12", "--set", "warmup_s=0"))
     last_base = baseline["throughput"]["window_s"][1]
     last_fast = fast["throughput"]["window_s"][1]
     assert EXAMPLE_DATA.get("cooldown_s", 0) == 0  # window_s ends at the last arrival

@@ -190,6 +190,24 @@ def test_speedup_and_plan_numbers_must_be_finite(tmp_path: Path) -> None:
     assert raises(lambda: load_plan(plan), "at most 1e+06").field == "forecast[0].peak_rps"
 
 
+@pytest.mark.parametrize("rows, where", [("Q1,a,1,2\nQ1,b,1\n", "row 2 = 'Q1,a,1,2'"),
+                                         ("Q1,a,1\nQ1,b,1,2\n", "row 3 = 'Q1,b,1,2'"),
+                                         ('Q1,a,1\nQ1,b,"1,5",2\n', """row 3 = 'Q1,b,"1,5",2'""")])
+def test_a_forecast_row_with_more_values_than_columns_is_named(tmp_path: Path, rows: str, where: str) -> None:
+    """A forecast row with a value too many: on row 2, pandas took the row's first value as an index and the
+    error blamed row 3's peak_rps as missing; on a later row it was 'not a readable CSV (ParserError)'. A
+    file and an upload both name the row now."""
+    from simulator.scenario.io import forecast_rows_from_csv_bytes
+
+    text = "quarter,region,peak_rps\n" + rows
+    (tmp_path / "f.csv").write_text(text)
+    plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}], "slo": {"ttft_p99_ms": 100},
+            "regions": [{"name": "a", "rtt_ms": {"a": 1}}, {"name": "b", "rtt_ms": {"b": 1}}], "forecast": "f.csv"}
+    raises(lambda: load_plan(plan, base_dir=tmp_path), f"f.csv {where}",
+           "3 columns (quarter, region, peak_rps); give one value per column")
+    raises(lambda: forecast_rows_from_csv_bytes(text.encode(), source="up.csv"), f"up.csv {where}", "3 columns")
+
+
 def test_a_forecast_missing_a_quarter_region_row_is_an_error() -> None:
     """Already an error before issue 19; verified here: every region needs a row in every quarter."""
     plan = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
@@ -244,6 +262,11 @@ def test_azure_timestamps_with_and_without_fractional_seconds_are_read(tmp_path:
      "mooncake", ("hash2.jsonl line 1", "hash_ids")),
     ("latin1.jsonl", b'{"timestamp": 0, "input_length": 10, "output_length": 4, "x": "\xe9"}\n', "mooncake",
      ("latin1.jsonl line 1", "UnicodeDecodeError")),
+    # a row with more values than the header: the first such row used to shift every column by one
+    ("wide2.csv", AZURE_HEADER + "2023-11-16 18:15:46,10,4,7\n2023-11-16 18:15:50,10,4\n", "azure",
+     ("wide2.csv row 2 = '2023-11-16 18:15:46,10,4,7'", "4 values but the header has 3 columns")),
+    ("wide3.csv.gz", gzip.compress((AZURE_HEADER + "2023-11-16 18:15:46,10,4\n2023-11-16 18:15:50,1,000,4\n").encode()),
+     "azure", ("wide3.csv.gz row 3 = '2023-11-16 18:15:50,1,000,4'", "4 values", "(TIMESTAMP, ContextTokens")),
 ])
 def test_bad_trace_files_name_file_row_and_column(tmp_path: Path, name: str, content: str | bytes, fmt: str,
                                                    words: tuple[str, ...]) -> None:
@@ -686,7 +709,7 @@ def test_the_text_summary_of_a_run_where_nothing_completes_in_the_window(overrid
     from test_errors import run_cli
 
     proc = run_cli("simulate", str(REPO / "examples" / "chat-h100.yaml"), "--set", "num_requests=200", "--set",
-                   override, "--no-progress")
+                   "warmup_s=0", "--set", override, "--no-progress")
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "no request completed in the window" in proc.stdout
@@ -740,18 +763,18 @@ FLEET_AB = {"regions": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 
 
 @pytest.mark.parametrize("top, field, name", [
     ({"fleet": {**FLEET_AB, "regions": [{"name": "a", "replicas": 1}, {"name": "a", "replicas": 2}],
-                "clients": [{"name": "c", "rtt_ms": {"a": 10}}]}}, "fleet.regions.name", "a"),
+                "clients": [{"name": "c", "rtt_ms": {"a": 10}}]}}, "fleet.regions[1].name", "a"),
     ({"fleet": {**FLEET_AB, "clients": [{"name": "c", "rtt_ms": {"a": 10, "b": 20}},
-                                        {"name": "c", "rtt_ms": {"a": 30, "b": 5}}]}}, "fleet.clients.name", "c"),
+                                        {"name": "c", "rtt_ms": {"a": 30, "b": 5}}]}}, "fleet.clients[1].name", "c"),
     ({"pipeline": {"pre": [{"name": "tok", "latency_ms": 1}, {"name": "rag", "latency_ms": 5},
-                           {"name": "tok", "latency_ms": 2}]}}, "pipeline.pre.name", "tok"),
+                           {"name": "tok", "latency_ms": 2}]}}, "pipeline.pre[2].name", "tok"),
     ({"pipeline": {"post": [{"name": "filter", "latency_ms": 1}, {"name": "filter", "latency_ms": 1}]}},
-     "pipeline.post.name", "filter"),
+     "pipeline.post[1].name", "filter"),
 ])
 def test_a_name_given_twice_in_a_list_is_refused(top: dict[str, Any], field: str, name: str) -> None:
     """Two regions, clients or pipeline stages of one name were taken silently (a region's replicas or a
     client's RTTs hidden behind the other's); like tiers and pools, now one error names the list and the name."""
-    err = raises(lambda: scenario_from_dict(base(**top)), "names must be unique", repr(name))
+    err = raises(lambda: scenario_from_dict(base(**top)), "has this name too", repr(name))
     assert (err.field, err.value) == (field, name)
 
 
@@ -762,11 +785,12 @@ def test_names_given_twice_share_one_check_and_message() -> None:
 
     data = base()
     data["workload"]["tiers"] = [{"name": "x", "share": 0.5}, {"name": "x", "share": 0.5}]
-    assert raises(lambda: scenario_from_dict(data), "tier names must be unique").field == "workload.tiers.name"
+    err = raises(lambda: scenario_from_dict(data), "tiers[0] has this name too", "every tier needs its own")
+    assert err.field == "workload.tiers[1].name"
     plan = base_plan()
     plan["regions"] = [plan["regions"][0], plan["regions"][0]]
-    err = raises(lambda: load_plan(plan), "region names must be unique", "entries 0 and 1")
-    assert (err.field, err.value) == ("regions.name", plan["regions"][0]["name"])
+    err = raises(lambda: load_plan(plan), "regions[0] has this name too", "every region needs its own")
+    assert (err.field, err.value) == ("regions[1].name", plan["regions"][0]["name"])
 
 
 def test_peak_flops_keys_are_compute_dtypes_and_the_value_a_mapping() -> None:
@@ -934,3 +958,178 @@ def test_a_directory_or_a_device_given_as_a_file_is_called_what_it_is(tmp_path: 
                                                          "format": "azure"}})
     raises(lambda: simulate(scenario_from_dict(data)), "a directory, not a trace file")
     raises(lambda: load_scenario(tmp_path / "missing.yaml"), "file not found")
+
+
+def test_an_error_raised_in_a_planner_worker_reaches_the_plan_whole() -> None:
+    """A ScenarioError raised in a worker process (a cell whose simulation refuses its workload) is pickled
+    back to the planner; it used to lose its parts on the way and break the worker pool ("internal error:
+    BrokenProcessPool") instead of printing its one line."""
+    import pickle
+
+    err = pickle.loads(pickle.dumps(ScenarioError("workload.prompt_tokens", {"min": 1, "max": 2}, "too narrow")))
+    assert (type(err), err.field, err.value, err.message) == (ScenarioError, "workload.prompt_tokens",
+                                                              {"min": 1, "max": 2}, "too narrow")
+    assert str(err) == "workload.prompt_tokens = {'min': 1, 'max': 2}: too narrow"
+
+
+NARROW = {"dist": "lognormal", "mean": 32, "sigma": 0.1, "min": 1000, "max": 1001}
+
+
+def test_a_length_range_no_draw_falls_into_names_the_distribution() -> None:
+    """Lengths outside min/max are drawn again; when almost none fall inside, the error named ``workload =
+    (1000, 1001)``; it names the distribution's field and its settings now."""
+    data = base(workload={**BASE["workload"], "prompt_tokens": NARROW})
+    err = raises(lambda: simulate(scenario_from_dict(data)), "almost every draw falls outside [1000, 1001]",
+                 "'mean': 32")
+    assert err.field == "workload.prompt_tokens"
+
+
+def test_a_cell_whose_simulation_is_refused_is_named() -> None:
+    """A refusal that only the simulation of a cell finds names the forecast row and the candidate."""
+    from simulator.planner import plan
+
+    scenario = base(workload={**BASE["workload"], "prompt_tokens": NARROW})
+    data = {"scenario": scenario, "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": "Q1", "region": "r", "peak_rps": 1}]}
+    err = raises(lambda: plan(load_plan(data), workers=1), "almost every draw", within_s=30)
+    assert err.field == "forecast (quarter Q1, region r), candidate c: workload.prompt_tokens"
+
+
+def small_plan(**top: Any) -> dict[str, Any]:
+    """A valid one-region, one-candidate plan on the constant-time scenario of :func:`base`."""
+    data = {"scenario": base(), "candidates": [{"name": "c", "price_per_gpu_hour": 1.0}],
+            "slo": {"ttft_p99_ms": 100}, "regions": [{"name": "r", "rtt_ms": {"r": 1}}],
+            "forecast": [{"quarter": "Q1", "region": "r", "peak_rps": 1}]}
+    data.update(top)
+    return copy.deepcopy(data)
+
+
+def test_a_name_given_twice_in_a_plan_names_the_entry() -> None:
+    """Two candidates (or regions) of one name printed the whole plan as the value; now the entry and
+    the name."""
+    cands = [{"name": "a", "price_per_gpu_hour": 1.0}, {"name": "b", "price_per_gpu_hour": 1.0},
+             {"name": "a", "price_per_gpu_hour": 2.0}]
+    err = raises(lambda: load_plan(small_plan(candidates=cands)), "candidates[2].name = 'a'",
+                 "candidates[0] has this name too")
+    assert (err.field, err.value) == ("candidates[2].name", "a")
+    regions = [{"name": "r", "rtt_ms": {"r": 1}}, {"name": "r", "rtt_ms": {"r": 2}}]
+    err = raises(lambda: load_plan(small_plan(regions=regions)), "regions[0] has this name too")
+    assert (err.field, err.value) == ("regions[1].name", "r")
+
+
+@pytest.mark.parametrize("peak", [1e-9, 1.5e-6])
+def test_a_forecast_peak_too_low_to_simulate_names_peak_rps(peak: float) -> None:
+    """A peak so low that the cell's requests would arrive over more than the longest simulated span blamed
+    warmup_s (derived from it) or workload.arrival.rate_per_s; it names the forecast row's peak_rps."""
+    from simulator.planner import build_tasks
+
+    data = small_plan(forecast=[{"quarter": "Q1", "region": "r", "peak_rps": peak}])
+    err = raises(lambda: build_tasks(load_plan(data)), "the longest simulated span is 1e+08 s",
+                 "raise peak_rps or lower simulation.num_requests")
+    assert (err.field, err.value) == ("forecast (quarter Q1, region r).peak_rps", peak)
+
+
+LOGNORMAL = {"dist": "lognormal", "mean": 100, "sigma": 0.5, "min": 20, "max": 400}
+
+
+@pytest.mark.parametrize("lengths, given, field, words", [
+    ({"prompt_tokens": LOGNORMAL}, {"avg_prompt_tokens": 5000}, ".avg_prompt_tokens",
+     ("= 5000.0", "must be below the base scenario's workload.prompt_tokens.max=400")),
+    ({"output_tokens": {"dist": "geometric", "mean": 8, "max": 64}}, {"avg_output_tokens": 64}, ".avg_output_tokens",
+     ("must be below the base scenario's workload.output_tokens.max=64",)),
+    ({"prompt_tokens": LOGNORMAL}, {"avg_prompt_tokens": 10}, ".avg_prompt_tokens",
+     ("must be above the base scenario's workload.prompt_tokens.min=20",)),
+    ({"prompt_tokens": {"dist": "uniform", "min": 1, "max": 30}}, {"avg_prompt_tokens": 10}, ".avg_prompt_tokens",
+     ("cannot rescale the base scenario's uniform distribution (workload.prompt_tokens)",)),
+    ({}, {"avg_prompt_tokens": 1500, "avg_output_tokens": 1000}, "",
+     ("1,500 prompt + 1,000 output = 2,500 tokens", "candidate c's max_model_len=2,048")),
+    ({}, {"avg_output_tokens": 2040}, "",
+     ("32 prompt (the base scenario's) + 2,040 output = 2,072 tokens", "max_model_len=2,048")),
+])
+def test_a_forecast_mean_length_the_cell_cannot_simulate_is_refused(lengths: dict[str, Any], given: dict[str, Any],
+                                                                    field: str, words: tuple[str, ...]) -> None:
+    """A forecast mean above the base distribution's max was costed as given but simulated below it (the draws
+    stay under max); one longer than the model's context was accepted. Both name the row and column now,
+    as does a distribution that cannot be rescaled (that one was found only when the cells were built)."""
+    data = small_plan(forecast=[{"quarter": "Q1", "region": "r", "peak_rps": 1, **given}])
+    data["scenario"]["workload"].update(lengths)
+    err = raises(lambda: load_plan(data), *words)
+    assert err.field == "forecast (quarter Q1, region r)" + field
+
+
+@pytest.mark.parametrize("scenario, candidate, field, words", [
+    ({"network": {"clients": [{"rtt_ms": 50}]}}, {}, "scenario.network",
+     ("the plan gives the client network (regions[].rtt_ms", "remove network from the base scenario")),
+    ({"max_sim_time_s": 5}, {}, "scenario.max_sim_time_s",
+     ("runs every simulation until its last request ends", "remove max_sim_time_s")),
+    ({}, {"deployment.replicas": 4}, "candidates[0] (c).set.deployment.replicas",
+     ("the planner searches every candidate's replica count", "simulation.max_replicas")),
+    ({}, {"deployment": {"replicas": 4}}, "candidates[0] (c).set.deployment.replicas", ("replica count",)),
+    ({}, {"deployment.pools": [{"name": "a"}, {"name": "b", "replicas": 3}],
+          "deployment.pool_routing": {"by": "prompt_tokens", "thresholds": [{"max_prompt_tokens": 16, "pool": "a"}],
+                                      "default": "b"}},
+     "candidates[0] (c).set.deployment.pools.1.replicas", ("each pool's",)),
+])
+def test_what_a_plan_replaces_is_refused_not_dropped(scenario: dict[str, Any], candidate: dict[str, Any], field: str,
+                                                     words: tuple[str, ...]) -> None:
+    """A base scenario's network or max_sim_time_s, and a candidate's replica count, were dropped from every
+    cell without a word (the plan's regions give the RTTs, the planner runs to the end and searches the
+    count); each is an error naming it now."""
+    data = small_plan(scenario=base(**scenario))
+    data["candidates"][0]["set"] = candidate
+    err = raises(lambda: load_plan(data), *words)
+    assert err.field == field
+
+
+@pytest.mark.parametrize("top, field, words", [
+    ({"warmup_s": 100}, "warmup_s", ("warmup_s = 100.0: leaves no request to measure",
+                                     "[warmup_s, last arrival - cooldown_s] = [100, ")),
+    ({"cooldown_s": 100}, "cooldown_s", ("cooldown_s = 100.0: leaves no request",)),
+    ({"warmup_s": 3, "cooldown_s": 3}, "warmup_s + cooldown_s", ("warmup_s + cooldown_s = 6.0: leave no request",)),
+    ({"warmup_s": 1e6, "workload": {**BASE["workload"], "arrival": {"process": "closed_loop", "concurrency": 4}}},
+     "warmup_s", ("(the steady part of the closed loop", "= [1e+06, ")),
+])
+def test_a_warmup_or_cooldown_covering_the_run_is_an_error(top: dict[str, Any], field: str,
+                                                          words: tuple[str, ...]) -> None:
+    """warmup_s and cooldown_s that leave no arrival in the measurement window were replaced by the whole
+    run (start-up included) without a word; the run is now refused, naming them and the empty window."""
+    err = raises(lambda: simulate(scenario_from_dict(base(**top))).summary, *words,
+                 "lower warmup_s or cooldown_s, or give more requests")
+    assert err.field == field
+
+
+def test_a_warmup_covering_the_duration_is_refused_before_the_run() -> None:
+    """Every request arrives before duration_s: warmup_s + cooldown_s at or beyond it is refused with the
+    scenario."""
+    err = raises(lambda: scenario_from_dict(base(num_requests=None, duration_s=10, warmup_s=4, cooldown_s=6)),
+                 "warmup_s=4 + cooldown_s=6 = 10 s cover the whole duration_s=10 s")
+    assert (err.field, err.value) == ("warmup_s", 4)
+    err = raises(lambda: scenario_from_dict(base(num_requests=None, duration_s=10, cooldown_s=12)), "cooldown_s=12")
+    assert err.field == "cooldown_s"
+    scenario_from_dict(base(num_requests=None, duration_s=10, warmup_s=4, cooldown_s=5.9))
+
+
+def test_plan_warmup_and_cooldown_fractions_must_leave_a_window() -> None:
+    """A plan's warmup_fraction + cooldown_fraction of 1 or more was accepted (every run then measured as a
+    whole); a sum below 1 whose window a run's arrivals leave empty names the cell and the fractions."""
+    from simulator.planner import plan
+
+    data = small_plan(simulation={"warmup_fraction": 0.6, "cooldown_fraction": 0.45})
+    err = raises(lambda: load_plan(data), "cooldown_fraction=0.45 + warmup_fraction=0.6 = 1.05",
+                 "their sum must be below 1")
+    assert (err.field, err.value) == ("simulation.cooldown_fraction", 0.45)
+    data = small_plan(simulation={"num_requests": 200, "warmup_fraction": 0.89, "cooldown_fraction": 0.1, "seed": 2,
+                                  "replications": 1, "max_replicas": 4})
+    err = raises(lambda: plan(load_plan(data), workers=1), "leave no request to measure",
+                 "the planner sets warmup_s and cooldown_s to simulation.warmup_fraction and cooldown_fraction",
+                 within_s=30)
+    assert err.field == "forecast (quarter Q1, region r), candidate c: warmup_s + cooldown_s"
+
+
+def test_the_base_mean_a_forecast_row_is_checked_with_names_the_base_scenario() -> None:
+    """A row giving one mean length is checked with the base scenario's other mean; a length file that
+    cannot be read for it is named as the base scenario's field (it was named without ``scenario.``)."""
+    data = small_plan(forecast=[{"quarter": "Q1", "region": "r", "peak_rps": 1, "avg_prompt_tokens": 10}])
+    data["scenario"]["workload"]["output_tokens"] = {"dist": "empirical", "path": "nope.csv", "column": "n"}
+    assert raises(lambda: load_plan(data), "file not found").field == "scenario.workload.output_tokens.path"

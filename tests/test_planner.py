@@ -275,9 +275,8 @@ def test_example_plan_loads():
 
 def test_base_scenario_fleet_features_do_not_leak_into_cells():
     data = base_plan(failover="none")
-    data["scenario"] = dict(data["scenario"], network={"clients": [{"rtt_ms": 500}]},
-                            deployment={"router": "power_of_two",
-                                        "autoscaler": {"max_replicas": 2, "target_outstanding_per_replica": 4}})
+    data["scenario"] = dict(data["scenario"], deployment={
+        "router": "power_of_two", "autoscaler": {"max_replicas": 2, "target_outstanding_per_replica": 4}})
     for task in build_tasks(load_plan(data)):
         sc = task.scenario
         # the search verifies a fixed count; the autoscaler is honoured by the fleet-hours model instead

@@ -88,7 +88,8 @@ def test_pools_are_seeded():
      "deployment.pool_routing.by = 'tier': needs workload.tiers"),
     (["deployment.autoscaler={max_replicas: 4, target_outstanding_per_replica: 4}"],
      "deployment.autoscaler = 'set': is not modelled together with deployment.pools"),
-    (["deployment.pools=[{name: a}, {name: a}]"], "deployment.pools.name = 'a': pool names must be unique"),
+    (["deployment.pools=[{name: a}, {name: a}]"],
+     "deployment.pools[1].name = 'a': deployment.pools[0] has this name too"),
     (["deployment.replicas=4"], "deployment.replicas = 4: with deployment.pools the replicas are per pool"),
     (["deployment.pool_routing.thresholds=[]"],
      "deployment.pool_routing.thresholds = []: by: prompt_tokens needs at least one"),
@@ -112,7 +113,8 @@ def test_example_runs_from_the_cli():
 
 def test_out_folder_keeps_the_pool_column(tmp_path):
     import pandas as pd
-    proc = run_cli("simulate", str(EXAMPLE), "--set", "num_requests=300", "--out", str(tmp_path / "run"))
+    proc = run_cli("simulate", str(EXAMPLE), "--set", "num_requests=300", "--set", "warmup_s=0",   # 21 s of arrivals
+                   "--out", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
     req = pd.read_csv(tmp_path / "run" / "requests.csv")
     assert set(req["pool"]) == {"small", "big"}

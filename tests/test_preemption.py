@@ -12,7 +12,7 @@ def pressure(**over):
     """llama-3-8b on an H100 with a 3,000-block cache (48k tokens) and 2-4k-token prompts at a
     rate the cache cannot hold: preemptions every few steps."""
     sc = load_scenario("examples/sharegpt-h100.yaml")
-    return sc.with_overrides({"num_requests": 300, "warmup_s": 0, "workload.arrival.rate_per_s": 20,
+    return sc.with_overrides({"num_requests": 300, "warmup_s": 0, "cooldown_s": 0, "workload.arrival.rate_per_s": 20,
                               "scheduler.num_gpu_blocks_override": 3000,
                               "workload.prompt_tokens": {"dist": "uniform", "min": 2000, "max": 4000},
                               "workload.output_tokens": {"dist": "uniform", "min": 200, "max": 600}, **over})

@@ -63,8 +63,8 @@ def test_draft_model_speculation_helps_at_high_acceptance_and_hurts_at_low():
 
 
 def test_draft_model_takes_memory_from_the_kv_cache():
-    plain = simulate(reference(num_requests=20)).summary["kv_cache"]
-    with_draft = simulate(reference(num_requests=20, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b"))
+    plain = simulate(reference(num_requests=20, cooldown_s=0)).summary["kv_cache"]   # 20 s of arrivals
+    with_draft = simulate(reference(num_requests=20, cooldown_s=0, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b"))
                           ).summary["kv_cache"]
     # 1.24B draft parameters in bf16 come off the budget, and each token also holds the draft's KV
     # (16 layers x 8 kv heads x 64 dims, against the target's 32 x 8 x 128: a quarter more).
@@ -76,7 +76,7 @@ def test_draft_model_takes_memory_from_the_kv_cache():
 def test_num_gpu_blocks_override_wins_over_the_draft_models_memory():
     """As vLLM's num_gpu_blocks_override replaces the profiled block count, the override is the
     cache's size with a draft model too; the draft's weights and KV are still accounted for."""
-    over = {"num_requests": 20, "scheduler.num_gpu_blocks_override": 3000}
+    over = {"num_requests": 20, "cooldown_s": 0, "scheduler.num_gpu_blocks_override": 3000}   # 20 s of arrivals
     plain = simulate(reference(**over)).summary["kv_cache"]
     r = simulate(reference(**over, **spec("draft", 4, 0.8, draft_model="llama-3.2-1b")))
     with_draft = r.summary["kv_cache"]

@@ -403,7 +403,8 @@ def test_the_summary_is_computed_on_first_use_and_the_planner_never_needs_it(mon
         raise AssertionError("the planner computed a whole summary")
     monkeypatch.setattr(metrics, "summarize", no_summary)
     task = build_tasks(load_plan("examples/plan-fy27.yaml"))[0]
-    task = dataclasses.replace(task, scenario=task.scenario.with_overrides({"num_requests": 300}))
+    task = dataclasses.replace(task, scenario=task.scenario.with_overrides({"num_requests": 300, "warmup_s": 0,
+                                                                           "cooldown_s": 0}))
     checks = _judge_replication(task, 3, 0)
     assert checks[None]["stability"]["stable"] is not None and float(checks[None]["batching_factor"]) > 0
 
@@ -464,7 +465,8 @@ def test_a_released_batching_factor_simulates_its_run_again():
     from simulator.planner.search import _judge_replication
 
     task = build_tasks(load_plan("examples/plan-fy27.yaml"))[2]
-    task = dataclasses.replace(task, scenario=task.scenario.with_overrides({"num_requests": 400}))
+    task = dataclasses.replace(task, scenario=task.scenario.with_overrides({"num_requests": 400, "warmup_s": 0,
+                                                                           "cooldown_s": 0}))
     factor = _judge_replication(task, 30, 1)[None]["batching_factor"]
     kept = float(factor)
     assert factor.step_log is not None

@@ -94,7 +94,7 @@ def test_tiers_leave_other_streams_unchanged():
 
 @pytest.mark.parametrize("tiers,match", [
     ([{"name": "a", "share": 0.5}, {"name": "b", "share": 0.3}], "shares must sum to 1, got 0.8"),
-    ([{"name": "a", "share": 0.5}, {"name": "a", "share": 0.5}], "unique"),
+    ([{"name": "a", "share": 0.5}, {"name": "a", "share": 0.5}], "has this name too"),
     ([{"name": "a", "share": 0}], "share"),
 ])
 def test_bad_tiers_are_clear_errors(tiers, match):

@@ -19,7 +19,15 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from simulator.errors import ScenarioError, check_unique_names, field_error_of
 from simulator.planner.fleet_hours import plan_shapes
-from simulator.scenario.config import Scenario, SLOConfig, _flatten, _is_tag, load_scenario, scenario_from_dict
+from simulator.scenario.config import (
+    Scenario,
+    SLOConfig,
+    _flatten,
+    _is_tag,
+    cross_field,
+    load_scenario,
+    scenario_from_dict,
+)
 from simulator.scenario.files import read_csv, read_yaml, require_file
 from simulator.scenario.frozen import Frozen
 from simulator.scenario.limits import (
@@ -89,6 +97,7 @@ class SimulationSettings(Frozen):
     warmup_fraction: FiniteFloat = Field(default=0.1, ge=0, lt=0.9)
     """Leading share of the arrivals left out of the statistics (the fleet starts empty)."""
     cooldown_fraction: FiniteFloat = Field(default=0.05, ge=0, lt=0.5)
+    """Trailing share of the arrivals left out (the fleet drains); with ``warmup_fraction`` below 1."""
     seed: Integer = Field(default=0, ge=0)
     max_replicas: Integer = Field(default=64, ge=1, le=MAX_REPLICAS)
     """Largest replica count tried per region; beyond it a candidate is reported infeasible."""
@@ -98,6 +107,14 @@ class SimulationSettings(Frozen):
     decision is noisy (at the chosen count the worst ratio's seed-to-seed spread is above 5% and a seed two
     spreads worse would miss, or the count below passes on some seeds); ``replications`` and
     ``replications_reason`` in the worksheet say which."""
+
+    @model_validator(mode="after")
+    def _window(self) -> SimulationSettings:
+        if self.warmup_fraction + self.cooldown_fraction >= 1:
+            raise ValueError(f"cooldown_fraction={self.cooldown_fraction:g} + warmup_fraction={self.warmup_fraction:g}"
+                             f" = {self.warmup_fraction + self.cooldown_fraction:g} leave no arrival to measure (each "
+                             "run is measured between the two); their sum must be below 1")
+        return self
 
     @field_validator("replications", mode="before")
     @classmethod
@@ -183,14 +200,18 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     except ValidationError as exc:
         raise _to_plan_error(exc, data) from None
     base = _load_base(config)
-    if base.fleet is not None:
-        raise ScenarioError("scenario.fleet", [r.name for r in base.fleet.regions],
-                            "the plan's regions and forecast replace a multi-region fleet (one region per "
-                            "cell); remove fleet from the base scenario")
-    candidates = {c.name: _candidate_scenario(base, c, i, config.currency)
-                  for i, c in enumerate(config.candidates)}
+    for key, why in REPLACED.items():
+        value = getattr(base, key)
+        if value is not None:
+            shown = [r.name for r in value.regions] if key == "fleet" else \
+                value.model_dump(mode="json", exclude_unset=True) if isinstance(value, BaseModel) else value
+            raise ScenarioError(f"scenario.{key}", shown, f"{why}; remove {key} from the base scenario")
+    candidates, contexts = {}, {}
+    for i, c in enumerate(config.candidates):
+        candidates[c.name], contexts[c.name] = _candidate_scenario(base, c, i, config.currency)
     forecast = _load_forecast(config)
     _check_regions(config, forecast)
+    _check_forecast_lengths(base, forecast, contexts)
     return LoadedPlan(config, base, candidates, forecast)
 
 
@@ -209,7 +230,17 @@ def _load_base(config: PlanConfig) -> Scenario:
         raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
 
 
-def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: str = "USD") -> Scenario:
+REPLACED = {
+    "network": "the plan gives the client network (regions[].rtt_ms, and network for the connection set-up)",
+    "fleet": "the plan's regions and forecast replace a multi-region fleet (one region per cell)",
+    "max_sim_time_s": "the planner runs every simulation until its last request ends (a request the clock cut "
+                      "off would count as a miss)",
+}
+"""Scenario fields the plan replaces and a cell would drop: set in the base scenario (or a candidate), an error."""
+
+
+def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: str = "USD") -> tuple[Scenario, int]:
+    """The candidate's scenario and the longest request (prompt + output) it serves, ``max_model_len``."""
     from simulator.run.resolve import resolve
 
     where = f"candidates[{index}] ({cand.name})"
@@ -223,6 +254,12 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
             raise ScenarioError(f"{where}.set.{key}", cand.set[key],
                                 "the plan's regions (client RTTs, failover) replace the scenario's network "
                                 "and fleet; a candidate may change the serving system only")
+    counts = _replica_counts(cand.set)
+    if counts:
+        key, value = counts[0]
+        raise ScenarioError(f"{where}.set.{key}", value, "the planner searches every candidate's replica count "
+                            "(with deployment.pools, each pool's), from 1 to simulation.max_replicas; leave it out "
+                            "(deployment.autoscaler.min_replicas sets a floor the fleet pays)")
     try:
         sc = base.with_overrides(dict(cand.set))
     except ScenarioError as exc:
@@ -242,7 +279,27 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
             raise ScenarioError(f"{where}.price_per_gpu_hour", None,
                                 f"the plan's currency is {currency} but hardware profile {profile.name!r}{pool} "
                                 f"has an assumed USD price; quote this candidate's price in {currency}")
-    return sc
+    return sc, system.max_model_len
+
+
+def _replica_counts(overrides: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The replica counts a candidate's overrides set, as (dotted key, value): ``deployment.replicas``, or
+    ``replicas`` of a ``deployment.pools`` entry, however the keys are nested."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(key: str, value: Any) -> None:
+        if key == "deployment.replicas" or (key.startswith("deployment.pools.") and key.endswith(".replicas")):
+            found.append((key, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{key}.{k}", v)
+        elif key == "deployment.pools" and isinstance(value, list):
+            for i, pool in enumerate(value):
+                walk(f"{key}.{i}", pool)
+
+    for key, value in overrides.items():
+        walk(str(key), value)
+    return found
 
 
 FORECAST_COLUMNS = ("quarter", "region", "peak_rps", "avg_prompt_tokens", "avg_output_tokens")
@@ -326,6 +383,61 @@ def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
                                     f"failover n_plus_one needs the RTT to every region; missing {', '.join(lacking)}")
 
 
+RESCALED = {"prompt_tokens": "avg_prompt_tokens", "output_tokens": "avg_output_tokens"}
+"""The base scenario's length distributions and the forecast columns whose mean they take."""
+
+
+def _check_forecast_lengths(base: Scenario, forecast: pd.DataFrame, contexts: dict[str, int]) -> None:
+    """Refuse a forecast mean length the cell could not simulate: a base distribution that cannot be
+    rescaled (uniform, empirical), a mean outside the distribution's ``[min, max]`` (its draws stay inside,
+    so the simulated mean would differ from the one costed), or a mean request (prompt + output) longer than
+    a candidate's ``max_model_len`` (``contexts``, by candidate name)."""
+    from simulator.workload.lengths import make_length
+
+    base_means: dict[str, float] = {}
+    for row in forecast.to_dict("records"):
+        where = f"forecast (quarter {row['quarter']}, region {row['region']})"
+        given = {key: float(row[col]) for key, col in RESCALED.items()
+                 if row.get(col) is not None and not (isinstance(row[col], float) and math.isnan(row[col]))}
+        for key, mean in given.items():
+            dist, field = getattr(base.workload, key), f"{where}.{RESCALED[key]}"
+            if dist is None:
+                continue        # trace lengths: the planner refuses trace arrivals when it builds the cells
+            if dist.dist not in ("lognormal", "geometric", "fixed"):
+                raise ScenarioError(field, mean, f"cannot rescale the base scenario's {dist.dist} distribution "
+                                    f"(workload.{key}); use lognormal, geometric or fixed lengths in the base "
+                                    "scenario, or leave the column empty")
+            hi, lo = getattr(dist, "max", None), getattr(dist, "min", None)
+            if hi is not None and mean >= hi:
+                raise ScenarioError(field, mean, f"must be below the base scenario's workload.{key}.max={hi:,}: "
+                                    "lengths are drawn up to it, so the simulated mean would stay below the "
+                                    f"one costed; raise workload.{key}.max or lower the forecast")
+            if lo is not None and mean <= lo:
+                raise ScenarioError(field, mean, f"must be above the base scenario's workload.{key}.min={lo:,}: "
+                                    "lengths are drawn from it up, so the simulated mean would stay above the "
+                                    f"one costed; lower workload.{key}.min or raise the forecast")
+        if not given:
+            continue
+        means = {}
+        for key in RESCALED:
+            if key not in given and key not in base_means:
+                dist = getattr(base.workload, key)
+                try:
+                    base_means[key] = make_length(dist, base, f"workload.{key}").mean if dist is not None else 0.0
+                except ScenarioError as exc:   # an empirical length file that cannot be read
+                    raise ScenarioError(f"scenario.{exc.field}", exc.value, exc.message) from None
+            means[key] = given.get(key, base_means.get(key, 0.0))
+        total = sum(means.values())
+        shortest = min(contexts, key=lambda name: contexts[name])
+        if total > contexts[shortest]:
+            parts = " + ".join(f"{means[k]:,.6g} {k.split('_')[0]}" + ("" if k in given else " (the base scenario's)")
+                               for k in RESCALED)
+            raise ScenarioError(where, {RESCALED[k]: v for k, v in given.items()},
+                                f"the mean request, {parts} = {total:,.6g} tokens, is longer than candidate "
+                                f"{shortest}'s max_model_len={contexts[shortest]:,} (prompt + output must fit); "
+                                "lower the forecast, or give the candidates a longer context")
+
+
 # -- errors ----------------------------------------------------------------------------------------
 def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
     errors = exc.errors(include_url=False)
@@ -363,6 +475,7 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         msg = str(limit_message(err, PlanConfig))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
+        field, value = cross_field("" if field == "plan" else field, value, msg) or (field, value)
     return ScenarioError(field, value, msg)
 
 

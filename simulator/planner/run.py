@@ -32,7 +32,7 @@ from simulator.planner.fleet_hours import autoscale_policy, fleet_day
 from simulator.planner.pool_search import search_pools
 from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, one_replica, search_replicas
 from simulator.run.resolve import resolve
-from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, scenario_from_dict
+from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, check_span, scenario_from_dict
 from simulator.workload.lengths import make_length
 from simulator.workload.prefix import requests_per_session
 
@@ -111,7 +111,7 @@ def _with_saturations(ex: Executor, tasks: list[SearchTask]) -> list[SearchTask]
         one = one_replica(task)
         key = saturation_key(one)
         if key not in keys:
-            keys[key] = ex.submit(saturation_rps, one)
+            keys[key] = ex.submit(_in_cell, cell_where(task.quarter, task.region, task.candidate), saturation_rps, one)
         per_task.append(key)
     return [task if key is None else dataclasses.replace(task, saturation_rps=keys[key].result())
             for task, key in zip(tasks, per_task, strict=True)]
@@ -122,7 +122,23 @@ def _ready() -> None:
 
 
 def _search(task: SearchTask) -> dict[str, Any]:
-    return search_pools(task) if task.scenario.deployment.pools else search_replicas(task)
+    return _in_cell(cell_where(task.quarter, task.region, task.candidate),
+                    search_pools if task.scenario.deployment.pools else search_replicas, task)
+
+
+def cell_where(quarter: str, region: str, candidate: str) -> str:
+    """How an error names the cell and candidate it arose in."""
+    return f"forecast (quarter {quarter}, region {region}), candidate {candidate}"
+
+
+def _in_cell(where: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, a refusal of the cell's simulation (a workload it cannot draw, say) naming the cell."""
+    try:
+        return fn(*args)
+    except ScenarioError as exc:
+        hint = ("; the planner sets warmup_s and cooldown_s to simulation.warmup_fraction and cooldown_fraction "
+                "of the cell's run") if exc.field.startswith(("warmup_s", "cooldown_s")) else ""
+        raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message + hint) from None
 
 
 def _longest_first(ex: Executor, tasks: list[SearchTask]) -> Iterator[dict[str, Any]]:
@@ -225,36 +241,32 @@ def cell_scenario(base: Scenario, row: dict[str, Any], rate: float, cfg: PlanCon
     wl["arrival"]["rate_per_s"] = rate
     if base.workload.sessions is not None:   # the arrival process starts sessions of several requests each
         wl["arrival"]["rate_per_s"] = rate / requests_per_session(base)
+    check_span(sim.num_requests, wl["arrival"]["rate_per_s"], f"forecast (quarter {row['quarter']}, region "
+               f"{row['region']}).peak_rps", row["peak_rps"], f"the {sim.num_requests:,} requests "
+               f"(simulation.num_requests) of the cell's design load, {rate:.3g} requests/s,",
+               "raise peak_rps or lower simulation.num_requests")
     for key, col in (("prompt_tokens", "avg_prompt_tokens"), ("output_tokens", "avg_output_tokens")):
         mean = row.get(col)
         if mean is not None and not (isinstance(mean, float) and math.isnan(mean)):
-            wl[key] = _rescaled(dict(wl[key]), float(mean), col)
+            wl[key] = _rescaled(dict(wl[key]), float(mean))
     span = sim.num_requests / rate
     data.update(num_requests=sim.num_requests, seed=sim.seed, warmup_s=sim.warmup_fraction * span,
                 cooldown_s=sim.cooldown_fraction * span, slo={},
                 name=f"{row['quarter']}/{row['region']}/{cfg.candidates[index].name}")
-    data.pop("duration_s", None)
-    data.pop("network", None)        # the plan's regions give the client RTTs
-    data.pop("fleet", None)          # one region per cell, sized at a steady peak
+    data.pop("duration_s", None)     # the run length is simulation.num_requests
     # The search verifies a fixed count at the steady peak; the candidate's autoscaler is honoured by the
     # fleet-hours model (fleet_hours.py: min/max, scale-down delay, cold start, warm pool) on that count.
     data.get("deployment", {}).pop("autoscaler", None)
-    data.pop("max_sim_time_s", None)
-    try:
-        return scenario_from_dict(data)
-    except ScenarioError as exc:
-        raise ScenarioError(f"forecast {row['quarter']} {row['region']}: {exc.field}", exc.value, exc.message) from None
+    # network, fleet and max_sim_time_s, which a cell cannot honour, load_plan refused (config.REPLACED).
+    return _in_cell(cell_where(row["quarter"], row["region"], cfg.candidates[index].name), scenario_from_dict, data)
 
 
-def _rescaled(dist: dict[str, Any], mean: float, column: str) -> dict[str, Any]:
-    kind = dist["dist"]
-    if kind in ("lognormal", "geometric"):
-        dist["mean"] = mean
-    elif kind == "fixed":
+def _rescaled(dist: dict[str, Any], mean: float) -> dict[str, Any]:
+    """The distribution with the forecast's mean (which :func:`load_plan` checked it can take)."""
+    if dist["dist"] == "fixed":
         dist["value"] = max(1, int(round(mean)))
     else:
-        raise ScenarioError(f"forecast {column}", mean, f"cannot rescale the base scenario's {kind} distribution; "
-                            "use lognormal, geometric or fixed lengths in the base scenario, or leave the column empty")
+        dist["mean"] = mean
     return dist
 
 

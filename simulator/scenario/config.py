@@ -888,6 +888,21 @@ class Scenario(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _window(self) -> Scenario:
+        """Every request arrives before ``duration_s`` (without sessions, whose later turns may not): when
+        ``warmup_s`` and ``cooldown_s`` cover it, the measurement window is sure to be empty."""
+        offline = isinstance(self.workload.arrival, OfflineArrival)
+        trimmed = self.warmup_s + self.cooldown_s
+        if self.duration_s is not None and self.workload.sessions is None and not offline and trimmed > 0 \
+                and trimmed >= self.duration_s:
+            both = [f"warmup_s={self.warmup_s:g}", f"cooldown_s={self.cooldown_s:g}"]
+            raise ValueError(f"{' + '.join(both if self.warmup_s else both[::-1])} = {trimmed:g} s cover the whole "
+                             f"duration_s={self.duration_s:g} s (every request arrives within it): no request is left "
+                             "in the measurement window [warmup_s, last arrival - cooldown_s]; lower them or "
+                             "lengthen duration_s")
+        return self
+
+    @model_validator(mode="after")
     def _task_slo_needs_sessions(self) -> Scenario:
         if self.workload.sessions is None:
             slos = [("slo", self.slo)] + [(f"workload.tiers.{i}.slo", t.slo)
@@ -1017,12 +1032,8 @@ def _check_rate(scenario: Scenario, arrival: PoissonArrival | GammaArrival | Diu
     else:
         name, rate, per_s = "rate_per_s", arrival.rate_per_s, arrival.rate_per_s
     if scenario.num_requests is not None:
-        span = scenario.num_requests / rate
-        if span > MAX_TIME_S:
-            raise ScenarioError(f"workload.arrival.{name}", rate,
-                                f"{scenario.num_requests:,} requests at this rate arrive over about {span:.3g} s; "
-                                f"the longest simulated span is {MAX_TIME_S:.0e} s (about 3 years): raise the "
-                                "rate or lower num_requests")
+        check_span(scenario.num_requests, rate, f"workload.arrival.{name}", rate,
+                   f"{scenario.num_requests:,} requests at this rate", "raise the rate or lower num_requests")
         return scenario.num_requests
     assert scenario.duration_s is not None   # the model requires one of the two
     expected = per_s * scenario.duration_s
@@ -1031,6 +1042,18 @@ def _check_rate(scenario: Scenario, arrival: PoissonArrival | GammaArrival | Diu
                             f"about {expected:,.0f} requests arrive in it at {name}={rate:g}; a run holds at most "
                             f"{MAX_NUM_REQUESTS:,}: shorten duration_s, lower the rate or give num_requests")
     return int(expected)
+
+
+def check_span(count: int, rate: float, field: str, value: Any, what: str, advice: str) -> None:
+    """Refuse ``count`` arrivals at ``rate`` per second: they would spread over more than ``MAX_TIME_S``.
+
+    Raises:
+        ScenarioError: naming ``field`` and ``value``; ``what`` arrive over the span, ``advice`` ends it.
+    """
+    span = count / rate
+    if span > MAX_TIME_S:
+        raise ScenarioError(field, value, f"{what} arrive over about {span:.3g} s; the longest simulated span is "
+                                          f"{MAX_TIME_S:.0e} s (about 3 years): {advice}")
 
 
 def _mean_of(dist: Any) -> float:
@@ -1138,11 +1161,19 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
         msg = str(limit_message(err, Scenario))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
-        # Cross-field checks name the first field as "name=value": point at that field.
-        lead = re.match(r"(\w+)=", msg)
-        if lead and isinstance(value, dict) and lead.group(1) in value:
-            field, value = f"{field}.{lead.group(1)}", value[lead.group(1)]
+        field, value = cross_field(".".join(loc), value, msg) or (field, value)
     return ScenarioError(field, value, msg)
+
+
+def cross_field(path: str, value: Any, message: str) -> tuple[str, Any] | None:
+    """Where a cross-field check points: it names the first field it is about as ``name=value`` at the start
+    of its ``message``; that field's dotted path under ``path`` (the checked model's; "" at the top) and its
+    value, when the checked input ``value`` holds it (else None)."""
+    lead = re.match(r"(\w+)=", message)
+    if lead and isinstance(value, dict) and lead.group(1) in value:
+        name = lead.group(1)
+        return (f"{path}.{name}" if path else name), value[name]
+    return None
 
 
 def _is_tag(part: Any) -> bool:

@@ -8,15 +8,20 @@ would otherwise hang, exhaust memory or end in a traceback later:
   gigabytes once a validator walks it), nesting at most ``MAX_YAML_DEPTH`` levels (a 5,000-deep
   list would overflow the recursion of every walker after the parser);
 * text (:func:`decode_text`): UTF-8, naming the line of the first bad byte;
-* CSV (:func:`read_csv`): a ``.gz`` that is not gzip, a truncated archive, text that is not
-  UTF-8 or not CSV.
+* CSV (:func:`read_csv`, :func:`parse_csv`): a ``.gz`` that is not gzip, a truncated archive, text
+  that is not UTF-8 or not CSV, a row with more values than the header has columns (pandas took a
+  first such row's values as an index, shifting every column by one).
 
 The dashboard's uploads go through the same functions (:mod:`simulator.scenario.io`).
 """
 from __future__ import annotations
 
+import csv
 import gzip
+import io
+import re
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +178,8 @@ def _line(event: Any) -> str:
 def read_csv(path: Path, source: str, **kwargs: Any) -> Any:
     """``pandas.read_csv`` (compression inferred from the name), with every way a file can fail to be
     a CSV turned into one error naming ``source``: a ``.gz`` that is not gzip, a truncated archive,
-    bytes that are not UTF-8, unparsable or empty text."""
-    import pandas as pd
-
+    bytes that are not UTF-8, unparsable or empty text, rows with more values than columns
+    (:func:`parse_csv`)."""
     if path.name.lower().endswith(".gz"):
         try:
             with path.open("rb") as fh:
@@ -185,18 +189,70 @@ def read_csv(path: Path, source: str, **kwargs: Any) -> Any:
         if magic != b"\x1f\x8b":
             raise ScenarioError(source, str(path), "named .gz but not gzip-compressed; compress it with gzip "
                                 "or drop the .gz from its name")
+    def lines() -> Any:
+        opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
+        return opener(path, "rt", encoding="utf-8", errors="replace", newline="")
+
     try:
-        return pd.read_csv(path, **kwargs)
+        return parse_csv(path, source, str(path), path.name, lines, **kwargs)
     except UnicodeDecodeError:
         raise ScenarioError(source, str(path), f"not UTF-8 text ({_first_bad_line(path)}); save it as UTF-8") \
             from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ScenarioError(source, str(path), f"not a readable CSV ({type(exc).__name__})") from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise ScenarioError(source, str(path), f"a damaged compressed file ({type(exc).__name__})") from None
     except OSError as exc:
         raise ScenarioError(source, str(path), f"cannot read the file ({exc.strerror or type(exc).__name__})") \
             from None
+
+
+_RAGGED = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def parse_csv(data: Any, source: str, shown: str, name: str, lines: Any, **kwargs: Any) -> Any:
+    """``pandas.read_csv(data, **kwargs)``, refusing text that is not CSV (an error naming ``source`` with the
+    value ``shown``) and a row with more values than the header has columns (naming ``name`` and the row,
+    counted as a spreadsheet does: the header is row 1); a row with fewer reads its last columns as empty.
+    ``lines()`` opens the text again (a context manager yielding its lines) to quote that row."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(data, **kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        ragged = _RAGGED.search(str(exc))
+        if ragged:
+            _refuse_ragged(name, int(ragged.group(2)), lines)
+        raise ScenarioError(source, shown, f"not a readable CSV ({type(exc).__name__})") from None
+    if "index_col" not in kwargs and not frame.index.equals(pd.RangeIndex(len(frame))):
+        _refuse_ragged(name, 2, lines)   # pandas made the extra values of the first row an index
+    return frame
+
+
+def _refuse_ragged(name: str, number: int, lines: Any) -> None:
+    with lines() as fh:
+        records = _records(fh, number)
+    header, row = records[0], records[-1]
+    text = io.StringIO()
+    csv.writer(text, lineterminator="").writerow(row)
+    raise ScenarioError(f"{name} row {number}", text.getvalue(),
+                        f"{len(row)} values but the header has {len(header)} columns ({', '.join(header)}); give "
+                        "one value per column (put a value holding a comma in double quotes)")
+
+
+def _records(lines: Iterable[str], number: int) -> list[list[str]]:
+    """The first and the ``number``-th record of CSV text (1: the header)."""
+    out: list[list[str]] = []
+    for i, record in enumerate(csv.reader(lines), 1):
+        if i == 1:
+            out.append(record)
+        if i == number:
+            out.append(record)
+            break
+    return out
+
+
+def text_lines(text: str) -> Any:
+    """A :func:`parse_csv` ``lines`` for CSV text in memory."""
+    return lambda: io.StringIO(text, newline="")
 
 
 def _first_bad_line(path: Path) -> str:

@@ -15,7 +15,7 @@ import yaml
 
 from simulator.errors import ScenarioError
 from simulator.scenario.config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
-from simulator.scenario.files import check_size, decode_text, parse_yaml
+from simulator.scenario.files import check_size, decode_text, parse_csv, parse_yaml, text_lines
 from simulator.scenario.profiles import available_profiles
 
 #: Largest scenario file accepted from an upload (a scenario is a few hundred bytes; traces are
@@ -131,10 +131,7 @@ def forecast_rows_from_csv_bytes(data: bytes, *, source: str = "forecast.csv",
     import pandas as pd
 
     text = decode_upload(data, source, max_bytes, "a forecast CSV", "a CSV file")
-    try:
-        frame = pd.read_csv(io.StringIO(text), dtype={"quarter": str, "region": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ScenarioError(source, "CSV", f"not a readable CSV ({type(exc).__name__})") from None
+    frame = parse_csv(io.StringIO(text), source, "CSV", source, text_lines(text), dtype={"quarter": str, "region": str})
     if frame.empty:
         raise ScenarioError(source, list(frame.columns), "the forecast has no rows; expected quarter, region, "
                             "peak_rps[, avg_prompt_tokens, avg_output_tokens]")

@@ -60,6 +60,7 @@ class Geometric:
     def __init__(self, cfg: GeometricLength, scenario: Scenario, field: str) -> None:
         self.p = 1.0 / cfg.mean
         self.max = cfg.max
+        self.cfg, self.field = cfg, field
 
     @property
     def mean(self) -> float:
@@ -70,7 +71,8 @@ class Geometric:
         return float((k * pmf).sum() / pmf.sum())
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return _resample_above(lambda m: rng.geometric(self.p, m).astype(np.int64), n, None, self.max)
+        return _resample_within(lambda m: rng.geometric(self.p, m).astype(np.int64), n, None, self.max, self.field,
+                                self.cfg)
 
 
 @register_length("lognormal")
@@ -81,6 +83,7 @@ class Lognormal:
         self.mu = math.log(cfg.mean) - cfg.sigma**2 / 2.0
         self.sigma, self.min, self.max = cfg.sigma, cfg.min, cfg.max
         self._mean = cfg.mean
+        self.cfg, self.field = cfg, field
         if self.max is not None and self.max < self.min:
             raise ScenarioError(f"{field}.max", self.max, f"is below min={self.min}")
 
@@ -91,7 +94,7 @@ class Lognormal:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         draw = lambda m: np.rint(rng.lognormal(self.mu, self.sigma, m)).astype(np.int64)  # noqa: E731
-        return _resample_above(draw, n, self.min, self.max)
+        return _resample_within(draw, n, self.min, self.max, self.field, self.cfg)
 
 
 @register_length("empirical")
@@ -125,14 +128,20 @@ class Empirical:
         return self.values[rng.integers(0, len(self.values), n)]
 
 
-def _resample_above(draw: Callable[[int], np.ndarray], n: int, lo: int | None, hi: int | None) -> np.ndarray:
+def _resample_within(draw: Callable[[int], np.ndarray], n: int, lo: int | None, hi: int | None, field: str,
+                     cfg: Any) -> np.ndarray:
+    """``n`` draws within ``[lo, hi]`` (None: unbounded), those outside drawn again; an error naming ``field``
+    (the distribution ``cfg``) when 1,000 rounds still leave some outside."""
     out = draw(n)
     for _ in range(1000):
         bad = np.flatnonzero(((out > hi) if hi is not None else False) | ((out < lo) if lo is not None else False))
         if len(bad) == 0:
             return out
         out[bad] = draw(len(bad))
-    raise ScenarioError("workload", (lo, hi), "length truncation rejects almost every draw; widen min/max")
+    bounds = f"[{lo if lo is not None else 1}, {hi if hi is not None else 'no max'}]"
+    raise ScenarioError(field, cfg.model_dump(exclude_none=True),
+                        f"almost every draw falls outside {bounds} (lengths outside min/max are drawn again): "
+                        "widen min/max or move the mean inside them")
 
 
 def make_length(cfg: Any, scenario: Scenario, field: str) -> Any:
