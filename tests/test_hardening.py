@@ -1103,9 +1103,9 @@ def test_a_warmup_covering_the_duration_is_refused_before_the_run() -> None:
     """Every request arrives before duration_s: warmup_s + cooldown_s at or beyond it is refused with the
     scenario."""
     err = raises(lambda: scenario_from_dict(base(num_requests=None, duration_s=10, warmup_s=4, cooldown_s=6)),
-                 "warmup_s=4 + cooldown_s=6 = 10 s cover the whole duration_s=10 s")
+                 "warmup_s + cooldown_s = 10 s cover the whole duration_s (10 s")
     assert (err.field, err.value) == ("warmup_s", 4)
-    err = raises(lambda: scenario_from_dict(base(num_requests=None, duration_s=10, cooldown_s=12)), "cooldown_s=12")
+    err = raises(lambda: scenario_from_dict(base(num_requests=None, duration_s=10, cooldown_s=12)), "cooldown_s = 12")
     assert err.field == "cooldown_s"
     scenario_from_dict(base(num_requests=None, duration_s=10, warmup_s=4, cooldown_s=5.9))
 
@@ -1116,7 +1116,7 @@ def test_plan_warmup_and_cooldown_fractions_must_leave_a_window() -> None:
     from simulator.planner import plan
 
     data = small_plan(simulation={"warmup_fraction": 0.6, "cooldown_fraction": 0.45})
-    err = raises(lambda: load_plan(data), "cooldown_fraction=0.45 + warmup_fraction=0.6 = 1.05",
+    err = raises(lambda: load_plan(data), "cooldown_fraction = 0.45: + warmup_fraction (0.6) = 1.05",
                  "their sum must be below 1")
     assert (err.field, err.value) == ("simulation.cooldown_fraction", 0.45)
     data = small_plan(simulation={"num_requests": 200, "warmup_fraction": 0.89, "cooldown_fraction": 0.1, "seed": 2,

@@ -54,11 +54,11 @@ def test_long_context_presets() -> None:
 def test_spec_validation_names_the_fields() -> None:
     base = dict(num_layers=4, hidden_size=256, num_attention_heads=8, num_key_value_heads=8,
                 intermediate_size=688, vocab_size=4096)
-    with pytest.raises(ValueError, match="num_experts_per_tok=0"):
+    with pytest.raises(ValueError, match="num_experts_per_tok = 0"):
         ModelSpec(**base, num_experts=8)
-    with pytest.raises(ValueError, match="kv_lora_rank=64"):
+    with pytest.raises(ValueError, match="kv_lora_rank = 64"):
         ModelSpec(**base, kv_lora_rank=64)
-    with pytest.raises(ValueError, match="first_k_dense_replace=4"):
+    with pytest.raises(ValueError, match="first_k_dense_replace = 4"):
         ModelSpec(**base, num_experts=8, num_experts_per_tok=2, first_k_dense_replace=4)
 
 

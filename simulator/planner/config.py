@@ -17,14 +17,13 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from simulator.errors import ScenarioError, check_unique_names, field_error_of
+from simulator.errors import FieldError, ScenarioError, check_unique_names, field_error_of
 from simulator.planner.fleet_hours import plan_shapes
 from simulator.scenario.config import (
     Scenario,
     SLOConfig,
     _flatten,
     _is_tag,
-    cross_field,
     load_scenario,
     scenario_from_dict,
 )
@@ -111,8 +110,9 @@ class SimulationSettings(Frozen):
     @model_validator(mode="after")
     def _window(self) -> SimulationSettings:
         if self.warmup_fraction + self.cooldown_fraction >= 1:
-            raise ValueError(f"cooldown_fraction={self.cooldown_fraction:g} + warmup_fraction={self.warmup_fraction:g}"
-                             f" = {self.warmup_fraction + self.cooldown_fraction:g} leave no arrival to measure (each "
+            raise FieldError("cooldown_fraction", self.cooldown_fraction,
+                             f"+ warmup_fraction ({self.warmup_fraction:g}) = "
+                             f"{self.warmup_fraction + self.cooldown_fraction:g} leave no arrival to measure (each "
                              "run is measured between the two); their sum must be below 1")
         return self
 
@@ -475,7 +475,6 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
         msg = str(limit_message(err, PlanConfig))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
-        field, value = cross_field("" if field == "plan" else field, value, msg) or (field, value)
     return ScenarioError(field, value, msg)
 
 

@@ -9,7 +9,6 @@ Nothing here simulates; :func:`simulator.simulate` takes a scenario and builds f
 from __future__ import annotations
 
 import difflib
-import re
 import types
 import typing
 from pathlib import Path
@@ -165,7 +164,7 @@ class UniformLength(Frozen):
     @model_validator(mode="after")
     def _order(self) -> UniformLength:
         if self.max < self.min:
-            raise ValueError(f"max={self.max} is below min={self.min}")
+            raise FieldError("max", self.max, f"is below min ({self.min})")
         return self
 
 
@@ -228,7 +227,7 @@ class SessionsConfig(Frozen):
     @model_validator(mode="after")
     def _gap_for_open_loop(self) -> SessionsConfig:
         if self.loop == "open" and self.turn_gap_s == 0:
-            raise ValueError("turn_gap_s=0: must be greater than 0 in an open loop, which spaces the turns' "
+            raise FieldError("turn_gap_s", 0, "must be greater than 0 in an open loop, which spaces the turns' "
                              "arrivals by it (with loop: closed, 0 sends the next turn as the answer ends)")
         return self
 
@@ -303,15 +302,16 @@ class WorkloadConfig(Frozen):
     def _prefix_not_on_hash_ids(self) -> WorkloadConfig:
         a = self.arrival
         if self.prefix is not None and isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
-            raise ValueError("prefix={...}: a mooncake trace's hash_ids already say which prompt blocks are shared; "
-                             "drop workload.prefix or set workload.arrival.use_trace_lengths: false")
+            raise FieldError("prefix", self.prefix.model_dump(), "a mooncake trace's hash_ids already say which "
+                             "prompt blocks are shared; drop workload.prefix or set "
+                             "workload.arrival.use_trace_lengths: false")
         return self
 
     @model_validator(mode="after")
     def _sessions_need_synthetic_arrivals(self) -> WorkloadConfig:
         if self.sessions is not None and isinstance(self.arrival, TraceArrival):
-            raise ValueError("sessions={...}: multi-turn sessions need a poisson or gamma arrival process "
-                             "(a trace already fixes every request's arrival)")
+            raise FieldError("sessions", self.sessions.model_dump(), "multi-turn sessions need a poisson or gamma "
+                             "arrival process (a trace already fixes every request's arrival)")
         return self
 
 
@@ -341,10 +341,11 @@ class AutoscalerConfig(Frozen):
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalerConfig:
         if self.max_replicas < self.min_replicas:
-            raise ValueError(f"max_replicas={self.max_replicas} is below min_replicas={self.min_replicas}")
+            raise FieldError("max_replicas", self.max_replicas, f"is below min_replicas ({self.min_replicas})")
         init = self.initial_replicas
         if init is not None and not self.min_replicas <= init <= self.max_replicas:
-            raise ValueError(f"initial_replicas={init} is outside [min_replicas, max_replicas]")
+            raise FieldError("initial_replicas", init, f"is outside [min_replicas, max_replicas] = "
+                             f"[{self.min_replicas}, {self.max_replicas}]")
         return self
 
 
@@ -442,7 +443,7 @@ class DeploymentConfig(Frozen):
     def _expert_ranks(self) -> DeploymentConfig:
         ep, tp = self.expert_parallel_size, self.tensor_parallel_size
         if ep not in (1, tp):
-            raise ValueError(f"expert_parallel_size={ep} must be 1 or tensor_parallel_size={tp}: the experts are "
+            raise FieldError("expert_parallel_size", ep, f"must be 1 or tensor_parallel_size ({tp}): the experts are "
                              "split over a stage's tensor-parallel ranks, as vLLM's --enable-expert-parallel does "
                              "(a larger EP needs data-parallel attention, which is not modelled)")
         return self
@@ -490,9 +491,9 @@ class SchedulerConfig(Frozen):
     @model_validator(mode="after")
     def _budget(self) -> SchedulerConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens={self.max_num_batched_tokens} is below max_num_seqs="
-                f"{self.max_num_seqs}: every running request needs one token per step")
+            raise FieldError("max_num_batched_tokens", self.max_num_batched_tokens,
+                             f"is below max_num_seqs ({self.max_num_seqs}): every running request needs one token "
+                             "per step")
         return self
 
 
@@ -528,8 +529,7 @@ class CudaGraphConfig(Frozen):
     def _consistent(self) -> CudaGraphConfig:
         sizes, top = self.capture_sizes, self.max_capture_size
         if sizes is not None and top is not None and top != (max(sizes) if sizes else None):
-            raise ValueError(f"max_capture_size={top} must be the largest of capture_sizes {sizes}, or be "
-                             "left out")
+            raise FieldError("max_capture_size", top, f"must be the largest of capture_sizes {sizes}, or be left out")
         return self
 
 
@@ -819,16 +819,16 @@ class FleetConfig(Frozen):
         check_unique_names(self.regions, "regions", "region")
         check_unique_names(self.clients, "clients", "client")
         names = [r.name for r in self.regions]
-        for c in self.clients:
+        for i, c in enumerate(self.clients):
             missing = [n for n in names if n not in c.rtt_ms]
             unknown = [k for k in c.rtt_ms if k not in names]
             if missing or unknown:
-                raise ValueError(f"clients={c.name!r} rtt_ms needs every region exactly: "
-                                 + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}")
-                                 + f"; regions: {', '.join(names)}")
-        for o in self.outages:
+                wrong = f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"
+                raise FieldError(f"clients[{i}].rtt_ms", c.rtt_ms, f"client {c.name!r} needs an RTT to every region "
+                                 f"exactly: {wrong}; regions: {', '.join(names)}")
+        for i, o in enumerate(self.outages):
             if o.region not in names:
-                raise ValueError(f"outages={o.region!r}: unknown region; regions: {', '.join(names)}")
+                raise FieldError(f"outages[{i}].region", o.region, f"unknown region; regions: {', '.join(names)}")
         return self
 
 
@@ -895,11 +895,11 @@ class Scenario(Frozen):
         trimmed = self.warmup_s + self.cooldown_s
         if self.duration_s is not None and self.workload.sessions is None and not offline and trimmed > 0 \
                 and trimmed >= self.duration_s:
-            both = [f"warmup_s={self.warmup_s:g}", f"cooldown_s={self.cooldown_s:g}"]
-            raise ValueError(f"{' + '.join(both if self.warmup_s else both[::-1])} = {trimmed:g} s cover the whole "
-                             f"duration_s={self.duration_s:g} s (every request arrives within it): no request is left "
-                             "in the measurement window [warmup_s, last arrival - cooldown_s]; lower them or "
-                             "lengthen duration_s")
+            field, value = ("warmup_s", self.warmup_s) if self.warmup_s else ("cooldown_s", self.cooldown_s)
+            raise FieldError(field, value, f"warmup_s + cooldown_s = {trimmed:g} s cover the whole duration_s "
+                             f"({self.duration_s:g} s; every request arrives within it): no request is left in the "
+                             "measurement window [warmup_s, last arrival - cooldown_s]; lower them or lengthen "
+                             "duration_s")
         return self
 
     @model_validator(mode="after")
@@ -1161,19 +1161,7 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
         msg = str(limit_message(err, Scenario))
     elif err["type"] == "value_error":
         msg = msg.removeprefix("Value error, ")
-        field, value = cross_field(".".join(loc), value, msg) or (field, value)
     return ScenarioError(field, value, msg)
-
-
-def cross_field(path: str, value: Any, message: str) -> tuple[str, Any] | None:
-    """Where a cross-field check points: it names the first field it is about as ``name=value`` at the start
-    of its ``message``; that field's dotted path under ``path`` (the checked model's; "" at the top) and its
-    value, when the checked input ``value`` holds it (else None)."""
-    lead = re.match(r"(\w+)=", message)
-    if lead and isinstance(value, dict) and lead.group(1) in value:
-        name = lead.group(1)
-        return (f"{path}.{name}" if path else name), value[name]
-    return None
 
 
 def _is_tag(part: Any) -> bool:

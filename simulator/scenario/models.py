@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from simulator.errors import FieldError
 from simulator.scenario.limits import MAX_MODEL_LEN, FiniteFloat, Integer
 
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
@@ -109,13 +110,11 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _check_heads(self) -> ModelSpec:
         if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size={self.hidden_size} is not a multiple of "
-                f"num_attention_heads={self.num_attention_heads} (give head_dim)")
+            raise FieldError("hidden_size", self.hidden_size,
+                             f"is not a multiple of num_attention_heads ({self.num_attention_heads}); give head_dim")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}")
+            raise FieldError("num_attention_heads", self.num_attention_heads,
+                             f"is not a multiple of num_key_value_heads ({self.num_key_value_heads})")
         if self.head_dim == 0:    # derived once, stored like a given value (the model is frozen)
             self.__dict__["head_dim"] = self.hidden_size // self.num_attention_heads
         return self
@@ -123,21 +122,21 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _check_moe_mla_window(self) -> ModelSpec:
         if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
-            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in 1..num_experts="
-                             f"{self.num_experts}")
+            raise FieldError("num_experts_per_tok", self.num_experts_per_tok,
+                             f"must be in 1..num_experts ({self.num_experts})")
         if not self.num_experts and (self.num_experts_per_tok or self.num_shared_experts):
-            raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} or num_shared_experts="
-                             f"{self.num_shared_experts} without routed experts: set num_experts")
+            field = "num_experts_per_tok" if self.num_experts_per_tok else "num_shared_experts"
+            raise FieldError(field, getattr(self, field), "is set without routed experts: set num_experts")
         if self.num_experts and self.num_moe_layers == 0:
-            raise ValueError(f"first_k_dense_replace={self.first_k_dense_replace} leaves no MoE layer "
-                             f"of num_layers={self.num_layers}")
+            raise FieldError("first_k_dense_replace", self.first_k_dense_replace,
+                             f"leaves no MoE layer of num_layers ({self.num_layers})")
         mla = (self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
         if self.kv_lora_rank and not all(mla):
-            raise ValueError(f"kv_lora_rank={self.kv_lora_rank} (MLA) needs qk_nope_head_dim, qk_rope_head_dim "
+            raise FieldError("kv_lora_rank", self.kv_lora_rank, f"(MLA) needs qk_nope_head_dim, qk_rope_head_dim "
                              f"and v_head_dim; got {mla}")
         if self.sliding_window_layers is not None and self.sliding_window_layers > self.num_layers:
-            raise ValueError(f"sliding_window_layers={self.sliding_window_layers} exceeds num_layers="
-                             f"{self.num_layers}")
+            raise FieldError("sliding_window_layers", self.sliding_window_layers,
+                             f"exceeds num_layers ({self.num_layers})")
         return self
 
     # -- derived sizes ---------------------------------------------------------------------------
