@@ -210,7 +210,8 @@ def test_spillover_only_above_the_threshold():
 
 @pytest.mark.parametrize("fleet, field, words", [
     ({**FLEET, "clients": [{"name": "e", "rtt_ms": {"east": 10}}]}, "fleet.clients[0].rtt_ms", "missing west"),
-    ({**FLEET, "outages": [{"region": "north", "start_s": 0, "duration_s": 1}]}, "fleet.outages[0].region", "unknown region"),
+    ({**FLEET, "outages": [{"region": "north", "start_s": 0, "duration_s": 1}]}, "fleet.outages[0].region",
+     "unknown region"),
 ])
 def test_fleet_bad_config(fleet, field, words):
     with pytest.raises(ScenarioError) as info:
