@@ -829,6 +829,17 @@ def test_response_cache_fields_of_the_other_kind_are_refused(cache: dict[str, An
     assert (err.field, err.value) == (field, value)
 
 
+def with_changes(data: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each dotted key of ``change`` set (its missing parents created)."""
+    for key, val in change.items():
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = val
+    return data
+
+
 @pytest.mark.parametrize("change, field, value, words", [
     ({"num_requests": None}, "num_requests", None, ("give num_requests", "or duration_s", "neither is set")),
     ({"workload.tiers": [{"name": "a", "share": 0.5}, {"name": "b", "share": 0.2}]}, "workload.tiers",
@@ -843,13 +854,7 @@ def test_response_cache_fields_of_the_other_kind_are_refused(cache: dict[str, An
 def test_checks_across_fields_name_the_field_not_the_whole_document(change: dict[str, Any], field: str, value: Any,
                                                                     words: tuple[str, ...]) -> None:
     """These errors printed the whole scenario (or workload) mapping as the value; now the field and its value."""
-    data = base()
-    for key, val in change.items():
-        *parents, last = key.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = val
+    data = with_changes(base(), change)
     err = raises(lambda: scenario_from_dict(data), *words)
     assert (err.field, err.value) == (field, value)
     assert "{'name'" not in str(err) and "'workload'" not in str(err)
@@ -876,13 +881,7 @@ def test_an_empty_set_value_of_num_requests_names_it() -> None:
 def test_an_integer_past_2_62_is_told_the_fields_own_bounds(change: dict[str, Any], field: str, words: str) -> None:
     """An integer past +-2^62 was told "must be between -2^62 and 2^62" even where the field allows far less
     (an optional field checks its own bounds after that one) or nothing negative."""
-    data = base()
-    for key, val in change.items():
-        *parents, last = key.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = val
+    data = with_changes(base(), change)
     err = raises(lambda: simulate(scenario_from_dict(data)), words)
     assert err.field == field and "-2^62" not in str(err)
 
