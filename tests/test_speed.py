@@ -197,20 +197,20 @@ def test_a_decode_run_that_follows_on_is_the_one_schedule_would_plan(overrides, 
 
 
 @pytest.mark.parametrize("overrides", [*PLAIN_BATCH_CASES, {"scheduler.policy": "static"}])
-def test_a_decode_run_after_finishes_is_the_one_schedule_would_plan(overrides, monkeypatch):
-    """After a decode run whose last step finished requests, with nobody waiting, the next run is
-    planned from the last one less the finished rows (``plan_after_finish``); the run is the same,
-    bit for bit, as the one ``schedule`` + ``plan_decode_run`` plan from the batch."""
+def test_a_decode_run_read_off_the_tracked_batch_is_the_one_schedule_would_plan(overrides, monkeypatch):
+    """With nobody waiting (after a step that admitted requests, a decode run that finished some,
+    aborts), the next run is planned from the tracked batch (``plan_tracked_run``); the run is the
+    same, bit for bit, as the one ``schedule`` + ``plan_decode_run`` plan from the batch."""
     from simulator import load_scenario, simulate
     from simulator.engine.scheduler import Scheduler
 
     sc = load_scenario(SHAREGPT, {**MANY, **overrides})
-    planned = Scheduler.plan_after_finish
+    planned = Scheduler.plan_tracked_run
     calls = []
-    monkeypatch.setattr(Scheduler, "plan_after_finish", lambda self, *a: calls.append(1) or planned(self, *a))
+    monkeypatch.setattr(Scheduler, "plan_tracked_run", lambda self, *a: calls.append(1) or planned(self, *a))
     fast = simulate(sc)
     assert calls or overrides.get("scheduler.policy") == "static"     # static batches keep padded rows
-    monkeypatch.setattr(Scheduler, "plan_after_finish", lambda self, *args: None)
+    monkeypatch.setattr(Scheduler, "plan_tracked_run", lambda self, *args: None)
     _same_run(fast, simulate(sc))
 
 
@@ -239,18 +239,18 @@ def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
             assert self._min_remaining() == int(self.remaining_tokens().min())
             checked.append(n)
 
-    schedule, after_finish = Scheduler.schedule, Scheduler.plan_after_finish
+    schedule, tracked_run = Scheduler.schedule, Scheduler.plan_tracked_run
     monkeypatch.setattr(Scheduler, "schedule", lambda self, now: check(self) or schedule(self, now))
-    monkeypatch.setattr(Scheduler, "plan_after_finish", lambda self, *a: check(self) or after_finish(self, *a))
+    monkeypatch.setattr(Scheduler, "plan_tracked_run", lambda self, *a: check(self) or tracked_run(self, *a))
     tracked = simulate(sc)
     assert len(checked) > 1000
     monkeypatch.setattr(Scheduler, "schedule", schedule)
-    monkeypatch.setattr(Scheduler, "plan_after_finish", after_finish)
+    monkeypatch.setattr(Scheduler, "plan_tracked_run", tracked_run)
     init = Scheduler.__init__
 
     def untracked(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        self._tracked = self.follows_finishes = False     # plan_after_finish reads the tracked batch
+        self._tracked = self.tracks_batch = False     # plan_tracked_run reads the tracked batch
     monkeypatch.setattr(Scheduler, "__init__", untracked)
     _same_run(tracked, simulate(sc))
 

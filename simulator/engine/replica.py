@@ -195,15 +195,16 @@ class Replica:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
         sched, cost = self.scheduler, self.cost
         prev, self._continue_from = self._continue_from, None
-        if prev is not None and not sched.waiting and not sched.sort_pending:
+        if not sched.waiting and not sched.sort_pending and self.decode_runs:
             run = None
-            if not prev.finishes:
-                if sched.n == prev.num_seqs - prev.num_padded:
-                    # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch
-                    # as it was: the next run follows on from ``prev`` without re-reading the batch.
-                    run = sched.plan_decode_continuation(prev, t, horizon, cost)
-            elif sched.follows_finishes and 0 < sched.n == prev.num_seqs - sched.run_finished_rows:
-                run = sched.plan_after_finish(prev, t, horizon, cost)   # only its own finishes left the batch
+            if prev is not None and not prev.finishes and sched.n == prev.num_seqs - prev.num_padded:
+                # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch
+                # as it was: the next run follows on from ``prev`` without re-reading the batch.
+                run = sched.plan_decode_continuation(prev, t, horizon, cost)
+            elif sched.tracks_batch and sched.n:
+                # Nobody waits: the next step is the batch's decodes, a run read off the tracked batch
+                # (after a step that admitted, finishes, aborts) without building the step's plan.
+                run = sched.plan_tracked_run(t, horizon, cost)
             if run is not None:
                 self.steps.add_run(self.index, t, run, 0)
                 self.planned_until = t + run.total_s

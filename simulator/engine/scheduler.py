@@ -220,12 +220,6 @@ class Scheduler:
         self.num_scheduler_steps = config.num_scheduler_steps
         self.steps_into_run = 0
         """Multi-step scheduling: decode steps done in the current run (no admission until it ends)."""
-        self.follows_finishes = type(self) is Scheduler
-        """Whether a decode run that finished requests can be followed on (:meth:`plan_after_finish`,
-        which reads the tracked batch below): this class's rows leave only through :meth:`_finish`
-        (policies keep padded or partial rows)."""
-        self.run_finished_rows = 0
-        """How many rows the last decode run applied (:meth:`advance_decode`) finished."""
         # A tracked batch (this class's rows only: policies step rows by different amounts). Every
         # step moves every row's counts on by the same amount, so the row arrays are kept in a frame
         # that steps do not move: a row's cached tokens are its ``num_computed_tokens`` plus
@@ -234,7 +228,9 @@ class Scheduler:
         # steps; untracked schedulers keep both at zero). In the same frame the batch's residue
         # histogram and its smallest remaining output are kept up to date as rows come and leave
         # (leaving rows are struck from the heap lazily), instead of being read from the arrays.
-        self._tracked = type(self) is Scheduler
+        self._tracked = self.tracks_batch = type(self) is Scheduler
+        """``tracks_batch``: whether the replica may plan decode runs with :meth:`plan_tracked_run`
+        (this class's rows only: policies keep padded or partial rows)."""
         self._phase_computed = 0
         self._residues_at_phase = [0] * self.block_size
         self._phase_remaining = 0
@@ -491,11 +487,11 @@ class Scheduler:
         return need, self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
                                       prev.affine, now, next_event_time, cost, free_blocks - need, used_blocks + need)
 
-    def plan_after_finish(self, prev: DecodeRun, now: float, next_event_time: float, cost: Any) -> DecodeRun | None:
-        """The run :meth:`schedule` + :meth:`plan_decode_run` would plan right after ``prev``, which
-        finished requests, was applied, when nothing else changed the batch since (nobody waiting, the
-        rows ``prev`` did not finish, unpadded), from the tracked batch's residues and smallest remaining
-        output, without building the step's :class:`SchedulerOutput`. Returns None, changing nothing,
+    def plan_tracked_run(self, now: float, next_event_time: float, cost: Any) -> DecodeRun | None:
+        """The run :meth:`schedule` + :meth:`plan_decode_run` would plan now, with nobody waiting
+        (so the step is the running batch's decodes), from the tracked batch's residues, context and
+        smallest remaining output, without building the step's :class:`SchedulerOutput`: after a step
+        that admitted requests, a run that finished some, or aborts. Returns None, changing nothing,
         when the first step's blocks are not free (``schedule`` preempts)."""
         n = self.n
         residues = _turned(self._residues_at_phase, self._phase_computed)
@@ -577,7 +573,6 @@ class Scheduler:
         if self.pad_rows:
             self.pad_context += self.pad_rows * k
         done = self._finish(now) if run.finishes else _EMPTY
-        self.run_finished_rows = len(done)
         if self.num_scheduler_steps > 1:
             self._multi_step(k)
         return done
