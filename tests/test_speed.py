@@ -379,6 +379,41 @@ def test_round_robin_replicas_plan_decode_runs_up_to_their_own_next_arrival(over
     assert_same_run_to_1e9(own, slow)
 
 
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"scheduler.num_gpu_blocks_override": 3000, "workload.arrival.rate_per_s": 12.0},           # preemptions
+    {"scheduler.policy": "dynamic", "scheduler.max_wait_ms": 200},                            # waits to fill
+    {"scheduler.policy": "static", "scheduler.max_num_seqs": 16},
+    {"scheduler.policy": "chunked_prefill", "scheduler.long_prefill_token_threshold": 256},
+    {"speculative_config": SPEC},
+    {"workload.prefix": PREFIX, "scheduler.enable_prefix_caching": True},
+    {"client.timeout_s": 3, "admission.max_queue_delay_s": 1.0, "workload.arrival.rate_per_s": 12.0},
+    {"scheduler.scheduling_policy": "priority", "scheduler.num_scheduler_steps": 4, "workload.tiers": [
+        {"name": "a", "share": 0.4, "priority": 0}, {"name": "b", "share": 0.6, "priority": 1}]},
+    {"workload.arrival": {"process": "offline"}, "num_requests": 300},
+    {"workload.arrival": {"process": "gamma", "rate_per_s": 6.0, "cv": 3.0}},                 # bursts
+    {"deployment.replicas": 3, "deployment.router": "round_robin", "workload.arrival.rate_per_s": 15.0},
+])
+def test_replicas_that_take_their_own_arrivals_run_as_with_an_arrival_process(overrides, monkeypatch):
+    """One replica, or round-robin replicas, queue their own arrivals when they next wake instead of
+    an arrival process sending each at its instant: the same run bit for bit (requests, steps,
+    counters, the clock at the end and the summary)."""
+    from simulator import load_scenario, simulate
+    from simulator.run import simulate as sim_module
+
+    sc = load_scenario(SPEED, {"num_requests": 1500, **overrides})
+    delivered = []
+    deliver = sim_module._Run._deliver_own
+    monkeypatch.setattr(sim_module._Run, "_deliver_own", lambda self, r: delivered.append(1) or deliver(self, r))
+    own = simulate(sc)
+    assert delivered
+    monkeypatch.setattr(sim_module._Run, "_replicas_take_arrivals", lambda self, router, path: False)
+    sent = simulate(sc)
+    _same_run(own, sent)
+    assert own.sim_time_s == sent.sim_time_s
+    assert {**own.summary, "wall_s": 0} == {**sent.summary, "wall_s": 0}
+
+
 def test_the_summary_is_computed_on_first_use_and_the_planner_never_needs_it(monkeypatch):
     """``result.summary`` is built when first read (routing counters and ``wall_s`` appended, once);
     the planner's judge reads the stability test and the batch mean itself, equal to the summary's."""

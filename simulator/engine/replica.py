@@ -57,6 +57,10 @@ class Replica:
         self._own_gate: str | None = getattr(scheduler, "own_steps_gate", None)
         """An attribute of the scheduler that is falsy while its fast path has nothing to plan."""
         self._log_step = steps.step_logger(index)
+        self.deliver: Callable[[], None] | None = None
+        """Queues this replica's arrivals up to now, when the replica takes its own arrivals (called
+        whenever it wakes; ``next_event_time`` is then its own next arrival); None: an arrival process
+        sends them (``add_request``)."""
         self.process = env.process(self.engine_loop())
 
     @property
@@ -118,7 +122,7 @@ class Replica:
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
         env, sched = self.env, self.scheduler
-        own, gate = self._own_steps, self._own_gate
+        own, gate, deliver = self._own_steps, self._own_gate, self.deliver
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
                 self.deadlines.expire(env.now)
@@ -127,6 +131,13 @@ class Replica:
                 if start > env.now:      # idle, or a batching policy waits to fill its batch
                     if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
                         start = min(start, self.deadlines.next_deadline())
+                    if deliver is not None:       # sleep until the next own arrival (or the start)
+                        start = min(start, self.next_event_time())
+                        if start == math.inf:
+                            return
+                        yield env.timeout(start - env.now)
+                        deliver()
+                        continue
                     self._idle = env.event()
                     yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - env.now)])
                     self._idle = None
@@ -140,6 +151,8 @@ class Replica:
                     end, done, crossing_end = self._fast_steps(t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
                         yield env.timeout(crossing_end - now)
+                        if deliver is not None:
+                            deliver()
                         done = sched.apply_planned_step(crossing_end)
                         if len(done):
                             self.on_finish(done, crossing_end)
@@ -165,6 +178,8 @@ class Replica:
                 if isinstance(apply, DecodeRun):
                     self._run_in_flight = (t, apply)
                 yield env.timeout(end - now)
+                if deliver is not None:
+                    deliver()
                 self._run_in_flight = None
                 self._apply(apply, end)
                 if isinstance(apply, DecodeRun):
@@ -172,6 +187,8 @@ class Replica:
                 break
             if env.now < t:   # the replica emptied mid-horizon: catch the clock up
                 yield env.timeout(t - env.now)
+                if deliver is not None:
+                    deliver()
 
     def _fast_steps(self, t: float, horizon: float) -> tuple[float, np.ndarray, float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end

@@ -238,6 +238,8 @@ class _Run:
             self.clients.replicas = self.replicas
             for r in self.replicas:
                 r.next_event_time = partial(self.clients.horizon, r)
+        elif fast_forward and self._replicas_take_arrivals(dep.router, path):
+            self._plan_own_arrivals(workload.rejected, deliver=True)
         else:
             env.process(self.arrivals())
             if fast_forward and self._routes_ahead(dep.router, path):
@@ -250,7 +252,17 @@ class _Run:
         return (router == "round_robin" and len(self.replicas) > 1 and path is None and self.fleet is None
                 and self.geo is None and self.pool_router is None and self.autoscaler is None)
 
-    def _plan_own_arrivals(self, rejected: np.ndarray) -> None:
+    def _replicas_take_arrivals(self, router: str, path: RequestPath | None) -> bool:
+        """Whether each replica can take its own arrivals itself, with no arrival process: one replica,
+        or round-robin routing (:meth:`_routes_ahead`), of open-loop arrivals that nothing refuses,
+        sheds or cuts short (no rejected request, no ``admission.max_queue_len``, no
+        ``max_sim_time_s``)."""
+        return ((len(self.replicas) == 1 or self._routes_ahead(router, path)) and path is None
+                and self.fleet is None and self.geo is None and self.pool_router is None
+                and self.autoscaler is None and not self.any_rejected and not self.shed_when_full
+                and self.stop_time == math.inf)
+
+    def _plan_own_arrivals(self, rejected: np.ndarray, deliver: bool = False) -> None:
         """Give each replica the instants of its own arrivals as its decode runs' horizon.
 
         With round-robin routing the k-th request routed (rejected ones are not) goes to replica
@@ -258,13 +270,36 @@ class _Run:
         to another replica cannot change what this one does: its decode runs need not end there.
         The step-by-step engine (``fast_forward=False``) and the runs it cuts at every arrival give
         the same requests and steps; the instants differ only in the last bits of their sums (a
-        run's steps are summed from its start, not from the cuts)."""
+        run's steps are summed from its start, not from the cuts).
+
+        ``deliver``: the replicas also queue their arrivals themselves (:meth:`_deliver_own`), each
+        when it next wakes (the end of the step the arrival came during, or the arrival itself when
+        idle), instead of an arrival process sending each at its instant. Nothing reads a waiting
+        queue between an arrival and the end of the step it came during (the engine admits at step
+        boundaries, and a timeout or queue delay counts from the request's arrival time), so the
+        run is the same; it saves an event per request."""
         n = len(self.replicas)
         routed = [t for t, rej in zip(self.times, rejected.tolist(), strict=True) if not rej]
         self._own_times = [[*routed[i::n], math.inf] for i in range(n)]
         self._own_next = [0] * n
         for r in self.replicas:
             r.next_event_time = partial(self._next_own_event, r.index)
+            if deliver:
+                r.deliver = partial(self._deliver_own, r)
+
+    def _deliver_own(self, replica: Replica) -> None:
+        """Queue at ``replica`` its arrivals up to now (request ids in arrival order: no request path
+        reorders them, none is rejected); the k-th one of all goes to replica k mod N."""
+        assert self._own_times is not None
+        i, n = replica.index, len(self.replicas)
+        times, k, now = self._own_times[i], self._own_next[i], self.env.now
+        table = self.table
+        while times[k] <= now:
+            rid = i + k * n
+            table.replica[rid] = i
+            replica.add_request(rid)
+            k += 1
+        self._own_next[i] = k
 
     def _next_own_event(self, index: int) -> float:
         """Instant of replica ``index``'s next arrival not yet delivered (or the stop time)."""
