@@ -186,9 +186,14 @@ def search_pools(task: SearchTask) -> dict[str, Any]:
         s.passes({p: min(n, cap) for p, n in counts.items()})
     noise = ""
     if result is not None and task.auto_replications:
-        below = [s.runs.evaluate(c, s.replications, complete=True)
-                 for c in s.one_fewer(result).values() if s.overloaded(c) is None]
-        noise = noisy_decision(s.tried[tuple(result.items())], below)
+        chosen_check = s.tried[tuple(result.items())]
+        noise = noisy_decision(chosen_check, [])   # the seed spread; else each count below, up to a seed it passes
+        for c in s.one_fewer(result).values():
+            if noise:
+                break
+            if s.overloaded(c) is None:
+                noise = noisy_decision(chosen_check, [s.runs.evaluate(c, s.replications, complete=True,
+                                                                      until_pass=True)])
         if noise and s.replications < MAX_AUTO_REPLICATIONS:
             s.replications = MAX_AUTO_REPLICATIONS
             result = s.settle(result)

@@ -21,7 +21,8 @@ with model pools is searched by :mod:`simulator.planner.pool_search` on the same
 :data:`MAX_AUTO_REPLICATIONS` seeds from its answer, which can only stay or rise. Noisy: the worst
 ratio's seed-to-seed coefficient of variation at the chosen count is above :data:`SPREAD_BOUND` and a
 seed two such spreads worse would miss (worst ratio x (1 + 2 x spread) > 1; a large spread far from
-the limit cannot flip the verdict), or the count below passes on some seeds and fails on others.
+the limit cannot flip the verdict), or the count below passes on some seeds and fails on others (it
+is judged on its seeds until one passes: the first pass decides).
 
 A run is checked against each client mix the region must serve (its own clients; with N+1
 failover, also each other region's clients redirected to it, with their longer RTT), on the
@@ -265,10 +266,12 @@ class Runs:
         return self._runs[key][pool]
 
     def evaluate(self, counts: Counts, replications: int, *, pool: str | None = None,
-                 complete: bool = False) -> dict[str, Any]:
+                 complete: bool = False, until_pass: bool = False) -> dict[str, Any]:
         """``counts`` judged in up to ``replications`` runs (seeds ``seed + k``); the worst run is
         reported, with ``runs``, ``seeds_passed`` and ``seed_spread`` (coefficient of variation of
-        the worst ratio over the runs). Stops at the first failing run unless ``complete``."""
+        the worst ratio over the runs). Stops at the first failing run unless ``complete``, and at
+        the first passing one with ``until_pass`` (with ``complete``: whether the count passes on
+        some seed)."""
         worst: dict[str, Any] | None = None
         scores: list[float] = []
         passed = 0
@@ -278,7 +281,7 @@ class Runs:
             passed += bool(check["passed"])
             if worst is None or _worse(check, worst):
                 worst = check
-            if not check["passed"] and not complete:
+            if (until_pass if check["passed"] else not complete):
                 break
         assert worst is not None
         finite = [v for v in scores if math.isfinite(v)]
@@ -322,14 +325,15 @@ def _check_row(verdict: Verdict, frame: pd.DataFrame, window: tuple[float, float
 
 def noisy_decision(chosen: dict[str, Any], below: list[dict[str, Any]]) -> str:
     """Why the decision between ``chosen`` (a pass on every seed) and the counts one below it (``below``:
-    their evaluations on every seed) is noisy, or "" when it is not (see the module docstring)."""
+    their evaluations on the seeds up to one they pass, if any) is noisy, or "" when it is not (see the
+    module docstring)."""
     spread, worst = chosen["seed_spread"], chosen["score"]
     if spread > SPREAD_BOUND and worst * (1 + 2 * spread) > 1:
         return (f"seed spread {100 * spread:.1f}% > {100 * SPREAD_BOUND:g}% at {counts_text(chosen['replicas'])}, "
                 f"worst ratio {worst:.2f}")
-    for b in below:
+    for b in below:      # a count below the answer fails (on some seed): passing on another is noise
         if b["seeds_passed"]:
-            return f"{counts_text(b['replicas'])} passed {b['seeds_passed']} of {b['runs']} seeds"
+            return f"{counts_text(b['replicas'])} passed on a seed and failed on another"
     return ""
 
 
@@ -406,8 +410,9 @@ def search_replicas(task: SearchTask) -> dict[str, Any]:
         n = minimal_count(ok, n, task.max_replicas, guess)
     noise = ""
     if n is not None and task.auto_replications:
-        below = [runs.evaluate(n - 1, replications, complete=True)] if n > 1 and not overloaded(n - 1) else []
-        noise = noisy_decision(tried[n], below)
+        noise = noisy_decision(tried[n], [])      # the seed spread; else the count below, up to a seed it passes
+        if not noise and n > 1 and not overloaded(n - 1):
+            noise = noisy_decision(tried[n], [runs.evaluate(n - 1, replications, complete=True, until_pass=True)])
         if noise and replications < MAX_AUTO_REPLICATIONS:
             replications = seeds = MAX_AUTO_REPLICATIONS
             n = minimal_count(ok, n, task.max_replicas, guess)     # n - 1 failed on a seed it still has
