@@ -581,12 +581,13 @@ class Scheduler:
         n = self.n
         if n <= SMALL_BATCH:
             pr = self._phase_remaining
-            rows = [row for row, r in enumerate(self.num_remaining_tokens[:n].tolist()) if r == pr]
-            if not rows:
+            remaining = self.num_remaining_tokens[:n].tolist()
+            count = remaining.count(pr)              # C loops: most steps finish none, or one
+            if not count:
                 return _EMPTY
-            if len(rows) == 1:
-                return self._finish_row(rows[0], now)
-            done = np.array(rows, dtype=np.int64)
+            if count == 1:
+                return self._finish_row(remaining.index(pr), now)
+            done = np.array([row for row, r in enumerate(remaining) if r == pr], dtype=np.int64)
         else:
             done = (self.num_remaining_tokens[:n] == self._phase_remaining).nonzero()[0]
             if len(done) == 0:
