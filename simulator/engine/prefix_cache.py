@@ -168,6 +168,10 @@ def fresh_block_hashes(num_blocks: np.ndarray, block_size: int) -> BlockHashes:
                        0, block_size)
 
 
+_FEW = 8
+"""Evictions of at most this many blocks walk the queue on scalars, more with numpy (the same blocks)."""
+
+
 class PrefixCachingKVManager(KVCacheManager):
     """KV blocks with identities: shared, reference-counted, cached after release, LRU-evicted.
 
@@ -218,6 +222,15 @@ class PrefixCachingKVManager(KVCacheManager):
         self.num_evictable_blocks -= count
         self.evictions += count
         head = self._head
+        if count <= _FEW:                 # a decode step's block or two: scalars beat numpy's per-call cost
+            while count:
+                block = int(buf[head])
+                head += 1
+                if block >= 0:            # -1: revived since it was queued
+                    ref[block] = -1
+                    count -= 1
+            self._head = head
+            return
         while count:
             end = head + count          # at most ``count`` live entries in the next ``count`` slots
             seg = buf[head:end]
