@@ -228,8 +228,13 @@ class RooflineCostModel:
 
     def decode_step_fn(self, num_decodes: int) -> Callable[[float], float]:
         """:meth:`decode_step_time_s` at ``num_decodes`` as a function of the context sum."""
-        fixed, slope = self._decode_fixed_s(num_decodes), self._decode_attn_slope
+        fixed, slope = self.decode_step_terms(num_decodes)
         return lambda s: fixed + slope * s
+
+    def decode_step_terms(self, num_decodes: int) -> tuple[float, float]:
+        """``(fixed, slope)``: :meth:`decode_step_fn` computes ``fixed + slope * s``, these float
+        operations (a caller summing many steps may inline them)."""
+        return self._decode_fixed_s(num_decodes), self._decode_attn_slope
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float]:
         return self._decode_fixed_s(num_decodes), self._decode_attn_slope

@@ -440,17 +440,26 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
     assert system.draft_model is not None   # resolved for method draft
     draft_cost = make_cost_model(system.profile, system.draft_model, tp)
 
-    by_n: dict[int, tuple[float, Callable[[float], float]]] = {}   # pure functions of the batch size
+    by_n: dict[int, tuple[float, Callable[[float], float], tuple[float, float] | None]] = {}
+    """Pure functions of the batch size: the draft's CPU overhead, its decode step as a function of the
+    context, and that step's ``(fixed, slope)`` where it is ``fixed + slope * s`` (``decode_step_terms``)."""
+    terms_of = getattr(draft_cost, "decode_step_terms", None)
 
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
         got = by_n.get(n)
-        if got is None:   # the draft's CPU overhead, and its decode step as a function of the context
+        if got is None:
             fn_of = getattr(draft_cost, "decode_step_fn", None)
             step = fn_of(n) if fn_of is not None else None
             got = by_n[n] = (draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s,
-                             step or partial(draft_cost.decode_step_time_s, n))
-        overhead, step = got
+                             step or partial(draft_cost.decode_step_time_s, n),
+                             terms_of(n) if terms_of is not None and step is not None else None)
+        overhead, step, terms = got
         total: float = 0                      # sum() of the k steps, added in order (from the int 0)
+        if terms is not None:                 # step(s) inlined: the same float operations
+            fixed, slope = terms
+            for j in range(k):
+                total += fixed + slope * float(ctx + n * j) - overhead
+            return total
         for j in range(k):
             total += step(float(ctx + n * j)) - overhead
         return total
