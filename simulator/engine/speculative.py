@@ -285,10 +285,16 @@ class SpeculativeScheduler(_Speculation, Scheduler):
             self._verify_rows(computed, remaining, self._emitted_list(m))
             self.num_computed_tokens[:m] = computed
             self.num_remaining_tokens[:m] = remaining
-        if n > m:
-            self.num_remaining_tokens[m:n] -= 1          # admitted requests' first tokens
-        if out.admitted_first:
-            self.table.first_token_time[out.admitted_first] = now
+        if n == m + 1:                                   # admitted requests' first tokens: most often one
+            self.num_remaining_tokens[m] -= 1
+        elif n > m:
+            self.num_remaining_tokens[m:n] -= 1
+        first = out.admitted_first
+        if first:
+            if len(first) == 1:
+                self.table.first_token_time[first[0]] = now
+            else:
+                self.table.first_token_time[first] = now
         return self._finish(now)
 
 class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):

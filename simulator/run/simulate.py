@@ -457,8 +457,10 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
         total: float = 0                      # sum() of the k steps, added in order (from the int 0)
         if terms is not None:                 # step(s) inlined: the same float operations
             fixed, slope = terms
-            for j in range(k):
-                total += fixed + slope * float(ctx + n * j) - overhead
+            s, nf = float(ctx), float(n)      # whole numbers below 2**53: s is float(ctx + n * j) exactly
+            for _ in range(k):
+                total += fixed + slope * s - overhead
+                s += nf
             return total
         for j in range(k):
             total += step(float(ctx + n * j)) - overhead
