@@ -173,9 +173,14 @@ def _judged(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None
     return verdict, req, window, stable
 
 
+def _badness(passed: bool, score: float) -> tuple[bool, float]:
+    """How bad a check or verdict is: a failure before a pass, then the larger worst ratio."""
+    return not passed, score
+
+
 def _worse(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether check ``a`` is worse than ``b`` (a failure before a pass, then the larger worst ratio)."""
-    return (not a["passed"], a["score"]) > (not b["passed"], b["score"])
+    """Whether check ``a`` is worse than ``b`` (:func:`_badness`)."""
+    return _badness(a["passed"], a["score"]) > _badness(b["passed"], b["score"])
 
 
 def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | None, dict[str, Any]]:
@@ -185,7 +190,7 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
     sc = sc.model_copy(update={"seed": sc.seed + k})
     result = simulate(sc)
     pools: list[str | None] = [None] + [p.name for p in sc.deployment.pools or ()]
-    out: dict[str | None, dict[str, Any]] = {}
+    worst: dict[str | None, tuple[str, Verdict, pd.DataFrame, tuple[float, float], dict[str, Any]]] = {}
     run_stability = _run_stability(result)
     batching_factor = BatchingFactor(result.step_log, result.system, task, counts, k)
     for i, (case, mix) in enumerate(task.mixes):
@@ -193,10 +198,13 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
         frame = with_client_latencies(result.requests, mix, rng)
         for pool in pools:
             verdict, judged, window, stable = _judged(result, task.slo, frame, pool, run_stability)
-            check = _check_row(verdict, judged, window)
-            check.update(case=case, seed=sc.seed, stability=stable, batching_factor=batching_factor)
-            if pool not in out or _worse(check, out[pool]):
-                out[pool] = check
+            if pool not in worst or (_badness(verdict.passed, verdict.score)
+                                     > _badness(worst[pool][1].passed, worst[pool][1].score)):
+                worst[pool] = (case, verdict, judged, window, stable)
+    out: dict[str | None, dict[str, Any]] = {}
+    for pool, (case, verdict, judged, window, stable) in worst.items():   # the worksheet's figures: worst mix's
+        out[pool] = _check_row(verdict, judged, window)
+        out[pool].update(case=case, seed=sc.seed, stability=stable, batching_factor=batching_factor)
     if not out[None]["passed"]:     # a failed run is shown only as an infeasible cell's best
         batching_factor.release()
     return out
