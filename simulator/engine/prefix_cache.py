@@ -303,12 +303,16 @@ class PrefixCachingKVManager(KVCacheManager):
         False (nothing changes) when they are not free. Counts a query of ``num_tokens``."""
         bs, ref = self.block_size, self.ref
         hit_ids = known[:hit]
-        revived = hit_ids[ref[hit_ids] == 0] if hit else hit_ids
+        if hit:
+            hit_refs = ref[hit_ids]
+            revived = hit_ids[hit_refs == 0]
+        else:
+            revived = hit_ids
         new_blocks = -(-end // bs) - hit
         if new_blocks + len(revived) > self.num_gpu_blocks - self.num_used_blocks:
             return False
         if hit:
-            ref[hit_ids] += 1
+            ref[hit_ids] = hit_refs + 1          # ``ref[hit_ids] += 1``, without reading them again
             if len(revived):
                 self._buf[self.qpos[revived] - self._base] = -1     # out of the eviction queue
                 self.num_evictable_blocks -= len(revived)
@@ -346,8 +350,9 @@ class PrefixCachingKVManager(KVCacheManager):
         held = self._held.pop(rid)
         done = self._registered.pop(rid)
         full = num_computed_tokens // bs
-        ref[held] -= 1
-        zero = held[ref[held] == 0][::-1]        # last block first: tails are evicted before shared heads
+        held_refs = ref[held] - 1                # ``ref[held] -= 1``, kept for the next line
+        ref[held] = held_refs
+        zero = held[held_refs == 0][::-1]        # last block first: tails are evicted before shared heads
         private = -(-num_computed_tokens // bs) - len(held)
         if full > done:
             # Blocks its decode steps filled: cached now, unreferenced at once (unless a copy is cached).
