@@ -418,12 +418,7 @@ class Scheduler:
             if m:
                 self.num_computed_tokens[:m] += 1
             self.num_remaining_tokens[:n] -= 1
-        first = out.admitted_first
-        if first:
-            if len(first) == 1:
-                self.table.first_token_time[first[0]] = now
-            else:
-                self.table.first_token_time[first] = now
+        self._record_first_tokens(out, now)
         if self._tracked:
             done = self._finish(now) if n and self._min_remaining() == 0 else _EMPTY
         else:
@@ -431,6 +426,15 @@ class Scheduler:
         if self.num_scheduler_steps > 1:
             self._multi_step(0 if out.admitted else 1)
         return done
+
+    def _record_first_tokens(self, out: SchedulerOutput, now: float) -> None:
+        """The step's prompts that were computed from scratch emitted their first token at ``now``."""
+        first = out.admitted_first
+        if first:
+            if len(first) == 1:                       # most steps admit one: no fancy indexing
+                self.table.first_token_time[first[0]] = now
+            else:
+                self.table.first_token_time[first] = now
 
     def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float, cost: Any) -> DecodeRun:
         """Plan as many pure-decode steps as can run before anything changes the batch.

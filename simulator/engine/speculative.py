@@ -289,12 +289,7 @@ class SpeculativeScheduler(_Speculation, Scheduler):
             self.num_remaining_tokens[m] -= 1
         elif n > m:
             self.num_remaining_tokens[m:n] -= 1
-        first = out.admitted_first
-        if first:
-            if len(first) == 1:
-                self.table.first_token_time[first[0]] = now
-            else:
-                self.table.first_token_time[first] = now
+        self._record_first_tokens(out, now)
         return self._finish(now)
 
 class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
