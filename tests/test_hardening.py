@@ -531,11 +531,13 @@ def test_validate_and_calibrate_arguments_fail_fast_and_create_nothing(tmp_path:
                           "already holds a finished profile", "--force")
 
 
-def _interrupt(args: list[str], after_s: float, sig: str = "SIGINT", group: bool = True
-               ) -> tuple[int, str, float, list[int]]:
+def _interrupt(args: list[str], after_s: float, sig: str = "SIGINT", group: bool = True,
+               when_mapped: str | None = None) -> tuple[int, str, float, list[int]]:
     """Run ``python -m simulator.cli ARGS`` in its own process group, send ``sig`` to the whole group after
     ``after_s`` (as a terminal's Ctrl-C does; ``group=False``: to the CLI alone, as ``kill`` does); return
-    the exit status, stderr, the seconds it took to exit and its descendants when interrupted."""
+    the exit status, stderr, the seconds it took to exit and its descendants when interrupted.
+    ``when_mapped``: send it as soon as the CLI has mapped a library whose path contains this text
+    (``after_s`` is then the most to wait for that)."""
     import os
     import signal
     import subprocess
@@ -545,7 +547,12 @@ def _interrupt(args: list[str], after_s: float, sig: str = "SIGINT", group: bool
 
     proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *args], cwd=REPO, env=cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(after_s)
+    if when_mapped is None:
+        time.sleep(after_s)
+    else:
+        maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.perf_counter() + after_s
+        while when_mapped not in maps.read_text() and time.perf_counter() < deadline:
+            time.sleep(0.001)
     children = _descendants(proc.pid)
     if group:
         os.killpg(proc.pid, getattr(signal, sig))
@@ -590,10 +597,10 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
     """A Ctrl-C while the CLI imports pandas and scipy printed the traceback of that import."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(base()))
-    # 0.4 s: inside the imports (about a second), and after the interpreter's own start-up: a SIGINT
-    # during that (0.15 s was, 2 runs in 10 on a busy 2-core machine) ends Python with status 130 and
-    # nothing printed, before any code of ours runs.
-    returncode, stderr, _, _ = _interrupt(["simulate", str(scenario)], 0.4)
+    # The Ctrl-C goes in once numpy's extension is loaded: inside the imports, after the interpreter's own
+    # start-up. A fixed delay raced both ends on a busy machine: a SIGINT during the interpreter's start-up
+    # ends Python before any code of ours runs, and the small run could be over, or ending, by then.
+    returncode, stderr, _, _ = _interrupt(["simulate", str(scenario)], 30.0, when_mapped="_multiarray_umath")
     assert returncode == 130, (returncode, stderr)
     assert stderr.strip().splitlines() == ["error: interrupted"]
 
