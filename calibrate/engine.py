@@ -208,9 +208,9 @@ class EngineRun:
 
     def requests_frame(self) -> Any:
         """One row per request, built by the simulator's own code (same columns as ``result.requests``)."""
-        from simulator.run.records import _requests_frame
+        from simulator.run.records import request_columns
         assert self.scenario is not None
-        return _requests_frame(self.table, self.scenario)
+        return request_columns(self.table, self.scenario).to_frame()
 
     def steps_frame(self) -> Any:
         import pandas as pd

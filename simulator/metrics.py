@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.critical_values import binom_ppf, t_ppf
 from simulator.errors import ScenarioError
@@ -33,6 +32,8 @@ from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
 from simulator.slo import has_objectives, judge, per_request_limits_s, stability
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from simulator.run.records import FrozenStepLog, SimulationResult
     from simulator.run.resolve import ResolvedSystem
 
@@ -71,7 +72,7 @@ def quantile_ci(sorted_x: np.ndarray, q: float, level: float = 0.95) -> list[flo
     return [float(sorted_x[lo]), float(sorted_x[hi])]
 
 
-def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
+def measurement_window(requests: Mapping[str, Any], warmup_s: float, cooldown_s: float,
                        arrival: Any = None, sessions: Any = None) -> tuple[float, float]:
     """The interval ``[start, end]`` (s) a run is measured over, by how the load arrives.
 
@@ -94,16 +95,18 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
     naming them. Otherwise, where it has no length (every request arrived at one instant; a closed loop
     too short to reach its steady part): the whole run, ``[0, last end]``.
 
+    ``requests`` is the request frame or a run's request columns.
+
     Raises:
         ScenarioError: ``warmup_s`` and ``cooldown_s`` cover the whole run.
     """
-    sent = requests["arrival_time"].to_numpy(dtype=float)
+    sent = np.asarray(requests["arrival_time"], dtype=float)
     last = float(sent.max()) if len(sent) else 0.0
     closed = isinstance(arrival, ClosedLoopArrival)
     if not closed and not isinstance(arrival, OfflineArrival):
         what = "arrival"
         if getattr(sessions, "loop", "open") == "closed" and "session" in requests and len(sent):
-            starts = sent[requests["session"].to_numpy() == requests["request_id"].to_numpy()]
+            starts = sent[np.asarray(requests["session"]) == np.asarray(requests["request_id"])]
             last = float(starts.max()) if len(starts) else last
             what = "session start"
         start, end = warmup_s, last - cooldown_s
@@ -114,7 +117,7 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
                                 f"{end:.4g}] s (the last {what} at {last:.4g} s)")
         if last > 0:
             return 0.0, last
-    ends = np.sort(requests["finish_time"].to_numpy(dtype=float))
+    ends = np.sort(np.asarray(requests["finish_time"], dtype=float))
     ends = ends[~np.isnan(ends)]
     whole = (0.0, max(float(ends[-1]), last) if len(ends) else last)
     if closed and len(ends) >= arrival.concurrency and len(sent) > arrival.concurrency:
@@ -139,11 +142,12 @@ def _empty_window(warmup_s: float, cooldown_s: float, window: str) -> ScenarioEr
                                        "empty; lower warmup_s or cooldown_s, or give more requests")
 
 
-def in_measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
-                          arrival: Any = None, sessions: Any = None) -> pd.Series:
-    """Which requests arrived inside :func:`measurement_window` (the one filter every report uses)."""
+def in_measurement_window(requests: Mapping[str, Any], warmup_s: float, cooldown_s: float,
+                          arrival: Any = None, sessions: Any = None) -> np.ndarray:
+    """Which requests arrived inside :func:`measurement_window` (the one filter every report uses),
+    as a boolean array in row order."""
     start, end = measurement_window(requests, warmup_s, cooldown_s, arrival, sessions)
-    sent = requests["arrival_time"]
+    sent = np.asarray(requests["arrival_time"], dtype=float)
     return (sent >= start) & (sent <= end)
 
 
@@ -173,23 +177,26 @@ def slo_thresholds_s(slo: Any) -> dict[str, float]:
 
 
 def summarize(result: SimulationResult) -> dict[str, Any]:
-    """The run's JSON summary (the CLI's ``--json`` output; see the README for every key)."""
-    sc, req, steps = result.scenario, result.requests, result.step_log.columns()
+    """The run's JSON summary (the CLI's ``--json`` output; see the README for every key).
+
+    The common part reads the request columns as arrays; tiers, sessions, the request path, regions
+    and pools read the request frame."""
+    sc, req, steps = result.scenario, result.records, result.step_log.columns()
     arrival = sc.workload.arrival
     sessions = sc.workload.sessions
     start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival, sessions)
-    status = req["status"].astype(str)
+    status = np.asarray(req["status"]).astype(str)
+    sent = np.asarray(req["arrival_time"], dtype=float)
     in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival, sessions)
     finished = status == "finished_length_capped"
-    measured = req[in_window & finished]
+    measured = in_window & finished
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
     for metric in LATENCIES:
-        summary[metric] = describe(measured[metric].to_numpy())
-    if "client_ttft_s" in measured:
+        summary[metric] = describe(np.asarray(req[metric])[measured])
+    if "client_ttft_s" in req:
         for metric in CLIENT_LATENCIES:
-            if metric in measured:
-                summary[metric] = describe(measured[metric].to_numpy())
-    judged_frame = req   # the judge picks the window's arrivals and the client-perceived latencies itself
+            if metric in req:
+                summary[metric] = describe(np.asarray(req[metric])[measured])
     values, weights = itl_samples(steps, (start, end))
     itl = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
     if len(values):
@@ -198,49 +205,52 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
                                                strict=True)})
     summary["itl_s"] = itl
     span = end - start
-    done_in_window = finished & (req["finish_time"] >= start) & (req["finish_time"] <= end)
+    finish = np.asarray(req["finish_time"], dtype=float)
+    done_in_window = finished & (finish >= start) & (finish <= end)
     summary["throughput"] = {
         "requests_per_s": float(done_in_window.sum() / span) if span > 0 else None,
-        "output_tokens_per_s": float(req.loc[done_in_window, "num_output_tokens"].sum() / span) if span > 0 else None,
-        "input_tokens_per_s": float(req.loc[done_in_window, "num_prompt_tokens"].sum() / span) if span > 0 else None,
+        "output_tokens_per_s": float(np.asarray(req["num_output_tokens"])[done_in_window].sum() / span)
+        if span > 0 else None,
+        "input_tokens_per_s": float(np.asarray(req["num_prompt_tokens"])[done_in_window].sum() / span)
+        if span > 0 else None,
         "window_s": [start, end],
     }
     summary["requests"] = {
-        "arrived": len(req),
+        "arrived": len(sent),
         "completed": int(finished.sum()),
-        "rejected": int(status.isin(("finished_rejected", "finished_shed")).sum()),
-        "in_flight": int((~status.str.startswith("finished")).sum()),
-        "measured": len(measured),
-        "preemptions": int(req["num_preemptions"].sum()),
+        "rejected": int(np.isin(status, ("finished_rejected", "finished_shed")).sum()),
+        "in_flight": int((~np.char.startswith(status, "finished")).sum()),
+        "measured": int(measured.sum()),
+        "preemptions": int(np.asarray(req["num_preemptions"]).sum()),
     }
     summary["requests"].update(_lever_counts(req, status))
     summary["stability"] = stability(req, (start, end), arrival=arrival)
     stable = summary["stability"]["stable"]
-    summary.update(_slo_summary(sc.slo, judged_frame, (start, end), stable))
+    summary.update(_slo_summary(sc.slo, req, (start, end), stable))
     if sc.workload.tiers is not None:
+        frame = result.requests
+        tier = frame["tier"].to_numpy()
         summary["tiers"] = {
             t.name: {"share": t.share, "priority": t.priority,
-                     "requests": {"arrived": int((req["tier"] == t.name).sum()),
-                                  "completed": int((finished & (req["tier"] == t.name)).sum())},
-                     **{m: describe(g[m].to_numpy())
-                        for m in LATENCIES for g in [measured[measured["tier"] == t.name]]},
-                     **_slo_summary(t.slo or sc.slo, judged_frame[judged_frame["tier"] == t.name], (start, end),
-                                    stable)}
+                     "requests": {"arrived": int((tier == t.name).sum()),
+                                  "completed": int((finished & (tier == t.name)).sum())},
+                     **{m: describe(frame[m].to_numpy()[measured & (tier == t.name)]) for m in LATENCIES},
+                     **_slo_summary(t.slo or sc.slo, frame[tier == t.name], (start, end), stable)}
             for t in sc.workload.tiers}
     if "session" in req:
-        summary["tasks"] = _tasks_summary(req, (start, end), sessions.loop if sessions is not None else "open")
+        summary["tasks"] = _tasks_summary(result.requests, (start, end),
+                                          sessions.loop if sessions is not None else "open")
     if result.request_path is not None:
-        summary["request_path"] = result.request_path.summary(req, in_window.to_numpy())
+        summary["request_path"] = result.request_path.summary(result.requests, in_window)
     if "region" in req:   # scenario.fleet: per-region breakdown
         from simulator.cluster.fleet import fleet_summary
-        summary["fleet"] = fleet_summary(req, (in_window & finished).to_numpy())
+        summary["fleet"] = fleet_summary(result.requests, measured)
     if "pool" in req:   # deployment.pools: per-pool breakdown
         from simulator.cluster.pools import pools_summary
-        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], req,
-                                         (in_window & finished).to_numpy())
+        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], result.requests, measured)
     summary["batch"] = batch_summary(result.step_log, result.system)
     if isinstance(arrival, OfflineArrival | ClosedLoopArrival):
-        summary["benchmark"] = _benchmark_summary(arrival, steps, (start, end), len(req))
+        summary["benchmark"] = _benchmark_summary(arrival, steps, (start, end), len(sent))
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
                            "weights_bytes_per_gpu": plan.weights_bytes,
@@ -294,11 +304,11 @@ def _benchmark_summary(arrival: Any, steps: Mapping[str, np.ndarray], window: tu
     return out
 
 
-def _lever_counts(req: pd.DataFrame, status: pd.Series) -> dict[str, int]:
+def _lever_counts(req: Mapping[str, Any], status: np.ndarray) -> dict[str, int]:
     """Requests the client abandoned (``client.timeout_s``) and those shed by admission control."""
     aborted = status == "finished_aborted"
     return {"timed_out": int(aborted.sum()),
-            "timed_out_waiting": int((aborted & req["first_scheduled_time"].isna()).sum()),
+            "timed_out_waiting": int((aborted & np.isnan(np.asarray(req["first_scheduled_time"], dtype=float))).sum()),
             "shed": int((status == "finished_shed").sum())}
 
 
@@ -359,7 +369,8 @@ def _speculative_summary(spec: Any, stats: dict[str, float]) -> dict[str, Any]:
     }
 
 
-def _slo_summary(slo: Any, requests: pd.DataFrame, window: tuple[float, float], stable: bool | None) -> dict[str, Any]:
+def _slo_summary(slo: Any, requests: Mapping[str, Any], window: tuple[float, float],
+                 stable: bool | None) -> dict[str, Any]:
     """The judge's verdict (:func:`simulator.slo.judge`) in the summary's keys."""
     thresholds = slo_thresholds_s(slo)
     if not has_objectives(slo):

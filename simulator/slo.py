@@ -38,14 +38,17 @@ called unstable; the planner then adds capacity, which errs on the safe side.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.critical_values import t_ppf
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 SLO_METRICS = ("ttft", "tpot", "e2e", "queue_delay", "ttua")
 TASK_METRICS = ("task_ttua",)
@@ -88,32 +91,33 @@ def has_objectives(slo: Any) -> bool:
     return bool(thresholds_s(slo)) or slo.attainment > 0
 
 
-def judged_latencies(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def judged_latencies(frame: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The latency each metric is judged on (client-perceived TTFT/E2E when the frame has them)."""
     ttft = "client_ttft_s" if "client_ttft_s" in frame else "ttft_s"
     e2e = "client_e2e_s" if "client_e2e_s" in frame else "e2e_s"
     ttua = "client_ttua_s" if "client_ttua_s" in frame else ("ttua_s" if "ttua_s" in frame else e2e)
-    return {"ttft": frame[ttft].to_numpy(dtype=float), "tpot": frame["tpot_s"].to_numpy(dtype=float),
-            "e2e": frame[e2e].to_numpy(dtype=float), "queue_delay": frame["queue_delay_s"].to_numpy(dtype=float),
-            "ttua": frame[ttua].to_numpy(dtype=float)}
+    return {"ttft": np.asarray(frame[ttft], dtype=float), "tpot": np.asarray(frame["tpot_s"], dtype=float),
+            "e2e": np.asarray(frame[e2e], dtype=float), "queue_delay": np.asarray(frame["queue_delay_s"], dtype=float),
+            "ttua": np.asarray(frame[ttua], dtype=float)}
 
 
 DROPPED = ("finished_rejected", "finished_shed", "finished_aborted")
 
 
-def tasks(frame: pd.DataFrame) -> pd.DataFrame:
+def tasks(frame: Mapping[str, Any]) -> pd.DataFrame:
     """One row per session (agent task) of a request frame with sessions (``session``, ``turn``,
     ``session_turns`` columns): ``start_s`` (its first turn's arrival), ``calls`` (turns sent),
     ``turns`` (turns it has), ``outcome`` (``completed``: every turn completed; ``failed``: a turn
     was dropped; ``unfinished``: the run ended first) and ``ttua_s``: from the first turn's
     arrival to the usable answer of the last (:func:`judged_latencies`'s TTUA), +inf unless completed."""
-    arrival = frame["arrival_time"].to_numpy(dtype=float)
-    status = frame["status"].astype(str).to_numpy()
+    import pandas as pd
+    arrival = np.asarray(frame["arrival_time"], dtype=float)
+    status = np.asarray(frame["status"]).astype(str)
     completed = status == COMPLETED
     end = np.where(completed, arrival + judged_latencies(frame)["ttua"], np.nan)
-    per = pd.DataFrame({"session": frame["session"].to_numpy(), "arrival": arrival, "end": end,
+    per = pd.DataFrame({"session": np.asarray(frame["session"]), "arrival": arrival, "end": end,
                         "completed": completed, "dropped": np.isin(status, DROPPED),
-                        "turns": frame["session_turns"].to_numpy()}).groupby("session", sort=True)
+                        "turns": np.asarray(frame["session_turns"])}).groupby("session", sort=True)
     out = pd.DataFrame({"start_s": per["arrival"].min(), "calls": per.size(), "turns": per["turns"].first(),
                         "done": per["completed"].sum(), "failed": per["dropped"].any(), "end": per["end"].max()})
     whole = out["done"].to_numpy() == out["turns"].to_numpy()
@@ -228,17 +232,17 @@ class Verdict:
         }
 
 
-def judge(requests: pd.DataFrame, slo: Any, window: tuple[float, float], *,
+def judge(requests: Mapping[str, Any], slo: Any, window: tuple[float, float], *,
           stable: bool | None = None) -> Verdict:
     """Judge the requests that arrived in ``window`` against ``slo`` (see the module docstring).
 
-    ``requests`` is a run's whole request frame (goodput needs completions whose arrival was
+    ``requests`` is a run's whole request frame or its request columns (goodput needs completions whose arrival was
     before the window); ``stable`` is :func:`stability`'s verdict, ``None`` when not tested.
     """
     start, end = window
-    arrival = requests["arrival_time"].to_numpy(dtype=float)
+    arrival = np.asarray(requests["arrival_time"], dtype=float)
     in_window = (arrival >= start) & (arrival <= end)
-    completed = (requests["status"] == COMPLETED).to_numpy()
+    completed = np.asarray(requests["status"] == COMPLETED)
     lat = judged_latencies(requests)
     limits = per_request_limits_s(slo)
     ok = completed.copy()
@@ -265,7 +269,7 @@ def judge(requests: pd.DataFrame, slo: Any, window: tuple[float, float], *,
     floor = float(getattr(slo, "attainment", 0.0) or 0.0)
     max_drop = float(getattr(slo, "max_drop_fraction", 0.0) or 0.0)
     span = end - start
-    finish = requests["finish_time"].to_numpy(dtype=float)
+    finish = np.asarray(requests["finish_time"], dtype=float)
     done_in_window = completed & (finish >= start) & (finish <= end)
     goodput = float((ok & done_in_window).sum() / span) if span > 0 else None
     ratios = {c.name: c.ratio for c in checks}
@@ -282,7 +286,7 @@ def judge(requests: pd.DataFrame, slo: Any, window: tuple[float, float], *,
 
 
 # -- stability --------------------------------------------------------------------------------------
-def stability(requests: pd.DataFrame, window: tuple[float, float], *,
+def stability(requests: Mapping[str, Any], window: tuple[float, float], *,
               batches: int = STABILITY_BATCHES, arrival: Any = None) -> dict[str, Any]:
     """Whether the run's waiting backlog grows (see the module docstring).
 
@@ -299,9 +303,9 @@ def stability(requests: pd.DataFrame, window: tuple[float, float], *,
     """
     mode, clients = getattr(arrival, "process", None), getattr(arrival, "concurrency", None)
     start, end = window
-    arrival = requests["arrival_time"].to_numpy(dtype=float)
-    finish = requests["finish_time"].to_numpy(dtype=float)
-    admitted = requests["first_scheduled_time"].to_numpy(dtype=float)
+    arrival = np.asarray(requests["arrival_time"], dtype=float)
+    finish = np.asarray(requests["finish_time"], dtype=float)
+    admitted = np.asarray(requests["first_scheduled_time"], dtype=float)
     in_window = (arrival >= start) & (arrival <= end)
     n = int(in_window.sum())
     span = end - start

@@ -64,13 +64,44 @@ def test_critical_values_agree_with_scipy_stats():
         binom_ppf(0.5, 10, 1.5)
 
 
-def test_the_summary_path_imports_no_scipy():
-    """Running a simulation and summarising it loads no SciPy module (its import costs a sixth of
-    a second of every CLI run and every planner worker's start-up)."""
-    loaded = _modules_after("from simulator.scenario.config import load_scenario\n"
-                            "from simulator.run.simulate import simulate\n"
-                            f"simulate(load_scenario({str(SPEED)!r}, {{'num_requests': 300}})).summary")
-    assert not {m for m in loaded if m.split(".")[0] == "scipy"}
+def test_the_summary_path_imports_no_scipy_and_no_pandas():
+    """Running a simulation and summarising it loads no SciPy and no pandas (their imports cost a
+    sixth and a quarter of a second of every CLI run): the summary reads the request columns, and
+    the request frame is built when a caller reads ``result.requests``."""
+    run = ("from simulator.scenario.config import load_scenario\n"
+           "from simulator.run.simulate import simulate\n"
+           f"r = simulate(load_scenario({str(SPEED)!r}, {{'num_requests': 300}}))\nr.summary\n")
+    loaded = _modules_after(run)
+    assert not {m for m in loaded if m.split(".")[0] in ("scipy", "pandas", "pyarrow")}
+    assert "pandas" in _modules_after(run + "r.requests")
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"workload.tiers": [{"name": "gold", "share": 0.3, "priority": 0, "slo": {"ttft_p99_ms": 300}},
+                        {"name": "free", "share": 0.7, "priority": 1}], "scheduler.scheduling_policy": "priority"},
+    {"client.timeout_s": 2.0, "admission.max_queue_len": 20, "workload.arrival.rate_per_s": 40,
+     "slo": {"ttft_p99_ms": 500, "max_drop_fraction": 0.5}},
+    {"client.usable_answer_tokens": 20, "warmup_s": 5, "cooldown_s": 5},
+    {"client.stream": False, "workload.arrival": {"process": "offline"}},
+    {"workload.sessions": {"turns": 3, "turn_gap_s": 1.0}, "slo": {"task_ttua_p90_ms": 9000}},
+    {"network": {"clients": [{"rtt_ms": 20}]}},
+])
+def test_the_summary_from_the_request_columns_is_the_summary_from_the_frame(overrides):
+    """The summary read off a run's request columns (no pandas) equals, key for key, the one read
+    off its request frame, and the frame built afterwards is the same frame."""
+    import pandas as pd
+
+    from simulator import load_scenario, simulate
+    sc = load_scenario("examples/chat-h100.yaml", overrides={"num_requests": 800, "warmup_s": 0, "cooldown_s": 0,
+                                                            "workload.over_length": "clip", **overrides})
+    by_columns, by_frame = simulate(sc), simulate(sc)
+    frame = by_frame.requests
+    assert isinstance(by_columns.records, pd.DataFrame) == ("network" in overrides)   # client latencies: a frame
+    a, b = dict(by_columns.summary), dict(by_frame.summary)
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+    pd.testing.assert_frame_equal(by_columns.requests, frame, check_exact=True)
 
 
 SPEED = ROOT / "benchmarks" / "scenarios" / "speed-10k.yaml"

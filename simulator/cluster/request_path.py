@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 STAGE_STREAM = "pipeline"
 

@@ -29,10 +29,9 @@ import bisect
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.cost.base import DecodeSteps, register
 from simulator.cost.op_table import (
@@ -48,6 +47,9 @@ from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 Roof = Callable[[Any], Any]
 """Roofline time of a GEMM as a function of its rows ``m`` (a float or an array of them)."""

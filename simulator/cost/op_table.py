@@ -37,12 +37,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import ScenarioError
 from simulator.scenario.files import read_csv, require_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 TABLE_SCHEMA = 1
 SHAPE_COLUMNS = ("tokens", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
@@ -83,6 +86,7 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
             does not match the profile's (the file was edited or truncated), missing columns,
             unknown ops, or times that are not positive finite numbers.
     """
+    import pandas as pd
     path = Path(path)
     if schema is not None and schema != TABLE_SCHEMA:
         raise ScenarioError(f"{field}_schema", schema, f"this llmplan reads table schema {TABLE_SCHEMA} only; "
@@ -284,6 +288,7 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
     extrapolated by the roofline). Prefill attention: along the chunk axis within each context.
     Decode attention: within each batch, the piecewise-linear curve in the context sum without the point.
     """
+    import pandas as pd
     out: list[pd.DataFrame] = []
     for (op, _dtype), g in df.groupby(["op", "dtype"], sort=False):
         fam = OP_FAMILY[op]
@@ -331,6 +336,7 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
 
 def fit_summary(loo: pd.DataFrame) -> pd.DataFrame:
     """Per op family: points held out, median and p90 of |relative error|, worst case."""
+    import pandas as pd
     rows = []
     for fam in FAMILIES:
         e = loo.loc[loo["family"] == fam, "rel_error"].abs().dropna().to_numpy()

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
 from simulator.cost.op_table import (
@@ -46,6 +45,9 @@ from simulator.cost.op_table import (
 from simulator.errors import ScenarioError
 from simulator.scenario.models import DTYPE_BYTES, ModelSpec
 from simulator.scenario.profiles import HardwareProfile
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: Elementwise ops per layer (the final RMSNorm adds one more per step).
 PER_LAYER = {"rmsnorm": 2, "rotary": 1, "silu_mul": 1, "residual_add": 2, "kv_write": 1}

@@ -1,18 +1,25 @@
-"""What a run records: the step log, the per-request frame and :class:`SimulationResult`."""
+"""What a run records: the step log, the per-request records and :class:`SimulationResult`.
+
+The records stay numpy arrays until a caller asks for a DataFrame (``result.requests``,
+``result.steps``): a run whose caller reads only the summary (``llmplan simulate --json``, the
+planner's judge) never imports pandas.
+"""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import DecodeRun, SchedulerOutput
 from simulator.run.resolve import ResolvedSystem
 from simulator.scenario.config import Scenario
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 # -- records ---------------------------------------------------------------------------------------
 STEP_COLUMNS = ("start_time", "duration_s", "replica", "num_seqs", "num_prefill_tokens",
@@ -162,19 +169,72 @@ class FrozenStepLog:
         return cols
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
         return pd.DataFrame(self.columns())
+
+
+class RequestColumns(Mapping[str, np.ndarray]):
+    """A run's per-request records as numpy columns, in the request frame's column order.
+
+    Reads like the frame for the summary and the judge (``cols["ttft_s"]``, ``"session" in cols``);
+    a categorical column (``status``, ``tier``) reads as an array of its labels. Columns are set
+    with ``cols[name] = array`` (a new column goes last, as in a DataFrame); :meth:`to_frame` gives
+    the request frame (categoricals as pandas categoricals).
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        self._categories: dict[str, list[str]] = {}    # categorical column -> its labels (codes in _arrays)
+        self._labels: dict[str, np.ndarray] = {}
+
+    def set_categorical(self, name: str, codes: np.ndarray, categories: list[str]) -> None:
+        self._arrays[name] = codes
+        self._categories[name] = categories
+        self._labels.pop(name, None)
+
+    def __setitem__(self, name: str, values: np.ndarray) -> None:
+        self._arrays[name] = values
+        self._categories.pop(name, None)
+        self._labels.pop(name, None)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        categories = self._categories.get(name)
+        if categories is None:
+            return self._arrays[name]
+        labels = self._labels.get(name)
+        if labels is None:
+            labels = self._labels[name] = np.array(categories)[self._arrays[name]]
+        return labels
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self._arrays["request_id"])
+
+    def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+        return pd.DataFrame({name: (pd.Categorical.from_codes(values, self._categories[name])
+                                    if name in self._categories else values)
+                             for name, values in self._arrays.items()})
 
 
 @dataclass
 class SimulationResult:
     """What a run produced: one row per request, one row per engine step, and the summary.
 
-    ``steps`` is built on first access from the compact step log (a 100k-request run has millions
-    of steps; the summary and the planner never need the DataFrame), and so is ``summary``.
+    ``requests`` and ``steps`` are DataFrames built on first access, from the request columns and
+    the compact step log (a 100k-request run has millions of steps; the summary and the planner
+    never need the step frame), and so is ``summary``.
     """
 
     scenario: Scenario
-    requests: pd.DataFrame
+    records: RequestColumns | pd.DataFrame
+    """The request records: their columns until :attr:`requests` is first read, the frame after."""
     step_log: FrozenStepLog
     system: ResolvedSystem
     sim_time_s: float
@@ -189,6 +249,17 @@ class SimulationResult:
     request_path: Any = None
     """The run's :class:`simulator.cluster.request_path.RequestPath` (None without stages, response
     cache or coalescing)."""
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request (see the README's record columns), built on first use."""
+        if isinstance(self.records, RequestColumns):
+            self.records = self.records.to_frame()
+        return self.records
+
+    @requests.setter
+    def requests(self, frame: pd.DataFrame) -> None:
+        self.records = frame
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -212,30 +283,32 @@ class SimulationResult:
         return frame
 
 
-def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
-    status = pd.Categorical.from_codes(table.status.astype(np.int64), [s.name.lower() for s in RequestStatus])
-    cols: dict[str, Any] = {
-        "request_id": np.arange(len(table), dtype=np.int64),
-        "arrival_time": table.arrival_time,
-        "num_prompt_tokens": table.num_prompt_tokens,
-        "max_tokens": table.max_tokens,
-        "num_output_tokens": table.num_output_tokens,
-        "first_scheduled_time": table.first_scheduled_time,
-        "first_token_time": table.first_token_time,
-        "finish_time": table.finish_time,
-        "replica": table.replica,
-        "num_preemptions": table.num_preemptions,
-        "num_cached_tokens": table.num_cached_tokens,
-        "status": status,
-    }
+def request_columns(table: RequestTable, scenario: Scenario) -> RequestColumns:
+    """The request records of a finished run's table (the columns of ``result.requests``)."""
+    cols = RequestColumns()
+    for name, values in (
+            ("request_id", np.arange(len(table), dtype=np.int64)),
+            ("arrival_time", table.arrival_time),
+            ("num_prompt_tokens", table.num_prompt_tokens),
+            ("max_tokens", table.max_tokens),
+            ("num_output_tokens", table.num_output_tokens),
+            ("first_scheduled_time", table.first_scheduled_time),
+            ("first_token_time", table.first_token_time),
+            ("finish_time", table.finish_time),
+            ("replica", table.replica),
+            ("num_preemptions", table.num_preemptions),
+            ("num_cached_tokens", table.num_cached_tokens)):
+        cols[name] = values
+    cols.set_categorical("status", table.status.astype(np.int64), [s.name.lower() for s in RequestStatus])
     if table.session is not None:   # the task (session) of each call, its turn (from 0) and the turns it has
+        import pandas as pd
         by_session = pd.Series(table.session).groupby(table.session)
         cols["session"] = table.session
         cols["turn"] = by_session.cumcount().to_numpy(np.int64)
         cols["session_turns"] = by_session.transform("size").to_numpy(np.int64)
     tiers = scenario.workload.tiers
     if tiers is not None:
-        cols["tier"] = pd.Categorical.from_codes(table.tier.astype(np.int64), [t.name for t in tiers])
+        cols.set_categorical("tier", table.tier.astype(np.int64), [t.name for t in tiers])
         cols["priority"] = table.priority
     arrival, first_token = np.asarray(table.arrival_time, dtype=np.float64), table.first_token_time
     cols["queue_delay_s"] = table.first_scheduled_time - arrival
@@ -244,6 +317,4 @@ def _requests_frame(table: RequestTable, scenario: Scenario) -> pd.DataFrame:
     out = np.asarray(table.num_output_tokens)
     decode_tokens = np.where(out > 1, out - 1, np.nan)     # no TPOT without a second token
     cols["tpot_s"] = (table.finish_time - first_token) / decode_tokens
-    return pd.DataFrame(cols)
-
-
+    return cols

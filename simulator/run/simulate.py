@@ -34,7 +34,7 @@ from simulator.engine.scheduler import SwapSpace
 from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
 from simulator.metrics import summarize  # noqa: F401  (imported with the engine: a run's summary needs it)
 from simulator.run.clients import ClosedLoopClients, ClosedSessions
-from simulator.run.records import SimulationResult, StepLog, _requests_frame
+from simulator.run.records import RequestColumns, SimulationResult, StepLog, request_columns
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
 from simulator.scenario.config import ClosedLoopArrival, Scenario
 from simulator.scenario.parallel import Parallelism
@@ -83,10 +83,11 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     gc.disable()
     try:
         env.run(until=scenario.max_sim_time_s)
-        frame = _requests_frame(table, scenario)
+        records: RequestColumns | Any = request_columns(table, scenario)
         if path is not None:
-            path.add_columns(frame)
-        result = SimulationResult(scenario, apply_client_view(frame, scenario),
+            records = records.to_frame()
+            path.add_columns(records)
+        result = SimulationResult(scenario, apply_client_view(records, scenario),
                                   steps.freeze(), system, float(env.now), time.perf_counter() - wall0)
         result.request_path = path
         result.prefix_cache = prefix_cache_counters(run.replicas)
@@ -113,9 +114,9 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     if run.autoscaler is not None:
         from simulator.metrics import in_measurement_window
         req = result.requests
-        measured = (in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival,
-                                               scenario.workload.sessions)
-                    & (req["status"] == "finished_length_capped")).to_numpy()
+        in_window = in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival,
+                                          scenario.workload.sessions)
+        measured = in_window & np.asarray(req["status"] == "finished_length_capped")
         result.summary_parts["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
     result.wall_s = time.perf_counter() - wall0
     result.summary_parts["wall_s"] = result.wall_s   # the summary itself is computed on first use

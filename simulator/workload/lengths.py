@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import ScenarioError
 from simulator.registry import Registry
@@ -108,6 +107,7 @@ class Empirical:
         if cfg.column not in table.columns:
             raise ScenarioError(f"{field}.column", cfg.column,
                                 f"no such column in {path.name}; columns: {', '.join(map(str, table.columns))}")
+        import pandas as pd
         values = pd.to_numeric(table[cfg.column], errors="coerce").to_numpy(dtype=float)
         if len(values) == 0:
             raise ScenarioError(f"{field}.column", cfg.column, "needs a non-empty column of integers >= 1")

@@ -12,13 +12,14 @@ prefixes, disaggregated pools) is :mod:`simulator.capabilities`' table.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import pandas as pd
 
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.scenario.config import Scenario
+
+Records = TypeVar("Records", bound=Any)
 
 
 def cap_lengths(scenario: Scenario, prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -31,22 +32,24 @@ def cap_lengths(scenario: Scenario, prompt: np.ndarray, output: np.ndarray) -> t
     return prompt, output
 
 
-def apply_client_view(requests: pd.DataFrame, scenario: Scenario) -> pd.DataFrame:
+def apply_client_view(requests: Records, scenario: Scenario) -> Records:
     """Latencies as the client sees them: without streaming the first token arrives with the last;
     ``ttua_s`` (time to usable answer) is the whole answer, or with streaming and
     ``client.usable_answer_tokens: N`` the N-th token (at the request's own mean token pace) plus
-    the post-processing stages (``post_s``, when the scenario has them)."""
+    the post-processing stages (``post_s``, when the scenario has them). ``requests`` is the request
+    frame or a run's :class:`simulator.run.records.RequestColumns`; its columns are set in place."""
+    e2e = np.asarray(requests["e2e_s"], dtype=float)
     if not scenario.client.stream:
-        requests["ttft_s"] = requests["e2e_s"]
+        requests["ttft_s"] = e2e.copy()
     usable = scenario.client.usable_answer_tokens
     if usable is None or not scenario.client.stream:
-        requests["ttua_s"] = requests["e2e_s"]
+        requests["ttua_s"] = e2e.copy()
     else:
-        n = np.minimum(usable, requests["num_output_tokens"].to_numpy())
-        pace = np.nan_to_num(requests["tpot_s"].to_numpy(dtype=float))
-        post = requests["post_s"].to_numpy() if "post_s" in requests else 0.0
-        ttua = requests["ttft_s"].to_numpy() + np.maximum(n - 1, 0) * pace + post
-        requests["ttua_s"] = np.minimum(ttua, requests["e2e_s"].to_numpy())
+        n = np.minimum(usable, np.asarray(requests["num_output_tokens"]))
+        pace = np.nan_to_num(np.asarray(requests["tpot_s"], dtype=float))
+        post = np.asarray(requests["post_s"]) if "post_s" in requests else 0.0
+        ttua = np.asarray(requests["ttft_s"]) + np.maximum(n - 1, 0) * pace + post
+        requests["ttua_s"] = np.minimum(ttua, e2e)
     return requests
 
 

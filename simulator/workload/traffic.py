@@ -19,10 +19,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.cluster.network import SEND_DELAY_S
 from simulator.errors import ScenarioError
@@ -40,6 +39,9 @@ from simulator.scenario.files import read_csv, require_file, trace_timestamps
 from simulator.scenario.limits import MAX_MODEL_LEN, MAX_NUM_REQUESTS, MAX_TIME_S
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,7 @@ _SOURCE = {"azure": ("ContextTokens", "GeneratedTokens", "TIMESTAMP"),
 
 
 def _read_azure(path: Path, field: str) -> pd.DataFrame:
+    import pandas as pd
     raw = read_csv(path, field)
     need = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
     missing = [c for c in need if c not in raw.columns]
@@ -304,6 +307,7 @@ def _read_azure(path: Path, field: str) -> pd.DataFrame:
 
 
 def _read_mooncake(path: Path, field: str) -> pd.DataFrame:
+    import pandas as pd
     rows = []
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
@@ -334,6 +338,7 @@ def _read_mooncake(path: Path, field: str) -> pd.DataFrame:
 
 
 def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> None:
+    import pandas as pd
     bad = np.flatnonzero(mask)
     if len(bad):
         i = int(bad[0])
