@@ -64,15 +64,17 @@ def client_overhead_s(rtt_s: np.ndarray, new_connection: np.ndarray, setup_round
 
 def client_latency_columns(requests, network: ClientNetwork, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """``client``, ``rtt_s``, ``new_connection``, ``client_ttft_s``, ``client_e2e_s`` (and
-    ``client_ttua_s`` where the frame has ``ttua_s``) for a requests DataFrame, drawn from ``rng``."""
-    who, rtt, new = network.draw(len(requests), rng)
+    ``client_ttua_s`` where the frame has ``ttua_s``) for a request frame or a run's request columns,
+    drawn from ``rng``."""
+    n = len(requests["ttft_s"])
+    who, rtt, new = network.draw(n, rng)
     extra = client_overhead_s(rtt, new, network.setup_round_trips)
     names = np.array([c.name for c in network.clients], dtype=object)
-    cols = {"client": names[who] if len(requests) else np.array([], dtype=object), "rtt_s": rtt,
-            "new_connection": new, "client_ttft_s": requests["ttft_s"].to_numpy() + extra,
-            "client_e2e_s": requests["e2e_s"].to_numpy() + extra}
+    cols = {"client": names[who] if n else np.array([], dtype=object), "rtt_s": rtt,
+            "new_connection": new, "client_ttft_s": np.asarray(requests["ttft_s"]) + extra,
+            "client_e2e_s": np.asarray(requests["e2e_s"]) + extra}
     if "ttua_s" in requests:
-        cols["client_ttua_s"] = requests["ttua_s"].to_numpy() + extra
+        cols["client_ttua_s"] = np.asarray(requests["ttua_s"]) + extra
     return cols
 
 
@@ -83,11 +85,13 @@ def add_client_latencies(requests, network: ClientNetwork, rng: np.random.Genera
 
 
 def with_client_latencies(requests, network: ClientNetwork, rng: np.random.Generator):
-    """A new requests DataFrame: ``requests`` with :func:`client_latency_columns` (the same columns
-    and draws as :func:`add_client_latencies`, in one concatenation instead of a copy and an insert
-    per column)."""
-    import pandas as pd
+    """New request records: ``requests`` (a frame or a run's request columns, left as they are) with
+    :func:`client_latency_columns` (the same columns and draws as :func:`add_client_latencies`; for a
+    frame in one concatenation instead of a copy and an insert per column)."""
     cols = client_latency_columns(requests, network, rng)
+    if hasattr(requests, "with_columns"):     # simulator.run.records.RequestColumns
+        return requests.with_columns(cols)
+    import pandas as pd
     again = [c for c in cols if c in requests.columns]
     kept = requests.drop(columns=again) if again else requests
     return pd.concat([kept, pd.DataFrame(cols, index=requests.index)], axis=1)

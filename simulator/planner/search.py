@@ -37,12 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.cluster.network import ClientNetwork, with_client_latencies
 from simulator.metrics import batch_summary, measurement_window
 from simulator.planner.capacity import saturation_rps
-from simulator.run.records import FrozenStepLog, SimulationResult
+from simulator.run.records import FrozenStepLog, Records, SimulationResult, select_rows
 from simulator.run.resolve import ResolvedSystem
 from simulator.run.simulate import simulate
 from simulator.scenario.config import Scenario, SLOConfig
@@ -134,7 +133,7 @@ def counts_text(counts: Counts) -> str:
     return str(counts) if isinstance(counts, int) else ";".join(f"{p}={n}" for p, n in counts.items())
 
 
-def judge_run(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None = None,
+def judge_run(result: SimulationResult, slo: SLOConfig, frame: Records | None = None,
               pool: str | None = None) -> Verdict:
     """Judge one run with the one judge: overall, or tier by tier (each tier's own SLO, ``slo`` where
     it has none; the worst tier is returned). ``frame`` replaces the run's request frame (client
@@ -145,30 +144,31 @@ def judge_run(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | No
 def _run_stability(result: SimulationResult) -> dict[str, Any]:
     """The run's stability test over all its requests: the summary's ``stability``, without the rest
     of the summary."""
-    sc, req = result.scenario, result.requests
+    sc, req = result.scenario, result.records
     window = measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival, sc.workload.sessions)
     return stability(req, window, arrival=sc.workload.arrival)
 
 
-def _judged(result: SimulationResult, slo: SLOConfig, frame: pd.DataFrame | None, pool: str | None,
+def _judged(result: SimulationResult, slo: SLOConfig, frame: Records | None, pool: str | None,
             run_stability: dict[str, Any] | None = None
-            ) -> tuple[Verdict, pd.DataFrame, tuple[float, float], dict[str, Any]]:
+            ) -> tuple[Verdict, Records, tuple[float, float], dict[str, Any]]:
     """The verdict, the judged frame, the measurement window and the stability test it used
     (``run_stability``: the run's own test, when the caller has it already)."""
     sc = result.scenario
-    req = result.requests if frame is None else frame
+    req = result.records if frame is None else frame
     window = measurement_window(req, sc.warmup_s, sc.cooldown_s, sc.workload.arrival,   # the run's window,
                                 sc.workload.sessions)                                 # also for one pool
     if pool is not None:
-        req = req[(req["pool"] == pool).to_numpy()]
+        req = select_rows(req, np.asarray(req["pool"] == pool))
         stable = stability(req, window)
     else:
         stable = run_stability if run_stability is not None else _run_stability(result)
-    tiers = [t for t in sc.workload.tiers or () if pool is None or (req["tier"] == t.name).any()]
+    tiers = [t for t in sc.workload.tiers or () if pool is None or np.asarray(req["tier"] == t.name).any()]
     if not tiers:
         verdict = judge(req, slo, window, stable=stable["stable"])
     else:
-        verdicts = [judge(req[req["tier"] == t.name], t.slo or slo, window, stable=stable["stable"]) for t in tiers]
+        verdicts = [judge(select_rows(req, np.asarray(req["tier"] == t.name)), t.slo or slo, window,
+                          stable=stable["stable"]) for t in tiers]
         verdict = max(verdicts, key=lambda v: (not v.passed, v.score))
     return verdict, req, window, stable
 
@@ -190,12 +190,12 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
     sc = sc.model_copy(update={"seed": sc.seed + k})
     result = simulate(sc)
     pools: list[str | None] = [None] + [p.name for p in sc.deployment.pools or ()]
-    worst: dict[str | None, tuple[str, Verdict, pd.DataFrame, tuple[float, float], dict[str, Any]]] = {}
+    worst: dict[str | None, tuple[str, Verdict, Records, tuple[float, float], dict[str, Any]]] = {}
     run_stability = _run_stability(result)
     batching_factor = BatchingFactor(result.step_log, result.system, task, counts, k)
     for i, (case, mix) in enumerate(task.mixes):
         rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
-        frame = with_client_latencies(result.requests, mix, rng)
+        frame = with_client_latencies(result.records, mix, rng)
         for pool in pools:
             verdict, judged, window, stable = _judged(result, task.slo, frame, pool, run_stability)
             if pool not in worst or (_badness(verdict.passed, verdict.score)
@@ -307,11 +307,11 @@ def evaluate(task: SearchTask, replicas: Counts) -> dict[str, Any]:
     return Runs(task).evaluate(replicas, task.replications)
 
 
-def _check_row(verdict: Verdict, frame: pd.DataFrame, window: tuple[float, float]) -> dict[str, Any]:
+def _check_row(verdict: Verdict, frame: Records, window: tuple[float, float]) -> dict[str, Any]:
     """The verdict plus the percentiles the worksheet shows (over arrivals, dropped ones as +inf)."""
-    arrival = frame["arrival_time"].to_numpy(dtype=float)
+    arrival = np.asarray(frame["arrival_time"], dtype=float)
     judged = (arrival >= window[0]) & (arrival <= window[1])
-    completed = (frame["status"] == COMPLETED).to_numpy()[judged]
+    completed = np.asarray(frame["status"] == COMPLETED)[judged]
     lat = judged_latencies(frame)
     out: dict[str, Any] = {}
     for name in ("ttft", "tpot", "e2e", "ttua"):

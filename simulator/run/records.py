@@ -216,6 +216,21 @@ class RequestColumns(Mapping[str, np.ndarray]):
     def num_rows(self) -> int:
         return len(self._arrays["request_id"])
 
+    def with_columns(self, columns: Mapping[str, np.ndarray]) -> RequestColumns:
+        """A new record set: these columns (shared, not copied) with ``columns`` set on top."""
+        out = RequestColumns()
+        out._arrays, out._categories, out._labels = dict(self._arrays), dict(self._categories), dict(self._labels)
+        for name, values in columns.items():
+            out[name] = values
+        return out
+
+    def rows(self, mask: np.ndarray) -> RequestColumns:
+        """The records of the rows where ``mask`` (a boolean array) is true, in row order."""
+        out = RequestColumns()
+        out._arrays = {name: values[mask] for name, values in self._arrays.items()}
+        out._categories = dict(self._categories)
+        return out
+
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
         return pd.DataFrame({name: (pd.Categorical.from_codes(values, self._categories[name])
@@ -281,6 +296,15 @@ class SimulationResult:
             frame = self.step_log.to_frame()
             self.__dict__["_steps_frame"] = frame
         return frame
+
+
+Records = Any
+"""Request records: a run's :class:`RequestColumns` or a request frame (both read as ``records[name]``)."""
+
+
+def select_rows(records: Records, mask: np.ndarray) -> Records:
+    """The rows of request records (columns or a frame) where ``mask`` is true."""
+    return records.rows(mask) if isinstance(records, RequestColumns) else records[mask]
 
 
 def request_columns(table: RequestTable, scenario: Scenario) -> RequestColumns:
