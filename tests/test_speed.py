@@ -475,25 +475,33 @@ def test_the_summary_is_computed_on_first_use_and_the_planner_never_needs_it(mon
     assert checks[None]["stability"]["stable"] is not None and float(checks[None]["batching_factor"]) > 0
 
 
-def test_client_latencies_as_a_new_frame_are_the_in_place_ones():
-    """The planner's judge adds each client mix's latencies with one concatenation
-    (``with_client_latencies``): the same frame, columns, dtypes and draws as the in-place
-    ``add_client_latencies``; columns it adds again are replaced, not doubled."""
+def test_client_latencies_as_new_records_are_the_in_place_ones():
+    """The planner's judge adds each client mix's latencies to new records (``with_client_latencies``):
+    on a frame, one concatenation; on a run's request columns, shared columns. Both are the frame,
+    columns, dtypes and draws of the in-place ``add_client_latencies``, and leave their input as it
+    was; columns added again are replaced, not doubled."""
     import numpy as np
     import pandas as pd
 
     from simulator import load_scenario, simulate
     from simulator.cluster.network import add_client_latencies, network_from_clients, with_client_latencies
 
-    requests = simulate(load_scenario("examples/chat-h100.yaml", overrides={"num_requests": 400})).requests
+    result = simulate(load_scenario("examples/chat-h100.yaml", overrides={"num_requests": 400}))
+    columns = result.records
     net = network_from_clients([("near", 0.7, 0.02), ("far", 0.3, 0.08)], 2, 0.9)
+    on_columns = with_client_latencies(columns, net, np.random.default_rng(3))
+    assert "client" not in columns and list(on_columns)[-1] == "client_ttua_s"
+    requests = result.requests
     in_place = requests.copy()
     add_client_latencies(in_place, net, np.random.default_rng(3))
     new = with_client_latencies(requests, net, np.random.default_rng(3))
     pd.testing.assert_frame_equal(new, in_place)
+    pd.testing.assert_frame_equal(on_columns.to_frame(), in_place)
     assert "client" not in requests
     again = with_client_latencies(new, net, np.random.default_rng(4))
     assert list(again.columns) == list(new.columns) and not again["rtt_s"].equals(new["rtt_s"])
+    again = with_client_latencies(on_columns, net, np.random.default_rng(4))
+    assert list(again) == list(on_columns) and not np.array_equal(again["rtt_s"], on_columns["rtt_s"])
 
 
 @pytest.mark.parametrize(("overrides", "rows_above"), [
