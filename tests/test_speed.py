@@ -611,3 +611,25 @@ def test_the_policies_fast_paths_are_their_general_steps_on_random_scenarios(cas
     monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", None)
     monkeypatch.setattr(_Speculation, "advance_steps", None)
     _same_run(fast, simulate(sc))
+
+
+def test_the_planner_judges_request_columns_as_it_judges_the_frame():
+    """``judge_run`` on a run's request columns (what the planner reads: tiers as row subsets, a
+    client mix as added columns) gives the verdict it gives on the request frame."""
+    import numpy as np
+
+    from simulator import load_scenario, simulate
+    from simulator.cluster.network import network_from_clients, with_client_latencies
+    from simulator.planner.search import judge_run
+    from simulator.scenario.config import SLOConfig
+
+    sc = load_scenario("examples/tiers-h100.yaml", overrides={"num_requests": 1500, "warmup_s": 0, "cooldown_s": 0})
+    slo = SLOConfig(ttft_p99_ms=400, tpot_p90_ms=40, attainment=0.9)
+    result = simulate(sc)
+    net = network_from_clients([("near", 0.7, 0.02), ("far", 0.3, 0.08)], 2, 0.9)
+    on_columns = [judge_run(result, slo), judge_run(result, slo, with_client_latencies(
+        result.records, net, np.random.default_rng(1)))]
+    on_frame = [judge_run(result, slo, result.requests), judge_run(result, slo, with_client_latencies(
+        result.requests, net, np.random.default_rng(1)))]
+    assert on_columns == on_frame
+    assert on_columns[0] != on_columns[1]     # the client mix's round trips count
