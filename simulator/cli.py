@@ -11,6 +11,7 @@ if __name__ == "__main__":  # `python -m simulator.cli`: a Ctrl-C during the imp
 
     _restore_interrupts = guard_startup()
 
+import gc
 import json
 import math
 import os
@@ -737,6 +738,11 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("[bold red]error:[/] interrupted", highlight=False)
         sys.exit(130)
+    finally:
+        # The command is over: what is still alive (the modules it loaded) goes to the collector's
+        # permanent generation, so the interpreter's exit skips one collection over all of it
+        # (50 ms of a 0.7 s `simulate` run). Exit handlers and stream flushes run as before.
+        gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover
