@@ -29,7 +29,7 @@ import numpy as np
 from simulator.critical_values import binom_ppf, t_ppf
 from simulator.errors import ScenarioError
 from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
-from simulator.slo import has_objectives, judge, per_request_limits_s, stability
+from simulator.slo import has_objectives, judge, per_request_limits_s, sorted_quantile, stability
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -51,7 +51,7 @@ def describe(values: np.ndarray) -> dict[str, Any]:
         return out
     out = {"n": n, "mean": float(x.mean())}
     for p in PERCENTILES:
-        out[f"p{p}"] = float(np.quantile(x, p / 100.0))
+        out[f"p{p}"] = sorted_quantile(x, p / 100.0)
     ci: dict[str, list[float] | None] = {}
     half = float(t_ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
     ci["mean"] = [out["mean"] - half, out["mean"] + half] if n > 1 else None

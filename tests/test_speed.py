@@ -633,3 +633,25 @@ def test_the_planner_judges_request_columns_as_it_judges_the_frame():
         result.requests, net, np.random.default_rng(1)))]
     assert on_columns == on_frame
     assert on_columns[0] != on_columns[1]     # the client mix's round trips count
+
+
+def test_the_quantile_of_a_sorted_sample_is_numpys_bit_for_bit():
+    """``sorted_quantile`` (the summary's and the judge's percentiles) is ``np.quantile``'s default
+    linear quantile exactly, on samples of every small size, ties, negative and huge values, a
+    trailing +inf and every percentile the summary reports."""
+    import numpy as np
+
+    from simulator.slo import sorted_quantile
+
+    rng = np.random.default_rng(11)
+    qs = [0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0, *rng.random(40)]
+    samples = [rng.exponential(0.2, n) for n in [*range(1, 40), 99, 100, 101, 1000, 9999, 10_001]]
+    samples += [rng.integers(0, 5, 50).astype(float), -rng.random(33) * 1e9, rng.random(20) * 1e-12,
+                np.append(rng.random(30), np.inf), np.full(7, 0.25)]
+    for x in samples:
+        s = np.sort(x)
+        for q in qs:
+            with np.errstate(invalid="ignore"):     # numpy's inf - inf near a trailing +inf: NaN, as ours
+                want = float(np.quantile(x, q))
+            got = sorted_quantile(s, float(q))
+            assert got == want or (math.isnan(got) and math.isnan(want)), (len(x), q, got, want)
