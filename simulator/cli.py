@@ -32,7 +32,7 @@ from rich.table import Table
 
 from simulator.errors import ScenarioError
 from simulator.output import check_output_folder, output_folder, write_csv
-from simulator.startup import Terminated, stop_on_sigterm
+from simulator.startup import Terminated, loading_modules, stop_on_sigterm
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -178,8 +178,9 @@ def simulate(
                                      "not a terminal, the progress lines)."),
 ) -> None:
     """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
-    from simulator.run.simulate import simulate as run_simulation
-    from simulator.scenario.config import load_scenario, parse_overrides
+    with loading_modules():
+        from simulator.run.simulate import simulate as run_simulation
+        from simulator.scenario.config import load_scenario, parse_overrides
 
     overrides = parse_overrides(set_)
     if seed is not None:

@@ -9,11 +9,13 @@ place before the imports start.
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -54,3 +56,22 @@ def stop_on_sigterm() -> None:
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)
+
+
+@contextmanager
+def loading_modules() -> Iterator[None]:
+    """Import a command's modules with the cyclic garbage collector paused, then freeze what is alive.
+
+    Imports allocate hundreds of thousands of long-lived objects (classes, functions, pydantic
+    schemas) and next to no garbage, so the collections they would trigger find nothing (35 ms of
+    a 0.6 s ``llmplan simulate``); frozen, later collections skip them too. The collector's previous
+    state is restored on the way out.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()

@@ -655,3 +655,25 @@ def test_the_quantile_of_a_sorted_sample_is_numpys_bit_for_bit():
                 want = float(np.quantile(x, q))
             got = sorted_quantile(s, float(q))
             assert got == want or (math.isnan(got) and math.isnan(want)), (len(x), q, got, want)
+
+
+def test_modules_load_with_the_collector_paused_and_are_frozen_after():
+    """``loading_modules`` pauses the cyclic collector for a command's imports, freezes what they
+    left alive and restores the collector's state (enabled or not) even when an import fails."""
+    import gc
+
+    from simulator.startup import loading_modules
+
+    was, kept = gc.isenabled(), []
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            frozen = gc.get_freeze_count()
+            with pytest.raises(ImportError), loading_modules():
+                assert not gc.isenabled()
+                kept.extend([i] for i in range(1000))     # alive at the freeze
+                import simulator_no_such_module  # noqa: F401
+            assert gc.isenabled() is enabled and gc.get_freeze_count() >= frozen + 1000
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
