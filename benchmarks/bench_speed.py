@@ -1,6 +1,7 @@
 """Interactive speed (issue 22): how long a user waits for the CLI, the engine and the planner.
 
-Every measurement runs in a fresh subprocess (``python -m simulator.cli ...``, or a short script
+Every measurement runs in a fresh subprocess (``python -m simulator.launch ...``, the module the
+``llmplan`` command runs, or a short script
 that imports the simulator), so start-up costs count and the code under test can be another
 checkout (``--baseline PATH`` measures that tree too, interleaved run by run with this one, and
 reports the ratio: compare figures measured in one invocation, since a shared machine's load
@@ -51,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+LLMPLAN = ("-m", "simulator.launch")
+"""The ``llmplan`` command of a tree: the module its console script runs (``simulator.launch:main``)."""
 SPEED_SCENARIO = ROOT / "benchmarks" / "scenarios" / "speed-10k.yaml"
 SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
 PLAN = ROOT / "examples" / "plan-fy27.yaml"
@@ -234,11 +237,11 @@ def main() -> None:
     load_start = os.getloadavg()
 
     if "cli" in groups:
-        bench.processes("help", lambda root: [py, "-m", "simulator.cli", "--help"], args.repeats)
+        bench.processes("help", lambda root: [py, *LLMPLAN, "--help"], args.repeats)
         bench.processes("import", lambda root: [py, "-c", "import simulator.cli"], args.repeats)
-        bench.processes("whole", lambda root: [py, "-m", "simulator.cli", "simulate", str(SPEED_SCENARIO), "--json",
+        bench.processes("whole", lambda root: [py, *LLMPLAN, "simulate", str(SPEED_SCENARIO), "--json",
                                                "--no-progress"], args.repeats)
-        bench.processes("whole_table", lambda root: [py, "-m", "simulator.cli", "simulate", str(SPEED_SCENARIO),
+        bench.processes("whole_table", lambda root: [py, *LLMPLAN, "simulate", str(SPEED_SCENARIO),
                                                      "--json", "--no-progress", "--set", f"hardware={MEASURED}"],
                         args.repeats)
 
@@ -270,7 +273,7 @@ def main() -> None:
     if "plan" in groups:
         with tempfile.TemporaryDirectory() as tmp:
             def plan_argv(root: Path) -> list[str]:   # a new folder each run: plan refuses to overwrite one
-                return [py, "-m", "simulator.cli", "plan", str(PLAN), "--workers", "2", "--no-progress",
+                return [py, *LLMPLAN, "plan", str(PLAN), "--workers", "2", "--no-progress",
                         "--out", tempfile.mkdtemp(dir=tmp)]
             bench.processes("plan", plan_argv, args.plan_repeats, warm=False)
 

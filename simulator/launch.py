@@ -3,13 +3,14 @@ later (:mod:`simulator.startup`): importing the CLI takes about a second, and an
 second prints ``error: interrupted`` and exits with status 130 instead of a traceback."""
 from __future__ import annotations
 
-from simulator.startup import guard_startup
+from simulator.startup import guard_startup, loading_modules
 
 
 def main() -> None:
-    """``llmplan``: guard the start-up, import the CLI, restore the usual handler, run."""
+    """``llmplan``: guard the start-up, import the CLI (collector paused), restore the usual handler, run."""
     restore = guard_startup()
-    from simulator.cli import main as cli_main
+    with loading_modules():
+        from simulator.cli import main as cli_main
 
     restore()
     cli_main()
