@@ -107,9 +107,10 @@ class FrozenStepLog:
         entries, residues, tabulated, block_size = self._lists
         self._tabulated = np.array(tabulated, dtype=np.float64)
         # Residue histograms of the multi-step runs, in entry order, one row each.
-        self._residues = np.array(residues, dtype=np.int64).reshape(-1, block_size)
+        self._residues = np.fromiter(residues, np.int64, len(residues)).reshape(-1, block_size)
         # Every field is an int or a float well inside float64's exact integer range.
-        cols = [np.ascontiguousarray(c) for c in np.array(entries, dtype=np.float64).reshape(-1, 12).T]
+        flat = np.fromiter(entries, np.float64, len(entries))
+        cols = [np.ascontiguousarray(c) for c in flat.reshape(-1, 12).T]
         (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
          self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
         self._k = k.astype(np.int64)
