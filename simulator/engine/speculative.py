@@ -179,16 +179,16 @@ class _Speculation(Scheduler):
             for i in range(n):
                 c, r = computed[i], remaining[i]
                 e = emitted[i]           # accepted proposals plus the target's own token, within the output
-                if e > r:
+                if e >= r:
                     e = r
-                if e == r:
                     finished = True
                 ce = c + e
                 computed[i] = ce
                 remaining[i] = r - e
                 emitted_sum += e
-                freed += -(-(c + k1) // bs) + (-ce // bs)    # the lookahead the rejected positions leave
-                need += -(-(ce + k1) // bs) + (-ce // bs)    # the next step's lookahead
+                held = -ce // bs                             # minus the blocks that hold its tokens now
+                freed += held - (-(c + k1) // bs)            # the lookahead the rejected positions leave
+                need += held - (-(ce + k1) // bs)            # the next step's lookahead
             drafted = n * self.k
         else:                            # the same, verifying at most the remaining output
             drafted = 0
@@ -196,21 +196,21 @@ class _Speculation(Scheduler):
                 c, r = computed[i], remaining[i]
                 q = r if r < k1 else k1
                 e = emitted[i]
-                if e > r:
+                if e >= r:
                     e = r
-                if e == r:
                     finished = True
                 ce, r = c + e, r - e
                 computed[i] = ce
                 remaining[i] = r
                 emitted_sum += e
                 drafted += q - 1
-                freed += -(-(c + q) // bs) + (-ce // bs)
+                held = -ce // bs
+                freed += held - (-(c + q) // bs)
                 if r < k1:
                     q, short = r, True
                 else:
                     q = k1
-                need += -(-(ce + q) // bs) + (-ce // bs)
+                need += held - (-(ce + q) // bs)
         self.context_total += emitted_sum
         self.kv.free(freed)
         self.num_draft_tokens += drafted
