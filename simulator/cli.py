@@ -11,7 +11,6 @@ if __name__ == "__main__":  # `python -m simulator.cli`: a Ctrl-C during the imp
 
     _restore_interrupts = guard_startup()
 
-import gc
 import json
 import math
 import os
@@ -32,7 +31,7 @@ from rich.table import Table
 
 from simulator.errors import ScenarioError
 from simulator.output import check_output_folder, output_folder, write_csv
-from simulator.startup import Terminated, loading_modules, stop_on_sigterm
+from simulator.startup import Terminated, loading_modules, run_to_exit, stop_on_sigterm
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
@@ -739,13 +738,8 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("[bold red]error:[/] interrupted", highlight=False)
         sys.exit(130)
-    finally:
-        # The command is over: what is still alive (the modules it loaded) goes to the collector's
-        # permanent generation, so the interpreter's exit skips one collection over all of it
-        # (50 ms of a 0.7 s `simulate` run). Exit handlers and stream flushes run as before.
-        gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover
     _restore_interrupts()
-    main()
+    run_to_exit(main)

@@ -3,7 +3,7 @@ later (:mod:`simulator.startup`): importing the CLI takes about a second, and an
 second prints ``error: interrupted`` and exits with status 130 instead of a traceback."""
 from __future__ import annotations
 
-from simulator.startup import guard_startup, loading_modules
+from simulator.startup import guard_startup, loading_modules, run_to_exit
 
 
 def main() -> None:
@@ -13,7 +13,7 @@ def main() -> None:
         from simulator.cli import main as cli_main
 
     restore()
-    cli_main()
+    run_to_exit(cli_main)
 
 
 if __name__ == "__main__":  # pragma: no cover

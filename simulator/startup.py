@@ -75,3 +75,14 @@ def loading_modules() -> Iterator[None]:
         gc.freeze()
         if was_enabled:
             gc.enable()
+
+
+def run_to_exit(main: Callable[[], Any]) -> None:
+    """Run a process's ``main`` (the ``llmplan`` command), then freeze what is still alive: the
+    interpreter's exit then skips a last collection over every loaded module (about 50 ms of a
+    ``simulate`` run). Only for a process that ends with ``main``: a caller that goes on would keep
+    those objects out of later collections. Exit handlers and stream flushes run as before."""
+    try:
+        main()
+    finally:
+        gc.freeze()

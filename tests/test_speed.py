@@ -677,3 +677,25 @@ def test_modules_load_with_the_collector_paused_and_are_frozen_after():
     finally:
         gc.unfreeze()
         (gc.enable if was else gc.disable)()
+
+
+def test_a_process_main_ends_with_its_objects_frozen_and_its_exit_status():
+    """``run_to_exit`` runs the command, keeps its exit (a ``SystemExit`` with its status) and then
+    freezes what is alive, so the interpreter's exit has no collection left to make."""
+    import gc
+
+    from simulator.startup import run_to_exit
+
+    kept: list[list[int]] = []
+
+    def main() -> None:
+        kept.extend([i] for i in range(1000))
+        raise SystemExit(2)
+
+    frozen = gc.get_freeze_count()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run_to_exit(main)
+        assert stop.value.code == 2 and gc.get_freeze_count() >= frozen + 1000
+    finally:
+        gc.unfreeze()
