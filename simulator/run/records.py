@@ -213,10 +213,6 @@ class RequestColumns(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self._arrays)
 
-    @property
-    def num_rows(self) -> int:
-        return len(self._arrays["request_id"])
-
     def with_columns(self, columns: Mapping[str, np.ndarray]) -> RequestColumns:
         """A new record set: these columns (shared, not copied) with ``columns`` set on top."""
         out = RequestColumns()
