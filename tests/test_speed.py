@@ -599,7 +599,7 @@ def test_the_policies_fast_paths_are_their_general_steps_on_random_scenarios(cas
 
     from simulator import ScenarioError, simulate
     from simulator.engine.policies import ChunkedPrefillScheduler
-    from simulator.engine.speculative import _Speculation
+    from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
 
     for seed in range(100 * case, 100 * case + 100):   # the first valid draw of this case's seeds
         try:
@@ -609,7 +609,8 @@ def test_the_policies_fast_paths_are_their_general_steps_on_random_scenarios(cas
         except ScenarioError:
             continue
     monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", None)
-    monkeypatch.setattr(_Speculation, "advance_steps", None)
+    monkeypatch.setattr(SpeculativeScheduler, "advance_steps", None)
+    monkeypatch.setattr(ChunkedSpeculativeScheduler, "advance_steps", None)
     _same_run(fast, simulate(sc))
 
 

@@ -22,7 +22,7 @@ Costs of one step:
 Acceptance draws come from their own seeded stream. A step's outcome is random per request, so
 there is no closed-form decode run: every step is planned and drawn. The steps in which every
 running request verifies and that end before the next event are planned and applied back to back
-on Python lists (:meth:`_Speculation.advance_steps`), and the step crossing that event is
+on Python lists (:meth:`Speculation.advance_steps`), and the step crossing that event is
 planned with them and applied at its end: the same calls, draws and floats as one step per event
 (tested bit for bit); ``docs/speed.md`` gives the cost.
 
@@ -52,22 +52,21 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
     return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-class _Speculation(Scheduler):
-    """What both speculative schedulers share: acceptance draws, counters, and the fast path of
-    steps in which every running request verifies."""
+class Speculation:
+    """What both speculative schedulers share, held by each as ``spec``: acceptance draws,
+    counters, verification costs, and the fast path of steps in which every running request
+    verifies (one object the scheduler hands its rows to, rather than a mixin class)."""
 
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
-                 spec: SpeculativeConfig, rng: np.random.Generator,
-                 proposal_time_s: Callable[[int, int], float]) -> None:
-        super().__init__(config, kv, table)   # the policy's scheduler, next in the subclass's MRO
-        self._init_speculation(spec, rng, proposal_time_s)
-
-    def _init_speculation(self, spec: SpeculativeConfig, rng: np.random.Generator,
-                          proposal_time_s: Callable[[int, int], float]) -> None:
+    def __init__(self, sched: Scheduler, spec: SpeculativeConfig, rng: np.random.Generator,
+                 proposal_time_s: Callable[[int, int], float], caps_lookahead: bool) -> None:
+        self.sched = sched
         self.k = spec.num_speculative_tokens
         self.alpha = spec.acceptance_rate
         self.rng = rng
         self.proposal_time_s = proposal_time_s
+        self.caps_lookahead = caps_lookahead
+        """Whether a decoding request verifies at most its remaining output tokens (vLLM v1's
+        chunked-prefill scheduler) rather than always ``k + 1`` positions."""
         self.num_draft_tokens = 0
         """Tokens proposed (vLLM's metric name)."""
         self.num_accepted_tokens = 0
@@ -78,7 +77,7 @@ class _Speculation(Scheduler):
         self._verify_fns: dict[int, VerifyStep] = {}
         self._verify_cost: Any = None
 
-    def _emitted_list(self, m: int) -> list[int]:
+    def emitted_list(self, m: int) -> list[int]:
         """Tokens the verifications of ``m`` requests emit where their outputs allow: accepted
         proposals (geometric counts truncated at k, drawn in blocks) plus the target's own token."""
         if self.alpha >= 1.0:
@@ -91,7 +90,7 @@ class _Speculation(Scheduler):
         self._next_draw = i + m
         return self._draws[i:i + m]
 
-    def _verify_fn(self, cost: Any, n: int) -> VerifyStep:
+    def verify_fn(self, cost: Any, n: int) -> VerifyStep:
         """``cost``'s verification step of ``n`` requests (:func:`~simulator.cost.base.verify_step_fn`)."""
         if cost is not self._verify_cost:
             self._verify_fns, self._verify_cost = {}, cost
@@ -100,41 +99,31 @@ class _Speculation(Scheduler):
             fn = self._verify_fns[n] = verify_step_fn(cost, n, self.k + 1)
         return fn
 
-    own_steps_gate: str | None = None
-    """:meth:`advance_steps` is tried whenever requests run (chunked prefill's gate does not apply)."""
-    caps_lookahead = False
-    """Whether a decoding request verifies at most its remaining output tokens (vLLM v1's
-    chunked-prefill scheduler) rather than always ``k + 1`` positions."""
-
-    def _only_verifies(self) -> bool:
-        """Whether every running request verifies in full next step (the fast path's precondition
-        beyond what the replica checks)."""
-        return True
-
-    def advance_steps(self, t: float, horizon: float, cost: Any,
-                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
+    def advance_steps(self, t: float, horizon: float, cost: Any, log: StepLogger,
+                      only_verifies: bool) -> tuple[float, np.ndarray, float | None]:
         """Plan and apply consecutive verification steps from ``t`` while nothing else can happen:
         each ends before ``horizon``, every running request verifies (no preemption, no waiting
         request, so none is admitted; with chunked prefill, no prompt chunk left and a token budget
-        that does not bind), and none has finished yet. Returns the end of the last step applied
-        (``t`` when none was), the ids it finished, and the end of the step that crosses
-        ``horizon`` when that step was planned too (None otherwise): it is logged and holds its
-        lookahead blocks, and :meth:`apply_planned_step` applies it once the clock reaches its end,
-        as ``schedule`` and ``update_from_output`` would plan and apply it.
+        that does not bind: ``only_verifies``), and none has finished yet. Returns the end of the
+        last step applied (``t`` when none was), the ids it finished, and the end of the step that
+        crosses ``horizon`` when that step was planned too (None otherwise): it is logged and holds
+        its lookahead blocks, and :meth:`apply_planned_step` applies it once the clock reaches its
+        end, as ``schedule`` and ``update_from_output`` would plan and apply it.
 
         Each step makes exactly the calls, draws and float operations of ``schedule``, the
         replica's step costing and ``update_from_output``, in the same order, on Python lists
         instead of small numpy arrays: the engine's fast path for the batches speculative decoding
         runs one step at a time. ``log`` (``StepLog.step_logger``) records each step.
         """
-        n, k1, kv = self.n, self.k + 1, self.kv
+        sched = self.sched
+        n, k1, kv = sched.n, self.k + 1, sched.kv
         capped = self.caps_lookahead
-        if self.waiting or not self._only_verifies():
+        if sched.waiting or not only_verifies:
             return t, _EMPTY, None
         bs = kv.block_size           # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
-        computed = self.num_computed_tokens[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist()
-        verify_s, proposal_s, emitted_list = self._verify_fn(cost, n), self.proposal_time_s, self._emitted_list
+        computed = sched.num_computed_tokens[:n].tolist()
+        remaining = sched.num_remaining_tokens[:n].tolist()
+        verify_s, proposal_s, emitted_list = self.verify_fn(cost, n), self.proposal_time_s, self.emitted_list
         need = 0                     # the lookahead blocks of the next step
         short = False                # a request verifies fewer than k + 1 positions (capped lookahead)
         for c, r in zip(computed, remaining, strict=True):
@@ -151,28 +140,29 @@ class _Speculation(Scheduler):
                 step_s = cost.step_time_s(BatchShape(tokens, list(computed), 0, 0, sum(tokens)))
             else:
                 step_s = verify_s(computed)
-            duration = step_s + proposal_s(n, (sum(computed) if capped else self.context_total) + n)
+            duration = step_s + proposal_s(n, (sum(computed) if capped else sched.context_total) + n)
             end = t + duration
             kv.num_used_blocks += need           # kv.allocate(need), which fits
             log(t, duration, n, 0, n, 0, kv.num_used_blocks)
             if not end < horizon:                # the step crosses the next event: applied at its end
-                self.num_computed_tokens[:n] = computed
-                self.num_remaining_tokens[:n] = remaining
+                sched.num_computed_tokens[:n] = computed
+                sched.num_remaining_tokens[:n] = remaining
                 return t, _EMPTY, end
-            need, finished, short = self._verify_rows(computed, remaining, emitted_list(n))
+            need, finished, short = self.verify_rows(computed, remaining, emitted_list(n))
             t = end
-        self.num_computed_tokens[:n] = computed
-        self.num_remaining_tokens[:n] = remaining
-        return t, (self._finish(t) if finished else _EMPTY), None
+        sched.num_computed_tokens[:n] = computed
+        sched.num_remaining_tokens[:n] = remaining
+        return t, (sched._finish(t) if finished else _EMPTY), None
 
-    def _verify_rows(self, computed: list[int], remaining: list[int],
-                     emitted: list[int]) -> tuple[int, bool, bool]:
+    def verify_rows(self, computed: list[int], remaining: list[int],
+                    emitted: list[int]) -> tuple[int, bool, bool]:
         """Apply one verification step of every running request to ``computed`` and ``remaining``
         (the rows' lists, updated in place) and to the counters and KV blocks, as
         ``update_from_output`` does for a step of decoding rows only; returns the next step's
         lookahead blocks, whether a request finished, and whether one now has fewer than ``k + 1``
         tokens left to verify (capped lookahead only)."""
-        k1, bs, n = self.k + 1, self.kv.block_size, len(computed)
+        sched = self.sched
+        k1, bs, n = self.k + 1, sched.kv.block_size, len(computed)
         freed = emitted_sum = need = 0
         finished = short = False
         if not self.caps_lookahead:      # k + 1 positions per request, always (the lean loop: every row, every step)
@@ -211,8 +201,8 @@ class _Speculation(Scheduler):
                 else:
                     q = k1
                 need += held - (-(ce + q) // bs)
-        self.context_total += emitted_sum
-        self.kv.free(freed)
+        sched.context_total += emitted_sum
+        sched.kv.free(freed)
         self.num_draft_tokens += drafted
         self.num_accepted_tokens += emitted_sum - n
         self.num_verify_steps += n
@@ -222,13 +212,14 @@ class _Speculation(Scheduler):
     def apply_planned_step(self, now: float) -> np.ndarray:
         """Apply the step :meth:`advance_steps` planned across its horizon, ending ``now``;
         returns the ids it finished."""
-        n = self.n
-        computed = self.num_computed_tokens[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist()
-        self._verify_rows(computed, remaining, self._emitted_list(n))
-        self.num_computed_tokens[:n] = computed
-        self.num_remaining_tokens[:n] = remaining
-        return self._finish(now)
+        sched = self.sched
+        n = sched.n
+        computed = sched.num_computed_tokens[:n].tolist()
+        remaining = sched.num_remaining_tokens[:n].tolist()
+        self.verify_rows(computed, remaining, self.emitted_list(n))
+        sched.num_computed_tokens[:n] = computed
+        sched.num_remaining_tokens[:n] = remaining
+        return sched._finish(now)
 
     def stats(self) -> dict[str, int]:
         return {"num_draft_tokens": self.num_draft_tokens, "num_accepted_tokens": self.num_accepted_tokens,
@@ -236,10 +227,31 @@ class _Speculation(Scheduler):
                 "num_emitted_decode_tokens": self.num_emitted_decode_tokens}
 
 
-class SpeculativeScheduler(_Speculation, Scheduler):
+class SpeculativeScheduler(Scheduler):
     """Continuous batching whose decode steps propose and verify ``k`` tokens per request."""
 
     supports_decode_runs = False
+    own_steps_gate: str | None = None
+    """:meth:`advance_steps` is tried whenever requests run."""
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
+                 spec: SpeculativeConfig, rng: np.random.Generator,
+                 proposal_time_s: Callable[[int, int], float]) -> None:
+        super().__init__(config, kv, table)
+        self.spec = Speculation(self, spec, rng, proposal_time_s, caps_lookahead=False)
+        self.k = spec.num_speculative_tokens
+        self.proposal_time_s = proposal_time_s
+
+    def advance_steps(self, t: float, horizon: float, cost: Any,
+                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
+        """Verification steps on lists while nothing else can happen (:meth:`Speculation.advance_steps`)."""
+        return self.spec.advance_steps(t, horizon, cost, log, True)
+
+    def apply_planned_step(self, now: float) -> np.ndarray:
+        return self.spec.apply_planned_step(now)
+
+    def stats(self) -> dict[str, int]:
+        return self.spec.stats()
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -282,7 +294,7 @@ class SpeculativeScheduler(_Speculation, Scheduler):
         if m:
             computed = self.num_computed_tokens[:m].tolist()
             remaining = self.num_remaining_tokens[:m].tolist()
-            self._verify_rows(computed, remaining, self._emitted_list(m))
+            self.spec.verify_rows(computed, remaining, self.spec.emitted_list(m))
             self.num_computed_tokens[:m] = computed
             self.num_remaining_tokens[:m] = remaining
         if n == m + 1:                                   # admitted requests' first tokens: most often one
@@ -292,14 +304,33 @@ class SpeculativeScheduler(_Speculation, Scheduler):
         self._record_first_tokens(out, now)
         return self._finish(now)
 
-class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
+class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
     """Chunked prefill whose decoding requests propose and verify up to ``k`` tokens per step."""
 
     supports_decode_runs = False
-    caps_lookahead = True
+    own_steps_gate: str | None = None
+    """:meth:`advance_steps` is tried whenever requests run (chunked prefill's gate does not apply)."""
 
-    def _only_verifies(self) -> bool:   # no prompt chunk left, and a budget that cannot bind
-        return self.num_prefilling == 0 and self.n * (self.k + 1) <= self.config.max_num_batched_tokens
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
+                 spec: SpeculativeConfig, rng: np.random.Generator,
+                 proposal_time_s: Callable[[int, int], float]) -> None:
+        super().__init__(config, kv, table)
+        self.spec = Speculation(self, spec, rng, proposal_time_s, caps_lookahead=True)
+        self.k = spec.num_speculative_tokens
+        self.proposal_time_s = proposal_time_s
+
+    def advance_steps(self, t: float, horizon: float, cost: Any,
+                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
+        """Verification steps on lists while nothing else can happen (:meth:`Speculation.advance_steps`):
+        no prompt chunk left, and a budget that cannot bind."""
+        only_verifies = self.num_prefilling == 0 and self.n * (self.k + 1) <= self.config.max_num_batched_tokens
+        return self.spec.advance_steps(t, horizon, cost, log, only_verifies)
+
+    def apply_planned_step(self, now: float) -> np.ndarray:
+        return self.spec.apply_planned_step(now)
+
+    def stats(self) -> dict[str, int]:
+        return self.spec.stats()
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -341,7 +372,7 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
         computed = self.num_computed_tokens[:m].tolist()
         remaining = self.num_remaining_tokens[:m].tolist()
         num_verify = sum(1 for t, p in zip(tokens, pending, strict=True) if t > 0 and p == 0)
-        emitted = self._emitted_list(num_verify) if num_verify else []
+        emitted = self.spec.emitted_list(num_verify) if num_verify else []
         bs = self.kv.block_size
         j = total = freed = drafted = emitted_sum = 0
         completed = []                     # rows whose last prompt chunk this step was
@@ -377,10 +408,11 @@ class ChunkedSpeculativeScheduler(_Speculation, ChunkedPrefillScheduler):
         self.context_total += total
         if num_verify:
             self.kv.free(freed)
-            self.num_draft_tokens += drafted
-            self.num_accepted_tokens += emitted_sum - num_verify
-            self.num_verify_steps += num_verify
-            self.num_emitted_decode_tokens += emitted_sum
+            spec = self.spec
+            spec.num_draft_tokens += drafted
+            spec.num_accepted_tokens += emitted_sum - num_verify
+            spec.num_verify_steps += num_verify
+            spec.num_emitted_decode_tokens += emitted_sum
         if completed:
             self.num_prefilling -= len(completed)
             ids = self.req_id[completed]
