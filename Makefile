@@ -5,14 +5,21 @@
 #   make lint       ruff over the code and mypy over simulator/ (both installed by the dev extra)
 # Each set-up has its own stamp, so `make run` after `make test` (or the reverse) installs only what is missing,
 # and editing pyproject.toml re-runs both.
+# Installing compiles the engine's hot modules with mypyc (setup.py); editing one of them (or setup.py) re-runs
+# that step. `make test` requires the compiled engine (REQUIRE_COMPILED=1: a failed compile fails the set-up and
+# tests/test_native.py checks the tests run it); `make test REQUIRE_COMPILED=0` accepts the pure-Python engine.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check
 APP_STAMP := $(VENV)/.installed-app
 TEST_STAMP := $(VENV)/.installed-test
+NATIVE_STAMP := $(VENV)/.installed-native
+# The modules setup.py compiles (its COMPILED list).
+NATIVE_SOURCES := $(shell sed -n 's/^    "\(simulator\/[a-z_/]*\.py\)",$$/\1/p' setup.py)
+REQUIRE_COMPILED ?= 1
 TEST_EXTRAS := dev,calibrate,cluster,app,notebooks
-LINT_PATHS := simulator calibrate hwprofiles app.py app_pages benchmarks tests
+LINT_PATHS := simulator calibrate hwprofiles app.py app_pages benchmarks tests setup.py
 
 # torch is pinned exactly in the calibrate extra; read the pin from pyproject.toml so there is one place to change.
 TORCH := $(or $(shell sed -n 's/.*"\(torch==[^"]*\)".*/\1/p' pyproject.toml | head -n 1),torch==2.13.0)
@@ -35,39 +42,44 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(APP_STAMP): pyproject.toml | $(BIN)/python
+$(APP_STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(PIP) install --quiet -e '.[app]'
-	touch $@
+	touch $@ $(NATIVE_STAMP)
 
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
+$(TEST_STAMP): pyproject.toml setup.py | $(BIN)/python
 	$(PIP) install --quiet $(TORCH_SOURCE) '$(TORCH)'
-	$(PIP) install --quiet $(FIND_LINKS) -e '.[$(TEST_EXTRAS)]'
+	LLMPLAN_REQUIRE_COMPILED=$(REQUIRE_COMPILED) $(PIP) install --quiet $(FIND_LINKS) -e '.[$(TEST_EXTRAS)]'
+	touch $@ $(NATIVE_STAMP)
+
+# Recompile the engine after one of its modules changed (the loader runs the pure-Python engine until then).
+$(NATIVE_STAMP): $(NATIVE_SOURCES) | $(BIN)/python
+	LLMPLAN_REQUIRE_COMPILED=$(REQUIRE_COMPILED) $(PIP) install --quiet --no-deps $(FIND_LINKS) -e .
 	touch $@
 
 install: $(TEST_STAMP)
 
 install-app: $(APP_STAMP)
 
-run: $(APP_STAMP)
+run: $(APP_STAMP) $(NATIVE_STAMP)
 	$(BIN)/streamlit run app.py
 
-simulate: $(APP_STAMP)
+simulate: $(APP_STAMP) $(NATIVE_STAMP)
 	$(BIN)/llmplan simulate examples/chat-h100.yaml
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) $(NATIVE_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/mypy simulator
-	$(BIN)/python -m pytest -q
+	LLMPLAN_REQUIRE_COMPILED=$(REQUIRE_COMPILED) $(BIN)/python -m pytest -q
 
-test-fast: $(TEST_STAMP)
+test-fast: $(TEST_STAMP) $(NATIVE_STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow" $(FAST_IGNORE)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/mypy simulator
 
-bench: $(APP_STAMP)
+bench: $(APP_STAMP) $(NATIVE_STAMP)
 	$(BIN)/python benchmarks/bench_simulate.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info simulator/_compiled/*.so simulator/_compiled/manifest.json

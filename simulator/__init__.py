@@ -22,6 +22,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from simulator import native
+
+native.install()   # the compiled engine, where an install built it (simulator.native)
+
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.errors import ScenarioError
     from simulator.run.records import SimulationResult

@@ -66,13 +66,16 @@ def package_version() -> str:
 
 def _print_version(value: bool) -> None:
     if value:
-        out_console.print(f"llmplan {package_version()}", highlight=False, markup=False)
+        from simulator.native import engine_build
+
+        out_console.print(f"llmplan {package_version()}\nengine: {engine_build()}", highlight=False, markup=False)
         raise typer.Exit()
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+def _root(version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True,
+        help="Print the version and the engine's build (compiled or pure Python), and exit.")) -> None:
     pass
 
 

@@ -13,6 +13,23 @@ from simulator.engine.scheduler import Scheduler
 from simulator.scenario.config import SchedulerConfig
 from simulator.workload.traffic import Workload
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``pure_python`` patch the engine's Python functions and count the calls; the
+    compiled engine calls its own functions directly, so they run only in the pure-Python engine
+    (``tests/test_native.py`` runs them there when this process runs the compiled one)."""
+    from simulator.native import engine_build
+
+    build = engine_build()
+    if build.startswith("pure Python"):
+        return
+    skip = pytest.mark.skip(reason=f"patches the engine's Python code; this process runs the {build} engine "
+                                   "(test_native.py runs it in the pure-Python engine)")
+    for item in items:
+        if item.get_closest_marker("pure_python") is not None:
+            item.add_marker(skip)
+
+
 CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0}
 
 

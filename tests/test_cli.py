@@ -274,8 +274,11 @@ def pyproject_version() -> str:
 
 
 def test_version_prints_the_package_version() -> None:
-    """``llmplan --version`` prints ``llmplan X.Y.Z`` (the installed package's version) and exits 0."""
+    """``llmplan --version`` prints ``llmplan X.Y.Z`` (the installed package's version) and the
+    engine's build (``simulator.native.engine_build``), and exits 0."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from simulator.native import engine_build
 
     try:
         expected = version("llmplan")
@@ -283,7 +286,7 @@ def test_version_prints_the_package_version() -> None:
         expected = pyproject_version()
     proc = run_cli("--version")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"llmplan {expected}\n"
+    assert proc.stdout == f"llmplan {expected}\nengine: {engine_build()}\n"
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", expected)
 
 

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from simulator import ScenarioError, load_scenario, resolve, simulate
-from simulator.cost.analytic import GeneralRooflineCostModel, RooflineCostModel, expected_distinct_experts, window_pairs
+from simulator.cost.analytic import (
+    GeneralRooflineCostModel,
+    RooflineCostModel,
+    expected_distinct_experts,
+    roofline_cost_model,
+    window_pairs,
+)
 from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.engine.kv_cache import plan_kv_cache
@@ -29,7 +35,7 @@ def datasheet(gpu: str) -> str:
 
 def roofline(model: str, gpu: str = "h100-sxm", tp: int = 1, **split: int) -> RooflineCostModel:
     par = Parallelism(tp, split.get("pp", 1), split.get("ep", 1))
-    return RooflineCostModel(load_profile(datasheet(gpu)), MODEL_PRESETS[model], tp, parallel=par)
+    return roofline_cost_model(load_profile(datasheet(gpu)), MODEL_PRESETS[model], tp, parallel=par)
 
 
 # -- sizes ---------------------------------------------------------------------------------------------
@@ -71,6 +77,16 @@ def test_distinct_experts_formula() -> None:
     E, k, B = 64, 4, 12
     draws = [len({int(e) for _ in range(B) for e in rng.choice(E, k, replace=False)}) for _ in range(2000)]
     assert np.mean(draws) == pytest.approx(expected_distinct_experts(B, E, k), rel=0.01)
+
+
+def test_the_dense_roofline_refuses_a_model_that_needs_the_general_terms() -> None:
+    """``RooflineCostModel`` itself would drop the expert terms: it refuses, and the ``roofline``
+    cost model of a profile (``roofline_cost_model``) builds the general one."""
+    p = load_profile(datasheet("h100-sxm"))
+    with pytest.raises(TypeError, match="roofline_cost_model"):
+        RooflineCostModel(p, MODEL_PRESETS["mixtral-8x7b"], 2)
+    assert type(roofline_cost_model(p, MODEL_PRESETS["llama-3-8b"])) is RooflineCostModel
+    assert type(make_cost_model(p, MODEL_PRESETS["mixtral-8x7b"], 2)) is GeneralRooflineCostModel
 
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"])
@@ -197,8 +213,8 @@ def test_expert_parallel_all_to_all_by_hand() -> None:
 def test_expert_parallel_imbalance_slows_the_busiest_rank() -> None:
     spec = MODEL_PRESETS["deepseek-v3"].model_copy(update={"moe_load_imbalance": 1.5})
     p = load_profile(datasheet("h200"))
-    even = RooflineCostModel(p, MODEL_PRESETS["deepseek-v3"], 8, parallel=Parallelism(8, 1, 8))
-    skew = RooflineCostModel(p, spec, 8, parallel=Parallelism(8, 1, 8))
+    even = roofline_cost_model(p, MODEL_PRESETS["deepseek-v3"], 8, parallel=Parallelism(8, 1, 8))
+    skew = roofline_cost_model(p, spec, 8, parallel=Parallelism(8, 1, 8))
     # 8 tokens touch ~57 of 256 experts, ~7 per rank: the busiest rank reads and computes 1.5 x that.
     assert skew._experts_s(8) == pytest.approx(1.5 * even._experts_s(8), rel=1e-9)
     # 64 tokens touch ~222: 1.5 x the mean would exceed the rank's 32 experts, so it reads all 32.
@@ -235,7 +251,7 @@ def test_multi_node_replicas_need_an_inter_node_link() -> None:
     assert info.value.field == "deployment.pipeline_parallel_size"
     assert "inter_node" in info.value.message and "16 GPUs" in info.value.message
     for gpu, link_bw in (("mi300x-datasheet", 5.0e10), ("gb200-datasheet", 9.0e11)):
-        cm = RooflineCostModel(load_profile(gpu), MODEL_PRESETS["llama-3-70b"], 8, parallel=Parallelism(8, 2))
+        cm = roofline_cost_model(load_profile(gpu), MODEL_PRESETS["llama-3-70b"], 8, parallel=Parallelism(8, 2))
         tp8 = RooflineCostModel(load_profile(gpu), MODEL_PRESETS["llama-3-70b"], 8)
         T = 1000
         send = cm.breakdown(BatchShape.decode(T, 0)).comm_s - tp8.breakdown(BatchShape.decode(T, 0)).comm_s

@@ -227,6 +227,7 @@ def test_a_decode_run_that_follows_on_is_the_one_schedule_would_plan(overrides, 
     _same_run(fast, simulate(sc))
 
 
+@pytest.mark.pure_python
 @pytest.mark.parametrize("overrides", [*PLAIN_BATCH_CASES, {"scheduler.policy": "static"}])
 def test_a_decode_run_read_off_the_tracked_batch_is_the_one_schedule_would_plan(overrides, monkeypatch):
     """With nobody waiting (after a step that admitted requests, a decode run that finished some,
@@ -245,6 +246,7 @@ def test_a_decode_run_read_off_the_tracked_batch_is_the_one_schedule_would_plan(
     _same_run(fast, simulate(sc))
 
 
+@pytest.mark.pure_python
 @pytest.mark.parametrize("overrides", [
     *PLAIN_BATCH_CASES,
     {"client.timeout_s": 5, "scheduler.num_gpu_blocks_override": 4000},   # aborts of running requests
@@ -320,6 +322,7 @@ def test_numpy_sum_adds_as_numpy_does():
         assert numpy_sum(x[1:].tolist()) == float(x[1:].sum())
 
 
+@pytest.mark.pure_python
 @pytest.mark.parametrize("engine", [None, "vllm-v1", "sglang", "vllm-v0.6"])
 def test_a_decode_step_on_floats_is_the_numpy_step(engine):
     """``decode_step_fn`` (short decode runs) gives element for element the floats of

@@ -19,7 +19,8 @@ Both expose ``decode_run_times`` so the engine can advance many decode steps in 
 Models beyond the dense Llama shape (mixture of experts, multi-head latent attention, sliding-window
 layers) and replicas split over pipeline stages or expert-parallel ranks get the roofline's
 :class:`GeneralRooflineCostModel`, which adds those terms as separate methods (``docs/models.md``);
-``RooflineCostModel(...)`` builds it by itself when the model or the split needs it.
+:func:`roofline_cost_model` (the ``roofline`` cost model of a profile) picks the class the model and
+the split need.
 """
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
 
 
-@register("constant")
 class ConstantCostModel:
     """Every step costs ``step_time_s`` plus ``prefill_time_per_token_s`` per prompt token."""
 
@@ -54,31 +54,27 @@ class ConstantCostModel:
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         return np.full(len(decode_context_tokens), self.step_s)
 
-    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: float) -> float:
         return self.step_s
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float]:
         return self.step_s, 0.0
 
 
-@register("roofline")
 class RooflineCostModel:
     """Per-op roofline over one tensor-parallel shard of the model (see module docstring).
 
     All quantities are per GPU: weights, heads and MLP width are divided by the TP degree, and
     each layer adds two all-reduces of the step's activations (after attention and after the MLP).
-    A model or split this class does not cover (:func:`needs_general_roofline`) is built as a
-    :class:`GeneralRooflineCostModel` instead.
+    A model or split this class does not cover (:func:`needs_general_roofline`) needs a
+    :class:`GeneralRooflineCostModel` (:func:`roofline_cost_model` picks it); this class refuses one.
     """
-
-    def __new__(cls, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
-                precision: Precision | None = None, parallel: Parallelism | None = None) -> RooflineCostModel:
-        if cls is RooflineCostModel and needs_general_roofline(model, parallel):
-            cls = GeneralRooflineCostModel
-        return super().__new__(cls)
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
                  precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
+        if type(self) is RooflineCostModel and needs_general_roofline(model, parallel):
+            raise TypeError(f"{model.name}{'' if parallel is None else f' on {parallel}'} needs "
+                            "GeneralRooflineCostModel's terms: build it with roofline_cost_model()")
         tp = tensor_parallel_size
         eff = profile.efficiency
         p = precision or resolve_precision(model, profile)
@@ -223,11 +219,12 @@ class RooflineCostModel:
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         return self._decode_fixed_s(num_decodes) + self._decode_attn_slope * decode_context_tokens
 
-    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: float) -> float:
         return self._decode_fixed_s(num_decodes) + self._decode_attn_slope * decode_context_tokens
 
-    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float]:
-        """:meth:`decode_step_time_s` at ``num_decodes`` as a function of the context sum."""
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
+        """:meth:`decode_step_time_s` at ``num_decodes`` as a function of the context sum (None
+        where a subclass's decode steps are not affine in it)."""
         fixed, slope = self.decode_step_terms(num_decodes)
         return lambda s: fixed + slope * s
 
@@ -236,7 +233,7 @@ class RooflineCostModel:
         operations (a caller summing many steps may inline them)."""
         return self._decode_fixed_s(num_decodes), self._decode_attn_slope
 
-    def decode_affine(self, num_decodes: int) -> tuple[float, float]:
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         return self._decode_fixed_s(num_decodes), self._decode_attn_slope
 
 
@@ -450,18 +447,33 @@ class GeneralRooflineCostModel(RooflineCostModel):
             t = t + self._decode_window_slope * np.minimum(ctx, num_decodes * self._window)
         return t
 
-    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: int) -> float:
+    def decode_step_time_s(self, num_decodes: int, decode_context_tokens: float) -> float:
         return self._decode_fixed_s(num_decodes) + self._decode_attention_s(num_decodes, decode_context_tokens)
 
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
         return None                     # the general terms: verification goes through step_time_s
 
-    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:   # type: ignore[override]
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
         if self._decode_window_slope:
             return None                 # decode_run_times and decode_step_time_s add the window term apart
         return super().decode_step_fn(num_decodes)
 
-    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:   # type: ignore[override]
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         if self._decode_window_slope:
             return None                 # min(context, decodes x window) is not affine
         return self._decode_fixed_s(num_decodes), self._decode_attn_slope
+
+
+def roofline_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
+                        precision: Precision | None = None, parallel: Parallelism | None = None) -> RooflineCostModel:
+    """The roofline of ``model`` on ``profile``: a :class:`RooflineCostModel`, or the
+    :class:`GeneralRooflineCostModel` when the model or the split needs its terms
+    (:func:`needs_general_roofline`)."""
+    cls = GeneralRooflineCostModel if needs_general_roofline(model, parallel) else RooflineCostModel
+    return cls(profile, model, tensor_parallel_size, precision, parallel)
+
+
+# Registered here rather than by class decorators: the compiled engine (setup.py) builds a
+# decorated class as a plain Python class, with slower attribute access.
+register("constant")(ConstantCostModel)
+register("roofline")(roofline_cost_model)

@@ -114,7 +114,7 @@ def undelivered(table: RequestTable, rid: int, timeout_s: float | None) -> bool:
     after its arrival): the answer found no one to deliver it to, and the request counts as timed out
     (:meth:`Deadlines.expire` relabels it when the clock reaches the deadline; a closed session, which
     learns of the end sooner, asks here)."""
-    return timeout_s is not None and table.finish_time[rid] > table.arrival_time[rid] + timeout_s + DEADLINE_EPS_S
+    return timeout_s is not None and bool(table.finish_time[rid] > table.arrival_time[rid] + timeout_s + DEADLINE_EPS_S)
 
 
 def queue_is_full(scenario: Scenario, sched: Scheduler) -> bool:

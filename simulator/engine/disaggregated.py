@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
-from simulator.engine.request import RequestStatus
+from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import Scheduler, SchedulerOutput
+from simulator.scenario.config import SchedulerConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.replica import Replica
@@ -38,8 +40,8 @@ _WAITING = int(RequestStatus.WAITING)
 class PrefillScheduler(Scheduler):
     """Continuous admission of prompts; every request leaves after its prefill step."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
+        super().__init__(config, kv, table)
         self.handoffs = 0
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
@@ -63,7 +65,7 @@ class PrefillScheduler(Scheduler):
 class DecodeScheduler(Scheduler):
     """Continuous batching whose new requests bring their KV (admitted without a prefill)."""
 
-    receives_kv = True
+    receives_kv: ClassVar[bool] = True
     """Its requests arrive with their KV: with prefix caching on, the cache lives in the prefill pool."""
 
     def expect_kv(self, rid: int, tokens: int) -> None:

@@ -26,7 +26,7 @@ accounting, preemption and fast-forward of pure-decode runs.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -43,7 +43,7 @@ _RUNNING = int(RequestStatus.RUNNING)
 class ChunkedPrefillScheduler(Scheduler):
     """Sarathi-Serve / vLLM v1 chunked prefill (see module docstring)."""
 
-    splits_prompts = True
+    splits_prompts: ClassVar[bool] = True
     own_steps_gate: str | None = "num_prefilling"
     """:meth:`advance_steps` plans mixed steps only while a prompt is being prefilled."""
 
@@ -337,7 +337,7 @@ class DynamicBatchScheduler(Scheduler):
     """Request-level batching with a deadline; no joining mid-flight (see module docstring)."""
 
     pads = False
-    uses_token_budget = False   # the whole batch prefills in one pass, limited by seats and KV blocks
+    uses_token_budget: ClassVar[bool] = False   # the whole batch prefills in one pass, limited by seats and KV blocks
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
         super().__init__(config, kv, table)

@@ -31,7 +31,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -178,11 +178,11 @@ class Scheduler:
         table: the run's request columns.
     """
 
-    splits_prompts = False
+    splits_prompts: ClassVar[bool] = False
     """Whether a prompt may be computed over several steps (else it must fit one step's budget)."""
-    uses_token_budget = True
+    uses_token_budget: ClassVar[bool] = True
     """Whether ``max_num_batched_tokens`` limits a step (request-level batching prefills whole batches)."""
-    supports_decode_runs = True
+    supports_decode_runs: ClassVar[bool] = True
     """Whether pure-decode steps are deterministic, so that runs of them can be advanced at once."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
@@ -763,7 +763,9 @@ class PriorityWaitingQueue:
     def append(self, rid: int) -> None:
         heapq.heappush(self._heap, self._key(rid))
 
-    appendleft = append     # a preempted request goes back by its key, ahead of later arrivals
+    def appendleft(self, rid: int) -> None:
+        """A preempted request goes back by its key, ahead of later arrivals."""
+        self.append(rid)
 
     def extendleft(self, rids: Iterable[int]) -> None:
         for rid in rids:

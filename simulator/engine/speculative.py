@@ -34,7 +34,7 @@ output is smaller), running requests first, then waiting ones are admitted with 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -230,7 +230,7 @@ class Speculation:
 class SpeculativeScheduler(Scheduler):
     """Continuous batching whose decode steps propose and verify ``k`` tokens per request."""
 
-    supports_decode_runs = False
+    supports_decode_runs: ClassVar[bool] = False
     own_steps_gate: str | None = None
     """:meth:`advance_steps` is tried whenever requests run."""
 
@@ -307,7 +307,7 @@ class SpeculativeScheduler(Scheduler):
 class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
     """Chunked prefill whose decoding requests propose and verify up to ``k`` tokens per step."""
 
-    supports_decode_runs = False
+    supports_decode_runs: ClassVar[bool] = False
     own_steps_gate: str | None = None
     """:meth:`advance_steps` is tried whenever requests run (chunked prefill's gate does not apply)."""
 

@@ -1,0 +1,142 @@
+"""Build hook: compile the engine's hot modules with mypyc (the metadata lives in pyproject.toml).
+
+``pip install .`` and ``pip install -e .`` compile the modules in :data:`COMPILED` (the engine
+loop, the schedulers, the KV cache, the cost model) into one C extension group, placed in
+``simulator/_compiled/`` with a manifest of the sources it was built from; ``simulator.native``
+loads them in place of the same-named modules when the sources still match (docs/speed.md,
+"The compiled engine"). The Python sources stay the one definition of the engine: the compiled
+modules are those sources, translated, and give the same runs bit for bit.
+
+Compiling is optional: without a C compiler (or with ``LLMPLAN_PURE_PYTHON=1`` set at install
+time) the install goes on and the engine runs as pure Python, slower. ``LLMPLAN_REQUIRE_COMPILED=1``
+makes a failed compile fail the install instead (CI sets it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+#: The modules compiled together (one mypyc group: calls between them are native calls).
+COMPILED = [
+    "simulator/engine/request.py",
+    "simulator/engine/kv_cache.py",
+    "simulator/engine/prefix_cache.py",
+    "simulator/engine/scheduler.py",
+    "simulator/engine/policies.py",
+    "simulator/engine/disaggregated.py",
+    "simulator/engine/speculative.py",
+    "simulator/engine/deadlines.py",
+    "simulator/engine/replica.py",
+    "simulator/cost/base.py",
+    "simulator/cost/analytic.py",
+]
+GROUP = "simulator._compiled.engine"
+"""The group's shared library is ``simulator._compiled.engine__mypyc``."""
+COMPILED_PACKAGE = "simulator._compiled"
+MANIFEST = "manifest.json"
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _module_name(path: str) -> str:
+    return path[:-len(".py")].replace("/", ".")
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class build_compiled_engine(build_ext):
+    """``build_ext`` that compiles :data:`COMPILED` with mypyc when it can, and goes on without it
+    when it cannot (unless ``LLMPLAN_REQUIRE_COMPILED`` is set)."""
+
+    def finalize_options(self) -> None:
+        # mypyc translates the sources when the build is set up (not when this file is run for
+        # metadata), and build_ext then prepares its extensions as it prepares any.
+        self._modules: dict[str, str] = {}       # module -> its shim's file stem
+        self._init_names: dict[str, str] = {}    # extension name -> the module whose PyInit it exports
+        self._skipped = False
+        if _flag("LLMPLAN_PURE_PYTHON"):
+            self._skip("LLMPLAN_PURE_PYTHON is set")
+        else:
+            try:
+                self.distribution.ext_modules = self._mypyc_extensions()
+            except (Exception, SystemExit) as exc:   # mypyc reports type errors by exiting
+                self._fail(exc)
+        super().finalize_options()
+
+    def run(self) -> None:
+        if self._skipped:
+            return
+        try:
+            super().run()
+        except (Exception, SystemExit) as exc:      # no C compiler, or it failed
+            self._fail(exc)
+            return
+        self._write_manifest()
+
+    def _fail(self, exc: BaseException) -> None:
+        if _flag("LLMPLAN_REQUIRE_COMPILED"):
+            raise exc
+        self._skip(f"{type(exc).__name__}: {exc}")
+
+    def _skip(self, why: str) -> None:
+        self.distribution.ext_modules = self.extensions = []
+        self._skipped = True
+        sys.stderr.write(f"llmplan: the engine is not compiled ({why}); it runs as pure Python, slower\n")
+
+    def _mypyc_extensions(self) -> list[Extension]:
+        from mypyc.build import mypycify  # imported here: only a build that compiles needs mypy
+
+        # Third-party packages are typed Any (no site-packages): the same C code whether or not
+        # numpy's stubs are installed where the build runs.
+        exts = mypycify(["--no-site-packages", "--follow-imports=silent", *COMPILED], opt_level="3", group_name=GROUP)
+        modules = {_module_name(p) for p in COMPILED}
+        for ext in exts:
+            if ext.name in modules:     # a module's shim: file it under simulator/_compiled/
+                stem = self._modules[ext.name] = ext.name.replace(".", "__")
+                self._init_names[f"{COMPILED_PACKAGE}.{stem}"] = ext.name.rsplit(".", 1)[-1]
+                ext.name = f"{COMPILED_PACKAGE}.{stem}"
+            # Python never fuses a multiply and an add; neither may the C compiler (the same floats).
+            ext.extra_compile_args = [*ext.extra_compile_args, "-ffp-contract=off"]
+        return exts
+
+    def build_extension(self, ext: Extension) -> None:
+        if self.compiler.compiler_type != "unix":
+            ext.extra_compile_args = [a for a in ext.extra_compile_args if a != "-ffp-contract=off"]
+        super().build_extension(ext)
+
+    def get_export_symbols(self, ext: Extension) -> list[str]:
+        # A shim exports the init function of the module it stands for, not of its file name.
+        return [f"PyInit_{self._init_names.get(ext.name, ext.name.rsplit('.', 1)[-1])}"]
+
+    def _write_manifest(self) -> None:
+        directory = os.path.dirname(self.get_ext_fullpath(f"{GROUP}__mypyc"))
+        manifest = {
+            "group": f"{GROUP}__mypyc",
+            "python": sys.implementation.cache_tag,
+            "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+            "modules": {module: {"file": os.path.basename(self.get_ext_fullpath(f"{COMPILED_PACKAGE}.{stem}")),
+                                 "source": module.replace(".", "/") + ".py",
+                                 "sha256": _sha256(module.replace(".", "/") + ".py")}
+                        for module, stem in self._modules.items()},
+        }
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+
+
+# A placeholder: build_ext replaces it with mypyc's extensions (so that metadata-only steps of a
+# build, which also run this file, never run mypyc), and its presence makes the wheel platform-specific.
+setup(ext_modules=[Extension(f"{COMPILED_PACKAGE}.placeholder", sources=[])],
+      cmdclass={"build_ext": build_compiled_engine})
