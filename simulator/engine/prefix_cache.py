@@ -6,7 +6,8 @@ share block ``i`` exactly when their first ``(i + 1) * block_size`` tokens are i
 :class:`BlockHashes` stores them compactly: an inherited part (a shared system prompt, the
 previous turn of a session, a Mooncake trace's ``hash_ids``) as one int64 array plus offsets, and
 the rest as a range of fresh ids (``fresh_base[r] + 0, 1, ...``) that nothing else shares. Ids are
-dense integers, so the cache state is two numpy arrays indexed by id.
+dense integers, so the cache state is two lists indexed by id (a request's blocks are walked one by
+one: a few dozen list reads in the compiled engine, where numpy's per-call cost would dominate).
 
 Cache semantics (vLLM v1 ``KVCacheManager`` / ``BlockPool``):
 
@@ -42,7 +43,8 @@ class BlockHashes:
     has ``num_blocks[r]`` full blocks in all. Ids lie in ``[0, num_ids)``.
     """
 
-    __slots__ = ("explicit", "offsets", "fresh_base", "num_blocks", "num_ids", "first_fresh_id", "block_size")
+    __slots__ = ("explicit", "offsets", "fresh_base", "num_blocks", "num_ids", "first_fresh_id", "block_size",
+                 "_offsets", "_fresh_base")
 
     def __init__(self, explicit: np.ndarray, offsets: np.ndarray, num_blocks: np.ndarray, first_fresh_id: int,
                  block_size: int) -> None:
@@ -55,6 +57,8 @@ class BlockHashes:
         self.num_ids = int(first_fresh_id + fresh.sum())
         self.first_fresh_id = first_fresh_id
         self.block_size = block_size
+        self._offsets: list[int] = self.offsets.tolist()
+        self._fresh_base: list[int] = self.fresh_base.tolist()
 
     def __len__(self) -> int:
         return len(self.num_blocks)
@@ -75,6 +79,24 @@ class BlockHashes:
         if lo >= n:
             return self.fresh_base[r] + np.arange(lo - n, hi - n)
         return self.ids(r, hi)[lo:]
+
+    def id_list(self, r: int, upto: int) -> list[int]:
+        """:meth:`ids` as a list."""
+        s, e = self._offsets[r], self._offsets[r + 1]
+        n = e - s
+        if upto <= n:
+            return self.explicit[s:s + upto].tolist() if upto else []
+        base = self._fresh_base[r]
+        fresh = list(range(base, base + upto - n))
+        return self.explicit[s:e].tolist() + fresh if n else fresh
+
+    def id_list_between(self, r: int, lo: int, hi: int) -> list[int]:
+        """:meth:`ids_between` as a list."""
+        n = self._offsets[r + 1] - self._offsets[r]
+        if lo >= n:
+            base = self._fresh_base[r] - n
+            return list(range(base + lo, base + hi))
+        return self.id_list(r, hi)[lo:]
 
     @property
     def nbytes(self) -> int:
@@ -168,10 +190,6 @@ def fresh_block_hashes(num_blocks: np.ndarray, block_size: int) -> BlockHashes:
                        0, block_size)
 
 
-_FEW = 8
-"""Evictions of at most this many blocks walk the queue on scalars, more with numpy (the same blocks)."""
-
-
 class PrefixCachingKVManager(KVCacheManager):
     """KV blocks with identities: shared, reference-counted, cached after release, LRU-evicted.
 
@@ -180,23 +198,23 @@ class PrefixCachingKVManager(KVCacheManager):
     ``allocate`` takes unhashed free blocks first and evicts cached ones (LRU) for the rest.
     """
 
-    __slots__ = ("hashes", "ref", "qpos", "num_evictable_blocks", "_buf", "_base", "_head", "_tail",
+    __slots__ = ("hashes", "ref", "qpos", "num_evictable_blocks", "_buf", "_base", "_head",
                  "_held", "_registered", "hit_tokens", "query_tokens", "num_queries", "evictions")
 
     def __init__(self, num_gpu_blocks: int, block_size: int, hashes: BlockHashes) -> None:
         super().__init__(num_gpu_blocks, block_size)
         assert hashes.block_size == block_size
         self.hashes = hashes
-        self.ref = np.full(hashes.num_ids, -1, dtype=np.int32)
+        self.ref: list[int] = [-1] * hashes.num_ids
         """Per block id: -1 not cached, 0 cached and evictable, k >= 1 held by k running requests."""
-        self.qpos = np.full(hashes.num_ids, -1, dtype=np.int64)
+        self.qpos: list[int] = [-1] * hashes.num_ids
         """Per block id: its position in the eviction queue while it is evictable."""
         self.num_evictable_blocks = 0
-        # Eviction queue: ids in LRU order in ``_buf[_head:_tail]``; ``_buf[i]`` has position
-        # ``_base + i``. A block revived by a hit leaves a tombstone (-1) in its slot.
-        self._buf = np.empty(max(1024, num_gpu_blocks), dtype=np.int64)
-        self._base = self._head = self._tail = 0
-        self._held: dict[int, np.ndarray] = {}
+        # Eviction queue: ids in LRU order in ``_buf[_head:]``; ``_buf[i]`` has position ``_base + i``.
+        # A block revived by a hit leaves a tombstone (-1) in its slot.
+        self._buf: list[int] = []
+        self._base = self._head = 0
+        self._held: dict[int, list[int]] = {}
         """Running request -> the cached block ids it holds a reference to."""
         self._registered: dict[int, int] = {}
         """Running request -> how many of its leading blocks have been offered to the cache."""
@@ -222,41 +240,29 @@ class PrefixCachingKVManager(KVCacheManager):
         self.num_evictable_blocks -= count
         self.evictions += count
         head = self._head
-        if count <= _FEW:                 # a decode step's block or two: scalars beat numpy's per-call cost
-            while count:
-                block = int(buf[head])
-                head += 1
-                if block >= 0:            # -1: revived since it was queued
-                    ref[block] = -1
-                    count -= 1
-            self._head = head
-            return
         while count:
-            end = head + count          # at most ``count`` live entries in the next ``count`` slots
-            seg = buf[head:end]
-            gone = seg if seg.min() >= 0 else seg[seg >= 0]
-            ref[gone] = -1
-            count -= len(gone)
-            head = end
+            block = buf[head]
+            head += 1
+            if block >= 0:                # -1: revived since it was queued
+                ref[block] = -1
+                count -= 1
+        if head > 4096 and 2 * head > len(buf):   # drop the consumed head of the queue
+            del buf[:head]
+            self._base += head
+            head = 0
         self._head = head
 
-    def _push(self, ids: np.ndarray) -> None:
+    def _push(self, ids: list[int]) -> None:
         """Queue newly unreferenced blocks for eviction (``ids`` in eviction order)."""
-        n = len(ids)
-        if not n:
+        if not ids:
             return
-        if self._tail + n > len(self._buf):
-            live = self._buf[self._head:self._tail]      # drop the consumed head, grow if still short
-            size = max(len(self._buf), 2 * (len(live) + n))
-            buf = np.empty(size, dtype=np.int64)
-            buf[:len(live)] = live
-            self._base += self._head
-            self._buf, self._head, self._tail = buf, 0, len(live)
-        t = self._tail
-        self._buf[t:t + n] = ids
-        self.qpos[ids] = self._base + t + np.arange(n)
-        self._tail = t + n
-        self.num_evictable_blocks += n
+        qpos, buf = self.qpos, self._buf
+        pos = self._base + len(buf)
+        for block in ids:
+            qpos[block] = pos
+            pos += 1
+        buf.extend(ids)
+        self.num_evictable_blocks += len(ids)
 
     # -- requests ------------------------------------------------------------------------------------
     def admit(self, rid: int, num_tokens: int, budget: int, num_computed_tokens: int | None = None) -> int:
@@ -285,45 +291,45 @@ class PrefixCachingKVManager(KVCacheManager):
             return -1, 0
         return cached, t
 
-    def _lookup(self, rid: int, num_tokens: int) -> tuple[np.ndarray, int]:
+    def _lookup(self, rid: int, num_tokens: int) -> tuple[list[int], int]:
         """The ids of ``rid``'s full blocks and how many leading ones are cached (a hit never
         covers the last token: at most ``(num_tokens - 1) // block_size`` blocks)."""
-        bs = self.block_size
-        known = self.hashes.ids(rid, num_tokens // bs)
-        cand = known[:(num_tokens - 1) // bs]
-        hit = len(cand)
-        if hit:
-            miss = np.flatnonzero(self.ref[cand] < 0)
-            if len(miss):
-                hit = int(miss[0])
+        bs, ref = self.block_size, self.ref
+        known = self.hashes.id_list(rid, num_tokens // bs)
+        limit = min((num_tokens - 1) // bs, len(known))
+        hit = 0
+        while hit < limit and ref[known[hit]] >= 0:
+            hit += 1
         return known, hit
 
-    def _hold(self, rid: int, known: np.ndarray, hit: int, end: int, num_tokens: int) -> bool:
+    def _hold(self, rid: int, known: list[int], hit: int, end: int, num_tokens: int) -> bool:
         """Take ``known[:hit]`` from the cache and blocks for tokens ``hit * block_size .. end``;
         False (nothing changes) when they are not free. Counts a query of ``num_tokens``."""
         bs, ref = self.block_size, self.ref
-        hit_ids = known[:hit]
-        if hit:
-            hit_refs = ref[hit_ids]
-            revived = hit_ids[hit_refs == 0]
-        else:
-            revived = hit_ids
+        revived = [block for block in known[:hit] if ref[block] == 0] if hit else []
         new_blocks = -(-end // bs) - hit
         if new_blocks + len(revived) > self.num_gpu_blocks - self.num_used_blocks:
             return False
         if hit:
-            ref[hit_ids] = hit_refs + 1          # ``ref[hit_ids] += 1``, without reading them again
-            if len(revived):
-                self._buf[self.qpos[revived] - self._base] = -1     # out of the eviction queue
+            for i in range(hit):
+                ref[known[i]] += 1
+            if revived:
+                buf, qpos, base = self._buf, self.qpos, self._base
+                for block in revived:
+                    buf[qpos[block] - base] = -1     # out of the eviction queue
                 self.num_evictable_blocks -= len(revived)
                 self.num_used_blocks += len(revived)
         ok = self.allocate(new_blocks)
         assert ok
         full = end // bs
-        computed = known[hit:full]
-        new_ids = computed[ref[computed] < 0]   # blocks cached elsewhere already stay private
-        ref[new_ids] = 1
-        self._held[rid] = np.concatenate((hit_ids, new_ids)) if hit else new_ids
+        held = known[:hit]
+        for i in range(hit, full):                   # blocks cached elsewhere already stay private
+            block = known[i]
+            if ref[block] < 0:
+                held.append(block)
+        for i in range(hit, len(held)):
+            ref[held[i]] = 1
+        self._held[rid] = held
         self._registered[rid] = full
         self.num_queries += 1
         self.query_tokens += num_tokens
@@ -337,10 +343,11 @@ class PrefixCachingKVManager(KVCacheManager):
         full, done = num_computed_tokens // self.block_size, self._registered[rid]
         if full <= done:
             return
-        ids = self.hashes.ids_between(rid, done, full)
-        ids = ids[self.ref[ids] < 0]
-        self.ref[ids] = 1
-        self._held[rid] = np.concatenate((self._held[rid], ids))
+        ref, held = self.ref, self._held[rid]
+        for block in self.hashes.id_list_between(rid, done, full):
+            if ref[block] < 0:
+                ref[block] = 1
+                held.append(block)
         self._registered[rid] = full
 
     def release(self, rid: int, num_computed_tokens: int) -> None:
@@ -350,17 +357,22 @@ class PrefixCachingKVManager(KVCacheManager):
         held = self._held.pop(rid)
         done = self._registered.pop(rid)
         full = num_computed_tokens // bs
-        held_refs = ref[held] - 1                # ``ref[held] -= 1``, kept for the next line
-        ref[held] = held_refs
-        zero = held[held_refs == 0][::-1]        # last block first: tails are evicted before shared heads
+        zero: list[int] = []
+        for i in range(len(held) - 1, -1, -1):   # last block first: tails are evicted before shared heads
+            block = held[i]
+            r = ref[block] - 1
+            ref[block] = r
+            if r == 0:
+                zero.append(block)
         private = -(-num_computed_tokens // bs) - len(held)
         if full > done:
             # Blocks its decode steps filled: cached now, unreferenced at once (unless a copy is cached).
-            more = self.hashes.ids_between(rid, done, full)
-            more = more[ref[more] < 0]
-            ref[more] = 0
+            more = [block for block in self.hashes.id_list_between(rid, done, full) if ref[block] < 0]
+            for block in more:
+                ref[block] = 0
             private -= len(more)
-            zero = np.concatenate((more[::-1], zero))
+            more.reverse()
+            zero = more + zero
         self.num_used_blocks -= private + len(zero)
         self._push(zero)
         assert self.num_used_blocks >= 0
