@@ -32,6 +32,7 @@ COMPILED = [
     "simulator/engine/disaggregated.py",
     "simulator/engine/speculative.py",
     "simulator/engine/deadlines.py",
+    "simulator/engine/steplog.py",
     "simulator/engine/replica.py",
     "simulator/cost/base.py",
     "simulator/cost/analytic.py",
@@ -55,31 +56,35 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def _stem(module: str) -> str:
+    """The file stem of ``module``'s extension in ``simulator/_compiled/``."""
+    return module.replace(".", "__")
+
+
 class build_compiled_engine(build_ext):
     """``build_ext`` that compiles :data:`COMPILED` with mypyc when it can, and goes on without it
-    when it cannot (unless ``LLMPLAN_REQUIRE_COMPILED`` is set)."""
+    when it cannot (unless ``LLMPLAN_REQUIRE_COMPILED`` is set).
+
+    The extensions are named when the command is set up (cheap: metadata-only steps of a build set
+    it up too) and mypyc translates the sources into them only when it runs."""
 
     def finalize_options(self) -> None:
-        # mypyc translates the sources when the build is set up (not when this file is run for
-        # metadata), and build_ext then prepares its extensions as it prepares any.
-        self._modules: dict[str, str] = {}       # module -> its shim's file stem
-        self._init_names: dict[str, str] = {}    # extension name -> the module whose PyInit it exports
+        self._modules = {_module_name(p): _stem(_module_name(p)) for p in COMPILED}
         self._skipped = False
         if _flag("LLMPLAN_PURE_PYTHON"):
             self._skip("LLMPLAN_PURE_PYTHON is set")
         else:
-            try:
-                self.distribution.ext_modules = self._mypyc_extensions()
-            except (Exception, SystemExit) as exc:   # mypyc reports type errors by exiting
-                self._fail(exc)
+            self.distribution.ext_modules = [Extension(f"{GROUP}__mypyc", sources=[])] + [
+                Extension(f"{COMPILED_PACKAGE}.{stem}", sources=[]) for stem in self._modules.values()]
         super().finalize_options()
 
     def run(self) -> None:
         if self._skipped:
             return
         try:
+            self._translate()
             super().run()
-        except (Exception, SystemExit) as exc:      # no C compiler, or it failed
+        except (Exception, SystemExit) as exc:      # mypyc's type errors (it exits), no C compiler, ...
             self._fail(exc)
             return
         self._write_manifest()
@@ -94,21 +99,24 @@ class build_compiled_engine(build_ext):
         self._skipped = True
         sys.stderr.write(f"llmplan: the engine is not compiled ({why}); it runs as pure Python, slower\n")
 
-    def _mypyc_extensions(self) -> list[Extension]:
+    def _translate(self) -> None:
+        """Run mypyc over :data:`COMPILED` and give the named extensions its C sources and flags."""
         from mypyc.build import mypycify  # imported here: only a build that compiles needs mypy
 
         # Third-party packages are typed Any (no site-packages): the same C code whether or not
         # numpy's stubs are installed where the build runs.
-        exts = mypycify(["--no-site-packages", "--follow-imports=silent", *COMPILED], opt_level="3", group_name=GROUP)
-        modules = {_module_name(p) for p in COMPILED}
-        for ext in exts:
-            if ext.name in modules:     # a module's shim: file it under simulator/_compiled/
-                stem = self._modules[ext.name] = ext.name.replace(".", "__")
-                self._init_names[f"{COMPILED_PACKAGE}.{stem}"] = ext.name.rsplit(".", 1)[-1]
-                ext.name = f"{COMPILED_PACKAGE}.{stem}"
+        generated = {}
+        for ext in mypycify(["--no-site-packages", "--follow-imports=silent", *COMPILED], opt_level="3",
+                            group_name=GROUP):
+            name = ext.name if ext.name.endswith("__mypyc") else f"{COMPILED_PACKAGE}.{_stem(ext.name)}"
+            generated[name] = ext
+        for ext in self.extensions:
+            made = generated[ext.name]
+            ext.sources, ext.include_dirs, ext.depends = made.sources, made.include_dirs, made.depends
             # Python never fuses a multiply and an add; neither may the C compiler (the same floats).
-            ext.extra_compile_args = [*ext.extra_compile_args, "-ffp-contract=off"]
-        return exts
+            ext.extra_compile_args = [*made.extra_compile_args, "-ffp-contract=off"]
+        self._init_names = {f"{COMPILED_PACKAGE}.{stem}": module.rsplit(".", 1)[-1]
+                            for module, stem in self._modules.items()}
 
     def build_extension(self, ext: Extension) -> None:
         if self.compiler.compiler_type != "unix":

@@ -34,7 +34,8 @@ from simulator.cost.base import BatchShape
 from simulator.engine.disaggregated import DecodeScheduler
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
-from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput, StepLogger
+from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
+from simulator.engine.steplog import StepLogger
 from simulator.scenario.config import SchedulerConfig
 
 _RUNNING = int(RequestStatus.RUNNING)
@@ -232,7 +233,7 @@ class ChunkedPrefillScheduler(Scheduler):
             for i, tk in enumerate(tokens):              # chunks' full blocks join the prefix cache
                 if pending[i]:
                     kv.register(ids[i], computed[i] + tk)
-            log(t, duration, shape.num_seqs, shape.num_tokens - shape.num_decodes, shape.num_decodes, waiting,
+            log.step(t, duration, shape.num_seqs, shape.num_tokens - shape.num_decodes, shape.num_decodes, waiting,
                 kv.num_used_blocks)
             if not end < horizon:                        # the step crosses the next event: applied at its end
                 self._planned_tokens = tokens

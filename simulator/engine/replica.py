@@ -20,7 +20,7 @@ from simulator.engine.deadlines import DEADLINE_EPS_S, Deadlines
 from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:  # pragma: no cover
-    from simulator.run.records import StepLog
+    from simulator.engine.steplog import StepLog
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
@@ -45,10 +45,6 @@ _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PRE
                                int(RequestStatus.FINISHED_LENGTH_CAPPED))
 
 
-StepLogger = Callable[[float, float, int, int, int, int, int], None]
-"""``log(start, duration_s, num_seqs, num_prefill_tokens, num_decode, num_waiting, kv_used_blocks)``:
-how a policy's ``advance_steps`` fast path records a step it plans without a
-:class:`SchedulerOutput` (``StepLog.step_logger``), as the replica's ``add_step`` would."""
 
 
 @dataclass(slots=True)

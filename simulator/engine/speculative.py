@@ -34,6 +34,7 @@ output is smaller), running requests first, then waiting ones are admitted with 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,7 +43,8 @@ from simulator.cost.base import BatchShape, VerifyStep, verify_step_fn
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import ChunkedPrefillScheduler
 from simulator.engine.request import RequestTable
-from simulator.engine.scheduler import _EMPTY, Scheduler, SchedulerOutput, StepLogger
+from simulator.engine.scheduler import _EMPTY, Scheduler, SchedulerOutput
+from simulator.engine.steplog import StepLogger
 from simulator.scenario.config import SchedulerConfig, SpeculativeConfig
 
 
@@ -50,6 +52,50 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
     """``(1 - alpha^(k+1)) / (1 - alpha)``: tokens one verification step emits on average."""
     a, k = acceptance_rate, num_speculative_tokens
     return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def no_proposal(n: int, ctx: int) -> float:
+    """``ngram`` proposals: a CPU lookup, no GPU time."""
+    return 0.0
+
+
+def mtp_proposal(cost: Any, k: int, num_layers: int) -> Callable[[int, int], float]:
+    """``mtp`` proposals: ``k`` extra decoder layers of the target (``cost``) over the batch."""
+    def mtp(n: int, ctx: int) -> float:
+        bd = cost.breakdown(BatchShape.decode(n, ctx))
+        return k * (bd.total_s - bd.overhead_s) / num_layers
+    return mtp
+
+
+def draft_proposal(draft_cost: Any, k: int) -> Callable[[int, int], float]:
+    """``draft`` proposals: ``k`` sequential decode steps of the draft model (``draft_cost``) over
+    the batch, without a second CPU overhead (the drafter runs inside the engine step)."""
+    by_n: dict[int, tuple[float, Callable[[float], float], tuple[float, float] | None]] = {}
+    """Pure functions of the batch size: the draft's CPU overhead, its decode step as a function of the
+    context, and that step's ``(fixed, slope)`` where it is ``fixed + slope * s`` (``decode_step_terms``)."""
+    terms_of = getattr(draft_cost, "decode_step_terms", None)
+
+    def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
+        got = by_n.get(n)
+        if got is None:
+            fn_of = getattr(draft_cost, "decode_step_fn", None)
+            step = fn_of(n) if fn_of is not None else None
+            got = by_n[n] = (draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s,
+                             step or partial(draft_cost.decode_step_time_s, n),
+                             terms_of(n) if terms_of is not None and step is not None else None)
+        overhead, step, terms = got
+        total = 0.0                           # sum() of the k steps, added in order (0 + x is 0.0 + x)
+        if terms is not None:                 # step(s) inlined: the same float operations
+            fixed, slope = terms
+            s, nf = float(ctx), float(n)      # whole numbers below 2**53: s is float(ctx + n * j) exactly
+            for _ in range(k):
+                total += fixed + slope * s - overhead
+                s += nf
+            return total
+        for j in range(k):
+            total += step(float(ctx + n * j)) - overhead
+        return total
+    return draft
 
 
 class Speculation:
@@ -143,7 +189,7 @@ class Speculation:
             duration = step_s + proposal_s(n, (sum(computed) if capped else sched.context_total) + n)
             end = t + duration
             kv.num_used_blocks += need           # kv.allocate(need), which fits
-            log(t, duration, n, 0, n, 0, kv.num_used_blocks)
+            log.step(t, duration, n, 0, n, 0, kv.num_used_blocks)
             if not end < horizon:                # the step crosses the next event: applied at its end
                 sched.num_computed_tokens[:n] = computed
                 sched.num_remaining_tokens[:n] = remaining

@@ -6,15 +6,14 @@ planner's judge) never imports pandas.
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from simulator.engine.request import RequestStatus, RequestTable
-from simulator.engine.scheduler import DecodeRun, SchedulerOutput
+from simulator.engine.steplog import ENTRY_FIELDS
 from simulator.run.resolve import ResolvedSystem
 from simulator.scenario.config import Scenario
 
@@ -24,63 +23,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # -- records ---------------------------------------------------------------------------------------
 STEP_COLUMNS = ("start_time", "duration_s", "replica", "num_seqs", "num_prefill_tokens",
                 "num_decode_tokens", "num_waiting", "kv_blocks_used", "num_preempted")
-
-
-class StepLog:
-    """Every engine step of a run, appended in time order per replica.
-
-    A single step and a decode run are both one entry; runs are expanded into one row per step
-    only when the frame is built, for all runs at once (vectorised). The entries are kept flat, as
-    plain numbers in three lists (no object per entry: nothing for the cyclic garbage collector to
-    walk when the run ends and the collector is back on, and one conversion to arrays).
-    """
-
-    def __init__(self, block_size: int) -> None:
-        self._entries: list[float] = []         # 12 numbers per entry
-        self._residues: list[int] = []           # a histogram per decode run of more than one step
-        self._tabulated: list[float] = []        # a tabulated run's step durations
-        self._block_size = block_size
-        self._replicas: set[int] = set()
-
-    def add_step(self, replica: int, start: float, duration: float, out: SchedulerOutput,
-                 kv_used: int, num_waiting: int) -> None:
-        # Requests in the batch: a policy's cost shape counts its padded slots (static batching) and
-        # charges verifying requests as (k+1)-token entries (speculative decoding), one each.
-        seqs = out.num_decode + len(out.admitted) if out.cost_shape is None else out.cost_shape.num_seqs
-        self._entries.extend((start, 1, replica, seqs, out.num_prefill_tokens,
-                              out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
-        self._replicas.add(replica)
-
-    def step_logger(self, replica: int) -> Callable[[float, float, int, int, int, int, int], None]:
-        """``log(start, duration, num_seqs, num_prefill_tokens, num_decode, num_waiting, kv_used)``
-        for the steps of one replica that preempt nothing, each logged exactly as :meth:`add_step`
-        logs it (for engine fast paths that plan steps without a :class:`SchedulerOutput`)."""
-        entries, replicas = self._entries, self._replicas
-
-        def log(start: float, duration: float, num_seqs: int, num_prefill_tokens: int, num_decode: int,
-                num_waiting: int, kv_used: int) -> None:
-            entries.extend((start, 1, replica, num_seqs, num_prefill_tokens, num_decode, num_waiting, kv_used,
-                            0, 0, duration, 0.0))
-            replicas.add(replica)
-        return log
-
-    def add_run(self, replica: int, start: float, run: DecodeRun, num_waiting: int) -> None:
-        a, b = run.affine if run.affine is not None else (math.nan, math.nan)
-        self._entries.extend((start, run.num_steps, replica, run.num_seqs, 0, run.num_seqs - run.num_padded,
-                              num_waiting, run.kv_used_first, 0, run.context_sum, a, b))
-        if run.num_steps > 1:
-            self._residues.extend(run.residues)
-        durations = run.durations
-        if durations is not None:
-            self._tabulated.extend(durations if isinstance(durations, list) else durations.tolist())
-        self._replicas.add(replica)
-
-    def freeze(self) -> FrozenStepLog:
-        """The log as a :class:`FrozenStepLog` (one entry per step or decode run); hands over the lists."""
-        frozen = FrozenStepLog(self._entries, self._residues, self._tabulated, len(self._replicas) > 1,
-                               self._block_size)
-        self._entries, self._residues, self._tabulated = [], [], []
-        return frozen
 
 
 class FrozenStepLog:
@@ -94,7 +36,7 @@ class FrozenStepLog:
 
     def __init__(self, entries: list[float], residues: list[int], tabulated: list[float],
                  interleave: bool, block_size: int) -> None:
-        self.num_entries = len(entries) // 12
+        self.num_entries = len(entries) // ENTRY_FIELDS
         self._interleave = interleave
         self._lists: tuple[list[float], list[int], list[float], int] | None = (entries, residues, tabulated,
                                                                                block_size)
@@ -110,7 +52,7 @@ class FrozenStepLog:
         self._residues = np.fromiter(residues, np.int64, len(residues)).reshape(-1, block_size)
         # Every field is an int or a float well inside float64's exact integer range.
         flat = np.fromiter(entries, np.float64, len(entries))
-        cols = [np.ascontiguousarray(c) for c in flat.reshape(-1, 12).T]
+        cols = [np.ascontiguousarray(c) for c in flat.reshape(-1, ENTRY_FIELDS).T]
         (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
          self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
         self._k = k.astype(np.int64)

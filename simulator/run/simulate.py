@@ -21,7 +21,7 @@ import simpy
 
 from simulator.cluster.request_path import RequestPath, plan_request_path
 from simulator.cluster.routing import make_router
-from simulator.cost.base import BatchShape, CostModel
+from simulator.cost.base import CostModel
 from simulator.cost.factory import make_cost_model
 from simulator.engine.deadlines import Deadlines, queue_is_full
 from simulator.engine.disaggregated import DisaggregatedFleet
@@ -31,10 +31,17 @@ from simulator.engine.prefix_cache import PrefixCachingKVManager, prefix_cache_c
 from simulator.engine.replica import Replica
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import SwapSpace
-from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
+from simulator.engine.speculative import (
+    ChunkedSpeculativeScheduler,
+    SpeculativeScheduler,
+    draft_proposal,
+    mtp_proposal,
+    no_proposal,
+)
+from simulator.engine.steplog import StepLog
 from simulator.metrics import summarize  # noqa: F401  (imported with the engine: a run's summary needs it)
 from simulator.run.clients import ClosedLoopClients, ClosedSessions
-from simulator.run.records import RequestColumns, SimulationResult, StepLog, request_columns
+from simulator.run.records import FrozenStepLog, RequestColumns, SimulationResult, request_columns
 from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
 from simulator.scenario.config import ClosedLoopArrival, Scenario
 from simulator.scenario.parallel import Parallelism
@@ -88,7 +95,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
             records = records.to_frame()
             path.add_columns(records)
         result = SimulationResult(scenario, apply_client_view(records, scenario),
-                                  steps.freeze(), system, float(env.now), time.perf_counter() - wall0)
+                                  FrozenStepLog(*steps.freeze()), system, float(env.now), time.perf_counter() - wall0)
         result.request_path = path
         result.prefix_cache = prefix_cache_counters(run.replicas)
         for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
@@ -430,40 +437,8 @@ def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) 
         return None
     k, tp = spec.num_speculative_tokens, scenario.deployment.tensor_parallel_size
     if spec.method == "ngram":
-        return lambda n, ctx: 0.0
+        return no_proposal
     if spec.method == "mtp":
-        layers = system.model.num_layers
-
-        def mtp(n: int, ctx: int) -> float:   # k extra decoder layers of the target
-            bd = cost.breakdown(BatchShape.decode(n, ctx))
-            return k * (bd.total_s - bd.overhead_s) / layers
-        return mtp
+        return mtp_proposal(cost, k, system.model.num_layers)
     assert system.draft_model is not None   # resolved for method draft
-    draft_cost = make_cost_model(system.profile, system.draft_model, tp)
-
-    by_n: dict[int, tuple[float, Callable[[float], float], tuple[float, float] | None]] = {}
-    """Pure functions of the batch size: the draft's CPU overhead, its decode step as a function of the
-    context, and that step's ``(fixed, slope)`` where it is ``fixed + slope * s`` (``decode_step_terms``)."""
-    terms_of = getattr(draft_cost, "decode_step_terms", None)
-
-    def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
-        got = by_n.get(n)
-        if got is None:
-            fn_of = getattr(draft_cost, "decode_step_fn", None)
-            step = fn_of(n) if fn_of is not None else None
-            got = by_n[n] = (draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s,
-                             step or partial(draft_cost.decode_step_time_s, n),
-                             terms_of(n) if terms_of is not None and step is not None else None)
-        overhead, step, terms = got
-        total: float = 0                      # sum() of the k steps, added in order (from the int 0)
-        if terms is not None:                 # step(s) inlined: the same float operations
-            fixed, slope = terms
-            s, nf = float(ctx), float(n)      # whole numbers below 2**53: s is float(ctx + n * j) exactly
-            for _ in range(k):
-                total += fixed + slope * s - overhead
-                s += nf
-            return total
-        for j in range(k):
-            total += step(float(ctx + n * j)) - overhead
-        return total
-    return draft
+    return draft_proposal(make_cost_model(system.profile, system.draft_model, tp), k)
