@@ -359,7 +359,7 @@ class ServingEngine:
         emit: list[int] = []
         row = 0
         dec_ctx = 0
-        decode_ids: Any = out.decode_ids if out.decode_ids is not None else []
+        decode_ids = out.decoding_ids()
         for rid in decode_ids:
             rid = int(rid)
             s = seqs[rid]

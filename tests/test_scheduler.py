@@ -149,8 +149,8 @@ def test_kv_cache_interface_counts_blocks_per_request():
     assert kv.admit(2, 16, budget=16) == -1 and kv.num_used_blocks == 7      # 4 blocks, 3 free
     kv.release(1, 13)
     assert kv.num_used_blocks == 3
-    kv.release_many(np.array([0]), np.array([9]))
+    kv.release_many([0], [9])
     assert kv.num_used_blocks == 0
     kv.allocate(9)                  # rows of 8, 4 and 12 cached tokens hold 2 + 1 + 3 blocks; 3 others
-    keep = kv.release_tail_until_fits(np.array([5, 6, 7]), np.array([8, 4, 12]), np.array([1, 1, 1]))
+    keep = kv.release_tail_until_fits([5, 6, 7], [8, 4, 12], [1, 1, 1])
     assert keep == 2 and kv.num_used_blocks == 6                             # row 2 released: 3 blocks

@@ -44,17 +44,19 @@ class PrefillScheduler(Scheduler):
         super().__init__(config, kv, table)
         self.handoffs = 0
 
-    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+    def update_from_output(self, out: SchedulerOutput, now: float) -> list[int]:
         done = super().update_from_output(out, now)    # first tokens; 1-token requests finish here
         n = self.n
         if n:
             table = self.table
-            ids = self.req_id[:n]
-            self.kv.release_many(ids, self.num_computed_tokens[:n])
-            table.num_output_tokens[ids] = table.max_tokens[ids] - self.num_remaining_tokens[:n]
+            self.kv.release_many(self.req_id, self.num_computed_tokens)
+            ids = np.asarray(self.req_id, dtype=np.int64)
+            table.num_output_tokens[ids] = table.max_tokens[ids] - np.asarray(self.num_remaining_tokens, dtype=np.int64)
             table.status[ids] = _WAITING                 # in transfer, then waiting on a decode replica
             self.context_total = 0
             self.handoffs += n
+            for rows_field in self._rows:
+                rows_field.clear()
             self.n = 0
         return done
 

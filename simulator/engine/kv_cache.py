@@ -289,13 +289,13 @@ class KVCacheManager:
         self.num_used_blocks -= -(-num_computed_tokens // self.block_size)
         assert self.num_used_blocks >= 0, "freed more KV blocks than were allocated"
 
-    def release_many(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray) -> None:
+    def release_many(self, req_ids: list[int], num_computed_tokens: list[int]) -> None:
         """:meth:`release` for each of ``req_ids`` (in order), with its ``num_computed_tokens``."""
-        self.num_used_blocks -= int((-(-num_computed_tokens // self.block_size)).sum())
+        bs = self.block_size
+        self.num_used_blocks -= sum(-(-c // bs) for c in num_computed_tokens)
         assert self.num_used_blocks >= 0, "freed more KV blocks than were allocated"
 
-    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray,
-                                need: np.ndarray) -> int:
+    def release_tail_until_fits(self, req_ids: list[int], num_computed_tokens: list[int], need: list[int]) -> int:
         """Release running requests from the last until the remaining ones' ``need`` new blocks are
         free; returns how many remain (the caller preempts the others).
 
@@ -303,10 +303,11 @@ class KVCacheManager:
         this prefix of rows: the largest whose new blocks fit once every later row is released,
         since feasibility of a prefix only improves as it shrinks.
         """
-        held = self.blocks_for(num_computed_tokens)
-        tail_free = np.concatenate((np.cumsum(held[::-1])[::-1], [0]))   # blocks held by rows >= m
-        prefix_need = np.concatenate(([0], np.cumsum(need)))              # need of rows < m
-        fits = prefix_need <= self.num_free_blocks + tail_free
-        keep = int(np.flatnonzero(fits)[-1])
-        self.free(int(held[keep:].sum()))
+        bs, free = self.block_size, self.num_free_blocks
+        keep, prefix_need, tail_free = len(need), sum(need), 0    # need of rows < keep, blocks held by rows >= keep
+        while prefix_need > free + tail_free:
+            keep -= 1
+            prefix_need -= need[keep]
+            tail_free += -(-num_computed_tokens[keep] // bs)
+        self.free(tail_free)
         return keep

@@ -28,13 +28,11 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-import numpy as np
-
 from simulator.cost.base import BatchShape
 from simulator.engine.disaggregated import DecodeScheduler
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
-from simulator.engine.scheduler import _EMPTY, POLICIES, Scheduler, SchedulerOutput
+from simulator.engine.scheduler import POLICIES, Scheduler, SchedulerOutput
 from simulator.engine.steplog import StepLogger
 from simulator.scenario.config import SchedulerConfig
 
@@ -50,9 +48,9 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
         super().__init__(config, kv, table)
-        self.num_pending = np.zeros(config.max_num_seqs, dtype=np.int64)
+        self.num_pending: list[int] = []
         """Prompt tokens (plus recomputed output tokens) each running row has still to prefill."""
-        self._row_arrays.append(self.num_pending)
+        self._rows.append(self.num_pending)
         self.num_prefilling = 0
         threshold = config.long_prefill_token_threshold
         self.chunk_limit = threshold if threshold else config.max_num_batched_tokens
@@ -79,9 +77,8 @@ class ChunkedPrefillScheduler(Scheduler):
         running row is preempted while the blocks do not fit."""
         n, limit, kv = self.n, self.chunk_limit, self.kv
         bs = kv.block_size      # kv.blocks_for, inlined below: this loop visits every row every step
-        computed = self.num_computed_tokens[:n].tolist()
-        pending = self.num_pending[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist() if lookahead > 1 else None
+        computed, pending = self.num_computed_tokens, self.num_pending
+        remaining = self.num_remaining_tokens if lookahead > 1 else None
         tokens = [0] * n
         free = kv.num_free_blocks
         need_total = 0
@@ -101,24 +98,27 @@ class ChunkedPrefillScheduler(Scheduler):
             budget -= t
             i += 1
         if alive < n:
-            kv.release_many(self.req_id[alive:n], self.num_computed_tokens[alive:n])
+            kv.release_many(self.req_id[alive:], self.num_computed_tokens[alive:])
             self._preempt_rows(alive, out)
-            self.num_prefilling = int((self.num_pending[:alive] > 0).sum())
+            self.num_prefilling = sum(1 for p in self.num_pending if p > 0)
         ok = self.kv.allocate(need_total)
         assert ok
         if self.num_prefilling:                              # chunks' full blocks join the prefix cache
             ids = self.req_id
             for i in range(alive):
                 if pending[i] and tokens[i]:
-                    kv.register(int(ids[i]), computed[i] + tokens[i])
+                    kv.register(ids[i], computed[i] + tokens[i])
         self._fill_output(out, tokens[:alive], computed, pending)
         return budget
 
     def _fill_output(self, out: SchedulerOutput, tokens: list[int], computed: list[int], pending: list[int]) -> None:
         """Describe scheduled running rows: decodes as ``num_decode``, chunks as ``admitted``."""
         decode_ctx = partial = 0
-        decode_ids, prefill_ids, prefill_tokens, prefill_ctx = [], [], [], []
-        ids = self.req_id[:len(tokens)].tolist()
+        decode_ids: list[int] = []
+        prefill_ids: list[int] = []
+        prefill_tokens: list[int] = []
+        prefill_ctx: list[int] = []
+        ids = self.req_id
         for row, t in enumerate(tokens):
             if t == 0:
                 continue
@@ -132,11 +132,11 @@ class ChunkedPrefillScheduler(Scheduler):
                 prefill_ctx.append(computed[row])
                 partial += t < p
         out.num_decode = len(decode_ids)
-        out.decode_ids = np.asarray(decode_ids, dtype=np.int64)
+        out.decode_ids = decode_ids
         out.decode_context_sum = decode_ctx
         out.admitted, out.admitted_tokens, out.prefill_context = prefill_ids, prefill_tokens, prefill_ctx
         out.num_partial = partial
-        out.row_tokens = np.asarray(tokens, dtype=np.int64)
+        out.row_tokens = tokens
 
     def _admit_chunks(self, out: SchedulerOutput, now: float, budget: int) -> None:
         """Admit waiting requests FCFS, each with a first chunk that fits the budget and blocks."""
@@ -152,12 +152,11 @@ class ChunkedPrefillScheduler(Scheduler):
             if hit < 0:
                 break
             waiting.popleft()
-            row = self.n
-            self.req_id[row] = rid
-            self.num_computed_tokens[row] = hit
-            self.num_pending[row] = total - hit
-            self.num_remaining_tokens[row] = int(table.max_tokens[rid]) - generated
-            self.n = row + 1
+            self.req_id.append(rid)
+            self.num_computed_tokens.append(hit)
+            self.num_pending.append(total - hit)
+            self.num_remaining_tokens.append(int(table.max_tokens[rid]) - generated)
+            self.n += 1
             self.num_prefilling += 1
             self.context_total += hit
             budget -= t
@@ -175,24 +174,23 @@ class ChunkedPrefillScheduler(Scheduler):
         if self.priority_order:
             self.sort_pending = True
         if out.row_tokens is None:                           # the running rows all decoded
-            out.row_tokens = np.array([1] * first_row + chunks, dtype=np.int64)
+            out.row_tokens = [1] * first_row + chunks
             out.prefill_context = []
         else:
-            out.row_tokens = np.concatenate((out.row_tokens, np.asarray(chunks, dtype=np.int64)))
+            out.row_tokens = out.row_tokens + chunks
         out.admitted.extend(admitted)
         out.admitted_tokens.extend(chunks)
         assert out.prefill_context is not None
         out.prefill_context.extend(contexts)
 
-    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+    def update_from_output(self, out: SchedulerOutput, now: float) -> list[int]:
         if out.row_tokens is None:                           # a pure-decode step
             return super().update_from_output(out, now)
-        # On lists: a step's batch is a few dozen rows, where numpy's per-call cost dominates.
-        self._apply_rows(out.row_tokens.tolist(), now)
+        self._apply_rows(out.row_tokens, now)
         return self._finish(now)
 
     def advance_steps(self, t: float, horizon: float, cost: Any,
-                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
+                      log: StepLogger) -> tuple[float, list[int], float | None]:
         """Plan and apply consecutive mixed steps from ``t`` (the prefilling rows' next chunks and a
         token for every decoding row, in row order within the budget) while nothing else can happen:
         each ends before ``horizon``, no request is admitted (none waits, or the step leaves no
@@ -204,22 +202,20 @@ class ChunkedPrefillScheduler(Scheduler):
 
         Each step makes exactly the calls and float operations of :meth:`schedule` (with
         :meth:`_schedule_running_mixed`), the replica's step costing and logging, and
-        :meth:`update_from_output`, in the same order, on Python lists: the engine's fast path for
+        :meth:`update_from_output`, in the same order, on the row lists: the engine's fast path for
         the steps that prefill a prompt chunk by chunk beside the decodes, one event each otherwise.
         """
         n = self.n
         if not self.num_prefilling:
-            return t, _EMPTY, None
+            return t, [], None
         kv, waiting = self.kv, len(self.waiting)
         # With requests waiting, a step is the fast path's only while it leaves no budget or seat
         # for them (schedule would admit none, nor call _admit_chunks).
         admits = waiting and n < self.config.max_num_seqs
-        computed = self.num_computed_tokens[:n].tolist()
-        pending = self.num_pending[:n].tolist()
-        remaining = self.num_remaining_tokens[:n].tolist()
-        ids = self.req_id[:n].tolist()
+        computed, pending, remaining = self.num_computed_tokens, self.num_pending, self.num_remaining_tokens
+        ids = self.req_id                                # the row lists, updated in place
         step_time_s = cost.step_time_s
-        start, finished, crossing_end = t, False, None
+        finished, crossing_end = False, None
         while True:
             tokens, need, shape = self._mixed_step(computed, pending)
             if need > kv.num_free_blocks:                # the step preempts: planned the usual way
@@ -234,7 +230,7 @@ class ChunkedPrefillScheduler(Scheduler):
                 if pending[i]:
                     kv.register(ids[i], computed[i] + tk)
             log.step(t, duration, shape.num_seqs, shape.num_tokens - shape.num_decodes, shape.num_decodes, waiting,
-                kv.num_used_blocks)
+                     kv.num_used_blocks)
             if not end < horizon:                        # the step crosses the next event: applied at its end
                 self._planned_tokens = tokens
                 crossing_end = end
@@ -243,11 +239,7 @@ class ChunkedPrefillScheduler(Scheduler):
             t = end
             if finished or not self.num_prefilling:
                 break
-        if t != start or crossing_end is not None:
-            self.num_computed_tokens[:n] = computed
-            self.num_pending[:n] = pending
-            self.num_remaining_tokens[:n] = remaining
-        return t, (self._finish(t) if finished else _EMPTY), crossing_end
+        return t, (self._finish(t) if finished else []), crossing_end
 
     def _mixed_step(self, computed: list[int], pending: list[int]) -> tuple[list[int], int, BatchShape]:
         """The next mixed step of the running rows, none preempted (:meth:`_schedule_running_mixed`
@@ -308,29 +300,22 @@ class ChunkedPrefillScheduler(Scheduler):
         return finished
 
     def _apply_rows(self, tokens: list[int], now: float) -> None:
-        """:meth:`_mixed_update` on the first ``len(tokens)`` rows' arrays."""
-        m = len(tokens)
-        computed = self.num_computed_tokens[:m].tolist()
-        pending = self.num_pending[:m].tolist()
-        remaining = self.num_remaining_tokens[:m].tolist()
-        self._mixed_update(tokens, computed, pending, remaining, self.req_id[:m].tolist(), now)
-        self.num_computed_tokens[:m] = computed
-        self.num_pending[:m] = pending
-        self.num_remaining_tokens[:m] = remaining
+        """:meth:`_mixed_update` on the first ``len(tokens)`` rows."""
+        self._mixed_update(tokens, self.num_computed_tokens, self.num_pending, self.num_remaining_tokens,
+                           self.req_id, now)
 
-    def apply_planned_step(self, now: float) -> np.ndarray:
+    def apply_planned_step(self, now: float) -> list[int]:
         """Apply the step :meth:`advance_steps` planned across its horizon, ending ``now``; returns
         the ids it finished."""
         self._apply_rows(self._planned_tokens, now)
         return self._finish(now)
 
-    def _rows_leaving(self, rows: np.ndarray) -> None:   # aborted rows (simulator.engine.deadlines)
-        self.num_prefilling -= int((self.num_pending[rows] > 0).sum())
-        self.num_pending[rows] = 0
+    def _rows_leaving(self, rows: list[int]) -> None:   # aborted rows (simulator.engine.deadlines)
+        pending = self.num_pending
+        self.num_prefilling -= sum(1 for row in rows if pending[row] > 0)
 
     def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
-        self.num_prefilling -= int((self.num_pending[keep:self.n] > 0).sum())
-        self.num_pending[keep:self.n] = 0
+        self.num_prefilling -= sum(1 for p in self.num_pending[keep:] if p > 0)
         super()._preempt_rows(keep, out)
 
 
@@ -371,14 +356,12 @@ class DynamicBatchScheduler(Scheduler):
                 out.cost_shape = BatchShape([max(out.admitted_tokens)] * k, context, 0, 0, k)
         return out
 
-    def _finish(self, now: float) -> np.ndarray:
-        n = self.n
+    def _finish(self, now: float) -> list[int]:
         if self.pads:
-            done = self.num_remaining_tokens[:n] == 0
-            count = int(done.sum())
+            count = self.num_remaining_tokens.count(0)
             if count == 0:
-                return _EMPTY
-            context = int(self.num_computed_tokens[:n][done].sum())
+                return []
+            context = sum(c for c, r in zip(self.num_computed_tokens, self.num_remaining_tokens, strict=True) if r == 0)
         ids = super()._finish(now)
         if self.n == 0:                      # the batch is over
             self.pad_rows = self.pad_context = 0
@@ -389,14 +372,15 @@ class DynamicBatchScheduler(Scheduler):
         return ids
 
 
-    def _rows_leaving(self, rows: np.ndarray) -> None:
+    def _rows_leaving(self, rows: list[int]) -> None:
         """Aborted rows (simulator.engine.deadlines) leave like finished ones: padding in a static batch."""
         if self.n == len(rows):              # the batch is over
             self.pad_rows = self.pad_context = 0
             self._backlog = bool(self.waiting)
         elif self.pads:
             self.pad_rows += len(rows)
-            self.pad_context += int(self.num_computed_tokens[rows].sum())
+            computed = self.num_computed_tokens
+            self.pad_context += sum(computed[row] for row in rows)
 
 
 class StaticBatchScheduler(DynamicBatchScheduler):

@@ -377,19 +377,18 @@ class PrefixCachingKVManager(KVCacheManager):
         self._push(zero)
         assert self.num_used_blocks >= 0
 
-    def release_many(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray) -> None:
-        for rid, c in zip(req_ids.tolist(), num_computed_tokens.tolist(), strict=False):
+    def release_many(self, req_ids: list[int], num_computed_tokens: list[int]) -> None:
+        for rid, c in zip(req_ids, num_computed_tokens, strict=False):
             self.release(rid, c)
 
-    def release_tail_until_fits(self, req_ids: np.ndarray, num_computed_tokens: np.ndarray,
-                                need: np.ndarray) -> int:
+    def release_tail_until_fits(self, req_ids: list[int], num_computed_tokens: list[int], need: list[int]) -> int:
         """Release running rows from the last until the remaining rows' ``need`` blocks are free;
         returns how many rows remain (vLLM's preempt-the-last loop, with shared blocks exact)."""
-        keep, total = len(need), int(need.sum())
+        keep, total = len(need), sum(need)
         while total > self.num_gpu_blocks - self.num_used_blocks:
             keep -= 1
-            self.release(int(req_ids[keep]), int(num_computed_tokens[keep]))
-            total -= int(need[keep])
+            self.release(req_ids[keep], num_computed_tokens[keep])
+            total -= need[keep]
         return keep
 
     def stats(self) -> dict[str, int]:

@@ -22,15 +22,13 @@ from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.steplog import StepLog
 
-_NO_IDS = np.zeros(0, dtype=np.int64)
-
 
 class Replica:
     """Owns a scheduler (waiting/running queues + KV blocks) and runs ``engine_loop``."""
 
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost: CostModel,
                  steps: StepLog, next_event_time: Callable[[], float],
-                 on_finish: Callable[[Sequence[int] | np.ndarray, float], None], fast_forward: bool = True) -> None:
+                 on_finish: Callable[[Sequence[int], float], None], fast_forward: bool = True) -> None:
         self.env = env
         self.index = index
         self.scheduler = scheduler
@@ -82,7 +80,7 @@ class Replica:
         (``num_outstanding``, ``num_waiting``) need no such care: a run admits nobody and finishes
         requests only in its last step."""
         sched, table = self.scheduler, self.scheduler.table
-        running = int(sched.remaining_tokens().sum()) - sched.n * self.decode_steps_done()
+        running = sum(sched.remaining_tokens()) - sched.n * self.decode_steps_done()
         if not sched.waiting:
             return running
         w = np.fromiter(sched.waiting, dtype=np.int64, count=len(sched.waiting))
@@ -190,7 +188,7 @@ class Replica:
                 if deliver is not None:
                     deliver()
 
-    def _fast_steps(self, t: float, horizon: float) -> tuple[float, np.ndarray, float | None]:
+    def _fast_steps(self, t: float, horizon: float) -> tuple[float, list[int], float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end
         before ``horizon`` and change nothing outside the batch: ``advance_steps``, speculative
         decoding's verification steps and chunked prefill's mixed steps); returns the last one's end
@@ -199,7 +197,7 @@ class Replica:
         reaches its end, with ``apply_planned_step``), else None."""
         sched = self.scheduler
         if sched.sort_pending or self.on_step_planned is not None:
-            return t, _NO_IDS, None
+            return t, [], None
         assert self._own_steps is not None
         end, done, crossing_end = self._own_steps(t, horizon, self.cost, self._log_step)
         if crossing_end is not None:

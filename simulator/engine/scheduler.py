@@ -13,8 +13,9 @@ Each engine step hands out a token budget of ``max_num_batched_tokens``:
    admission (no skipping ahead).
 
 A prefill step also emits the request's first token, as in vLLM. The running batch is kept as
-numpy arrays (struct of arrays) so that the engine can advance many identical decode steps in one
-event (:meth:`Scheduler.plan_decode_run`), which is what makes 100k-request runs take seconds.
+Python lists of ints, one per row field (struct of arrays: plain list reads and writes in the
+compiled engine), and the engine advances many identical decode steps in one event
+(:meth:`Scheduler.plan_decode_run`), which is what makes 100k-request runs take seconds.
 
 Block accounting needs no per-request block counter: a running request that has cached ``c``
 tokens holds ``ceil(c / block_size)`` blocks, and it needs a new block exactly when
@@ -63,8 +64,9 @@ class SchedulerOutput:
     admitted_first: list[int] = field(default_factory=list)
     """Admitted requests that have not produced a token yet (their first token ends this step)."""
     preempted: list[int] = field(default_factory=list)
-    decode_ids: np.ndarray | None = None
-    """Ids of the decoding rows (a view into the batch: valid until the step is applied)."""
+    decode_ids: list[int] | None = None
+    """Ids of the decoding rows: its first ``num_decode`` entries (it may be the running batch's own
+    list of ids: valid until the step is applied)."""
     residues: list[int] | None = None
     """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
     prefill_context: list[int] | None = None
@@ -74,7 +76,7 @@ class SchedulerOutput:
     cost_shape: BatchShape | None = None
     """What the cost model is charged for, when not the scheduled tokens themselves (padded slots
     of a static batch, speculative verification); see :meth:`batch_shape`."""
-    row_tokens: np.ndarray | None = None
+    row_tokens: list[int] | None = None
     """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
     decode_budget_tokens: int | None = None
     """Budget the decoding rows take, when not one token each (speculative verification)."""
@@ -89,10 +91,14 @@ class SchedulerOutput:
     def total_num_scheduled_tokens(self) -> int:
         return self.num_decode + self.num_prefill_tokens
 
+    def decoding_ids(self) -> list[int]:
+        """Ids of the step's decoding rows (``decode_ids``' first ``num_decode`` entries)."""
+        return self.decode_ids[:self.num_decode] if self.decode_ids is not None else []
+
     @property
     def num_scheduled_tokens(self) -> dict[int, int]:
         """Request id -> tokens scheduled this step (vLLM's field of the same name)."""
-        out = {int(r): 1 for r in (self.decode_ids if self.decode_ids is not None else [])}
+        out = {int(r): 1 for r in self.decoding_ids()}
         out.update(zip(self.admitted, self.admitted_tokens, strict=True))
         return out
 
@@ -182,7 +188,6 @@ class Scheduler:
     """Whether pure-decode steps are deterministic, so that runs of them can be advanced at once."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
-        cap = config.max_num_seqs
         self.config = config
         self.kv = kv
         self.table = table
@@ -198,18 +203,18 @@ class Scheduler:
         """Request id -> tokens whose KV waits outside the cache (host memory, or in transfer)."""
         self._restore_free: set[int] = set()
         """Of those, requests whose KV arrives at no cost to this engine (disaggregated handoffs)."""
-        # Running batch, rows [0, n) in admission order.
+        # Running batch, rows [0, n) in admission order: one list per field, n entries each.
         self.n = 0
-        self.req_id = np.zeros(cap, dtype=np.int64)
-        self.num_computed_tokens = np.zeros(cap, dtype=np.int64)
+        self.req_id: list[int] = []
+        self.num_computed_tokens: list[int] = []
         """Each running row's cached tokens, less ``_phase_computed`` (:meth:`computed_tokens` adds it)."""
-        self.num_remaining_tokens = np.zeros(cap, dtype=np.int64)
+        self.num_remaining_tokens: list[int] = []
         """Output tokens each running request has still to emit, plus ``_phase_remaining``
         (:meth:`remaining_tokens` subtracts it)."""
         self.context_total = 0
         """Sum of ``num_computed_tokens`` over the running batch (kept incrementally)."""
-        self._row_arrays = [self.req_id, self.num_computed_tokens, self.num_remaining_tokens]
-        """Per-row arrays, moved together when rows leave the batch (policies may add theirs)."""
+        self._rows: list[list[int]] = [self.req_id, self.num_computed_tokens, self.num_remaining_tokens]
+        """Per-row lists, changed together when rows leave the batch (policies may add theirs)."""
         self.pad_rows = 0
         self.pad_context = 0
         """Slots of finished requests that still compute (static batching pads), and their context."""
@@ -243,7 +248,7 @@ class Scheduler:
         return len(self.waiting)
 
     def running_ids(self) -> list[int]:
-        return [int(r) for r in self.req_id[: self.n]]
+        return list(self.req_id)
 
     def add_request(self, rid: int) -> None:
         self.waiting.append(rid)
@@ -285,13 +290,19 @@ class Scheduler:
                 gone[top] = g - 1
             heapq.heappop(heap)
 
-    def computed_tokens(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+    def computed_tokens(self, rows: Iterable[int] | None = None) -> list[int]:
         """``num_computed_tokens`` of the running ``rows`` (default: all), in tokens."""
-        return self.num_computed_tokens[slice(0, self.n) if rows is None else rows] + self._phase_computed
+        pc, src = self._phase_computed, self.num_computed_tokens
+        if rows is None:
+            return [c + pc for c in src]
+        return [src[row] + pc for row in rows]
 
-    def remaining_tokens(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+    def remaining_tokens(self, rows: Iterable[int] | None = None) -> list[int]:
         """Output tokens the running ``rows`` (default: all) have still to emit."""
-        return self.num_remaining_tokens[slice(0, self.n) if rows is None else rows] - self._phase_remaining
+        pr, src = self._phase_remaining, self.num_remaining_tokens
+        if rows is None:
+            return [r - pr for r in src]
+        return [src[row] - pr for row in rows]
 
     def _untrack(self, computed: Iterable[int], remaining: Iterable[int]) -> None:
         """Rows with these ``num_computed_tokens`` and remaining tokens leave the tracked batch."""
@@ -307,45 +318,45 @@ class Scheduler:
         residues: list[int] | None
         if self._tracked:
             residues = _turned(self._residues_at_phase, self._phase_computed)
-        elif n <= SMALL_BATCH:
-            residues = [0] * bs
-            for c in self.num_computed_tokens[:n].tolist():
-                residues[c % bs] += 1
         else:
-            residues = np.bincount(self.num_computed_tokens[:n] % bs, minlength=bs).tolist()
+            residues = [0] * bs
+            for c in self.num_computed_tokens:
+                residues[c % bs] += 1
         need = residues[0]        # rows whose blocks are exactly full need one more
         keep = n
         if need > self.kv.num_free_blocks:
             computed = self.computed_tokens()
-            need_rows = (computed % bs == 0).astype(np.int64)
-            keep = self.kv.release_tail_until_fits(self.req_id[:n], computed, need_rows)
+            need_rows = [1 if c % bs == 0 else 0 for c in computed]
+            keep = self.kv.release_tail_until_fits(self.req_id, computed, need_rows)
             self._preempt_rows(keep, out)
-            need = int(need_rows[:keep].sum())
+            need = sum(need_rows[:keep])
             residues = None
         ok = self.kv.allocate(need)
         assert ok
         out.num_decode = keep
-        out.decode_ids = self.req_id[:keep]
+        out.decode_ids = self.req_id
         out.decode_context_sum = self.context_total + keep
         out.residues = residues
 
     def _preempt_rows(self, keep: int, out: SchedulerOutput) -> None:
         """Preempt running rows ``keep..n`` (their KV has been released: recompute, or swap out)."""
         n, table = self.n, self.table
-        rows = slice(keep, n)
-        ids = self.req_id[rows]
+        rows = range(keep, n)
+        preempted = self.req_id[keep:]
         computed, remaining = self.computed_tokens(rows), self.remaining_tokens(rows)
         if self._tracked:
-            self._untrack(computed.tolist(), remaining.tolist())
+            self._untrack(computed, remaining)
         if self.swap is not None:
-            self._swap_out(ids, computed, out)
-        self.context_total -= int(computed.sum())
-        table.num_output_tokens[ids] = table.max_tokens[ids] - remaining
+            self._swap_out(preempted, computed, out)
+        self.context_total -= sum(computed)
+        ids = np.asarray(preempted, dtype=np.int64)
+        table.num_output_tokens[ids] = table.max_tokens[ids] - np.asarray(remaining, dtype=np.int64)
         table.num_preemptions[ids] += 1
         table.status[ids] = _PREEMPTED
-        preempted = [int(r) for r in ids]
         self.waiting.extendleft(reversed(preempted))   # front of the queue, in running order
         out.preempted = preempted
+        for rows_field in self._rows:
+            del rows_field[keep:]
         self.n = keep
 
     def _schedule_waiting(self, out: SchedulerOutput, now: float) -> None:
@@ -377,9 +388,9 @@ class Scheduler:
                 out.prefill_context.append(hit)
             row = self.n
             remaining = int(table.max_tokens[rid]) - generated
-            self.req_id[row] = rid
-            self.num_computed_tokens[row] = cached - self._phase_computed     # cached once this step ends
-            self.num_remaining_tokens[row] = remaining + self._phase_remaining
+            self.req_id.append(rid)
+            self.num_computed_tokens.append(cached - self._phase_computed)     # cached once this step ends
+            self.num_remaining_tokens.append(remaining + self._phase_remaining)
             if self._tracked:   # this step's update_from_output moves both phases on by one
                 self._residues_at_phase[(cached - self._phase_computed - 1) % self.block_size] += 1
                 heapq.heappush(self._remaining_heap, remaining + self._phase_remaining)
@@ -397,7 +408,7 @@ class Scheduler:
             self.sort_pending = True
 
     # -- applying a step ---------------------------------------------------------------------------
-    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+    def update_from_output(self, out: SchedulerOutput, now: float) -> list[int]:
         """Apply a finished step at instant ``now``; returns the ids of requests that finished."""
         m, n = out.num_decode, self.n
         if m:
@@ -411,14 +422,15 @@ class Scheduler:
             for row in range(m, n):                   # admitted rows (a few): cached as admitted
                 computed[row] -= 1
         else:
-            if m:
-                self.num_computed_tokens[:m] += 1
-            self.num_remaining_tokens[:n] -= 1
+            computed = self.num_computed_tokens
+            for row in range(m):
+                computed[row] += 1
+            remaining = self.num_remaining_tokens
+            for row in range(n):
+                remaining[row] -= 1
         self._record_first_tokens(out, now)
-        if self._tracked:
-            done = self._finish(now) if n and self._min_remaining() == 0 else _EMPTY
-        else:
-            done = self._finish(now)
+        finishes = not self._tracked or (n > 0 and self._min_remaining() == 0)
+        done = self._finish(now) if finishes else []
         if self.num_scheduler_steps > 1:
             self._multi_step(0 if out.admitted else 1)
         return done
@@ -447,12 +459,7 @@ class Scheduler:
         decode_affine = getattr(cost, "decode_affine", None)
         affine = decode_affine(nc) if decode_affine is not None else None
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
-        if self._tracked:
-            k_fin = self._min_remaining()
-        elif n <= SMALL_BATCH:
-            k_fin = min(self.num_remaining_tokens[:n].tolist())
-        else:
-            k_fin = int(self.num_remaining_tokens[:n].min())
+        k_fin = self._min_remaining() if self._tracked else min(self.num_remaining_tokens)
         residues = cast(list, out.residues)   # set: a pure-decode step
         return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
                                 self.kv.num_free_blocks, self.kv.num_used_blocks)
@@ -557,7 +564,7 @@ class Scheduler:
         return DecodeRun(k, nc, total, extra, k == k_fin, used, residues, ctx1, affine, durations, self.pad_rows,
                          k_fin)
 
-    def advance_decode(self, run: DecodeRun, now: float) -> np.ndarray:
+    def advance_decode(self, run: DecodeRun, now: float) -> list[int]:
         """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
         n, k = self.n, run.num_steps
         if run.extra_blocks:
@@ -567,54 +574,50 @@ class Scheduler:
             self._phase_computed += k
             self._phase_remaining += k
         else:
-            self.num_computed_tokens[:n] += k
-            self.num_remaining_tokens[:n] -= k
+            computed, remaining = self.num_computed_tokens, self.num_remaining_tokens
+            for row in range(n):
+                computed[row] += k
+                remaining[row] -= k
         self.context_total += n * k
         if self.pad_rows:
             self.pad_context += self.pad_rows * k
-        done = self._finish(now) if run.finishes else _EMPTY
+        done = self._finish(now) if run.finishes else []
         if self.num_scheduler_steps > 1:
             self._multi_step(k)
         return done
 
-    def _finish(self, now: float) -> np.ndarray:
-        n = self.n
-        if n <= SMALL_BATCH:
-            pr = self._phase_remaining
-            remaining = self.num_remaining_tokens[:n].tolist()
-            count = remaining.count(pr)              # C loops: most steps finish none, or one
-            if not count:
-                return _EMPTY
-            if count == 1:
-                return self._finish_row(remaining.index(pr), now)
-            done = np.array([row for row, r in enumerate(remaining) if r == pr], dtype=np.int64)
-        else:
-            done = (self.num_remaining_tokens[:n] == self._phase_remaining).nonzero()[0]
-            if len(done) == 0:
-                return _EMPTY
-            if len(done) == 1:
-                return self._finish_row(int(done[0]), now)
-        ids = self.req_id[done]
+    def _finish(self, now: float) -> list[int]:
+        """The rows whose last token this step emitted leave the batch; returns their ids."""
+        pr = self._phase_remaining
+        remaining = self.num_remaining_tokens
+        count = remaining.count(pr)                  # C loops: most steps finish none, or one
+        if not count:
+            return []
+        if count == 1:
+            return self._finish_row(remaining.index(pr), now)
+        keep = [r != pr for r in remaining]
+        done = [row for row, k in enumerate(keep) if not k]
+        ids = [self.req_id[row] for row in done]
         computed = self.computed_tokens(done)
         if self._tracked:
-            self._untrack(computed.tolist(), [0] * len(done))
+            self._untrack(computed, [0] * len(done))
         self._record_finished(ids, now)
         self.kv.release_many(ids, computed)
-        self.context_total -= int(computed.sum())
-        keep = np.ones(n, dtype=bool)
-        keep[done] = False
-        m = n - len(ids)
-        for arr in self._row_arrays:
-            arr[:m] = arr[:n][keep]
-        self.n = m
+        self.context_total -= sum(computed)
+        self._keep_rows(keep)
         return ids
 
-    def _finish_row(self, row: int, now: float) -> np.ndarray:
-        """The common case of one request finishing: scalar bookkeeping, shift the tail up."""
-        n, table = self.n, self.table
-        ids = self.req_id[row:row + 1].copy()
-        rid = int(ids[0])
-        computed = int(self.num_computed_tokens[row]) + self._phase_computed
+    def _keep_rows(self, keep: list[bool]) -> None:
+        """Drop the running rows whose ``keep`` entry is false, in every row list."""
+        for rows_field in self._rows:
+            rows_field[:] = [v for v, k in zip(rows_field, keep, strict=True) if k]
+        self.n = len(self.req_id)
+
+    def _finish_row(self, row: int, now: float) -> list[int]:
+        """The common case of one request finishing: scalar bookkeeping, one row deleted."""
+        table = self.table
+        rid = self.req_id[row]
+        computed = self.num_computed_tokens[row] + self._phase_computed
         if self._tracked:
             self._untrack((computed,), (0,))
         table.finish_time[rid] = now            # _record_finished for one id, without fancy indexing
@@ -622,17 +625,16 @@ class Scheduler:
         table.status[rid] = _DONE
         self.kv.release(rid, computed)
         self.context_total -= computed
-        if row < n - 1:
-            for arr in self._row_arrays:
-                arr[row:n - 1] = arr[row + 1:n]
-        self.n = n - 1
-        return ids
+        for rows_field in self._rows:
+            del rows_field[row]
+        self.n -= 1
+        return [rid]
 
-    def _swap_out(self, ids: np.ndarray, computed: np.ndarray, out: SchedulerOutput) -> None:
+    def _swap_out(self, ids: list[int], computed: list[int], out: SchedulerOutput) -> None:
         """Copy preempted requests' KV to host memory while it has room (else they recompute)."""
         swap, blocks_for = self.swap, self.kv.blocks_for
         assert swap is not None
-        for rid, c in zip(ids.tolist(), computed.tolist(), strict=False):
+        for rid, c in zip(ids, computed, strict=False):
             blocks = blocks_for(c)
             if swap.used_blocks + blocks > swap.capacity_blocks:
                 swap.recompute_fallbacks += 1
@@ -660,11 +662,11 @@ class Scheduler:
     def sort_rows(self) -> None:
         """Order the running batch by (priority, arrival) so that the last row is the one vLLM's
         priority policy preempts first; called between steps, never while a step is planned."""
-        n, table = self.n, self.table
-        ids = self.req_id[:n]
-        order = np.lexsort((table.arrival_time[ids], table.priority[ids]))
-        for arr in self._row_arrays:
-            arr[:n] = arr[:n][order]
+        table = self.table
+        ids = np.asarray(self.req_id, dtype=np.int64)
+        order = np.lexsort((table.arrival_time[ids], table.priority[ids])).tolist()
+        for rows_field in self._rows:
+            rows_field[:] = [rows_field[row] for row in order]
         self.sort_pending = False
 
     def stats(self) -> dict[str, int]:
@@ -674,7 +676,7 @@ class Scheduler:
         return {"swap_outs": self.swap.swap_outs, "swap_ins": self.swap.swap_ins,
                 "swap_recompute_fallbacks": self.swap.recompute_fallbacks}
 
-    def _record_finished(self, ids: np.ndarray, now: float) -> None:
+    def _record_finished(self, ids: list[int], now: float) -> None:
         table = self.table
         table.finish_time[ids] = now
         table.num_output_tokens[ids] = table.max_tokens[ids]
@@ -691,24 +693,21 @@ class Scheduler:
         """
         table, n = self.table, self.n
         gone = set(ids)
-        rows = np.flatnonzero(np.isin(self.req_id[:n], ids)) if n else _EMPTY
+        rows = [row for row, rid in enumerate(self.req_id) if rid in gone]
         left_running: set[int] = set()
-        if len(rows):
-            rids = self.req_id[rows]
-            left_running = set(rids.tolist())
+        if rows:
+            rids = [self.req_id[row] for row in rows]
+            left_running = set(rids)
             computed, remaining = self.computed_tokens(rows), self.remaining_tokens(rows)
             if self._tracked:
-                self._untrack(computed.tolist(), remaining.tolist())
-            table.num_output_tokens[rids] = table.max_tokens[rids] - remaining
+                self._untrack(computed, remaining)
+            at = np.asarray(rids, dtype=np.int64)
+            table.num_output_tokens[at] = table.max_tokens[at] - np.asarray(remaining, dtype=np.int64)
             self.kv.release_many(rids, computed)    # with prefix caching its blocks stay cached
-            self.context_total -= int(computed.sum())
+            self.context_total -= sum(computed)
             self._rows_leaving(rows)
-            keep = np.ones(n, dtype=bool)
-            keep[rows] = False
-            m = n - len(rows)
-            for arr in self._row_arrays:
-                arr[:m] = arr[:n][keep]
-            self.n = m
+            leaving = set(rows)
+            self._keep_rows([row not in leaving for row in range(n)])
         if len(rows) < len(gone):
             waiting = [r for r in ids if r not in left_running]
             if isinstance(self.waiting, deque):
@@ -727,7 +726,7 @@ class Scheduler:
         table.status[ids] = status
         table.finish_time[ids] = now
 
-    def _rows_leaving(self, rows: np.ndarray) -> None:
+    def _rows_leaving(self, rows: list[int]) -> None:
         """Hook: running ``rows`` are about to leave the batch unfinished (policies keep counters)."""
 
 
@@ -817,10 +816,6 @@ def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any,
     return min(k_guess, int(np.searchsorted(np.cumsum(durations), delta)) + 1), durations
 
 
-SMALL_BATCH = 32
-"""Batches of at most this many rows are scanned on Python lists (numpy's per-call cost is larger
-there); larger ones with numpy. Both give the same rows in the same order."""
-
 LIST_STEPS = 64
 """Decode runs of at most this many steps are priced on Python floats (``decode_steps_fn``), longer
 ones with numpy (``decode_run_times``); both give the same floats."""
@@ -890,7 +885,6 @@ def _pairwise_sum(a: list[float], lo: int, n: int) -> float:
     return _pairwise_sum(a, lo, n2) + _pairwise_sum(a, lo + n2, n - n2)
 
 
-_EMPTY = np.zeros(0, dtype=np.int64)
 _NO_LIMIT = 1 << 62
 
 #: Batching policies by the name the YAML and the UI use (:mod:`simulator.engine.policies` adds the others).

@@ -43,7 +43,7 @@ from simulator.cost.base import BatchShape, VerifyStep, verify_step_fn
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import ChunkedPrefillScheduler
 from simulator.engine.request import RequestTable
-from simulator.engine.scheduler import _EMPTY, Scheduler, SchedulerOutput
+from simulator.engine.scheduler import Scheduler, SchedulerOutput
 from simulator.engine.steplog import StepLogger
 from simulator.scenario.config import SchedulerConfig, SpeculativeConfig
 
@@ -146,7 +146,7 @@ class Speculation:
         return fn
 
     def advance_steps(self, t: float, horizon: float, cost: Any, log: StepLogger,
-                      only_verifies: bool) -> tuple[float, np.ndarray, float | None]:
+                      only_verifies: bool) -> tuple[float, list[int], float | None]:
         """Plan and apply consecutive verification steps from ``t`` while nothing else can happen:
         each ends before ``horizon``, every running request verifies (no preemption, no waiting
         request, so none is admitted; with chunked prefill, no prompt chunk left and a token budget
@@ -165,10 +165,9 @@ class Speculation:
         n, k1, kv = sched.n, self.k + 1, sched.kv
         capped = self.caps_lookahead
         if sched.waiting or not only_verifies:
-            return t, _EMPTY, None
+            return t, [], None
         bs = kv.block_size           # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
-        computed = sched.num_computed_tokens[:n].tolist()
-        remaining = sched.num_remaining_tokens[:n].tolist()
+        computed, remaining = sched.num_computed_tokens, sched.num_remaining_tokens   # updated in place
         verify_s, proposal_s, emitted_list = self.verify_fn(cost, n), self.proposal_time_s, self.emitted_list
         need = 0                     # the lookahead blocks of the next step
         short = False                # a request verifies fewer than k + 1 positions (capped lookahead)
@@ -191,14 +190,10 @@ class Speculation:
             kv.num_used_blocks += need           # kv.allocate(need), which fits
             log.step(t, duration, n, 0, n, 0, kv.num_used_blocks)
             if not end < horizon:                # the step crosses the next event: applied at its end
-                sched.num_computed_tokens[:n] = computed
-                sched.num_remaining_tokens[:n] = remaining
-                return t, _EMPTY, end
+                return t, [], end
             need, finished, short = self.verify_rows(computed, remaining, emitted_list(n))
             t = end
-        sched.num_computed_tokens[:n] = computed
-        sched.num_remaining_tokens[:n] = remaining
-        return t, (sched._finish(t) if finished else _EMPTY), None
+        return t, (sched._finish(t) if finished else []), None
 
     def verify_rows(self, computed: list[int], remaining: list[int],
                     emitted: list[int]) -> tuple[int, bool, bool]:
@@ -255,16 +250,11 @@ class Speculation:
         self.num_emitted_decode_tokens += emitted_sum
         return need, finished, short
 
-    def apply_planned_step(self, now: float) -> np.ndarray:
+    def apply_planned_step(self, now: float) -> list[int]:
         """Apply the step :meth:`advance_steps` planned across its horizon, ending ``now``;
         returns the ids it finished."""
         sched = self.sched
-        n = sched.n
-        computed = sched.num_computed_tokens[:n].tolist()
-        remaining = sched.num_remaining_tokens[:n].tolist()
-        self.verify_rows(computed, remaining, self.emitted_list(n))
-        sched.num_computed_tokens[:n] = computed
-        sched.num_remaining_tokens[:n] = remaining
+        self.verify_rows(sched.num_computed_tokens, sched.num_remaining_tokens, self.emitted_list(sched.n))
         return sched._finish(now)
 
     def stats(self) -> dict[str, int]:
@@ -289,11 +279,11 @@ class SpeculativeScheduler(Scheduler):
         self.proposal_time_s = proposal_time_s
 
     def advance_steps(self, t: float, horizon: float, cost: Any,
-                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
+                      log: StepLogger) -> tuple[float, list[int], float | None]:
         """Verification steps on lists while nothing else can happen (:meth:`Speculation.advance_steps`)."""
         return self.spec.advance_steps(t, horizon, cost, log, True)
 
-    def apply_planned_step(self, now: float) -> np.ndarray:
+    def apply_planned_step(self, now: float) -> list[int]:
         return self.spec.apply_planned_step(now)
 
     def stats(self) -> dict[str, int]:
@@ -308,7 +298,7 @@ class SpeculativeScheduler(Scheduler):
         m, k1 = out.num_decode, self.k + 1
         if m:
             # Verification is charged as a (k+1)-token chunk per decoding request over its context.
-            context = self.num_computed_tokens[:m].tolist()
+            context = self.num_computed_tokens[:m]
             out.cost_shape = BatchShape([k1] * m + out.admitted_tokens,
                                         context + (out.prefill_context or [0] * len(out.admitted)),
                                         0, 0, m * k1 + len(out.admitted))
@@ -319,34 +309,36 @@ class SpeculativeScheduler(Scheduler):
         n, k1, kv = self.n, self.k + 1, self.kv
         bs = kv.block_size
         need = 0                                    # lookahead blocks for k + 1 tokens per request
-        for c in self.num_computed_tokens[:n].tolist():
+        for c in self.num_computed_tokens:
             need += -(-(c + k1) // bs) + (-c // bs)
         keep = n
         if need > kv.num_free_blocks:
-            computed = self.num_computed_tokens[:n]
-            need_rows = kv.blocks_for(computed + k1) - kv.blocks_for(computed)
-            keep = kv.release_tail_until_fits(self.req_id[:n], computed, need_rows)
+            computed = self.num_computed_tokens
+            need_rows = [-(-(c + k1) // bs) + (-c // bs) for c in computed]
+            keep = kv.release_tail_until_fits(self.req_id, computed, need_rows)
             self._preempt_rows(keep, out)
-            need = int(need_rows[:keep].sum())
+            need = sum(need_rows[:keep])
         ok = self.kv.allocate(need)
         assert ok
         out.num_decode = keep
-        out.decode_ids = self.req_id[:keep]
+        out.decode_ids = self.req_id
         out.decode_context_sum = self.context_total + keep
         out.decode_budget_tokens = keep * k1
 
-    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
+    def update_from_output(self, out: SchedulerOutput, now: float) -> list[int]:
         m, n = out.num_decode, self.n
         if m:
-            computed = self.num_computed_tokens[:m].tolist()
-            remaining = self.num_remaining_tokens[:m].tolist()
+            if m == n:                                   # the decoding rows are every row: in place
+                computed, remaining = self.num_computed_tokens, self.num_remaining_tokens
+            else:
+                computed, remaining = self.num_computed_tokens[:m], self.num_remaining_tokens[:m]
             self.spec.verify_rows(computed, remaining, self.spec.emitted_list(m))
-            self.num_computed_tokens[:m] = computed
-            self.num_remaining_tokens[:m] = remaining
-        if n == m + 1:                                   # admitted requests' first tokens: most often one
-            self.num_remaining_tokens[m] -= 1
-        elif n > m:
-            self.num_remaining_tokens[m:n] -= 1
+            if m < n:
+                self.num_computed_tokens[:m] = computed
+                self.num_remaining_tokens[:m] = remaining
+        remaining = self.num_remaining_tokens
+        for row in range(m, n):                          # admitted requests' first tokens
+            remaining[row] -= 1
         self._record_first_tokens(out, now)
         return self._finish(now)
 
@@ -366,13 +358,13 @@ class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
         self.proposal_time_s = proposal_time_s
 
     def advance_steps(self, t: float, horizon: float, cost: Any,
-                      log: StepLogger) -> tuple[float, np.ndarray, float | None]:
+                      log: StepLogger) -> tuple[float, list[int], float | None]:
         """Verification steps on lists while nothing else can happen (:meth:`Speculation.advance_steps`):
         no prompt chunk left, and a budget that cannot bind."""
         only_verifies = self.num_prefilling == 0 and self.n * (self.k + 1) <= self.config.max_num_batched_tokens
         return self.spec.advance_steps(t, horizon, cost, log, only_verifies)
 
-    def apply_planned_step(self, now: float) -> np.ndarray:
+    def apply_planned_step(self, now: float) -> list[int]:
         return self.spec.apply_planned_step(now)
 
     def stats(self) -> dict[str, int]:
@@ -393,7 +385,7 @@ class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
         m = len(tok)
         chunk_tokens, chunk_context = [], []
         sampled = num_verify = verify_context = 0
-        for t, p, c in zip(tok.tolist(), self.num_pending[:m].tolist(), self.num_computed_tokens[:m].tolist(),
+        for t, p, c in zip(tok, self.num_pending[:m], self.num_computed_tokens[:m],
                            strict=True):
             if t > 0:
                 chunk_tokens.append(t)
@@ -409,15 +401,12 @@ class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
             out.extra_s = self.proposal_time_s(num_verify, verify_context + num_verify)
         return out
 
-    def update_from_output(self, out: SchedulerOutput, now: float) -> np.ndarray:
-        tok = out.row_tokens
-        assert tok is not None   # every step of this scheduler describes its rows
-        m = len(tok)
-        tokens = tok.tolist()
-        pending = self.num_pending[:m].tolist()
-        computed = self.num_computed_tokens[:m].tolist()
-        remaining = self.num_remaining_tokens[:m].tolist()
-        num_verify = sum(1 for t, p in zip(tokens, pending, strict=True) if t > 0 and p == 0)
+    def update_from_output(self, out: SchedulerOutput, now: float) -> list[int]:
+        tokens = out.row_tokens
+        assert tokens is not None   # every step of this scheduler describes its rows
+        m = len(tokens)
+        pending, computed, remaining = self.num_pending, self.num_computed_tokens, self.num_remaining_tokens
+        num_verify = sum(1 for t, p in zip(tokens, pending, strict=False) if t > 0 and p == 0)   # rows [0, m)
         emitted = self.spec.emitted_list(num_verify) if num_verify else []
         bs = self.kv.block_size
         j = total = freed = drafted = emitted_sum = 0
@@ -448,9 +437,6 @@ class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
                 step = 0
             computed[row] = c + step
             total += step
-        self.num_computed_tokens[:m] = computed
-        self.num_pending[:m] = pending
-        self.num_remaining_tokens[:m] = remaining
         self.context_total += total
         if num_verify:
             self.kv.free(freed)
@@ -461,7 +447,7 @@ class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
             spec.num_emitted_decode_tokens += emitted_sum
         if completed:
             self.num_prefilling -= len(completed)
-            ids = self.req_id[completed]
+            ids = np.asarray([self.req_id[row] for row in completed], dtype=np.int64)
             first = ids[np.isnan(self.table.first_token_time[ids])]
             self.table.first_token_time[first] = now
         return self._finish(now)
