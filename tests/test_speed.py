@@ -437,10 +437,14 @@ def test_replicas_that_take_their_own_arrivals_run_as_with_an_arrival_process(ov
 
     sc = load_scenario(SPEED, {"num_requests": 1500, **overrides})
     delivered = []
-    deliver = sim_module._Run._deliver_own
-    monkeypatch.setattr(sim_module._Run, "_deliver_own", lambda self, r: delivered.append(1) or deliver(self, r))
+    plan = sim_module._Run._plan_own_arrivals
+
+    def recorded(self, rejected, deliver=False):
+        delivered.append(deliver)
+        plan(self, rejected, deliver)
+    monkeypatch.setattr(sim_module._Run, "_plan_own_arrivals", recorded)
     own = simulate(sc)
-    assert delivered
+    assert delivered == [True]
     monkeypatch.setattr(sim_module._Run, "_replicas_take_arrivals", lambda self, router, path: False)
     sent = simulate(sc)
     _same_run(own, sent)

@@ -20,7 +20,38 @@ from simulator.engine.deadlines import DEADLINE_EPS_S, Deadlines
 from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.request import RequestTable
     from simulator.engine.steplog import StepLog
+
+
+class OwnArrivals:
+    """A replica's arrivals when they are known before the run (one replica, or round-robin
+    routing of pre-drawn open-loop arrivals): the k-th one is request ``first + k * stride``.
+
+    ``next_time`` is the replica's next external event (its decode runs' horizon); a replica that
+    queues its own arrivals calls ``deliver`` whenever it wakes (:attr:`Replica.arrivals`)."""
+
+    def __init__(self, times: list[float], first: int, stride: int, table: RequestTable, stop_time: float) -> None:
+        self.times = [*times, math.inf]
+        self.next = 0
+        """Index of the first arrival not yet delivered (or sent)."""
+        self.first, self.stride = first, stride
+        self.table = table
+        self.stop_time = stop_time
+
+    def next_time(self) -> float:
+        """Instant of the next arrival not yet delivered (or the stop time)."""
+        return min(self.times[self.next], self.stop_time)
+
+    def deliver(self, replica: Replica, now: float) -> None:
+        """Queue at ``replica`` its arrivals up to ``now``, in arrival order."""
+        times, k, table, index = self.times, self.next, self.table, replica.index
+        while times[k] <= now:
+            rid = self.first + k * self.stride
+            table.replica[rid] = index
+            replica.add_request(rid)
+            k += 1
+        self.next = k
 
 
 class Replica:
@@ -55,10 +86,14 @@ class Replica:
         self._own_gate: str | None = getattr(scheduler, "own_steps_gate", None)
         """An attribute of the scheduler that is falsy while its fast path has nothing to plan."""
         self._log_step = steps.step_logger(index)
-        self.deliver: Callable[[], None] | None = None
-        """Queues this replica's arrivals up to now, when the replica takes its own arrivals (called
-        whenever it wakes; ``next_event_time`` is then its own next arrival); None: an arrival process
-        sends them (``add_request``)."""
+        self.arrivals: OwnArrivals | None = None
+        """This replica's own arrivals, when it queues them itself (delivered whenever it wakes;
+        ``next_event_time`` is then their next instant); None: an arrival process sends them
+        (``add_request``)."""
+        self.solo = False
+        """Whether nothing else runs in the environment (one replica that takes its own arrivals): the
+        loop then keeps the clock itself, as the timeouts it would wait on would advance it, and waits
+        once, at the end, for the environment's clock to reach its own."""
         self.process = env.process(self.engine_loop())
 
     @property
@@ -120,27 +155,35 @@ class Replica:
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
         env, sched = self.env, self.scheduler
-        own, gate, deliver = self._own_steps, self._own_gate, self.deliver
+        own, gate, arrivals, solo = self._own_steps, self._own_gate, self.arrivals, self.solo
+        clock = env.now          # the environment's clock, or (solo) the one it would show
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
-                self.deadlines.expire(env.now)
+                self.deadlines.expire(clock)
             if sched.n == 0:
-                start = sched.batch_start_time(env.now) if sched.waiting else math.inf
-                if start > env.now:      # idle, or a batching policy waits to fill its batch
+                start = sched.batch_start_time(clock) if sched.waiting else math.inf
+                if start > clock:        # idle, or a batching policy waits to fill its batch
                     if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
                         start = min(start, self.deadlines.next_deadline())
-                    if deliver is not None:       # sleep until the next own arrival (or the start)
-                        start = min(start, self.next_event_time())
+                    if arrivals is not None:      # sleep until the next own arrival (or the start)
+                        start = min(start, arrivals.next_time())
                         if start == math.inf:
+                            if clock > env.now:   # solo: the run ends at this replica's clock
+                                yield env.timeout(clock - env.now)
                             return
-                        yield env.timeout(start - env.now)
-                        deliver()
+                        if solo:
+                            clock = clock + (start - clock)   # what env.timeout(start - clock) makes of it
+                        else:
+                            yield env.timeout(start - clock)
+                            clock = env.now
+                        arrivals.deliver(self, clock)
                         continue
                     self._idle = env.event()
-                    yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - env.now)])
+                    yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - clock)])
                     self._idle = None
+                    clock = env.now
                     continue
-            now = t = env.now
+            now = t = clock
             horizon = self.next_event_time()
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
@@ -148,15 +191,19 @@ class Replica:
                 if own is not None and sched.n and (gate is None or getattr(sched, gate)):
                     end, done, crossing_end = self._fast_steps(t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
-                        yield env.timeout(crossing_end - now)
-                        if deliver is not None:
-                            deliver()
+                        if solo:
+                            clock = now + (crossing_end - now)
+                        else:
+                            yield env.timeout(crossing_end - now)
+                            clock = env.now
+                        if arrivals is not None:
+                            arrivals.deliver(self, clock)
                         done = sched.apply_planned_step(crossing_end)
-                        if len(done):
+                        if done:
                             self.on_finish(done, crossing_end)
                         break
                     if end != t:                  # steps were applied, exactly as the branch below would
-                        if len(done):
+                        if done:
                             self.on_finish(done, end)
                             horizon = min(horizon, self.next_event_time())
                         t = end
@@ -175,18 +222,26 @@ class Replica:
                     continue
                 if isinstance(apply, DecodeRun):
                     self._run_in_flight = (t, apply)
-                yield env.timeout(end - now)
-                if deliver is not None:
-                    deliver()
+                if solo:
+                    clock = now + (end - now)
+                else:
+                    yield env.timeout(end - now)
+                    clock = env.now
+                if arrivals is not None:
+                    arrivals.deliver(self, clock)
                 self._run_in_flight = None
                 self._apply(apply, end)
                 if isinstance(apply, DecodeRun):
                     self._continue_from = apply
                 break
-            if env.now < t:   # the replica emptied mid-horizon: catch the clock up
-                yield env.timeout(t - env.now)
-                if deliver is not None:
-                    deliver()
+            if clock < t:   # the replica emptied mid-horizon: catch the clock up
+                if solo:
+                    clock = clock + (t - clock)
+                else:
+                    yield env.timeout(t - clock)
+                    clock = env.now
+                if arrivals is not None:
+                    arrivals.deliver(self, clock)
 
     def _fast_steps(self, t: float, horizon: float) -> tuple[float, list[int], float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end

@@ -28,7 +28,7 @@ from simulator.engine.disaggregated import DisaggregatedFleet
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.engine.prefix_cache import PrefixCachingKVManager, prefix_cache_counters
-from simulator.engine.replica import Replica
+from simulator.engine.replica import OwnArrivals, Replica
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import SwapSpace
 from simulator.engine.speculative import (
@@ -240,8 +240,7 @@ class _Run:
             min_gap = (sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
             self.clients = ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap,
                                           self._send, stop_time=self.stop_time, timeout_s=scenario.client.timeout_s)
-        self._own_times: list[list[float]] | None = None
-        self._own_next: list[int] = []
+        self._own_arrivals: list[OwnArrivals] | None = None
         if self.clients is not None:
             self.clients.replicas = self.replicas
             for r in self.replicas:
@@ -280,39 +279,22 @@ class _Run:
         the same requests and steps; the instants differ only in the last bits of their sums (a
         run's steps are summed from its start, not from the cuts).
 
-        ``deliver``: the replicas also queue their arrivals themselves (:meth:`_deliver_own`), each
+        ``deliver``: the replicas also queue their arrivals themselves (``OwnArrivals.deliver``), each
         when it next wakes (the end of the step the arrival came during, or the arrival itself when
         idle), instead of an arrival process sending each at its instant. Nothing reads a waiting
         queue between an arrival and the end of the step it came during (the engine admits at step
         boundaries, and a timeout or queue delay counts from the request's arrival time), so the
-        run is the same; it saves an event per request."""
+        run is the same; it saves an event per request. One replica that does so is the only process
+        in the environment: it keeps the clock itself (``Replica.solo``), the same instants without an
+        event per arrival."""
         n = len(self.replicas)
         routed = [t for t, rej in zip(self.times, rejected.tolist(), strict=True) if not rej]
-        self._own_times = [[*routed[i::n], math.inf] for i in range(n)]
-        self._own_next = [0] * n
-        for r in self.replicas:
-            r.next_event_time = partial(self._next_own_event, r.index)
+        self._own_arrivals = [OwnArrivals(routed[i::n], i, n, self.table, self.stop_time) for i in range(n)]
+        for r, own in zip(self.replicas, self._own_arrivals, strict=True):
+            r.next_event_time = own.next_time
             if deliver:
-                r.deliver = partial(self._deliver_own, r)
-
-    def _deliver_own(self, replica: Replica) -> None:
-        """Queue at ``replica`` its arrivals up to now (request ids in arrival order: no request path
-        reorders them, none is rejected); the k-th one of all goes to replica k mod N."""
-        assert self._own_times is not None
-        i, n = replica.index, len(self.replicas)
-        times, k, now = self._own_times[i], self._own_next[i], self.env.now
-        table = self.table
-        while times[k] <= now:
-            rid = i + k * n
-            table.replica[rid] = i
-            replica.add_request(rid)
-            k += 1
-        self._own_next[i] = k
-
-    def _next_own_event(self, index: int) -> float:
-        """Instant of replica ``index``'s next arrival not yet delivered (or the stop time)."""
-        assert self._own_times is not None
-        return min(self._own_times[index][self._own_next[index]], self.stop_time)
+                r.arrivals = own
+                r.solo = n == 1
 
     def _router(self, rng: np.random.Generator) -> Any:
         dep = self.scenario_deployment
@@ -362,8 +344,8 @@ class _Run:
         else:
             i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
         table.replica[rid] = i
-        if self._own_times is not None:
-            self._own_next[i] += 1
+        if self._own_arrivals is not None:
+            self._own_arrivals[i].next += 1
         if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
             table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
             table.finish_time[rid] = env.now
