@@ -19,34 +19,32 @@ compares digests of 54 runs); the compiled one is about twice as fast (``docs/sp
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import warnings
-from importlib.abc import MetaPathFinder
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec
-from pathlib import Path
 from typing import Any
 
+# Only light imports here: every ``import simulator`` runs this module (``llmplan --help`` too).
 PURE_ENV = "LLMPLAN_PURE_PYTHON"
 """Set (to anything but ``0``/``false``/``no``) to run the pure-Python engine."""
-PACKAGE_DIR = Path(__file__).resolve().parent
-COMPILED_DIR = PACKAGE_DIR / "_compiled"
-MANIFEST = COMPILED_DIR / "manifest.json"
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+COMPILED_DIR = os.path.join(PACKAGE_DIR, "_compiled")
+MANIFEST = os.path.join(COMPILED_DIR, "manifest.json")
 
 
 def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
-class _CompiledEngineFinder(MetaPathFinder):
-    """Finds the manifest's modules among the compiled extensions; the first look-up checks the
-    manifest against the sources (so that a process that never imports the engine never reads
-    them) and decides for all of them."""
+class _CompiledEngineFinder:
+    """A ``sys.meta_path`` finder of the manifest's modules among the compiled extensions; the
+    first look-up checks the manifest against the sources (so that a process that never imports the
+    engine never reads them) and decides for all of them."""
 
-    def __init__(self, manifest: dict[str, Any], compiled_dir: Path = COMPILED_DIR,
-                 source_root: Path = PACKAGE_DIR.parent) -> None:
+    def __init__(self, manifest: dict[str, Any], compiled_dir: str = COMPILED_DIR,
+                 source_root: str = os.path.dirname(PACKAGE_DIR)) -> None:
         self.manifest = manifest
         self.compiled_dir, self.source_root = compiled_dir, source_root
         self.modules: dict[str, dict[str, str]] = manifest.get("modules", {})
@@ -58,13 +56,14 @@ class _CompiledEngineFinder(MetaPathFinder):
             return self._refuse(f"the compiled engine was built for {self.manifest.get('python')}, "
                                 f"not {sys.implementation.cache_tag}", warn=True)
         group = self.manifest.get("group", "")
-        if not any((self.compiled_dir / (group.rsplit(".", 1)[-1] + s)).is_file() for s in EXTENSION_SUFFIXES):
+        if not any(os.path.isfile(os.path.join(self.compiled_dir, group.rsplit(".", 1)[-1] + s))
+                   for s in EXTENSION_SUFFIXES):
             return self._refuse("the compiled engine's shared library is missing", warn=True)
         for module, entry in self.modules.items():
-            if not (self.compiled_dir / entry["file"]).is_file():
+            if not os.path.isfile(os.path.join(self.compiled_dir, entry["file"])):
                 return self._refuse(f"the compiled {module} is missing", warn=True)
-            source = self.source_root / entry["source"]
-            if source.is_file() and hashlib.sha256(source.read_bytes()).hexdigest() != entry["sha256"]:
+            source = os.path.join(self.source_root, entry["source"])
+            if os.path.isfile(source) and _sha256(source) != entry["sha256"]:
                 return self._refuse(f"{entry['source']} changed after the engine was compiled "
                                     "(rebuild: `make`, or `pip install -e .`)", warn=True)
         return True
@@ -83,11 +82,19 @@ class _CompiledEngineFinder(MetaPathFinder):
             self.usable = self._check()
         if not self.usable:
             return None
-        origin = str(self.compiled_dir / entry["file"])
+        origin = os.path.join(self.compiled_dir, entry["file"])
         return ModuleSpec(fullname, ExtensionFileLoader(fullname, origin), origin=origin)
 
 
+def _sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 _state: dict[str, Any] = {"finder": None, "reason": None}
+"""This process's finder, or why there is none (the one piece of module state: imports are per process)."""
 
 
 def install() -> None:
@@ -99,12 +106,13 @@ def install() -> None:
         _state["reason"] = f"pure Python: {PURE_ENV} is set"
         return
     try:
-        manifest = json.loads(MANIFEST.read_text())
+        with open(MANIFEST, encoding="utf-8") as f:
+            manifest = json.load(f)
     except FileNotFoundError:
         _state["reason"] = "pure Python: no compiled engine was installed (no C compiler, or never built)"
         return
     except (OSError, ValueError) as exc:
-        _state["reason"] = f"pure Python: unreadable {MANIFEST.name}: {exc}"
+        _state["reason"] = f"pure Python: unreadable {os.path.basename(MANIFEST)}: {exc}"
         return
     finder = _CompiledEngineFinder(manifest)
     sys.meta_path.insert(0, finder)

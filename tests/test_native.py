@@ -43,7 +43,7 @@ def test_the_tests_run_the_compiled_engine_where_it_is_required():
 
 @needs_compiled
 def test_the_manifest_names_the_modules_setup_compiles_with_their_sources():
-    manifest = json.loads(native.MANIFEST.read_text())
+    manifest = json.loads(Path(native.MANIFEST).read_text())
     assert sorted(manifest["modules"]) == sorted(_setup_modules())
     for entry in manifest["modules"].values():
         digest = hashlib.sha256((ROOT / entry["source"]).read_bytes()).hexdigest()
@@ -106,7 +106,7 @@ def _fake_build(tmp_path: Path, source_text: str = "x = 1\n") -> tuple[dict, Pat
 
 def test_the_finder_loads_a_build_whose_sources_match(tmp_path):
     manifest, compiled, src = _fake_build(tmp_path)
-    finder = native._CompiledEngineFinder(manifest, compiled, src)
+    finder = native._CompiledEngineFinder(manifest, str(compiled), str(src))
     spec = finder.find_spec("pkg.mod")
     assert spec is not None and spec.origin == str(compiled / manifest["modules"]["pkg.mod"]["file"])
     assert finder.find_spec("pkg.other") is None
@@ -117,7 +117,7 @@ def test_an_edited_source_falls_back_to_pure_python_with_a_warning(tmp_path):
     """A module edited after the install: its extension would run the old code, so none of the
     group is loaded (the compiled modules call each other directly: all or none)."""
     manifest, compiled, src = _fake_build(tmp_path, source_text="x = 2\n")
-    finder = native._CompiledEngineFinder(manifest, compiled, src)
+    finder = native._CompiledEngineFinder(manifest, str(compiled), str(src))
     with pytest.warns(RuntimeWarning, match=r"pkg/mod.py changed after the engine was compiled"):
         assert finder.find_spec("pkg.mod") is None
     with warnings.catch_warnings():
@@ -135,7 +135,7 @@ def test_a_build_for_another_python_or_with_missing_files_is_not_loaded(tmp_path
         next(compiled.glob("grp__mypyc*")).unlink()
     else:
         next(compiled.glob("pkg__mod*")).unlink()
-    finder = native._CompiledEngineFinder(manifest, compiled, src)
+    finder = native._CompiledEngineFinder(manifest, str(compiled), str(src))
     with pytest.warns(RuntimeWarning, match="pure Python"):
         assert finder.find_spec("pkg.mod") is None
     assert finder.reason.startswith("pure Python")

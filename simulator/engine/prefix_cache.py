@@ -208,7 +208,8 @@ class PrefixCachingKVManager(KVCacheManager):
         self.ref: list[int] = [-1] * hashes.num_ids
         """Per block id: -1 not cached, 0 cached and evictable, k >= 1 held by k running requests."""
         self.qpos: list[int] = [-1] * hashes.num_ids
-        """Per block id: its position in the eviction queue while it is evictable."""
+        """Per block id: its position in the eviction queue while it is evictable (-1 otherwise, so
+        that the list holds no position object for long)."""
         self.num_evictable_blocks = 0
         # Eviction queue: ids in LRU order in ``_buf[_head:]``; ``_buf[i]`` has position ``_base + i``.
         # A block revived by a hit leaves a tombstone (-1) in its slot.
@@ -240,11 +241,13 @@ class PrefixCachingKVManager(KVCacheManager):
         self.num_evictable_blocks -= count
         self.evictions += count
         head = self._head
+        qpos = self.qpos
         while count:
             block = buf[head]
             head += 1
             if block >= 0:                # -1: revived since it was queued
                 ref[block] = -1
+                qpos[block] = -1
                 count -= 1
         if head > 4096 and 2 * head > len(buf):   # drop the consumed head of the queue
             del buf[:head]
@@ -317,6 +320,7 @@ class PrefixCachingKVManager(KVCacheManager):
                 buf, qpos, base = self._buf, self.qpos, self._base
                 for block in revived:
                     buf[qpos[block] - base] = -1     # out of the eviction queue
+                    qpos[block] = -1
                 self.num_evictable_blocks -= len(revived)
                 self.num_used_blocks += len(revived)
         ok = self.allocate(new_blocks)
