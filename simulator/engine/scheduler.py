@@ -46,8 +46,6 @@ _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PRE
                                int(RequestStatus.FINISHED_LENGTH_CAPPED))
 
 
-
-
 @dataclass(slots=True)
 class SchedulerOutput:
     """The plan of one engine step (vLLM's ``SchedulerOutput``, reduced to what costs time).
