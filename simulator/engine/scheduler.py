@@ -588,13 +588,15 @@ class Scheduler:
         """The rows whose last token this step emitted leave the batch; returns their ids."""
         pr = self._phase_remaining
         remaining = self.num_remaining_tokens
-        count = remaining.count(pr)                  # C loops: most steps finish none, or one
-        if not count:
+        done: list[int] = []
+        for row in range(len(remaining)):          # a loop over machine integers in the compiled engine
+            if remaining[row] == pr:
+                done.append(row)
+        if not done:
             return []
-        if count == 1:
-            return self._finish_row(remaining.index(pr), now)
+        if len(done) == 1:
+            return self._finish_row(done[0], now)
         keep = [r != pr for r in remaining]
-        done = [row for row, k in enumerate(keep) if not k]
         ids = [self.req_id[row] for row in done]
         computed = self.computed_tokens(done)
         if self._tracked:
