@@ -596,7 +596,6 @@ class Scheduler:
             return []
         if len(done) == 1:
             return self._finish_row(done[0], now)
-        keep = [r != pr for r in remaining]
         ids = [self.req_id[row] for row in done]
         computed = self.computed_tokens(done)
         if self._tracked:
@@ -604,13 +603,14 @@ class Scheduler:
         self._record_finished(ids, now)
         self.kv.release_many(ids, computed)
         self.context_total -= sum(computed)
-        self._keep_rows(keep)
+        self._drop_rows(done)
         return ids
 
-    def _keep_rows(self, keep: list[bool]) -> None:
-        """Drop the running rows whose ``keep`` entry is false, in every row list."""
+    def _drop_rows(self, rows: list[int]) -> None:
+        """Delete the running ``rows`` (in increasing order) from every row list."""
         for rows_field in self._rows:
-            rows_field[:] = [v for v, k in zip(rows_field, keep, strict=True) if k]
+            for row in reversed(rows):
+                del rows_field[row]
         self.n = len(self.req_id)
 
     def _finish_row(self, row: int, now: float) -> list[int]:
@@ -678,9 +678,12 @@ class Scheduler:
 
     def _record_finished(self, ids: list[int], now: float) -> None:
         table = self.table
-        table.finish_time[ids] = now
-        table.num_output_tokens[ids] = table.max_tokens[ids]
-        table.status[ids] = _DONE
+        finish_time, num_output_tokens, max_tokens, status = (table.finish_time, table.num_output_tokens,
+                                                              table.max_tokens, table.status)
+        for rid in ids:                        # a few at a time: scalar writes beat building index arrays
+            finish_time[rid] = now
+            num_output_tokens[rid] = max_tokens[rid]
+            status[rid] = _DONE
 
     # -- request-level levers (simulator.engine.deadlines): aborts and shedding ---------------------------------
     def finish_requests(self, ids: list[int], status: RequestStatus, now: float) -> None:
@@ -691,7 +694,7 @@ class Scheduler:
         (``num_output_tokens``) and gets ``status``
         (``FINISHED_ABORTED`` for a client timeout, ``FINISHED_SHED`` for admission control).
         """
-        table, n = self.table, self.n
+        table = self.table
         gone = set(ids)
         rows = [row for row, rid in enumerate(self.req_id) if rid in gone]
         left_running: set[int] = set()
@@ -706,8 +709,7 @@ class Scheduler:
             self.kv.release_many(rids, computed)    # with prefix caching its blocks stay cached
             self.context_total -= sum(computed)
             self._rows_leaving(rows)
-            leaving = set(rows)
-            self._keep_rows([row not in leaving for row in range(n)])
+            self._drop_rows(rows)
         if len(rows) < len(gone):
             waiting = [r for r in ids if r not in left_running]
             if isinstance(self.waiting, deque):
