@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -26,7 +26,6 @@ class StepTime:
         return self.linear_s + self.attention_s + self.elementwise_s + self.comm_s + self.overhead_s
 
 
-@dataclass(frozen=True, slots=True)
 class BatchShape:
     """What one engine step computes: the cost model's input (vLLM's scheduled tokens, reduced).
 
@@ -37,14 +36,34 @@ class BatchShape:
     (their cached tokens plus the new one); ``num_sampled_tokens`` rows go through the LM head
     (decodes plus prefills that finish their prompt; every verified position under speculative
     decoding). The two lists are the caller's, not copied: they must not change while the shape
-    is in use.
+    is in use. A shape is not changed once built: its attributes are ``Final`` (mypy refuses an
+    assignment; the compiled engine has no setter for them). A plain class rather than a frozen
+    dataclass: the compiled engine builds one per step, and a dataclass's generated ``__init__``
+    would run as Python there.
     """
 
-    prefill_tokens: Sequence[int] = ()
-    prefill_computed_tokens: Sequence[int] = ()
-    num_decodes: int = 0
-    decode_context_tokens: int = 0
-    num_sampled_tokens: int = 0
+    def __init__(self, prefill_tokens: Sequence[int] = (), prefill_computed_tokens: Sequence[int] = (),
+                 num_decodes: int = 0, decode_context_tokens: int = 0, num_sampled_tokens: int = 0) -> None:
+        self.prefill_tokens: Final = prefill_tokens
+        self.prefill_computed_tokens: Final = prefill_computed_tokens
+        self.num_decodes: Final = num_decodes
+        self.decode_context_tokens: Final = decode_context_tokens
+        self.num_sampled_tokens: Final = num_sampled_tokens
+
+    def _key(self) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
+        return (tuple(self.prefill_tokens), tuple(self.prefill_computed_tokens), self.num_decodes,
+                self.decode_context_tokens, self.num_sampled_tokens)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BatchShape) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"BatchShape(prefill_tokens={list(self.prefill_tokens)}, "
+                f"prefill_computed_tokens={list(self.prefill_computed_tokens)}, num_decodes={self.num_decodes}, "
+                f"decode_context_tokens={self.decode_context_tokens}, num_sampled_tokens={self.num_sampled_tokens})")
 
     @classmethod
     def decode(cls, num_decodes: int, decode_context_tokens: int) -> BatchShape:

@@ -31,7 +31,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -46,40 +46,47 @@ _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PRE
                                int(RequestStatus.FINISHED_LENGTH_CAPPED))
 
 
-@dataclass(slots=True)
 class SchedulerOutput:
     """The plan of one engine step (vLLM's ``SchedulerOutput``, reduced to what costs time).
 
     Rows ``[0, num_decode)`` of the running batch decode one token each; ``admitted`` requests
     were appended after them and prefill ``admitted_tokens`` tokens each from scratch.
+
+    A plain class rather than a dataclass: the compiled engine builds one per step, and a
+    dataclass's generated ``__init__`` would run as Python there.
     """
 
-    num_decode: int = 0
-    decode_context_sum: int = 0
-    """Tokens the decoding requests attend over (cached tokens + the new one, summed)."""
-    admitted: list[int] = field(default_factory=list)
-    admitted_tokens: list[int] = field(default_factory=list)
-    admitted_first: list[int] = field(default_factory=list)
-    """Admitted requests that have not produced a token yet (their first token ends this step)."""
-    preempted: list[int] = field(default_factory=list)
-    decode_ids: list[int] | None = None
-    """Ids of the decoding rows: its first ``num_decode`` entries (it may be the running batch's own
-    list of ids: valid until the step is applied)."""
-    residues: list[int] | None = None
-    """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
-    prefill_context: list[int] | None = None
-    """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
-    num_partial: int = 0
-    """``admitted`` entries whose prompt is not finished by this step (chunked prefill): no token."""
-    cost_shape: BatchShape | None = None
-    """What the cost model is charged for, when not the scheduled tokens themselves (padded slots
-    of a static batch, speculative verification); see :meth:`batch_shape`."""
-    row_tokens: list[int] | None = None
-    """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
-    decode_budget_tokens: int | None = None
-    """Budget the decoding rows take, when not one token each (speculative verification)."""
-    extra_s: float = 0.0
-    """Time the step spends outside the target's forward pass (a draft model's proposals)."""
+    def __init__(self, num_decode: int = 0, decode_context_sum: int = 0) -> None:
+        self.num_decode = num_decode
+        self.decode_context_sum = decode_context_sum
+        """Tokens the decoding requests attend over (cached tokens + the new one, summed)."""
+        self.admitted: list[int] = []
+        self.admitted_tokens: list[int] = []
+        self.admitted_first: list[int] = []
+        """Admitted requests that have not produced a token yet (their first token ends this step)."""
+        self.preempted: list[int] = []
+        self.decode_ids: list[int] | None = None
+        """Ids of the decoding rows: its first ``num_decode`` entries (it may be the running batch's own
+        list of ids: valid until the step is applied)."""
+        self.residues: list[int] | None = None
+        """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
+        self.prefill_context: list[int] | None = None
+        """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
+        self.num_partial = 0
+        """``admitted`` entries whose prompt is not finished by this step (chunked prefill): no token."""
+        self.cost_shape: BatchShape | None = None
+        """What the cost model is charged for, when not the scheduled tokens themselves (padded slots
+        of a static batch, speculative verification); see :meth:`batch_shape`."""
+        self.row_tokens: list[int] | None = None
+        """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
+        self.decode_budget_tokens: int | None = None
+        """Budget the decoding rows take, when not one token each (speculative verification)."""
+        self.extra_s = 0.0
+        """Time the step spends outside the target's forward pass (a draft model's proposals)."""
+
+    def __repr__(self) -> str:
+        return (f"SchedulerOutput(num_decode={self.num_decode}, admitted={self.admitted}, "
+                f"admitted_tokens={self.admitted_tokens}, preempted={self.preempted})")
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -116,30 +123,37 @@ class SchedulerOutput:
         return BatchShape(self.admitted_tokens, context, n, self.decode_context_sum, n + k - self.num_partial)
 
 
-@dataclass(slots=True)
 class DecodeRun:
     """``num_steps`` consecutive pure-decode steps of ``num_seqs`` requests, planned as one event.
 
     Step ``j`` (0-based) lasts ``a + b * (context_sum + num_seqs * j)`` when the cost model is
-    affine in the context (``durations`` is None), else ``durations[j]``.
+    affine in the context (``durations`` is None), else ``durations[j]``. A plain class rather than
+    a dataclass (one is built per run; see :class:`SchedulerOutput`).
     """
 
-    num_steps: int
-    num_seqs: int
-    total_s: float
-    extra_blocks: int
-    """Blocks allocated by steps 2..num_steps (step 1's were allocated by ``schedule``)."""
-    finishes: bool
-    """Whether some request emits its last token in the last step."""
-    kv_used_first: int
-    residues: list[int]
-    context_sum: int
-    affine: tuple[float, float] | None
-    durations: np.ndarray | list[float] | None
-    num_padded: int = 0
-    """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
-    steps_to_finish: int = 0
-    """Steps until the first running request emits its last token, counted from the run's start."""
+    def __init__(self, num_steps: int, num_seqs: int, total_s: float, extra_blocks: int, finishes: bool,
+                 kv_used_first: int, residues: list[int], context_sum: int, affine: tuple[float, float] | None,
+                 durations: np.ndarray | list[float] | None, num_padded: int = 0, steps_to_finish: int = 0) -> None:
+        self.num_steps = num_steps
+        self.num_seqs = num_seqs
+        self.total_s = total_s
+        self.extra_blocks = extra_blocks
+        """Blocks allocated by steps 2..num_steps (step 1's were allocated by ``schedule``)."""
+        self.finishes = finishes
+        """Whether some request emits its last token in the last step."""
+        self.kv_used_first = kv_used_first
+        self.residues = residues
+        self.context_sum = context_sum
+        self.affine = affine
+        self.durations = durations
+        self.num_padded = num_padded
+        """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
+        self.steps_to_finish = steps_to_finish
+        """Steps until the first running request emits its last token, counted from the run's start."""
+
+    def __repr__(self) -> str:
+        return (f"DecodeRun(num_steps={self.num_steps}, num_seqs={self.num_seqs}, total_s={self.total_s!r}, "
+                f"finishes={self.finishes})")
 
     def durations_s(self) -> np.ndarray:
         if self.durations is not None:
