@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.scheduler import DecodeRun, SchedulerOutput
 
@@ -13,6 +15,9 @@ ENTRY_FIELDS = 12
 """Numbers per entry: start, steps, replica, seqs, prefill tokens, decodes, waiting, KV blocks used
 first, preempted, context sum (runs), then a step's duration and 0.0, or a run's affine (a, b) (nan,
 nan: its durations are tabulated)."""
+FLUSH_NUMBERS = 1 << 15
+"""Numbers the entry list collects before they are moved into a float64 array (while the list is
+still in the processor's cache: the run's log never holds millions of Python numbers)."""
 
 
 class StepLog:
@@ -20,14 +25,17 @@ class StepLog:
 
     A single step and a decode run are both one entry; runs are expanded into one row per step
     only when the frame is built, for all runs at once (vectorised). The entries are kept flat, as
-    plain numbers in three lists (no object per entry: nothing for the cyclic garbage collector to
-    walk when the run ends and the collector is back on, and one conversion to arrays).
+    plain numbers in a list that is moved into float64 arrays every :data:`FLUSH_NUMBERS` numbers
+    (and the residue histograms likewise into int64 arrays): no object per entry, and the finished
+    log is a few arrays.
     """
 
     def __init__(self, block_size: int) -> None:
-        self.entries: list[float] = []          # ENTRY_FIELDS numbers per entry
-        self.residues: list[int] = []           # a histogram per decode run of more than one step
+        self.entries: list[float] = []          # ENTRY_FIELDS numbers per entry, since the last flush
+        self.residues: list[int] = []           # a histogram per decode run of more than one step, likewise
         self.tabulated: list[float] = []        # a tabulated run's step durations
+        self.entry_chunks: list[np.ndarray] = []
+        self.residue_chunks: list[np.ndarray] = []
         self.block_size = block_size
         self.replicas: set[int] = set()
 
@@ -39,6 +47,8 @@ class StepLog:
         self.entries.extend((start, 1, replica, seqs, out.num_prefill_tokens,
                              out.num_decode, num_waiting, kv_used, len(out.preempted), 0, duration, 0.0))
         self.replicas.add(replica)
+        if len(self.entries) >= FLUSH_NUMBERS:
+            self.flush()
 
     def step_logger(self, replica: int) -> StepLogger:
         """The logger a policy's fast path records replica ``replica``'s steps with."""
@@ -55,12 +65,28 @@ class StepLog:
         if durations is not None:
             self.tabulated.extend(durations if isinstance(durations, list) else durations.tolist())
         self.replicas.add(replica)
+        if len(self.entries) >= FLUSH_NUMBERS:
+            self.flush()
 
-    def freeze(self) -> tuple[list[float], list[int], list[float], bool, int]:
-        """Hand over the lists: ``(entries, residues, tabulated, interleave, block_size)``, where
-        ``interleave`` says whether several replicas logged (their entries interleave by time)."""
-        frozen = (self.entries, self.residues, self.tabulated, len(self.replicas) > 1, self.block_size)
-        self.entries, self.residues, self.tabulated = [], [], []
+    def flush(self) -> None:
+        """Move the numbers collected so far into arrays."""
+        if self.entries:
+            self.entry_chunks.append(np.fromiter(self.entries, np.float64, len(self.entries)))
+            self.entries.clear()
+        if self.residues:
+            self.residue_chunks.append(np.fromiter(self.residues, np.int64, len(self.residues)))
+            self.residues.clear()
+
+    def freeze(self) -> tuple[np.ndarray, np.ndarray, list[float], bool, int]:
+        """The log as ``(entries, residues, tabulated, interleave, block_size)``: the entries as one
+        float64 array, the residue histograms as one int64 array, and whether several replicas
+        logged (their entries interleave by time); the log starts again empty."""
+        self.flush()
+        entries = np.concatenate(self.entry_chunks) if self.entry_chunks else np.zeros(0)
+        residues = (np.concatenate(self.residue_chunks) if self.residue_chunks
+                    else np.zeros(0, dtype=np.int64))
+        frozen = (entries, residues, self.tabulated, len(self.replicas) > 1, self.block_size)
+        self.entry_chunks, self.residue_chunks, self.tabulated = [], [], []
         return frozen
 
 
@@ -70,12 +96,15 @@ class StepLogger:
     exactly as :meth:`StepLog.add_step` logs it."""
 
     def __init__(self, log: StepLog, replica: int) -> None:
+        self.log = log
         self.entries = log.entries
-        self.replicas = log.replicas
         self.replica = replica
 
     def step(self, start: float, duration: float, num_seqs: int, num_prefill_tokens: int, num_decode: int,
              num_waiting: int, kv_used: int) -> None:
-        self.entries.extend((start, 1, self.replica, num_seqs, num_prefill_tokens, num_decode, num_waiting,
-                             kv_used, 0, 0, duration, 0.0))
-        self.replicas.add(self.replica)
+        entries = self.entries
+        entries.extend((start, 1, self.replica, num_seqs, num_prefill_tokens, num_decode, num_waiting,
+                        kv_used, 0, 0, duration, 0.0))
+        self.log.replicas.add(self.replica)
+        if len(entries) >= FLUSH_NUMBERS:
+            self.log.flush()

@@ -34,24 +34,22 @@ class FrozenStepLog:
     caller asks for ``result.steps``).
     """
 
-    def __init__(self, entries: list[float], residues: list[int], tabulated: list[float],
+    def __init__(self, entries: np.ndarray, residues: np.ndarray, tabulated: list[float],
                  interleave: bool, block_size: int) -> None:
         self.num_entries = len(entries) // ENTRY_FIELDS
         self._interleave = interleave
-        self._lists: tuple[list[float], list[int], list[float], int] | None = (entries, residues, tabulated,
+        self._lists: tuple[np.ndarray, np.ndarray, list[float], int] | None = (entries, residues, tabulated,
                                                                                block_size)
         self._columns: dict[str, np.ndarray] | None = None
 
     def _load(self) -> None:
-        """The flat lists as arrays (once)."""
+        """The log's arrays as columns (once)."""
         if self._lists is None:
             return
-        entries, residues, tabulated, block_size = self._lists
+        flat, residues, tabulated, block_size = self._lists
         self._tabulated = np.array(tabulated, dtype=np.float64)
         # Residue histograms of the multi-step runs, in entry order, one row each.
-        self._residues = np.fromiter(residues, np.int64, len(residues)).reshape(-1, block_size)
-        # Every field is an int or a float well inside float64's exact integer range.
-        flat = np.fromiter(entries, np.float64, len(entries))
+        self._residues = residues.reshape(-1, block_size)
         cols = [np.ascontiguousarray(c) for c in flat.reshape(-1, ENTRY_FIELDS).T]
         (self._start, k, self._replica, self._seqs, self._prefill, self._decode, self._waiting,
          self._kv_first, self._preempted, self._ctx, self._a, self._b) = cols
