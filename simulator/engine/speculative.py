@@ -169,6 +169,8 @@ class Speculation:
         bs = kv.block_size           # kv.blocks_for(x) is -(-x // bs), inlined: this visits every row every step
         computed, remaining = sched.num_computed_tokens, sched.num_remaining_tokens   # updated in place
         verify_s, proposal_s, emitted_list = self.verify_fn(cost, n), self.proposal_time_s, self.emitted_list
+        step_time_s = cost.step_time_s
+        context = sum(computed) if capped else sched.context_total   # the rows' cached tokens, kept up to date
         need = 0                     # the lookahead blocks of the next step
         short = False                # a request verifies fewer than k + 1 positions (capped lookahead)
         for c, r in zip(computed, remaining, strict=True):
@@ -182,16 +184,18 @@ class Speculation:
                 break
             if short:
                 tokens = [r if r < k1 else k1 for r in remaining]
-                step_s = cost.step_time_s(BatchShape(tokens, list(computed), 0, 0, sum(tokens)))
+                step_s = step_time_s(BatchShape(tokens, list(computed), 0, 0, sum(tokens)))
             else:
                 step_s = verify_s(computed)
-            duration = step_s + proposal_s(n, (sum(computed) if capped else sched.context_total) + n)
+            duration = step_s + proposal_s(n, context + n)
             end = t + duration
             kv.num_used_blocks += need           # kv.allocate(need), which fits
             log.step(t, duration, n, 0, n, 0, kv.num_used_blocks)
             if not end < horizon:                # the step crosses the next event: applied at its end
                 return t, [], end
+            before = sched.context_total
             need, finished, short = self.verify_rows(computed, remaining, emitted_list(n))
+            context += sched.context_total - before      # the tokens the step emitted
             t = end
         return t, (sched._finish(t) if finished else []), None
 

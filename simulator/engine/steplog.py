@@ -99,12 +99,15 @@ class StepLogger:
         self.log = log
         self.entries = log.entries
         self.replica = replica
+        self._logged = False
 
     def step(self, start: float, duration: float, num_seqs: int, num_prefill_tokens: int, num_decode: int,
              num_waiting: int, kv_used: int) -> None:
         entries = self.entries
         entries.extend((start, 1, self.replica, num_seqs, num_prefill_tokens, num_decode, num_waiting,
                         kv_used, 0, 0, duration, 0.0))
-        self.log.replicas.add(self.replica)
+        if not self._logged:
+            self.log.replicas.add(self.replica)
+            self._logged = True
         if len(entries) >= FLUSH_NUMBERS:
             self.log.flush()
