@@ -71,7 +71,9 @@ class _CompiledEngineFinder:
     def _refuse(self, reason: str, warn: bool) -> bool:
         self.reason = f"pure Python: {reason}"
         if warn:
-            warnings.warn(f"llmplan runs its engine as pure Python (slower): {reason}", RuntimeWarning, stacklevel=2)
+            # One line on stderr (a warning at a source line would print that line of this module too).
+            warnings.warn_explicit(f"llmplan runs its engine as pure Python (slower): {reason}", RuntimeWarning,
+                                   filename="llmplan", lineno=0, module="simulator.native")
         return False
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
