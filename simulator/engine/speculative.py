@@ -346,6 +346,7 @@ class SpeculativeScheduler(Scheduler):
         self._record_first_tokens(out, now)
         return self._finish(now)
 
+
 class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
     """Chunked prefill whose decoding requests propose and verify up to ``k`` tokens per step."""
 
