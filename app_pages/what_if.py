@@ -445,14 +445,20 @@ slo_txt = "no SLO set"
 slo = s.get("slo") or {}
 if "passed" in slo:
     checks = ", ".join(f"{name.upper()} {'met' if ok else 'MISSED'}" for name, ok in slo["met"].items())
-    slo_txt = (f"SLO {'met' if slo['passed'] else 'NOT MET'}: {checks}{', ' if checks else ''}"
+    verdict = {"pass": "met", "marginal": "MARGINAL (within its noise of a limit)"}.get(slo.get("outcome", ""),
+                                                                                         "NOT MET")
+    slo_txt = (f"SLO {verdict}: {checks}{', ' if checks else ''}"
                f"{slo['dropped']:,} dropped of {slo['judged']:,} judged")
 stability = s.get("stability") or {}
 if stability.get("stable") is False:
-    st.error(f"Unstable run: the waiting backlog grows by {stability['backlog_growth_per_s']:.2f} requests/s "
+    st.error(f"Unstable run: the requests in system grow by {stability['backlog_growth_per_s']:.2f} requests/s "
              f"({100 * stability['backlog_growth_fraction']:.1f}% of arrivals; offered/served "
              f"{stability['offered_load_ratio']:.2f}). Its percentiles keep growing with the run length: "
              "add replicas or lower the load before reading them.")
+steady = s.get("steady_state") or {}
+if steady.get("reached") is False:
+    st.warning(f"The run never reached steady state ({steady['reason']}): its latencies are warm-up numbers, lower "
+               "than the deployment's steady ones. Raise the number of requests.")
 spec_txt = ""
 if s.get("speculative"):
     sp = s["speculative"]

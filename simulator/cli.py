@@ -208,7 +208,9 @@ def simulate(
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
         if (summary.get("stability") or {}).get("stable") is False:
-            err_console.print("warning: the run is unstable (the waiting backlog grows); see summary.stability")
+            err_console.print("warning: the run is unstable (requests in system grow); see summary.stability")
+        if (summary.get("steady_state") or {}).get("reached") is False:
+            err_console.print("warning: the run never reached steady state; see summary.steady_state")
         return
     print_summary(summary, result)
     if out is not None:
@@ -319,7 +321,9 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     if "passed" in slo:
         checks = ", ".join(f"{c['name']} {'met' if c['met'] else '[red]MISSED[/]'}" for c in slo["checks"])
         att = summary["slo_attainment"]
-        out_console.print(f"SLO {'[green]met[/]' if slo['passed'] else '[red]NOT MET[/]'}: "
+        verdict = {"pass": "[green]met[/]", "marginal": "[yellow]MARGINAL[/]"}.get(slo.get("outcome", ""),
+                                                                                  "[red]NOT MET[/]")
+        out_console.print(f"SLO {verdict}: "
                           f"{100 * (att or 0):.2f}% of {slo['judged']} requests within every threshold"
                           f"{'; ' + checks if checks else ''}; {slo['dropped']} dropped "
                           f"(budget {100 * slo['max_drop_fraction']:g}%); "
@@ -330,11 +334,20 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     if st.get("stable") is False:
         ratio = st["offered_load_ratio"]   # None: no request left the system inside the window
         served = f"offered/served {ratio:.2f}" if ratio is not None else "no request completed in the window"
-        out_console.print(f"[bold red]warning: the run is unstable[/]: the waiting backlog grows "
+        out_console.print(f"[bold red]warning: the run is unstable[/]: the requests in system grow "
                           f"{st['backlog_growth_per_s']:.2f} requests/s ({100 * st['backlog_growth_fraction']:.1f}% of "
                           f"arrivals; {served}); "
                           "its percentiles grow with the run "
                           "length. Add capacity or lower the load.")
+    steady = summary.get("steady_state") or {}
+    if steady.get("reached") is False:
+        out_console.print(f"[bold yellow]warning: the run never reached steady state[/]: {escape(steady['reason'])}; "
+                          f"measured from {steady['warmup_s']:.1f} s, its latencies are lower than the deployment's "
+                          "steady ones. Raise num_requests (or duration_s).")
+    elif steady.get("applies") and steady.get("truncated_requests"):
+        out_console.print(f"steady state from {steady['warmup_s']:.1f} s: {steady['truncated_requests']:,} earlier "
+                          f"arrivals after warmup_s left out (warm-up found by MSER-5, set by "
+                          f"{escape(steady['binding_series'])})")
     for region, f in (summary.get("fleet") or {}).items():
         out_console.print(f"region {escape(region)}: {f['requests']} requests, "
                           f"client TTFT p99 {_ms(f['client_ttft_p99_s'])} ms, "

@@ -30,6 +30,7 @@ from simulator.critical_values import binom_ppf, t_ppf
 from simulator.errors import ScenarioError
 from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
 from simulator.slo import has_objectives, judge, per_request_limits_s, sorted_quantile, stability
+from simulator.steady_state import SteadyState, detect
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -74,13 +75,22 @@ def quantile_ci(sorted_x: np.ndarray, q: float, level: float = 0.95) -> list[flo
 
 def measurement_window(requests: Mapping[str, Any], warmup_s: float, cooldown_s: float,
                        arrival: Any = None, sessions: Any = None) -> tuple[float, float]:
-    """The interval ``[start, end]`` (s) a run is measured over, by how the load arrives.
+    """The interval ``[start, end]`` (s) a run is measured over (:func:`steady_window`'s window)."""
+    return steady_window(requests, warmup_s, cooldown_s, arrival, sessions)[0]
+
+
+def steady_window(requests: Mapping[str, Any], warmup_s: float, cooldown_s: float,
+                  arrival: Any = None, sessions: Any = None) -> tuple[tuple[float, float], SteadyState]:
+    """The interval ``[start, end]`` (s) a run is measured over, by how the load arrives, and the
+    steady-state search behind its start.
 
     Requests that *arrived* in it are the sample (latency statistics, the SLO judge); the
     requests that completed in it, over its length, are the throughput. ``arrival`` is the
     scenario's ``workload.arrival`` (None: open loop).
 
-    * Open loop (poisson, gamma, diurnal, trace): ``[warmup_s, last arrival - cooldown_s]``.
+    * Open loop (poisson, gamma, diurnal, trace): ``[warmup_s, last arrival - cooldown_s]``; for
+      stationary load (poisson, gamma) the start moves to the end of the warm-up found in the run's
+      own output (:func:`simulator.steady_state.detect`, MSER-5), ``warmup_s`` being a lower bound.
     * ``offline``: ``[0, makespan]``, the makespan being the last request's end (every request
       arrives at 0); ``warmup_s`` and ``cooldown_s`` do not apply.
     * Closed-loop sessions (``sessions``, the scenario's ``workload.sessions``, with ``loop:
@@ -111,26 +121,36 @@ def measurement_window(requests: Mapping[str, Any], warmup_s: float, cooldown_s:
             what = "session start"
         start, end = warmup_s, last - cooldown_s
         if end > start:
-            return start, end
+            steady = detect(requests, (start, end), getattr(arrival, "process", "poisson"), warmup_s)
+            return (steady.warmup_s, end), steady
         if warmup_s > 0 or cooldown_s > 0:
             raise _empty_window(warmup_s, cooldown_s, f"[warmup_s, last {what} - cooldown_s] = [{start:.4g}, "
                                 f"{end:.4g}] s (the last {what} at {last:.4g} s)")
         if last > 0:
-            return 0.0, last
+            return (0.0, last), _configured(0.0, arrival, "the whole run is measured")
     ends = np.sort(np.asarray(requests["finish_time"], dtype=float))
     ends = ends[~np.isnan(ends)]
     whole = (0.0, max(float(ends[-1]), last) if len(ends) else last)
     if closed and len(ends) >= arrival.concurrency and len(sent) > arrival.concurrency:
         n = arrival.concurrency
-        steady = (float(ends[n - 1]), float(np.sort(sent)[-n - 1]))   # the clients' start is over .. they stop
-        start, end = max(warmup_s, steady[0]), min(last - cooldown_s, steady[1])
+        clients = (float(ends[n - 1]), float(np.sort(sent)[-n - 1]))   # the clients' start is over .. they stop
+        start, end = max(warmup_s, clients[0]), min(last - cooldown_s, clients[1])
         if end > start:
-            return start, end
-        if steady[1] > steady[0]:
-            raise _empty_window(warmup_s, cooldown_s, f"[max(warmup_s, {steady[0]:.4g}), min(last send - "
-                                f"cooldown_s, {steady[1]:.4g})] = [{start:.4g}, {end:.4g}] s (the steady part of "
+            return (start, end), _configured(start, arrival, "a closed loop is measured once every client has had "
+                                             "an answer, until clients stop sending")
+        if clients[1] > clients[0]:
+            raise _empty_window(warmup_s, cooldown_s, f"[max(warmup_s, {clients[0]:.4g}), min(last send - "
+                                f"cooldown_s, {clients[1]:.4g})] = [{start:.4g}, {end:.4g}] s (the steady part of "
                                 f"the closed loop, the last send at {last:.4g} s)")
-    return whole
+    return whole, _configured(0.0, arrival, "the whole run is measured")
+
+
+def _configured(start: float, arrival: Any, why: str) -> SteadyState:
+    """The steady state of a run measured over a configured window (no warm-up searched)."""
+    process = getattr(arrival, "process", None)
+    if process in ("closed_loop", "offline"):
+        return detect({}, (start, start), process, start)
+    return SteadyState(False, start, start, None, None, 0, "", why)
 
 
 def _empty_window(warmup_s: float, cooldown_s: float, window: str) -> ScenarioError:
@@ -184,10 +204,10 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     sc, req, steps = result.scenario, result.records, result.step_log.columns()
     arrival = sc.workload.arrival
     sessions = sc.workload.sessions
-    start, end = measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival, sessions)
+    (start, end), steady = steady_window(req, sc.warmup_s, sc.cooldown_s, arrival, sessions)
     status = np.asarray(req["status"]).astype(str)
     sent = np.asarray(req["arrival_time"], dtype=float)
-    in_window = in_measurement_window(req, sc.warmup_s, sc.cooldown_s, arrival, sessions)
+    in_window = (sent >= start) & (sent <= end)
     finished = status == "finished_length_capped"
     measured = in_window & finished
     summary: dict[str, Any] = {"name": sc.name, "seed": sc.seed}
@@ -224,6 +244,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         "preemptions": int(np.asarray(req["num_preemptions"]).sum()),
     }
     summary["requests"].update(_lever_counts(req, status))
+    summary["steady_state"] = steady.to_dict()
     summary["stability"] = stability(req, (start, end), arrival=arrival)
     stable = summary["stability"]["stable"]
     summary.update(_slo_summary(sc.slo, req, (start, end), stable))

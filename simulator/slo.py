@@ -25,15 +25,28 @@ them (a network or the planner's regions), the server's otherwise.
 limit; it counts a subset of the requests behind the throughput (completions inside the window),
 so goodput <= throughput by construction.
 
-**Stability** (:func:`stability`): an unstable queue's backlog grows linearly, a stable one's
-fluctuates around a mean. The waiting backlog (arrived, not yet admitted to a batch and not
-dropped) is sampled over the window, averaged in 10 consecutive batches, and a line is fitted to
-the batch means. The run is unstable when the backlog grows by more than 1% of the arrival rate
-(``backlog_growth_fraction``) and the slope is significant (one-sided t-test on the batch means,
-99%). Both figures converge as the run gets longer (to 0 for a stable system and to
-``1 - served/offered`` for an overloaded one), so the verdict does not depend on run length the way
-percentile confidence intervals do. A run too short to show a steady state near saturation can be
-called unstable; the planner then adds capacity, which errs on the safe side.
+**Stability** (:func:`stability`): an overloaded system's backlog grows linearly, a stable one's
+fluctuates around a mean. The backlog is every request *in system* (arrived and not finished:
+waiting, running in a batch, or preempted), so an excess that fills a fleet's seats before it
+queues is seen as soon as it starts. It is sampled over the measurement window (after the warm-up,
+:mod:`simulator.steady_state`), averaged in 10 consecutive batches, and a line is fitted to the
+batch means. The in-system count drifts for about as long as a request stays: in a window shorter
+than 5 mean times in system its batch means are too correlated to test, and the waiting backlog
+(arrived, not yet admitted to a batch, not dropped) is tested instead (``backlog`` says which).
+The run is unstable when the backlog grows by more than 1% of the arrival rate
+(``backlog_growth_fraction``), the slope is significant (one-sided t-test on the batch means,
+99%) and the rise over the window exceeds 3 square roots of the backlog's mean (the fluctuation of
+a stable count; :func:`simulator.steady_state.grows`). Both figures converge as the run gets longer
+(to 0 for a stable system and to
+``1 - served/offered`` for an overloaded one): a system offered 5% more than it completes grows by
+about 5% of its arrival rate, however many seats it has. A run too short to leave its warm-up can
+be called unstable; the planner then runs it longer (:mod:`simulator.planner.search`).
+
+**Precision.** Each percentile check and the attainment floor also carry the batch-means interval
+of the share of judged requests beyond the limit (:func:`simulator.steady_state.share_interval`).
+A check whose interval holds the allowed share (1% for a p99, the floor's complement for
+attainment) is *uncertain*, and a verdict with an uncertain check and no clear failure is
+``marginal``: never a pass. ``outcome`` is ``pass``, ``fail`` or ``marginal``.
 """
 from __future__ import annotations
 
@@ -45,7 +58,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.critical_values import t_ppf
+from simulator.steady_state import (
+    MIN_RESIDENCES,
+    STABILITY_BATCHES,
+    STABILITY_CONFIDENCE,
+    STABILITY_GROWTH_FRACTION,
+    grows,
+    in_system_trend,
+    share_interval,
+    trend,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -56,9 +78,6 @@ TASK_METRICS = ("task_ttua",)
 SLO_PERCENTILES = (50, 90, 95, 99)
 COMPLETED = "finished_length_capped"
 
-STABILITY_BATCHES = 10
-STABILITY_GROWTH_FRACTION = 0.01
-STABILITY_CONFIDENCE = 0.99
 
 
 def thresholds_s(slo: Any) -> dict[tuple[str, int], float]:
@@ -192,6 +211,26 @@ class Verdict:
     goodput_requests_per_s: float | None
     stable: bool | None
     ratios: dict[str, float] = field(default_factory=dict)
+    shares: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Per percentile check and ``attainment``: (share of judged requests beyond the limit, half-width of
+    its batch-means 95% interval, the share allowed)."""
+
+    @property
+    def uncertain(self) -> tuple[str, ...]:
+        """The checks whose interval holds the allowed share: the run cannot tell whether they hold."""
+        return tuple(name for name, (share, half, allowed) in self.shares.items()
+                     if not (share + half <= allowed or share - half > allowed))
+
+    @property
+    def outcome(self) -> str:
+        """``fail`` when a check fails beyond its noise (or requests are dropped, the run is unstable, none
+        arrived); else ``marginal`` when a check is uncertain; else ``pass``."""
+        if self.arrived == 0:
+            return "fail"
+        unsure = self.uncertain
+        if any(r > 1.0 and name not in unsure for name, r in self.ratios.items()):
+            return "fail"
+        return "marginal" if unsure else "pass"
 
     @property
     def drop_fraction(self) -> float:
@@ -199,7 +238,8 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        return self.arrived > 0 and all(r <= 1.0 for r in self.ratios.values())
+        """Every check holds beyond its noise (``outcome == "pass"``)."""
+        return self.outcome == "pass"
 
     @property
     def score(self) -> float:
@@ -224,12 +264,16 @@ class Verdict:
                 parts.append(f"{self.dropped} of {self.arrived} requests dropped ({100 * self.drop_fraction:.2f}% > "
                              f"{100 * self.max_drop_fraction:.2f}% allowed)")
             elif name == "stability":
-                parts.append("unstable (the waiting backlog grows)")
+                parts.append("unstable (requests in system grow)")
             else:
                 c = by_name[name]
                 value = "no sample" if math.isnan(c.value_s) else (
                     "dropped requests" if math.isinf(c.value_s) else f"{1000 * c.value_s:.1f} ms")
                 parts.append(f"{name} {value} > {1000 * c.limit_s:g} ms")
+        for name in self.uncertain:
+            share, half, allowed = self.shares[name]
+            parts.append(f"{name} marginal: {100 * share:.2f}% +/- {100 * half:.2f}% of requests beyond the limit, "
+                         f"{100 * allowed:.2f}% allowed")
         if self.arrived == 0:
             parts.append("no request arrived in the measurement window")
         return parts
@@ -243,7 +287,10 @@ class Verdict:
             "attainment": self.attainment, "attainment_floor": self.attainment_floor,
             "judged": self.arrived, "completed": self.completed, "dropped": self.dropped,
             "drop_fraction": self.drop_fraction, "max_drop_fraction": self.max_drop_fraction,
-            "stable": self.stable, "binding": self.binding, "worst_ratio": self.score,
+            "stable": self.stable, "binding": self.binding, "worst_ratio": self.score, "outcome": self.outcome,
+            "uncertain": list(self.uncertain),
+            "beyond_limit": {name: {"share": share, "ci95_half_width": half, "allowed": allowed}
+                             for name, (share, half, allowed) in self.shares.items()},
             "failures": self.failures(),
         }
 
@@ -269,6 +316,8 @@ def judge(requests: Mapping[str, Any], slo: Any, window: tuple[float, float], *,
     n = int(judged.sum())
     dropped = int((judged & ~completed).sum())
     checks = []
+    shares: dict[str, tuple[float, float, float]] = {}
+    order = np.argsort(arrival[judged], kind="stable")     # the shares' batches follow arrival order
     task_ttua = None
     for (metric, p), limit in thresholds_s(slo).items():
         if metric == "task_ttua":   # over the tasks that started in the window; failed and unfinished: +inf
@@ -276,11 +325,14 @@ def judge(requests: Mapping[str, Any], slo: Any, window: tuple[float, float], *,
                 t = tasks(requests) if "session" in requests else None
                 task_ttua = (np.zeros(0) if t is None else
                              t["ttua_s"].to_numpy()[((t["start_s"] >= start) & (t["start_s"] <= end)).to_numpy()])
-            checks.append(Check(metric, p, limit, quantile_with_drops(task_ttua, p / 100.0)))
-            continue
-        x = lat[metric][judged].copy()
-        x[~completed[judged]] = math.inf
-        checks.append(Check(metric, p, limit, quantile_with_drops(x, p / 100.0)))
+            x = task_ttua
+        else:
+            x = lat[metric][judged].copy()
+            x[~completed[judged]] = math.inf
+        check = Check(metric, p, limit, quantile_with_drops(x, p / 100.0))
+        checks.append(check)
+        xs = x if metric == "task_ttua" else x[order]
+        shares[check.name] = (*share_interval(xs[~np.isnan(xs)] > limit), 1.0 - p / 100.0)
     attainment = float(ok[judged].mean()) if n else None
     floor = float(getattr(slo, "attainment", 0.0) or 0.0)
     max_drop = float(getattr(slo, "max_drop_fraction", 0.0) or 0.0)
@@ -292,19 +344,21 @@ def judge(requests: Mapping[str, Any], slo: Any, window: tuple[float, float], *,
     if floor > 0:
         miss = 1.0 - (attainment or 0.0)
         ratios["attainment"] = miss / (1.0 - floor) if floor < 1 else (math.inf if miss > 0 else 0.0)
+        if floor < 1:
+            shares["attainment"] = (*share_interval(~ok[judged][order]), 1.0 - floor)
     frac = dropped / n if n else 0.0
     ratios["dropped"] = frac / max_drop if max_drop > 0 else (math.inf if dropped else 0.0)
     if stable is False:
         ratios["stability"] = math.inf
     return Verdict(arrived=n, completed=int((judged & completed).sum()), dropped=dropped, checks=tuple(checks),
                    attainment=attainment, attainment_floor=floor, max_drop_fraction=max_drop,
-                   goodput_requests_per_s=goodput, stable=stable, ratios=ratios)
+                   goodput_requests_per_s=goodput, stable=stable, ratios=ratios, shares=shares)
 
 
 # -- stability --------------------------------------------------------------------------------------
 def stability(requests: Mapping[str, Any], window: tuple[float, float], *,
               batches: int = STABILITY_BATCHES, arrival: Any = None) -> dict[str, Any]:
-    """Whether the run's waiting backlog grows (see the module docstring).
+    """Whether the requests in system grow (see the module docstring).
 
     A closed loop (``arrival`` a ``closed_loop`` config) or an offline batch is stable by
     construction, with at most N clients' or all requests outstanding: ``stable`` is true and
@@ -312,7 +366,7 @@ def stability(requests: Mapping[str, Any], window: tuple[float, float], *,
 
     Returns ``stable`` (``None`` when the window is too short to tell: fewer than 50 arrivals in
     it, or all at one instant), ``offered_load_ratio`` (arrivals / departures of any kind in the
-    window), ``backlog_growth_per_s`` (slope of the waiting backlog), ``backlog_growth_fraction``
+    window), ``backlog_growth_per_s`` (slope of the requests in system), ``backlog_growth_fraction``
     (that slope over the arrival rate), ``backlog_t`` (its t statistic), ``delay_trend_s_per_s``
     (slope of the queue delay against arrival time) and the backlog's mean in the first and last
     batch.
@@ -330,7 +384,8 @@ def stability(requests: Mapping[str, Any], window: tuple[float, float], *,
         "stable": None, "offered_load_ratio": n / departed if departed else None,
         "backlog_growth_per_s": None, "backlog_growth_fraction": None, "backlog_t": None,
         "delay_trend_s_per_s": None, "backlog_first": None, "backlog_last": None,
-        "test": f"waiting-backlog trend over {batches} batch means: unstable when growth > "
+        "backlog": None,
+        "test": f"backlog trend over {batches} batch means: unstable when growth > "
                 f"{100 * STABILITY_GROWTH_FRACTION:g}% of the arrival rate at "
                 f"{100 * STABILITY_CONFIDENCE:g}% confidence",
     }
@@ -342,19 +397,21 @@ def stability(requests: Mapping[str, Any], window: tuple[float, float], *,
         return out
     if n < 50 or span <= 0:
         return out
-    # leaves the waiting queue: first admission to a batch, or finish (shed, rejected, timed out)
+    # Requests in system leave when they finish (completed, shed, rejected, timed out); the waiting
+    # ones at their first admission to a batch, or when they finish.
+    gone = np.where(np.isnan(finish), math.inf, finish)
     leave = np.fmin(admitted, finish)
     leave = np.where(np.isnan(leave), math.inf, leave)
-    arr_sorted, leave_sorted = np.sort(arrival), np.sort(leave)
-    grid = np.linspace(start, end, batches * 50)
-    backlog = (np.searchsorted(arr_sorted, grid, side="right")
-               - np.searchsorted(leave_sorted, grid, side="right")).astype(float)
-    means = backlog.reshape(batches, -1).mean(axis=1)
-    centers = grid.reshape(batches, -1).mean(axis=1)
-    slope, t = _trend(centers, means)
+    residence = gone[in_window] - arrival[in_window]
+    residence_s = float(residence[np.isfinite(residence)].mean()) if np.isfinite(residence).any() else math.inf
+    in_system = span >= MIN_RESIDENCES * residence_s
+    slope, t, means = in_system_trend(np.sort(arrival), np.sort(gone if in_system else leave), start, end, batches)
     rate = n / span
     out.update(backlog_growth_per_s=slope, backlog_growth_fraction=slope / rate, backlog_t=t,
-               backlog_first=float(means[0]), backlog_last=float(means[-1]))
+               backlog_first=float(means[0]), backlog_last=float(means[-1]),
+               backlog="requests in system" if in_system else
+               f"waiting (the window, {span:.3g} s, is shorter than {MIN_RESIDENCES} mean times in system, "
+               f"{residence_s:.3g} s each: too short for the in-system count's test)")
     # queue delay against arrival time (a request never admitted waits until it left or the run ended)
     sim_end = float(np.nanmax(finish)) if np.isfinite(finish).any() else end
     wait = np.where(np.isfinite(leave), leave, sim_end) - arrival
@@ -364,23 +421,6 @@ def stability(requests: Mapping[str, Any], window: tuple[float, float], *,
         edges = np.linspace(0, len(w), batches + 1).astype(int)
         wm = np.array([w[i:j].mean() for i, j in pairwise(edges)])
         am = np.array([a[i:j].mean() for i, j in pairwise(edges)])
-        out["delay_trend_s_per_s"] = _trend(am, wm)[0]
-    critical = float(t_ppf(STABILITY_CONFIDENCE, batches - 2))
-    grows = slope / rate > STABILITY_GROWTH_FRACTION and t > critical
-    out["stable"] = not grows
+        out["delay_trend_s_per_s"] = trend(am, wm)[0]
+    out["stable"] = not grows(slope, t, rate, batches, span, float(means.mean()))
     return out
-
-
-def _trend(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """OLS slope of y on x and its t statistic (inf for a perfect rising line)."""
-    xc = x - x.mean()
-    sxx = float((xc ** 2).sum())
-    if sxx <= 0:
-        return 0.0, 0.0
-    slope = float((xc * (y - y.mean())).sum() / sxx)
-    resid = y - y.mean() - slope * xc
-    dof = len(x) - 2
-    se = math.sqrt(float((resid ** 2).sum()) / dof / sxx) if dof > 0 else math.inf
-    if se == 0:
-        return slope, (math.inf if slope > 0 else (-math.inf if slope < 0 else 0.0))
-    return slope, slope / se

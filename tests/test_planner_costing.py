@@ -203,6 +203,7 @@ def costed():
         ],
     )
     data["regions"][0]["diurnal"] = "office-hours"
+    data["simulation"]["search_all_candidates"] = True     # every candidate's count, to compare their costs
     data["candidates"] = [
         {"name": "std", "set": {}},
         {

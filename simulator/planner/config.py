@@ -93,6 +93,14 @@ class SimulationSettings(Frozen):
     """How each candidate replica count is verified."""
 
     num_requests: Integer = Field(default=4000, ge=200, le=MAX_NUM_REQUESTS)
+    """Requests of each check's first run; a check that is not settled (no steady state yet, or its binding
+    check within its noise of the limit) runs again twice as long, up to ``max_num_requests``."""
+    search_all_candidates: bool = False
+    """Search every candidate in every cell. Default: a candidate whose fewest possible replicas (just below
+    100% of its saturation throughput) already cost more than one verified in the cell is not searched
+    (``status: pruned`` in the candidates worksheet): it could not be chosen."""
+    max_num_requests: Integer = Field(default=48000, ge=200, le=MAX_NUM_REQUESTS)
+    """Longest run a check may take; a check still marginal there fails (the next count is taken)."""
     warmup_fraction: FiniteFloat = Field(default=0.1, ge=0, lt=0.9)
     """Leading share of the arrivals left out of the statistics (the fleet starts empty)."""
     cooldown_fraction: FiniteFloat = Field(default=0.05, ge=0, lt=0.5)
@@ -109,6 +117,10 @@ class SimulationSettings(Frozen):
 
     @model_validator(mode="after")
     def _window(self) -> SimulationSettings:
+        if self.max_num_requests < self.num_requests:
+            raise FieldError("max_num_requests", self.max_num_requests,
+                             f"is below num_requests ({self.num_requests}): a check's runs start at num_requests "
+                             "and may double up to max_num_requests; give at least num_requests")
         if self.warmup_fraction + self.cooldown_fraction >= 1:
             raise FieldError("cooldown_fraction", self.cooldown_fraction,
                              f"+ warmup_fraction ({self.warmup_fraction:g}) = "

@@ -15,7 +15,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from simulator.planner.capacity import capacity_bound, saturation_key, saturatio
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.fleet_hours import autoscale_policy, fleet_day
 from simulator.planner.pool_search import search_pools
-from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, one_replica, search_replicas
+from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, one_replica, pruned_row, search_replicas
 from simulator.run.resolve import resolve
 from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, check_span, scenario_from_dict
 from simulator.workload.lengths import make_length
@@ -84,7 +84,7 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     with open_executor(backend, workers=workers, address=address, timeout_s=timeout_s, max_tasks=searches) as ex:
         start_workers(ex, _ready)       # their imports overlap the building of the searches
         tasks = _with_saturations(ex, build_tasks(loaded))
-        for done, row in enumerate(_longest_first(ex, tasks), 1):
+        for done, row in enumerate(_longest_first(ex, tasks, CellCosts(loaded, tasks)), 1):
             rows.append(row)
             key = (row["quarter"], row["region"])
             per_cell[key] = per_cell.get(key, 0) + 1
@@ -141,21 +141,82 @@ def _in_cell(where: str, fn: Callable[..., Any], *args: Any) -> Any:
         raise ScenarioError(f"{where}: {exc.field}", exc.value, exc.message + hint) from None
 
 
-def _longest_first(ex: Executor, tasks: list[SearchTask]) -> Iterator[dict[str, Any]]:
-    """Run the searches, yielding each row as it ends. With a known number of workers, only that
-    many run at once and the next one comes from the candidate whose searches have taken longest
-    so far (those not seen yet first, in plan order): a plan's slowest searches, often one
-    candidate's, then start early instead of ending it alone on one worker. Every search is a
-    pure function of its task, so the rows are the same in any order."""
+class CellCosts:
+    """Which searches a cell needs. A candidate's cost per quarter can only rise with its replica count
+    (:func:`simulator.planner.fleet_hours.fleet_day`), and no count at or above 100% of its simulated
+    saturation throughput passes, so ``floor(design / saturation) + 1`` replicas bound its cost from below.
+    A cell's candidates are searched cheapest bound first, each once those before it have ended; one whose
+    bound costs more than a candidate already verified in the cell is not searched (status ``pruned``),
+    since it could not be chosen. The order and the decisions depend on the tasks alone, so every plan run
+    gives the same rows."""
+
+    def __init__(self, loaded: LoadedPlan, tasks: list[SearchTask]) -> None:
+        self.loaded, self.tasks = loaded, tasks
+        self.policies = {name: autoscale_policy(sc) for name, sc in loaded.candidate_scenarios.items()}
+        self.bound = [self._bound(t) for t in tasks]
+        cells: dict[tuple[str, str], list[int]] = {}
+        for i, t in enumerate(tasks):
+            cells.setdefault((t.quarter, t.region), []).append(i)
+        self.queue = {cell: sorted(ix, key=lambda i: (self.bound[i][1], i)) for cell, ix in cells.items()}
+        self.best: dict[tuple[str, str], tuple[float, str]] = {}
+
+    def quarter_cost(self, task: SearchTask, replicas: int) -> float:
+        """What ``replicas`` of the task's candidate cost in its cell per quarter (the candidates frame's
+        ``cost_per_quarter``: the fleet-hours model's replica-hours at the GPU price)."""
+        day = fleet_day(replicas, self.loaded.diurnal.get((task.quarter, task.region)), self.policies[task.candidate])
+        price = task.meta["price_per_gpu_hour"] * task.meta["price_multiplier"]
+        return day.replica_hours * task.scenario.deployment.gpus_per_replica * DAYS_PER_QUARTER * price
+
+    def _bound(self, task: SearchTask) -> tuple[int, float]:
+        sat = task.saturation_rps
+        if (task.scenario.deployment.pools or not task.design_rps or not sat
+                or self.loaded.config.simulation.search_all_candidates):
+            return 0, 0.0                       # model pools: no single count to bound (always searched)
+        n = max(1, math.floor(task.design_rps / sat) + 1)
+        return n, self.quarter_cost(task, n)
+
+    def first(self) -> list[int]:
+        """The first search of every cell."""
+        return [ix[0] for ix in self.queue.values()]
+
+    def done(self, i: int, row: dict[str, Any]) -> tuple[list[int], list[dict[str, Any]]]:
+        """Search ``i`` ended with ``row``: the cell's next search to start (if any) and the rows of the
+        candidates pruned before it."""
+        task = self.tasks[i]
+        cell = (task.quarter, task.region)
+        pol = self.policies[task.candidate]
+        if (row["status"] == "ok" and not task.scenario.deployment.pools
+                and (pol is None or row["replicas"] <= pol.max_replicas)):
+            cost = self.quarter_cost(task, row["replicas"])
+            if cell not in self.best or cost < self.best[cell][0]:
+                self.best[cell] = (cost, task.candidate)
+        queue = self.queue[cell]
+        queue.remove(i)
+        pruned: list[dict[str, Any]] = []
+        while queue:
+            j = queue[0]
+            n, bound = self.bound[j]
+            if cell not in self.best or not bound > self.best[cell][0]:
+                return [j], pruned
+            queue.pop(0)
+            cost, by = self.best[cell]
+            currency = self.loaded.config.currency
+            pruned.append(pruned_row(self.tasks[j], f"not searched: even {n} replicas (the fewest below 100% of the "
+                                     f"simulated saturation throughput) cost {bound:,.0f} {currency} per quarter, "
+                                     f"more than {by} verified at {cost:,.0f}"))
+        return [], pruned
+
+
+def _longest_first(ex: Executor, tasks: list[SearchTask], cells: CellCosts) -> Iterator[dict[str, Any]]:
+    """Run the searches, yielding each row as it ends (and the rows of the candidates :class:`CellCosts`
+    prunes). With a known number of workers, only that many run at once and the next one comes from the
+    candidate whose searches have taken longest so far (those not seen yet first, in plan order): a plan's
+    slowest searches, often one candidate's, then start early instead of ending it alone on one worker.
+    Every search is a pure function of its task, so the rows are the same in any order."""
     slots = executor_slots(ex)
-    if slots is None or slots >= len(tasks):
-        futures = [ex.submit(_search, t) for t in tasks]
-        for fut in as_completed(futures):
-            yield fut.result()
-        return
-    pending = list(range(len(tasks)))
+    pending = cells.first()
     took: dict[str, list[float]] = {}
-    running: dict[Future, tuple[str, float]] = {}
+    running: dict[Future, tuple[int, float]] = {}
 
     def start_next() -> None:
         def slowness(i: int) -> float:
@@ -163,19 +224,22 @@ def _longest_first(ex: Executor, tasks: list[SearchTask]) -> Iterator[dict[str, 
             return math.inf if not seen else sum(seen) / len(seen)
         i = max(pending, key=lambda j: (slowness(j), -j))
         pending.remove(i)
-        running[ex.submit(_search, tasks[i])] = (tasks[i].candidate, time.perf_counter())
+        running[ex.submit(_search, tasks[i])] = (i, time.perf_counter())
 
-    while pending and len(running) < slots:
+    while pending and (slots is None or len(running) < slots):
         start_next()
     while running:
         done, _ = wait(running, return_when=FIRST_COMPLETED)
         for fut in done:
-            candidate, t0 = running.pop(fut)
-            took.setdefault(candidate, []).append(time.perf_counter() - t0)
+            i, t0 = running.pop(fut)
+            took.setdefault(tasks[i].candidate, []).append(time.perf_counter() - t0)
             row = fut.result()
-            if pending:
+            follow, pruned = cells.done(i, row)
+            pending.extend(follow)
+            while pending and (slots is None or len(running) < slots):
                 start_next()
             yield row
+            yield from pruned
 
 
 def _as_loaded(p: Any) -> LoadedPlan:
@@ -223,6 +287,7 @@ def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
                     start=bound.replicas_for(design) if bound else 1, max_replicas=cfg.simulation.max_replicas,
                     replications=AUTO_REPLICATIONS if auto else int(cfg.simulation.replications),
                     design_rps=design, auto_replications=auto, pool_prices=_pool_prices(sc, cand),
+                    max_num_requests=cfg.simulation.max_num_requests,
                     meta=_meta(loaded, sc, cand, row, design, extra,
                                bound.max_rps_per_replica if bound else math.nan)))
     return tasks

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from simulator.cluster.network import ClientNetwork, with_client_latencies
-from simulator.metrics import batch_summary, measurement_window
+from simulator.metrics import batch_summary, measurement_window, steady_window
 from simulator.planner.capacity import saturation_rps
 from simulator.run.records import FrozenStepLog, Records, SimulationResult, select_rows
 from simulator.run.resolve import ResolvedSystem
@@ -76,6 +76,7 @@ class SearchTask:
     pool_prices: dict[str, float] = field(default_factory=dict)   # price per GPU-hour by pool (pools only)
     meta: dict[str, Any] = field(default_factory=dict)
     saturation_rps: float | None = None     # one replica's, when already simulated (else the search does)
+    max_num_requests: int = 0               # longest run a check may take (0: the scenario's num_requests)
 
 
 Guess = Callable[[int], int | None]
@@ -183,16 +184,50 @@ def _worse(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return _badness(a["passed"], a["score"]) > _badness(b["passed"], b["score"])
 
 
+def lengthened(scenario: Scenario, num_requests: int) -> Scenario:
+    """``scenario`` run for ``num_requests`` requests, its ``warmup_s`` and ``cooldown_s`` (the plan's
+    fractions of the run) scaled with it. The arrivals and lengths of the first requests are the same
+    (one seeded stream), so a longer run continues the shorter one."""
+    assert scenario.num_requests is not None      # a cell's scenario is sized in requests
+    scale = num_requests / scenario.num_requests
+    return scenario.model_copy(update={"num_requests": num_requests, "warmup_s": scenario.warmup_s * scale,
+                                       "cooldown_s": scenario.cooldown_s * scale})
+
+
+def settled(check: dict[str, Any]) -> bool:
+    """Whether a replication's check is final at its run length (module docstring, *Run length*): a pass
+    in steady state; or a failure of a latency, attainment or drop check beyond its noise (the warm-up
+    only flatters latencies, so a longer run would fail too) or in steady state."""
+    if check["steady_reached"]:
+        return check["outcome"] != "marginal"
+    return check["outcome"] == "fail" and any(
+        ratio > 1.0 and name != "stability" and name not in check["uncertain"]
+        for name, ratio in check["ratios"].items())
+
+
 def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | None, dict[str, Any]]:
     """Simulate replication ``k`` of ``counts`` and judge it against every client mix: the worst mix
-    over all requests (key None) and, with pools, over each pool's own requests (key: its name)."""
+    over all requests (key None) and, with pools, over each pool's own requests (key: its name).
+    A check that is not :func:`settled` is simulated again twice as long, up to ``max_num_requests``."""
     sc = with_counts(task.scenario, counts)
     sc = sc.model_copy(update={"seed": sc.seed + k})
+    while True:
+        out = _judge_run(task, counts, k, sc)
+        if settled(out[None]) or (sc.num_requests or 0) >= task.max_num_requests:
+            return out
+        out[None]["batching_factor"].release()
+        sc = lengthened(sc, min(task.max_num_requests, 2 * (sc.num_requests or 0)))
+
+
+def _judge_run(task: SearchTask, counts: Counts, k: int, sc: Scenario) -> dict[str | None, dict[str, Any]]:
+    """One run of replication ``k`` (the scenario ``sc``) judged against every client mix."""
     result = simulate(sc)
     pools: list[str | None] = [None] + [p.name for p in sc.deployment.pools or ()]
     worst: dict[str | None, tuple[str, Verdict, Records, tuple[float, float], dict[str, Any]]] = {}
     run_stability = _run_stability(result)
-    batching_factor = BatchingFactor(result.step_log, result.system, task, counts, k)
+    steady = steady_window(result.records, sc.warmup_s, sc.cooldown_s, sc.workload.arrival,
+                           sc.workload.sessions)[1]
+    batching_factor = BatchingFactor(result.step_log, result.system, task, counts, k, sc.num_requests or 0)
     for i, (case, mix) in enumerate(task.mixes):
         rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 7919, i]))
         frame = with_client_latencies(result.records, mix, rng)
@@ -204,7 +239,9 @@ def _judge_replication(task: SearchTask, counts: Counts, k: int) -> dict[str | N
     out: dict[str | None, dict[str, Any]] = {}
     for pool, (case, verdict, judged, window, stable) in worst.items():   # the worksheet's figures: worst mix's
         out[pool] = _check_row(verdict, judged, window)
-        out[pool].update(case=case, seed=sc.seed, stability=stable, batching_factor=batching_factor)
+        out[pool].update(case=case, seed=sc.seed, stability=stable, batching_factor=batching_factor,
+                         num_requests=sc.num_requests, sim_s=float(window[1] - window[0]),
+                         steady_reached=bool(steady.reached), warmup_s=steady.warmup_s)
     if not out[None]["passed"]:     # a failed run is shown only as an infeasible cell's best
         batching_factor.release()
     return out
@@ -216,12 +253,12 @@ class BatchingFactor:
     a search simulates. :meth:`release` drops the log (a search keeps those of its current answer
     only); a released one simulates its run again when read (the same run, seeded)."""
 
-    __slots__ = ("counts", "k", "step_log", "system", "task")
+    __slots__ = ("counts", "k", "num_requests", "step_log", "system", "task")
 
     def __init__(self, step_log: FrozenStepLog, system: ResolvedSystem, task: SearchTask, counts: Counts,
-                 k: int) -> None:
+                 k: int, num_requests: int) -> None:
         self.step_log: FrozenStepLog | None = step_log
-        self.system, self.task, self.counts, self.k = system, task, counts, k
+        self.system, self.task, self.counts, self.k, self.num_requests = system, task, counts, k, num_requests
 
     def release(self) -> None:
         self.step_log = None
@@ -230,6 +267,7 @@ class BatchingFactor:
         step_log = self.step_log
         if step_log is None:
             sc = with_counts(self.task.scenario, self.counts)
+            sc = lengthened(sc, self.num_requests) if self.num_requests else sc
             step_log = simulate(sc.model_copy(update={"seed": sc.seed + self.k})).step_log
         mean = batch_summary(step_log, self.system)["mean_num_seqs"]
         return math.nan if mean is None else float(mean)
@@ -324,7 +362,8 @@ def _check_row(verdict: Verdict, frame: Records, window: tuple[float, float]) ->
         t = tasks(frame)
         started = ((t["start_s"] >= window[0]) & (t["start_s"] <= window[1])).to_numpy()
         out["task_ttua_p99_s"] = quantile_with_drops(t["ttua_s"].to_numpy()[started], 0.99)
-    out.update(passed=verdict.passed, score=verdict.score, binding=verdict.binding, ratios=dict(verdict.ratios),
+    out.update(passed=verdict.passed, outcome=verdict.outcome, uncertain=verdict.uncertain,
+               shares=dict(verdict.shares), score=verdict.score, binding=verdict.binding, ratios=dict(verdict.ratios),
                attainment=verdict.attainment if verdict.attainment is not None else 0.0,
                failures=verdict.failures(), measured=verdict.arrived, dropped=verdict.dropped,
                stable=verdict.stable)
@@ -457,7 +496,8 @@ def overloaded_check(counts: Counts, utilization: float, failure: str) -> dict[s
             "case": "design load", "seed": None, "failures": [failure], "stability": {"backlog_growth_fraction": nan},
             "batching_factor": nan, "runs": 0, "seeds_passed": 0, "seed_spread": nan,
             **{f"{m}_{q}_s": nan for m in ("ttft", "tpot", "e2e", "ttua") for q in ("p50", "p99")},
-            "task_ttua_p99_s": nan}
+            "task_ttua_p99_s": nan, "outcome": "fail", "uncertain": (), "shares": {}, "num_requests": 0,
+            "sim_s": nan, "steady_reached": False, "warmup_s": nan}
 
 
 def describe_failure(run: dict[str, Any]) -> str:
@@ -480,7 +520,20 @@ def check_columns(chosen: dict[str, Any]) -> dict[str, Any]:
         "stable": chosen["stable"], "backlog_growth_fraction": chosen["stability"]["backlog_growth_fraction"],
         "batching_factor": float(chosen["batching_factor"]), "worst_case": chosen["case"],
         "slo_worst_ratio": chosen["score"], "seed_spread": chosen["seed_spread"],
+        **margin_columns(chosen),
     }
+
+
+def margin_columns(chosen: dict[str, Any]) -> dict[str, Any]:
+    """How sure the worksheet is of a count: its verdict, the binding check, its margin to the limit (the
+    share of requests beyond the limit against the share allowed, with its batch-means interval) and the
+    run behind it (its length, the warm-up found and whether it reached steady state)."""
+    share, half, allowed = chosen["shares"].get(chosen["binding"], (math.nan, math.nan, math.nan))
+    return {"verdict": chosen["outcome"], "binding_check": chosen["binding"],
+            "margin_to_limit": 1.0 - chosen["score"] if math.isfinite(chosen["score"]) else -math.inf,
+            "beyond_limit_share": share, "beyond_limit_ci95": half, "beyond_limit_allowed": allowed,
+            "run_requests": chosen["num_requests"], "measured_s": chosen["sim_s"],
+            "steady_warmup_s": chosen["warmup_s"], "steady_reached": chosen["steady_reached"]}
 
 
 def _row(task: SearchTask, runs: dict[int, dict[str, Any]], chosen: dict[str, Any], status: str,
@@ -498,3 +551,14 @@ def _row(task: SearchTask, runs: dict[int, dict[str, Any]], chosen: dict[str, An
         "replicas_tried": " ".join(str(k) for k in sorted(runs)),
         **extra, **task.meta,
     }
+
+
+def pruned_row(task: SearchTask, why: str) -> dict[str, Any]:
+    """The row of a candidate the planner did not search in a cell (``status: pruned``; ``why`` says so)."""
+    nan = math.nan
+    check = overloaded_check(1, nan, why)
+    row = _row(task, {}, check, status="pruned", binding=why, below="", saturation=task.saturation_rps or nan,
+               extra={"replications": 0, "simulations": 0, "replications_reason": "not searched"})
+    row.update(replicas=nan, gpus=nan, utilization=nan, slo_worst_ratio=nan, verdict="not searched",
+               binding_check="", margin_to_limit=nan, run_requests=nan)
+    return row
