@@ -190,3 +190,22 @@ def test_roofline_floor_counts_the_kernels_each_layer_runs() -> None:
     assert ds._lin_floor_s + ds._attn_floor_s + ds._elem_floor_s == pytest.approx(
         lat * (58 * per_moe_layer + 3 * per_dense_layer + 1))
     assert per_moe_layer == 22                  # DeepSeek's "~20 kernels a layer"
+
+
+def test_the_published_moe_table_in_the_docs_is_what_the_script_prints() -> None:
+    """docs/hardware-profiles.md's published MoE points are recomputed by benchmarks/published_moe.py
+    (every prediction, to the printed digit): the table cannot drift from the model."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("published_moe", root / "benchmarks" / "published_moe.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    docs = (root / "docs" / "hardware-profiles.md").read_text()
+    for point in mod.POINTS:
+        pred = mod.predict(point)
+        row = next(line for line in docs.splitlines() if line.startswith(f"| {point['model']} (")
+                   and f"| {point['tp']} x {point['gpu']} |" in line and f"{point['published']:,.1f}" in line)
+        assert f"| {pred:,.1f} | {pred / point['published'] - 1:+.0%} |" in row
