@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256
+from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, written_columns
 from simulator.errors import ScenarioError
 from simulator.scenario.profiles import load_profile
 
@@ -332,6 +332,8 @@ def aiconfigurator_tables(db: AicDatabase, system: str, framework: str = "vllm",
                                          batch=r["batch_size"], context=r["step"] + 1, num_heads=r["num_heads"],
                                          num_kv_heads=r["num_key_value_heads"], head_dim=r["head_dim"]))
     rows += _aic_all_reduce(db, base, framework, spec, files, kernels, versions)
+    rows += _aic_moe(db, base, framework, files, kernels, versions, compact)
+    rows += _aic_mla(db, base, framework, files, kernels, versions, compact)
     return AicTables(system, framework, device, rows, files, kernels, versions, spec,
                      pd.concat(full, ignore_index=True))
 
@@ -367,6 +369,94 @@ def _aic_all_reduce(db: AicDatabase, base: str, framework: str, spec: dict[str, 
             for r in n.to_dict("records")]
 
 
+AIC_MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4",
+                  "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+"""AIConfigurator ``moe_dtype`` -> our MoE row dtype (bf16 weights; fp8 per-tensor W8A8; fp8 with 128x128
+block scales (DeepSeek-V3's checkpoint); int4 weight-only (Marlin); MXFP4 weights with 16-bit activations
+(gpt-oss's checkpoint); NVFP4 (Blackwell))."""
+AIC_MOE_DISTRIBUTION = "power_law_1.01"
+"""Token-to-expert routing the MoE rows were measured under: AIConfigurator's default (``power_law`` with
+alpha 1.01, its DeepSeek setting; within a few per cent of its 1.2 and above ``balanced`` from ~64 tokens)."""
+COMPACT_MOE_TP = (1, 2, 4, 8)
+"""Tensor-parallel degrees the experts are split over that the compact grid keeps (expert parallelism 1)."""
+COMPACT_MOE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+"""Token counts of the MoE rows the compact grid keeps (AIConfigurator measures 27 between 1 and 16,384)."""
+COMPACT_MLA_HEADS = (8, 16, 32, 64, 128)
+"""Heads per shard of the MLA rows the compact grid keeps: DeepSeek-V3's 128 heads at TP 1-16."""
+AIC_MLA_DTYPES = {"bfloat16": 16, "fp8_block": 8}
+"""AIConfigurator MLA ``gemm_type`` -> ``weight_bits`` of our MLA rows."""
+
+
+def _aic_moe(db: AicDatabase, base: str, framework: str, files: list[str], kernels: dict[str, str],
+             versions: dict[str, str], compact: bool) -> list[dict[str, Any]]:
+    """One MoE layer's routed experts (vLLM's fused MoE: routing, grouped GEMMs, activation, combine),
+    per weight dtype: the kernel with the most rows at expert parallelism 1, under
+    :data:`AIC_MOE_DISTRIBUTION` routing; ``compact`` keeps TP degrees :data:`COMPACT_MOE_TP`."""
+    folder = f"{base}/moe/{framework}"
+    if not db.exists(folder):
+        return []
+    vdir = db.newest(folder)
+    m = db.read_parquet(f"{vdir}/moe_perf.parquet")
+    files.append(f"{vdir}/moe_perf.parquet")
+    m = m[(m["moe_ep_size"] == 1) & (m["distribution"] == AIC_MOE_DISTRIBUTION)]
+    if compact:
+        m = m[m["moe_tp_size"].isin(COMPACT_MOE_TP) & m["num_tokens"].isin(COMPACT_MOE_TOKENS)]
+    rows: list[dict[str, Any]] = []
+    for aic, ours in AIC_MOE_DTYPES.items():
+        sel = m[m["moe_dtype"] == aic]
+        if sel.empty:
+            continue
+        kernel = _main_kernel(sel)
+        sel = sel[sel["kernel_source"] == kernel]
+        kernels[f"moe {ours}"], versions[f"moe {ours}"] = kernel, str(sel["version"].iloc[0])
+        rows += [_row("moe", "moe", ours, r["latency"] / 1e3, tokens=r["num_tokens"], n=r["inter_size"],
+                      k=r["hidden_size"], num_experts=r["num_experts"], top_k=r["topk"], world_size=r["moe_tp_size"])
+                 for r in sel.to_dict("records")]
+    return rows
+
+
+def _aic_mla(db: AicDatabase, base: str, framework: str, files: list[str], kernels: dict[str, str],
+             versions: dict[str, str], compact: bool) -> list[dict[str, Any]]:
+    """One multi-head-latent-attention block (DeepSeek-V3's: q/kv down-projections, norms, rotary,
+    up-projections, attention over the latent cache, output projection), vLLM's ``mla_*_module``
+    tables, per projection dtype (bf16, fp8 block) and KV-cache dtype: prefill at batch 1 over a
+    prompt of ``tokens`` without a cached prefix, decode per batch x context. ``head_dim`` is the
+    cached width per token (``kv_lora_rank + qk_rope_head_dim`` = 576), ``num_kv_heads`` 1 (one
+    latent shared by every head). ``compact`` keeps :data:`COMPACT_MLA_HEADS`."""
+    folder = f"{base}/mla/{framework}"
+    if not db.exists(folder):
+        return []
+    vdir = db.newest(folder)
+    rows: list[dict[str, Any]] = []
+    for table, op in (("mla_context_module_perf", "mla_prefill"), ("mla_generation_module_perf", "mla_decode")):
+        if not db.exists(f"{vdir}/{table}.parquet"):
+            continue
+        a = db.read_parquet(f"{vdir}/{table}.parquet")
+        files.append(f"{vdir}/{table}.parquet")
+        if op == "mla_prefill":
+            a = a[(a["batch_size"] == 1) & (a["step"] == 0)]
+        if compact:
+            a = a[a["num_heads"].isin(COMPACT_MLA_HEADS)]
+        for (gemm, kv), sel in a.groupby(["gemm_type", "kv_cache_dtype"]):
+            if gemm not in AIC_MLA_DTYPES or kv not in AIC_KV_DTYPES:
+                continue
+            kernel = _main_kernel(sel)
+            sel = sel[sel["kernel_source"] == kernel]
+            bits, ours = AIC_MLA_DTYPES[gemm], AIC_KV_DTYPES[kv]
+            kernels[f"{op} w{bits} kv {ours}"] = kernel
+            versions[f"{op} w{bits} kv {ours}"] = str(sel["version"].iloc[0])
+            sel = sel.groupby(["batch_size", "isl", "step", "num_heads"], as_index=False)["latency"].median()
+            for r in sel.to_dict("records"):
+                if op == "mla_prefill":
+                    rows.append(_row(op, op, ours, r["latency"] / 1e3, tokens=r["isl"], batch=1, context=0,
+                                     num_heads=r["num_heads"], num_kv_heads=1, head_dim=576, weight_bits=bits))
+                else:
+                    rows.append(_row(op, op, ours, r["latency"] / 1e3, tokens=r["batch_size"], batch=r["batch_size"],
+                                     context=r["step"] + 1, num_heads=r["num_heads"], num_kv_heads=1, head_dim=576,
+                                     weight_bits=bits))
+    return rows
+
+
 def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name: str | None = None,
                           source: str | Path | None = None, compact: bool = False) -> Path:
     """Convert one system's tables (:func:`aiconfigurator_tables`) into an imported ``kernel_table``
@@ -392,26 +482,35 @@ def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name:
 def _dedupe(table: pd.DataFrame) -> pd.DataFrame:
     """One row per shape (the same GEMM shape may come from several models): the median time."""
     keys = ["op", "family", "dtype", "tokens", "n", "k", "batch", "context", "num_heads", "num_kv_heads",
-            "head_dim", "width", "message_bytes", "world_size"]
+            "head_dim", "width", "message_bytes", "world_size", "num_experts", "top_k", "weight_bits"]
     agg = {"median_s": "median", "p10_s": "min", "p90_s": "max", "std_s": "max", "repeats": "sum"}
     return table.groupby(keys, as_index=False, sort=False).agg(agg)[list(TABLE_COLUMNS)]
 
 
 def _write(out: Path, name: str, base_profile: str, table: pd.DataFrame, prov: dict[str, Any],
            cost_model: str = "table", efficiency: dict[str, float] | None = None,
-           header: str | None = None) -> Path:
-    """``ops.csv`` and ``profile.yaml`` into ``out`` (each written under a temporary name, then
-    renamed): the base profile's numbers with the table, ``source: imported``, the provenance and,
-    when given, efficiencies that replace the base's assumed ones."""
+           header: str | None = None, table_file: str = "ops.csv") -> Path:
+    """``table_file`` (``ops.csv``, or ``ops.csv.gz``: gzip without a timestamp, so the same table
+    gives the same bytes) and ``profile.yaml`` into ``out`` (each written under a temporary name,
+    then renamed): the base profile's numbers with the table, ``source: imported``, the provenance
+    and, when given, efficiencies that replace the base's assumed ones. A table of the other name
+    left in ``out`` by an earlier import is removed."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "ops.csv.tmp"
-    table.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, out / "ops.csv")
+    tmp = out / (table_file + ".tmp")
+    cols = written_columns(table)
+    if table_file.endswith(".gz"):
+        table[cols].to_csv(tmp, index=False, float_format="%.6g", compression={"method": "gzip", "mtime": 0})
+    else:
+        table[cols].to_csv(tmp, index=False, float_format="%.6g")
+    os.replace(tmp, out / table_file)
+    for stale in ("ops.csv", "ops.csv.gz"):
+        if stale != table_file and (out / stale).is_file():
+            (out / stale).unlink()
     base = load_profile(base_profile)
     data = base.model_dump(mode="json", exclude_none=True)
-    data.update(name=name, source="imported", cost_model=cost_model, table="ops.csv",
-                table_sha256=file_sha256(out / "ops.csv"), table_schema=TABLE_SCHEMA)
+    data.update(name=name, source="imported", cost_model=cost_model, table=table_file,
+                table_sha256=file_sha256(out / table_file), table_schema=TABLE_SCHEMA)
     if efficiency:
         data["efficiency"] = {**data.get("efficiency", {}), **efficiency}
     kept = "efficiencies fitted to the rows (provenance.roofline_fit)" if efficiency else \
@@ -429,7 +528,8 @@ def _write(out: Path, name: str, base_profile: str, table: pd.DataFrame, prov: d
 # -- the shipped defaults -----------------------------------------------------------------------------------
 VIDUR_FOR_AIC = {"h100_sxm": "h100", "a100_sxm": "a100"}
 """AIConfigurator systems Vidur also measured (its elementwise tables join the defaults)."""
-_FAMILY_ORDER = {"gemm": 0, "attn_prefill": 1, "attn_decode": 2, "elementwise": 3, "sampling": 4, "comm": 5}
+_FAMILY_ORDER = {"gemm": 0, "attn_prefill": 1, "attn_decode": 2, "elementwise": 3, "sampling": 4, "comm": 5,
+                 "moe": 6, "mla_prefill": 7, "mla_decode": 8}
 
 
 def vidur_elementwise_rows(data_dir: Path, gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -463,7 +563,8 @@ def import_default(system: str, out: Path, source: str | Path | None = None, vid
         rows += extra
     table, spikes = drop_spikes(_dedupe(pd.DataFrame(rows, columns=list(TABLE_COLUMNS))))
     table = table.sort_values(["family", "dtype", "op", "num_heads", "num_kv_heads", "head_dim", "n", "k", "width",
-                               "world_size", "batch", "context", "tokens", "message_bytes"],
+                               "world_size", "num_experts", "top_k", "weight_bits", "batch", "context", "tokens",
+                               "message_bytes"],
                               key=lambda c: c.map(_FAMILY_ORDER) if c.name == "family" else c,
                               kind="stable").reset_index(drop=True)
     base_name = f"{gpu}-datasheet"
@@ -493,7 +594,8 @@ def import_default(system: str, out: Path, source: str | Path | None = None, vid
               + (", Vidur" if vidur_files else "")
               + f"),\n# built by `llmplan import-profile default --system {system}`. The vendor-peak roofline of the "
               f"same GPU\n# is `{base_name}`. See provenance and hwprofiles/README.md.\n")
-    return _write(out, name or gpu, base_name, table, prov, cost_model="kernel_table", efficiency=eff, header=header)
+    return _write(out, name or gpu, base_name, table, prov, cost_model="kernel_table", efficiency=eff, header=header,
+                  table_file="ops.csv.gz")
 
 
 def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], eff: dict[str, float],
@@ -503,6 +605,13 @@ def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], e
                 f"{t.framework} {t.versions[k]})" for k in t.kernels if k.startswith("gemm")]
     measured += [f"{k.split()[0]} with a {k.split()[-1]} KV cache ({t.kernels[k]}, {t.framework} {t.versions[k]})"
                  for k in t.kernels if k.startswith("attn")]
+    measured += [f"MoE routed experts, {k.split()[1]} weights: one layer's fused MoE by tokens x hidden x "
+                 f"expert width x experts x top-k x TP (expert parallelism 1, {AIC_MOE_DISTRIBUTION} routing; "
+                 f"{t.kernels[k]}, {t.framework} {t.versions[k]})" for k in t.kernels if k.startswith("moe ")]
+    measured += [f"MLA block ({'prefill' if k.startswith('mla_prefill') else 'decode'}, {k.split()[1][1:]}-bit "
+                 f"projections, {k.split()[-1]} KV cache): DeepSeek-V3's attention block per layer by heads x "
+                 f"{'prompt' if k.startswith('mla_prefill') else 'batch x context'} ({t.kernels[k]}, "
+                 f"{t.framework} {t.versions[k]})" for k in t.kernels if k.startswith("mla_")]
     if "all_reduce" in t.kernels:
         measured.append(f"all-reduce of 16-bit tensors on 2, 4 and 8 GPUs ({t.kernels['all_reduce']}, "
                         f"{t.versions['all_reduce']})")
@@ -524,6 +633,12 @@ def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], e
         "table measures the scheduler (llmplan validate fits it on a real engine)",
         "TP degrees other than 2, 4, 8 and tensor sizes beyond the all-reduce table: the interconnect roofline / "
         "the table's last point",
+        "MoE shapes, TP degrees or dtypes off the table: the nearest measured MoE shape scaled by the ratio of the "
+        "two shapes' MoE rooflines; a dtype without rows: the bf16 rows x the roofline ratio of the precisions; "
+        "beyond 16,384 tokens: the roofline ratio from the last point; expert parallelism and its all-to-all: "
+        "not modelled by kernel_table",
+        "MLA heads per shard off the grid: the nearest measured heads x the heads ratio; prefill after cached "
+        "tokens: the no-prefix prompt of equal causal work",
     ]
     meta = db.read_bytes(t.files[0].rsplit("/", 1)[0] + "/collection_meta.yaml").decode() \
         if db.exists(t.files[0].rsplit("/", 1)[0] + "/collection_meta.yaml") else ""
@@ -543,7 +658,10 @@ def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], e
         "compact_grid": {"gemm_m": ", ".join(map(str, COMPACT_GEMM_M)),
                          "gemm_n_and_k": ", ".join(map(str, COMPACT_GEMM_NK)),
                          "attention_heads/kv_heads/head_dim": ", ".join("/".join(map(str, h)) for h in COMPACT_HEADS),
-                         "elementwise_tokens": ", ".join(map(str, COMPACT_TOKENS)) if vidur_files else "-"},
+                         "elementwise_tokens": ", ".join(map(str, COMPACT_TOKENS)) if vidur_files else "-",
+                         "moe_tokens": ", ".join(map(str, COMPACT_MOE_TOKENS)),
+                         "moe_tp": ", ".join(map(str, COMPACT_MOE_TP)),
+                         "mla_heads": ", ".join(map(str, COMPACT_MLA_HEADS))},
         "compaction": compaction,
         "fit_leave_one_out": loo,
         "roofline_fit": {"efficiency": eff, **fit_report,
@@ -602,7 +720,8 @@ def gemm_compaction_errors(full: pd.DataFrame, table: pd.DataFrame, peaks: dict[
 
 #: Per family: the size a curve runs along, and the factor by which a point must exceed both its
 #: neighbours on that curve to be dropped as a spike (a measurement hiccup, not a kernel).
-SPIKE_AXES = {"gemm": "tokens", "attn_prefill": "tokens", "attn_decode": "context", "comm": "message_bytes"}
+SPIKE_AXES = {"gemm": "tokens", "attn_prefill": "tokens", "attn_decode": "context", "comm": "message_bytes",
+              "moe": "tokens", "mla_prefill": "tokens", "mla_decode": "context"}
 SPIKE_FACTOR = 1.5
 
 
@@ -614,7 +733,7 @@ def drop_spikes(table: pd.DataFrame, factor: float = SPIKE_FACTOR) -> tuple[pd.D
     512 tokens of context: 93.7 us between 22.6 and 27.4). The ``table`` models' decode curves
     are made non-decreasing along the context, so one spike would lift every longer context."""
     shape = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
-             "world_size"]
+             "world_size", "num_experts", "top_k", "weight_bits"]
     drop: list[int] = []
     for fam, axis in SPIKE_AXES.items():
         sel = table[table["family"] == fam]

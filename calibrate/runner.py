@@ -25,7 +25,15 @@ import pandas as pd
 import torch
 import yaml
 
-from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
+from simulator.cost.op_table import (
+    OPTIONAL_COLUMNS,
+    TABLE_COLUMNS,
+    TABLE_SCHEMA,
+    file_sha256,
+    fit_summary,
+    leave_one_out,
+    written_columns,
+)
 from simulator.errors import ScenarioError
 from simulator.report.profile_report import TARGET_MEDIAN, TARGET_P90
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
@@ -574,12 +582,15 @@ def _finalize(out: Path, specs: list[BenchSpec], settings: Settings, dev: torch.
         raise ScenarioError("--out", str(out), f"{missing} benchmark passes have no result; run again to resume")
     # One row per benchmark: the median over passes of each statistic, every call counted.
     stats = {"median_s": "median", "p10_s": "median", "p90_s": "median", "std_s": "median", "repeats": "sum"}
+    for c in OPTIONAL_COLUMNS:          # partial results written before these columns existed
+        if c not in df:
+            df[c] = 0
     shape = [c for c in TABLE_COLUMNS if c not in stats]
     agg = df.groupby("key", sort=False).agg({**{c: "first" for c in shape}, **stats})
     agg = agg.loc[sorted(agg.index, key=order.__getitem__)]
     table = agg[list(TABLE_COLUMNS)].reset_index(drop=True)
     tmp = out / "ops.csv.tmp"
-    table.to_csv(tmp, index=False, float_format="%.6g")
+    table[written_columns(table)].to_csv(tmp, index=False, float_format="%.6g")
     os.replace(tmp, out / "ops.csv")
     table = pd.read_csv(out / "ops.csv")
 

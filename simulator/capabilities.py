@@ -225,6 +225,9 @@ _OWN_DTYPE = No("it times the model in the dtype it was measured in",
 _DENSE_OPS = No("its per-op tables time a dense model's GEMMs and attention on one tensor-parallel group",
                 "use a roofline profile (e.g. the GPU's datasheet one)")
 
+_ONE_TP_GROUP = No("its measured tables time one tensor-parallel group (no all-to-all or stage-send rows)",
+                  "use a roofline profile (e.g. the GPU's datasheet one)")
+
 COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
     # constant: fixed step times, whatever the model (the KV plan still follows its bytes)
     "constant": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
@@ -232,9 +235,10 @@ COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
     "table": _all_but(COST_MODEL_FEATURES, quantization=_OWN_DTYPE, kv_cache_dtype=_OWN_DTYPE, moe=_DENSE_OPS,
                       mla=_DENSE_OPS, sliding_window=_DENSE_OPS, expert_parallel=_DENSE_OPS,
                       pipeline_parallel=_DENSE_OPS),
-    # kernel_table: measured dense kernels per precision (else the 16-bit rows scaled)
-    "kernel_table": _all_but(COST_MODEL_FEATURES, moe=_DENSE_OPS, mla=_DENSE_OPS, sliding_window=_DENSE_OPS,
-                             expert_parallel=_DENSE_OPS, pipeline_parallel=_DENSE_OPS),
+    # kernel_table: measured kernels per precision (else the 16-bit rows scaled), MoE and MLA blocks
+    # included; one tensor-parallel group per replica
+    "kernel_table": _all_but(COST_MODEL_FEATURES, also=("moe", "mla", "sliding_window"),
+                             expert_parallel=_ONE_TP_GROUP, pipeline_parallel=_ONE_TP_GROUP),
 }
 """A profile's ``cost_model`` -> feature -> ``YES`` or :class:`No` (missing: none supported)."""
 

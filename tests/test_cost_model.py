@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from simulator import ScenarioError
-from simulator.cost.analytic import ConstantCostModel, RooflineCostModel
+from simulator.cost.analytic import DENSE_LAYER_KERNELS, ConstantCostModel, RooflineCostModel
 from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.engine.kv_cache import plan_kv_cache
@@ -55,11 +55,18 @@ def test_model_that_does_not_fit_names_both_sizes():
 
 
 def test_decode_step_is_weight_bandwidth_bound_at_small_batch():
-    """Batch 1, short context: streaming 16 GB of weights at 80% of 3.35 TB/s is ~6 ms."""
+    """Batch 1, short context: streaming 16 GB of weights at 80% of 3.35 TB/s is ~6 ms, plus the
+    per-kernel floor (3 us x 10 kernels per layer x 32 layers, the final norm and the LM head: ~1 ms)
+    and the engine's 1.5 ms."""
     cm = roofline()
     t = cm.step_time_s(BatchShape.decode(1, 100))
     weights = (MODEL_PRESETS["llama-3-8b"].num_params * 2)
-    assert t == pytest.approx(weights / (3.35e12 * 0.8) + 0.0015, rel=0.05)
+    floor = 3e-6 * (sum(DENSE_LAYER_KERNELS.values()) * 32 + 2)
+    assert t == pytest.approx(weights / (3.35e12 * 0.8) + floor + 0.0015, rel=0.05)
+    hw = load_profile("h100-sxm-datasheet")
+    off = RooflineCostModel(hw.model_copy(update={"efficiency": hw.efficiency.model_copy(
+        update={"kernel_latency_s": 0.0})}), MODEL_PRESETS["llama-3-8b"])
+    assert t - off.step_time_s(BatchShape.decode(1, 100)) == pytest.approx(floor, rel=1e-9)
 
 
 def test_roofline_monotone_in_batch_context_and_prompt():

@@ -742,9 +742,11 @@ def header_only_table_profile(tmp_path: Path) -> Path:
     src = REPO / "hwprofiles" / "l40s"
     folder = tmp_path / "empty-table"
     folder.mkdir()
-    (folder / "ops.csv").write_text((src / "ops.csv").read_text().splitlines()[0] + "\n")
+    import gzip
+
+    (folder / "ops.csv").write_text(gzip.decompress((src / "ops.csv.gz").read_bytes()).decode().splitlines()[0] + "\n")
     profile = yaml.safe_load((src / "profile.yaml").read_text())
-    profile["table_sha256"] = file_sha256(folder / "ops.csv")
+    profile["table"], profile["table_sha256"] = "ops.csv", file_sha256(folder / "ops.csv")
     (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
     return folder
 

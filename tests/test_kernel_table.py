@@ -130,9 +130,9 @@ def test_monotone_table_fits_each_curve_on_its_own_in_size_order(name: str) -> N
     raw = read_table(p.table, sha256=p.table_sha256)
     mono = monotone_table(raw)
     keys = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
-            "world_size"]
+            "world_size", "num_experts", "top_k", "weight_bits"]
     sizes = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
-             "comm": "message_bytes"}
+             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens"}
     expected = raw["median_s"].to_numpy(np.float64).copy()
     curves = 0
     for fam, size in sizes.items():
@@ -241,7 +241,7 @@ def test_default_import_writes_a_loadable_kernel_table_profile(tmp_path: Path) -
     cm = make_cost_model(p, MODEL_PRESETS["llama-3-8b"], 2)
     assert cm.step_time_s(BatchShape.prefill(1024)) > cm.step_time_s(BatchShape.decode(1, 100)) > 0
     text = (path.parent / "profile.yaml").read_text()
-    assert text.startswith("# Default profile of the NVIDIA H100") and yaml.safe_load(text)["table"] == "ops.csv"
+    assert text.startswith("# Default profile of the NVIDIA H100") and yaml.safe_load(text)["table"] == "ops.csv.gz"
 
 
 def test_an_aiconfigurator_import_is_a_kernel_table_profile_that_models_fp8(tmp_path: Path) -> None:
@@ -266,7 +266,7 @@ def test_committed_defaults_are_reproduced_by_the_importer(tmp_path: Path, name:
 
     vidur = Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     path = import_default(system, tmp_path / name, source=AIC_WHEEL, vidur_dir=vidur if vidur.is_dir() else None)
-    assert file_sha256(path.parent / "ops.csv") == load_profile(name).table_sha256
+    assert file_sha256(path.parent / "ops.csv.gz") == load_profile(name).table_sha256
 
 
 @pytest.mark.parametrize("profile, kv", [("h100-sxm", "auto"), ("a100-80gb", "fp8"), ("l40s", "fp8")])

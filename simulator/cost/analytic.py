@@ -10,7 +10,11 @@ An engine step runs the model once over every token scheduled in it: whole or pa
   the elementwise ops (RMSNorm, rotary, SiLU, residuals), tensor-parallel all-reduces, and a fixed
   plus per-request CPU overhead between steps. Weight, activation and KV bytes and the GEMM
   compute dtype come from the deployment's :class:`~simulator.scenario.quantization.Precision`
-  (``quantization``, ``kv_cache_dtype``).
+  (``quantization``, ``kv_cache_dtype``). Every kernel also costs a fixed
+  ``efficiency.kernel_latency_s`` (launch and tail: the time a kernel takes whatever its size) on top
+  of its roofline, times the kernels a step runs (:data:`DENSE_LAYER_KERNELS` per layer, plus the
+  final norm and the LM head; :class:`GeneralRooflineCostModel` counts the MoE and MLA kernels), so
+  a small-batch decode step is never faster than its kernel count allows.
 * ``constant``: ``step_time_s + prefill_time_per_token_s x prefill tokens``, whatever the batch;
   with it the simulator reduces to textbook queues (M/D/1, M/G/1, M/G/c) for theory checks.
 
@@ -34,6 +38,23 @@ from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism, collective_link, stage_links
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
+
+DENSE_LAYER_KERNELS = {"gemm": 4, "attention": 1, "elementwise": 5}
+"""Kernels one dense (Llama-shaped) layer runs in vLLM under CUDA graphs, per kind: the QKV, O,
+gate/up and down GEMMs; one attention kernel; two fused residual-add + RMSNorm, rotary, SiLU-and-
+multiply and the KV-cache write. The tensor-parallel all-reduces carry their own
+``interconnect.latency_s``. Each costs ``efficiency.kernel_latency_s`` on top of its roofline."""
+
+
+MOE_LAYER_KERNELS = {"gemm": 7, "shared_gemm": 2}
+"""Kernels of one MoE layer's MLP in vLLM's fused MoE path, counted with the GEMMs: the router GEMM,
+top-k softmax, the expert-alignment sort, the two grouped GEMMs, the activation and the weighted
+sum (7); shared experts add their gate/up and down GEMMs (2) and a SiLU-and-multiply."""
+MLA_LAYER_KERNELS = {"gemm": 5, "elementwise": 6}
+"""Kernels of one multi-head-latent-attention block besides the attention kernel: the fused q/kv
+down-projection, the q up-projection, the two absorbed batched matmuls (decode form) and the output
+projection (5 GEMMs); two residual-add + RMSNorm, the q and kv latent norms, rotary and the latent
+cache write (6)."""
 
 
 class ConstantCostModel:
@@ -100,6 +121,12 @@ class RooflineCostModel:
         self._kv_bytes_per_token = 2.0 * L * kv_heads * model.head_dim * p.kv_bytes
         # Elementwise: ~12 reads/writes of the hidden vector per token per layer.
         self._elem_bytes_per_token = 12.0 * L * h * abytes
+        # The per-kernel floor: kernel_latency_s per kernel of each kind (the LM head adds one).
+        lat = eff.kernel_latency_s
+        self._kernel_latency_s = lat
+        self._lin_floor_s = lat * DENSE_LAYER_KERNELS["gemm"] * L
+        self._attn_floor_s = lat * DENSE_LAYER_KERNELS["attention"] * L
+        self._elem_floor_s = lat * (DENSE_LAYER_KERNELS["elementwise"] * L + 1)
         self._peak = peak
         self._gemm_max, self._gemm_half = eff.gemm_max, eff.gemm_half_tokens
         self._mem_bw = bw * eff.memory
@@ -132,10 +159,11 @@ class RooflineCostModel:
     def _linear_s(self, tokens: int, sampled: int) -> float:
         lin = max(self._lin_flops_per_token * tokens / self._gemm_rate(tokens),
                   (self._lin_weight_bytes + self._lin_act_bytes_per_token * tokens) / self._mem_bw)
+        lin += self._lin_floor_s
         head = 0.0
         if sampled:
             head = max(self._head_flops_per_row * sampled / self._gemm_rate(sampled),
-                       self._head_weight_bytes / self._mem_bw)
+                       self._head_weight_bytes / self._mem_bw) + self._kernel_latency_s
         return lin + head
 
     def _prefill_attention_s(self, new: int, ctx: int) -> float:
@@ -150,11 +178,12 @@ class RooflineCostModel:
             return StepTime(overhead_s=self._overhead_step)
         attn = sum(self._prefill_attention_s(n, c)
                    for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False))
-        attn += self._decode_attn_slope * shape.decode_context_tokens
+        attn += self._decode_attn_slope * shape.decode_context_tokens + self._attn_floor_s
         comm = self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
         seqs = len(prefill_tokens) + num_decodes
         return StepTime(linear_s=self._linear_s(tokens, shape.num_sampled_tokens), attention_s=attn,
-                        elementwise_s=self._elem_bytes_per_token * tokens / self._mem_bw, comm_s=comm,
+                        elementwise_s=self._elem_bytes_per_token * tokens / self._mem_bw + self._elem_floor_s,
+                        comm_s=comm,
                         overhead_s=self._overhead_step + self._overhead_seq * seqs + self._overhead_tok * tokens)
 
     def step_time_s(self, shape: BatchShape) -> float:
@@ -169,8 +198,8 @@ class RooflineCostModel:
             for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False):
                 pairs = n * c + n * (n + 1) / 2.0
                 attn += max(flops * pairs / c_rate, kv * (c + n) / m_rate)
-        return (self._linear_s(tokens, shape.num_sampled_tokens) + attn
-                + self._elem_bytes_per_token * tokens / self._mem_bw
+        return (self._linear_s(tokens, shape.num_sampled_tokens) + (attn + self._attn_floor_s)
+                + (self._elem_bytes_per_token * tokens / self._mem_bw + self._elem_floor_s)
                 + self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
                 + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decodes)
                 + self._overhead_tok * tokens)
@@ -184,10 +213,10 @@ class RooflineCostModel:
             n, q = num_seqs, num_query_tokens
             tokens = n * q
             lin = self._linear_s(tokens, tokens)
-            elem = self._elem_bytes_per_token * tokens / self._mem_bw
+            elem = self._elem_bytes_per_token * tokens / self._mem_bw + self._elem_floor_s
             comm = self._ar_count * (self._ar_latency + self._ar_bytes_per_token * tokens)
             o_step, o_seq, o_tok = self._overhead_step, self._overhead_seq * n, self._overhead_tok * tokens
-            attn0 = self._decode_attn_slope * 0
+            attn0, attn_floor = self._decode_attn_slope * 0, self._attn_floor_s
             flops, c_rate, kv, m_rate = self._attn_flops_per_pair, self._attn_c, self._kv_bytes_per_token, self._attn_m
             half = q * (q + 1) / 2.0
             # Each chunk's attention is max(compute, memory), both affine in its context c >= 0.
@@ -204,7 +233,7 @@ class RooflineCostModel:
                 else:
                     for c in computed:
                         attn += max(flops * (q * c + half) / c_rate, kv * (c + q) / m_rate)
-                return lin + attn + elem + comm + o_step + o_seq + o_tok
+                return lin + (attn + attn_floor) + elem + comm + o_step + o_seq + o_tok
             got = self._verify_fns[(num_seqs, num_query_tokens)] = step
         return got
 
@@ -308,6 +337,7 @@ class GeneralRooflineCostModel(RooflineCostModel):
         self._init_experts()
         self._init_attention()
         self._init_comm()
+        self._init_floor()
         self._decode_fixed = {}
 
     # -- set-up, one method per term ---------------------------------------------------------------
@@ -386,6 +416,21 @@ class GeneralRooflineCostModel(RooflineCostModel):
             per_token += 2 * h * abytes / link.bandwidth_bytes_per_s      # hidden states + residual
         self._comm_fixed_s, self._comm_s_per_token = fixed, per_token
 
+    def _init_floor(self) -> None:
+        """The per-kernel floor over the kernels this model's layers run (:data:`MOE_LAYER_KERNELS`,
+        :data:`MLA_LAYER_KERNELS`; dense layers as :data:`DENSE_LAYER_KERNELS`)."""
+        m, lat = self.model, self._kernel_latency_s
+        L, moe = m.num_layers, m.num_moe_layers
+        dense = L - moe
+        shared = 1 if m.num_shared_experts else 0
+        attn = MLA_LAYER_KERNELS if m.is_mla else {"gemm": 2, "elementwise": 4}
+        gemms = (L * attn["gemm"] + dense * 2
+                 + moe * (MOE_LAYER_KERNELS["gemm"] + shared * MOE_LAYER_KERNELS["shared_gemm"]))
+        elementwise = L * attn["elementwise"] + dense + moe * shared + 1
+        self._lin_floor_s = lat * gemms
+        self._attn_floor_s = lat * L
+        self._elem_floor_s = lat * elementwise
+
     # -- the terms ---------------------------------------------------------------------------------
     def _experts_s(self, tokens: int) -> float:
         """Routed experts of every MoE layer for ``tokens`` tokens, on the busiest GPU."""
@@ -430,10 +475,10 @@ class GeneralRooflineCostModel(RooflineCostModel):
             return StepTime(overhead_s=self._overhead_step)
         attn = sum(self._prefill_attention_s(n, c)
                    for n, c in zip(prefill_tokens, shape.prefill_computed_tokens, strict=False))
-        attn += self._decode_attention_s(num_decodes, shape.decode_context_tokens)
+        attn += self._decode_attention_s(num_decodes, shape.decode_context_tokens) + self._attn_floor_s
         seqs = len(prefill_tokens) + num_decodes
         return StepTime(linear_s=self._linear_s(tokens, shape.num_sampled_tokens), attention_s=attn,
-                        elementwise_s=self._elem_bytes_per_token * tokens / self._mem_bw,
+                        elementwise_s=self._elem_bytes_per_token * tokens / self._mem_bw + self._elem_floor_s,
                         comm_s=self._comm_fixed_s + self._comm_s_per_token * tokens,
                         overhead_s=self._overhead_step + self._overhead_seq * seqs + self._overhead_tok * tokens)
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cost.analytic import window_pairs
 from simulator.cost.base import DecodeSteps, register
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
@@ -190,7 +191,7 @@ def _isotonic(y: np.ndarray) -> np.ndarray:
 
 #: The size each family's time must not fall along, and the shape columns that hold it fixed.
 _MONOTONE = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
-             "comm": "message_bytes"}
+             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens"}
 
 
 def monotone_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -201,7 +202,7 @@ def monotone_table(df: pd.DataFrame) -> pd.DataFrame:
     so a dip costs its neighbours a little instead of lifting the whole curve to a peak."""
     out = df.copy()
     shape = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
-             "world_size"]
+             "world_size", "num_experts", "top_k", "weight_bits"]
     for fam, size in _MONOTONE.items():
         sel = out[out["family"] == fam].sort_values(size, kind="stable")
         if sel.empty:
@@ -225,8 +226,10 @@ def _monotone_table(path: str, sha256: str | None, schema: int) -> pd.DataFrame:
 @functools.lru_cache(maxsize=64)
 def _cached(profile_json: str, model_json: str, tensor_parallel_size: int,
             precision: Precision | None) -> KernelTableCostModel:
-    return KernelTableCostModel(HardwareProfile.model_validate_json(profile_json),
-                                ModelSpec.model_validate_json(model_json), tensor_parallel_size, precision)
+    model = ModelSpec.model_validate_json(model_json)
+    general = model.is_moe or model.is_mla or model.num_sliding_layers > 0
+    cls = GeneralKernelTableCostModel if general else KernelTableCostModel
+    return cls(HardwareProfile.model_validate_json(profile_json), model, tensor_parallel_size, precision)
 
 
 @register("kernel_table")
@@ -336,8 +339,8 @@ class KernelTableCostModel(TableCostModel):
             eff = self.profile.efficiency
             self.sources[op] = "roofline (profile efficiencies)"
             peak, bw = self.peak * eff.gemm_max, self.bw * eff.memory
-            half = eff.gemm_half_tokens
-            return lambda m: max(2.0 * m * n * k / (peak * m / (m + half)), (n * k + m * (n + k)) * _ACT / bw)
+            half, lat = eff.gemm_half_tokens, eff.kernel_latency_s
+            return lambda m: lat + max(2.0 * m * n * k / (peak * m / (m + half)), (n * k + m * (n + k)) * _ACT / bw)
         fn, label = self._curve(rows, n, k, lambda a, b: _gemm_roof(a, b, self.peak, self.bw, _ACT, _ACT))
         self.sources[op] = label
         return fn
@@ -427,7 +430,278 @@ class KernelTableCostModel(TableCostModel):
         fn = self._decode_fn(rows)
         if self._decode_slope is not None:      # no decode rows at all: the roofline, exactly affine
             self._decode_slope *= ratio
-            slope = self._decode_slope
-            return lambda n, s: slope * np.asarray(s, dtype=np.float64)
+            slope, lat = self._decode_slope, self.profile.efficiency.kernel_latency_s
+            return lambda n, s: lat + slope * np.asarray(s, dtype=np.float64)
         self.sources["attn_decode"] += f" ({self.dtype} KV rows at the same bytes; {kv_dtype} KV not measured)"
         return lambda n, s: fn(n, np.asarray(s, dtype=np.float64) * ratio)
+
+
+#: Row dtypes of the MoE table for each ``deployment.quantization``, in order of preference: fp8
+#: block-scaled (DeepSeek-V3's and Qwen3's FP8 checkpoints) before per-tensor fp8; an empty tuple
+#: (int8) reads the 16-bit rows scaled by the roofline ratio of the precisions.
+MOE_ROW_DTYPES: dict[str, tuple[str, ...]] = {
+    "none": ("bf16",), "bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8_block", "fp8"), "int8": (),
+    "int4": ("int4",), "mxfp4": ("mxfp4",),
+}
+_MOE_SHAPE = ["n", "k", "num_experts", "top_k", "world_size"]
+
+
+def _moe_roof(shape: list[float], peak: float, bw: float, weight_bytes: float) -> Roof:
+    """Roofline time of one MoE layer's routed experts over ``T`` tokens for ``shape`` (expert width,
+    hidden, experts, top-k, TP: the :data:`_MOE_SHAPE` columns): the FLOPs of ``T x top_k`` (token,
+    expert) pairs through a gated MLP of width ``inter / tp``, or the weights of the experts some token
+    goes to (``E (1 - (1 - k/E)^T)`` in expectation) plus the activations, whichever is slower."""
+    inter, hidden, experts, top_k, tp = shape
+    width = inter / tp
+    params = 3.0 * hidden * width
+
+    def roof(t: Any) -> Any:
+        t = np.asarray(t, dtype=np.float64)
+        touched = experts * (1.0 - (1.0 - top_k / experts) ** t)
+        flops = 2.0 * t * top_k * params
+        nbytes = touched * params * weight_bytes + t * top_k * (2.0 * hidden + 3.0 * width) * _ACT
+        return np.maximum(flops / peak, nbytes / bw)
+    return roof
+
+
+def _length_of_pairs(pairs: float) -> float:
+    """The no-prefix prompt length whose causal attention has ``pairs`` (query, key) pairs."""
+    return (math.sqrt(8.0 * pairs + 1.0) - 1.0) / 2.0
+
+
+class GeneralKernelTableCostModel(KernelTableCostModel):
+    """:class:`KernelTableCostModel` for the models beyond the dense Llama shape, from measured rows:
+
+    * **Mixture of experts**: each MoE layer's routed experts are one ``moe`` row curve (vLLM's fused
+      MoE: routing, the two grouped GEMMs, the activation and the weighted sum, measured per layer on
+      one GPU under AIConfigurator's power-law routing) over the step's tokens, for the model's
+      ``hidden x expert width x experts x top-k`` at its tensor-parallel degree and weight dtype
+      (:data:`MOE_ROW_DTYPES`). Another shape or TP degree is scaled from the nearest measured one by
+      the ratio of the two shapes' MoE rooflines; a dtype without rows reads the 16-bit rows times the
+      roofline ratio of the precisions; beyond the measured tokens the curve follows the roofline.
+      The router and the shared experts are GEMM rows; dense layers (DeepSeek's first three) are the
+      dense model's MLP.
+    * **Multi-head latent attention**: the ``mla_prefill`` / ``mla_decode`` rows time the whole
+      attention block of one layer (down- and up-projections, norms, rotary, attention over the latent
+      cache, output projection), so MLA layers have no separate QKV/O GEMMs, rotary or KV write.
+      Rows are chosen by the projections' weight bits (8 under ``quantization: fp8``, else 16) and
+      the KV-cache dtype; heads per shard off the grid are scaled in proportion. Prefill after cached
+      tokens is the no-prefix prompt of equal causal work (as for dense attention); decode is the
+      measured batch x context curves.
+    * **Sliding-window layers** (gpt-oss, Mistral): the dense attention rows, in prefill at the
+      no-prefix length with the window's (query, key) pairs, in decode at the context sum capped at
+      ``decodes x window`` (exact when every context is past the window or none is).
+
+    Expert and pipeline parallelism are refused (:mod:`simulator.capabilities`); an MLA model on a
+    table without MLA rows is refused with the datasheet profile as the way out.
+    """
+
+    def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
+                 precision: Precision | None = None) -> None:
+        super().__init__(profile, model, tensor_parallel_size, precision)
+        assert profile.table is not None
+        df = _monotone_table(profile.table, profile.table_sha256,
+                             profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
+        m, tp, L = model, self.tp, self.L
+        h = m.hidden_size
+        self._moe_layers = m.num_moe_layers
+        self._dense_layers = L - self._moe_layers
+        self._mla = m.is_mla
+        self._shared = m.num_shared_experts > 0 and self._moe_layers > 0
+        self._window = float(m.sliding_window or 0)
+        self._slide_layers = m.num_sliding_layers
+        self._full_layers = L - self._slide_layers
+        gemm = df[df["family"] == "gemm"]
+        if self._moe_layers:
+            self._moe = self._moe_fn(df[df["family"] == "moe"])
+            self._gemm["router"] = self._sixteen_bit_gemm(gemm, "router", m.num_experts, h)
+            if self._shared:
+                w = m.num_shared_experts * m.expert_intermediate_size / tp
+                self._gemm["shared_gate_up"] = self._layer_gemm(gemm, "shared_gate_up", 2 * w, h)
+                self._gemm["shared_down"] = self._layer_gemm(gemm, "shared_down", h, w)
+                own = self.sources["silu_mul"]
+                self._shared_silu = self._elementwise_fn(self._rows(df, op="silu_mul"), "silu_mul", w)
+                self.sources["silu_mul (shared experts)"], self.sources["silu_mul"] = self.sources["silu_mul"], own
+        if self._mla:
+            self._prefill = self._mla_prefill_fn(df)
+            self._decode = self._mla_decode_fn(df)
+            self._decode_slope = None
+            for op in ("qkv_proj", "o_proj", "rotary", "kv_write"):
+                self.sources.pop(op, None)
+        per_layer = {"rmsnorm": 2 * L, "residual_add": 2 * L, "silu_mul": self._dense_layers}
+        if not self._mla:
+            per_layer.update(rotary=L, kv_write=L)
+        self._elem_counts = {op: float(n) for op, n in per_layer.items() if n}
+
+    # -- the experts ----------------------------------------------------------------------------------
+    def _moe_fn(self, rows: pd.DataFrame) -> Fn:
+        m, p, tp = self.model, self.precision, self.tp
+        target = [float(m.expert_intermediate_size), float(m.hidden_size), float(m.num_experts),
+                  float(m.num_experts_per_tok), float(tp)]
+        peak_q = float(self.profile.peak_flops_for(p.compute_dtype)) if self.profile.peak_flops else self.peak
+
+        def roof(shape: list[float], peak: float, wbytes: float) -> Roof:
+            return _moe_roof(shape, peak, self.bw, wbytes)
+
+        def curve_of(sel: pd.DataFrame, peak: float, wbytes: float) -> tuple[Fn, str]:
+            exact = sel
+            for col, v in zip(_MOE_SHAPE, target, strict=True):
+                exact = exact[exact[col] == round(v)]
+            label, shape = "measured", target
+            if exact.empty:
+                near = _nearest(sel, _MOE_SHAPE, target)
+                shape = [float(near[c]) for c in _MOE_SHAPE]
+                exact = sel
+                for col, v in zip(_MOE_SHAPE, shape, strict=True):
+                    exact = exact[exact[col] == v]
+                label = ("scaled from {}x{}, {} experts top-{}, TP {}".format(*(int(v) for v in (
+                    shape[1], shape[0], shape[2], shape[3], shape[4]))))
+            pts = exact.groupby("tokens")["median_s"].median()
+            base = roof(shape, peak, wbytes)
+            curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base)
+            if shape == target:
+                return curve.scalar, label
+            goal = roof(target, peak, wbytes)
+            return (lambda t: curve.scalar(t) * float(goal(t) / base(t))), label
+
+        for dtype in MOE_ROW_DTYPES.get(p.quantization, ()):
+            sel = rows[rows["dtype"] == dtype]
+            if not sel.empty:
+                fn, label = curve_of(sel, peak_q, p.linear_weight_bytes)
+                self.sources["moe"] = f"{label} ({dtype})"
+                return fn
+        sixteen = rows[rows["dtype"] == "bf16"]
+        if sixteen.empty:
+            self._need_roofline("moe")
+            eff = self.profile.efficiency
+            lat = eff.kernel_latency_s
+            r = _moe_roof(target, peak_q * eff.gemm_max, self.bw * eff.memory, p.linear_weight_bytes)
+            self.sources["moe"] = "roofline (profile efficiencies + kernel latency)"
+            return lambda t: 6.0 * lat + float(r(t))
+        fn16, label = curve_of(sixteen, self.peak, _ACT)
+        if p.linear_weight_bytes == _ACT:
+            self.sources["moe"] = label
+            return fn16
+        r16, rq = roof(target, self.peak, _ACT), roof(target, peak_q, p.linear_weight_bytes)
+        self.sources["moe"] = f"bf16 rows x roofline ratio ({p.quantization}): {label}"
+        return lambda t: fn16(t) * float(rq(t) / r16(t))
+
+    # -- multi-head latent attention ------------------------------------------------------------------
+    def _mla_rows(self, df: pd.DataFrame, family: str) -> tuple[pd.DataFrame, float, str]:
+        """The rows of ``family`` for this deployment's projection bits and KV dtype (else the other
+        KV dtype, else the other bits), at this shard's heads (else the nearest, and the ratio)."""
+        rows = df[df["family"] == family]
+        if rows.empty:
+            raise ScenarioError("hardware", self.profile.name, f"its table has no {family} rows, so "
+                                f"{self.model.name}'s multi-head latent attention is not measured on it; use "
+                                f"the GPU's datasheet profile ({self.profile.name}-datasheet)")
+        p = self.precision
+        bits = 8 if p.linear_weight_bytes == 1.0 else 16
+        kv = "fp8" if p.kv_bytes == 1.0 else "bf16"
+        notes = []
+        sel = rows[rows["weight_bits"] == bits]
+        if sel.empty:
+            sel = rows[rows["weight_bits"] == rows["weight_bits"].max()]
+            notes.append(f"{int(sel['weight_bits'].iloc[0])}-bit projections; {bits}-bit not measured")
+        own = sel[sel["dtype"] == kv]
+        if own.empty:
+            own = sel[sel["dtype"] == sel["dtype"].iloc[0]]
+            notes.append(f"{own['dtype'].iloc[0]} KV rows; {kv} KV not measured")
+        heads = self.model.num_attention_heads / self.tp
+        exact = own[own["num_heads"] == round(heads)]
+        ratio, label = 1.0, "measured (MLA block)"
+        if exact.empty:
+            h0 = float(_nearest(own, ["num_heads"], [heads])["num_heads"])
+            exact, ratio = own[own["num_heads"] == h0], heads / h0
+            label = f"scaled from {int(h0)} heads (MLA block)"
+        return exact, ratio, label + (f" ({'; '.join(notes)})" if notes else "")
+
+    def _mla_prefill_fn(self, df: pd.DataFrame) -> Callable[[int, int], float]:
+        sel, ratio, label = self._mla_rows(df, "mla_prefill")
+        self.sources["attn_prefill"] = label + " (after cached tokens: the no-prefix length of equal work)"
+        m = self.model
+        heads = float(sel["num_heads"].iloc[0])
+        width = (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2.0
+        roof = prefill_roof(heads, heads, width, self.peak, self.bw, self.abytes)
+        pts = sel.groupby("tokens")["median_s"].median()
+        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda q: roof(q, 0.0))
+        kv_s = ((m.kv_lora_rank + m.qk_rope_head_dim) * self.precision.kv_bytes
+                / (self.bw * self.profile.efficiency.attention_memory))
+
+        def fn(q: int, c: int) -> float:
+            if c <= 0:
+                return curve.scalar(q) * ratio
+            length = _length_of_pairs(q * c + q * (q + 1) / 2.0)
+            return max(curve.scalar(length) * ratio, kv_s * (c + q))
+        return fn
+
+    def _mla_decode_fn(self, df: pd.DataFrame) -> PiecewiseDecode:
+        sel, ratio, label = self._mla_rows(df, "mla_decode")
+        self.sources["attn_decode"] = label
+        return PiecewiseDecode(DecodeCurves.fit(sel), ratio)
+
+    # -- per-step pieces --------------------------------------------------------------------------------
+    def _per_tokens(self, tokens: int) -> tuple[float, float, float]:
+        got = self._tok_cache.get(tokens)
+        if got is None:
+            g, e = self._gemm, self._elem
+            lin = 0.0
+            if not self._mla:
+                lin += self.L * (g["qkv_proj"](tokens) + g["o_proj"](tokens))
+            if self._dense_layers:
+                lin += self._dense_layers * (g["gate_up_proj"](tokens) + g["down_proj"](tokens))
+            elem = sum(n * e[op](tokens) for op, n in self._elem_counts.items()) + e["rmsnorm"](tokens)
+            if self._moe_layers:
+                moe = self._moe(tokens) + g["router"](tokens)
+                if self._shared:
+                    moe += g["shared_gate_up"](tokens) + g["shared_down"](tokens)
+                    elem += self._moe_layers * self._shared_silu(tokens)
+                lin += self._moe_layers * moe
+            comm = 2 * self.L * self._comm(tokens * self.model.hidden_size * self.abytes)
+            got = self._tok_cache[tokens] = (lin, elem, comm)
+        return got
+
+    def _prefill_s(self, q: int, c: int) -> float:
+        got = self._pf_cache.get((q, c))
+        if got is None:
+            t = self._full_layers * self._prefill(q, c)
+            if self._slide_layers:
+                pairs = window_pairs(q, c, int(self._window))
+                t += self._slide_layers * self._prefill(_length_of_pairs(pairs), 0)    # type: ignore[arg-type]
+            got = self._pf_cache[(q, c)] = t
+        return got
+
+    def _decode_attn(self, n: int, s: float | np.ndarray) -> np.ndarray:
+        s = np.asarray(s, dtype=np.float64)
+        t = self._full_layers * self._decode(n, s)
+        if self._slide_layers:
+            t = t + self._slide_layers * self._decode(n, np.minimum(s, float(n * self._window)))
+        return t
+
+    def _decode_attn_fn(self, n: int) -> Callable[[Any], float]:
+        got = self._attn_fns.get(n)
+        if got is None:
+            scalar_fn = getattr(self._decode, "scalar_fn", None)
+            attn = scalar_fn(n) if scalar_fn is not None else (lambda s: float(self._decode(n, s)))
+            full, slide, cap = float(self._full_layers), float(self._slide_layers), float(n * self._window)
+            if slide:
+                got = self._attn_fns[n] = lambda s: full * attn(float(s)) + slide * attn(min(float(s), cap))
+            else:
+                got = self._attn_fns[n] = lambda s: full * attn(float(s))
+        return got
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
+        got = self._step_fns.get(num_decodes)
+        if got is None:
+            lin, elem, comm, overhead = self._decode_fixed(num_decodes)
+            attn = self._decode_attn_fn(num_decodes)
+            got = self._step_fns[num_decodes] = lambda s: lin + attn(s) + elem + comm + overhead
+        return got
+
+    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
+        return None                     # the engine builds them from decode_step_fn
+
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        if self._slide_layers:
+            return None                 # min(context, decodes x window) is not affine
+        return super().decode_affine(num_decodes)

@@ -12,8 +12,13 @@ Columns (schema 1; unused shape columns are 0):
 ``op``              ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``, ``lm_head``, ``gemm``
                     (GEMMs; ``gemm`` for imported shape-keyed rows);
                     ``attn_prefill``, ``attn_decode``; ``rmsnorm``, ``rotary``, ``silu_mul``,
-                    ``residual_add``, ``kv_write`` (elementwise); ``sampling``; ``all_reduce``
-``family``          ``gemm``, ``attn_prefill``, ``attn_decode``, ``elementwise``, ``sampling``, ``comm``
+                    ``residual_add``, ``kv_write`` (elementwise); ``sampling``; ``all_reduce``;
+                    ``moe`` (one MoE layer's routed experts: the fused grouped GEMMs over ``tokens`` tokens,
+                    ``n`` = an expert's intermediate width, ``k`` = hidden width); ``mla_prefill``,
+                    ``mla_decode`` (one multi-head-latent-attention block: its projections and attention,
+                    ``num_heads`` per shard, ``head_dim`` = latent + rotary width)
+``family``          ``gemm``, ``attn_prefill``, ``attn_decode``, ``elementwise``, ``sampling``, ``comm``, ``moe``,
+                    ``mla_prefill``, ``mla_decode``
 ``dtype``           compute dtype (``fp32``, ``bf16``, ...)
 ``tokens``          GEMM rows ``m`` / prefill chunk / elementwise tokens / sampled rows / decode batch
 ``n``, ``k``        GEMM output and reduction widths (per tensor-parallel shard)
@@ -21,7 +26,11 @@ Columns (schema 1; unused shape columns are 0):
 ``context``         prefill: tokens already cached before the chunk; decode: KV length per sequence
 ``num_heads``, ``num_kv_heads``, ``head_dim``   attention shape per shard
 ``width``           elementwise row width (elements per token)
-``message_bytes``, ``world_size``   collectives
+``message_bytes``, ``world_size``   collectives (``moe``: ``world_size`` is the tensor-parallel degree the
+                    experts are split over)
+``num_experts``, ``top_k``   ``moe``: routed experts and experts per token (optional columns, 0 where absent)
+``weight_bits``     ``mla_prefill``/``mla_decode``: bits per weight of the module's projections (16: bf16,
+                    8: fp8 block-scaled; optional column, 0 where absent)
 ``median_s``, ``p10_s``, ``p90_s``, ``std_s``, ``repeats``   the timing
 ==================  ============================================================================
 
@@ -49,9 +58,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TABLE_SCHEMA = 1
 SHAPE_COLUMNS = ("tokens", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
-                 "message_bytes", "world_size")
+                 "message_bytes", "world_size", "num_experts", "top_k", "weight_bits")
+OPTIONAL_COLUMNS = ("num_experts", "top_k", "weight_bits")
+"""Shape columns a table may leave out (read as 0): a table of dense ops has no use for them."""
 TIME_COLUMNS = ("median_s", "p10_s", "p90_s", "std_s", "repeats")
 TABLE_COLUMNS = ("op", "family", "dtype", *SHAPE_COLUMNS, *TIME_COLUMNS)
+
+
+def written_columns(table: pd.DataFrame) -> list[str]:
+    """The columns a table is written with: :data:`TABLE_COLUMNS` less the optional ones it leaves at 0
+    (so a table of dense ops keeps the columns, and the bytes, it had before MoE and MLA rows existed)."""
+    return [c for c in TABLE_COLUMNS if c not in OPTIONAL_COLUMNS or (c in table and table[c].astype(bool).any())]
+
 
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "gemm")
 ELEMENTWISE_OPS = ("rmsnorm", "rotary", "silu_mul", "residual_add", "kv_write")
@@ -59,9 +77,10 @@ OP_FAMILY: dict[str, str] = {
     **{op: "gemm" for op in GEMM_OPS},
     **{op: "elementwise" for op in ELEMENTWISE_OPS},
     "attn_prefill": "attn_prefill", "attn_decode": "attn_decode", "sampling": "sampling",
-    "all_reduce": "comm",
+    "all_reduce": "comm", "moe": "moe", "mla_prefill": "mla_prefill", "mla_decode": "mla_decode",
 }
-FAMILIES = ("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling", "comm")
+FAMILIES = ("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling", "comm", "moe", "mla_prefill",
+            "mla_decode")
 
 #: Dtypes whose kernels run at the same width and rate: a table measured in one serves the other.
 _DTYPE_CLASS = {"bf16": "16", "fp16": "16", "fp32": "32", "fp8": "8", "int8": "8"}
@@ -97,6 +116,9 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
         raise ScenarioError(field, str(path), "table does not match the sha256 in its profile.yaml: the file "
                             "was edited, truncated or corrupted; re-run `llmplan calibrate`")
     df = read_csv(path, field)
+    for c in OPTIONAL_COLUMNS:
+        if c not in df.columns:
+            df[c] = 0
     missing = [c for c in TABLE_COLUMNS if c not in df.columns]
     if missing:
         raise ScenarioError(field, str(path), f"table lacks columns {', '.join(missing)} (schema {TABLE_SCHEMA} "
@@ -128,12 +150,14 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
 #: The shape columns each op family needs (>= 1); the others are 0 or more.
 _USED_BY: dict[str, tuple[str, ...]] = {
     "tokens": FAMILIES,
-    "n": ("gemm",), "k": ("gemm",),
-    "batch": ("attn_prefill", "attn_decode"), "context": ("attn_decode",),
-    "num_heads": ("attn_prefill", "attn_decode"), "num_kv_heads": ("attn_prefill", "attn_decode"),
-    "head_dim": ("attn_prefill", "attn_decode"),
+    "n": ("gemm", "moe"), "k": ("gemm", "moe"),
+    "batch": ("attn_prefill", "attn_decode", "mla_prefill", "mla_decode"), "context": ("attn_decode", "mla_decode"),
+    "num_heads": ("attn_prefill", "attn_decode", "mla_prefill", "mla_decode"),
+    "num_kv_heads": ("attn_prefill", "attn_decode", "mla_prefill", "mla_decode"),
+    "head_dim": ("attn_prefill", "attn_decode", "mla_prefill", "mla_decode"),
     "width": ("elementwise", "sampling"),
-    "message_bytes": ("comm",), "world_size": ("comm",),
+    "message_bytes": ("comm",), "world_size": ("comm", "moe"),
+    "num_experts": ("moe",), "top_k": ("moe",), "weight_bits": ("mla_prefill", "mla_decode"),
 }
 
 
@@ -290,6 +314,7 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
     """
     import pandas as pd
     out: list[pd.DataFrame] = []
+    df = df.assign(**{c: 0 for c in OPTIONAL_COLUMNS if c not in df})
     for (op, _dtype), g in df.groupby(["op", "dtype"], sort=False):
         fam = OP_FAMILY[op]
         if fam == "gemm":
@@ -298,10 +323,14 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
             keys = ["width"]
         elif fam == "comm":
             keys = ["world_size"]
-        elif fam == "attn_prefill":
-            keys = ["num_heads", "num_kv_heads", "head_dim", "context"]
+        elif fam == "moe":
+            keys = ["n", "k", "num_experts", "top_k", "world_size"]
+        elif fam in ("attn_prefill", "mla_prefill"):
+            keys = ["num_heads", "num_kv_heads", "head_dim", "context", "weight_bits"]
+            fam = "attn_prefill"
         else:
-            keys = ["num_heads", "num_kv_heads", "head_dim", "batch"]
+            keys = ["num_heads", "num_kv_heads", "head_dim", "batch", "weight_bits"]
+            fam = "attn_decode"
         for _key, s in g.groupby(keys):
             s = s.copy()
             t = s["median_s"].to_numpy(dtype=np.float64)

@@ -150,8 +150,9 @@ class TableCostModel:
             self._need_roofline("gemm")
             eff = self.profile.efficiency
             self.sources[op] = "roofline"
-            return lambda m: max(2.0 * m * n * k / (self.peak * eff.gemm_max * m / (m + eff.gemm_half_tokens)),
-                                 (n * k + m * (n + k)) * self.abytes / (self.bw * eff.memory))
+            lat = eff.kernel_latency_s
+            return lambda m: lat + max(2.0 * m * n * k / (self.peak * eff.gemm_max * m / (m + eff.gemm_half_tokens)),
+                                       (n * k + m * (n + k)) * self.abytes / (self.bw * eff.memory))
         exact = rows[(rows["n"] == round(n)) & (rows["k"] == round(k))]
         if exact.empty:
             near = _nearest(rows, ["n", "k"], [n, k])
@@ -174,7 +175,8 @@ class TableCostModel:
             self._need_roofline(op)
             self.sources[op] = "roofline"
             rate = 3.0 * width * self.abytes / (self.bw * self.profile.efficiency.memory)
-            return lambda t: rate * t
+            lat = self.profile.efficiency.kernel_latency_s
+            return (lambda t: lat + rate * t) if lat else (lambda t: rate * t)
         exact = rows[rows["width"] == round(width)]
         scale = 1.0
         if exact.empty:
@@ -211,7 +213,8 @@ class TableCostModel:
             eff = self.profile.efficiency
             self.sources["attn_prefill"] = "roofline"
             flops, kvb = 4.0 * self.heads * hd, 2.0 * self.kv_heads * hd * self.abytes
-            return lambda q, c: L * max(flops * float(prefill_pairs(q, c)) / (self.peak * eff.attention_compute),
+            lat = eff.kernel_latency_s
+            return lambda q, c: lat + L * max(flops * float(prefill_pairs(q, c)) / (self.peak * eff.attention_compute),
                                         kvb * (c + q) / (self.bw * eff.attention_memory))
         rows = rows[rows["batch"] == 1] if (rows["batch"] == 1).any() else rows
         sel, ratio, label = self._head_rows(rows, "q")
@@ -254,7 +257,8 @@ class TableCostModel:
             slope = max(4.0 * self.heads * hd / (self.peak * eff.attention_compute),
                         2.0 * self.kv_heads * hd * self.abytes / (self.bw * eff.attention_memory))
             self._decode_slope = slope
-            return lambda n, s: slope * np.asarray(s, dtype=np.float64)
+            lat = eff.kernel_latency_s
+            return lambda n, s: lat + slope * np.asarray(s, dtype=np.float64)
         sel, ratio, label = self._head_rows(rows, "kv")
         self.sources["attn_decode"] = label
         curves = DecodeCurves.fit(sel)

@@ -31,8 +31,8 @@ def _peaks(profile: HardwareProfile, dtype: str) -> tuple[float, float]:
 
 
 def achieved(df: pd.DataFrame) -> pd.Series:
-    """Per row: FLOP/s (GEMMs, attention prefill) or bytes/s (decode attention, elementwise,
-    sampling, collectives) that the measured time implies."""
+    """Per row: FLOP/s (GEMMs, attention prefill, MoE experts, MLA prefill) or bytes/s (decode
+    attention, MLA decode, elementwise, sampling, collectives) that the measured time implies."""
     eb = df["dtype"].map(lambda d: DTYPE_BYTES.get(d, 2.0)).astype(float)
     t = df["median_s"].astype(float)
     fam = df["family"]
@@ -47,6 +47,14 @@ def achieved(df: pd.DataFrame) -> pd.Series:
     out[e] = 2.0 * df["tokens"][e] * df["width"][e] * eb[e] / t[e]
     c = fam == "comm"
     out[c] = df["message_bytes"][c] / t[c]
+    if "num_experts" in df:     # MoE: the routed pairs' gated-MLP FLOPs on one GPU's slice of each expert
+        m = fam == "moe"
+        out[m] = (6.0 * df["tokens"][m] * df["top_k"][m] * df["k"][m] * df["n"][m]
+                  / df["world_size"][m].clip(lower=1) / t[m])
+    mp = fam == "mla_prefill"      # MLA prefill attention: 2 x (192 + 128) FLOPs per head and causal pair
+    out[mp] = 640.0 * df["num_heads"][mp] * prefill_pairs(df["tokens"][mp], df["context"][mp]) / t[mp]
+    md = fam == "mla_decode"       # MLA decode: the latent cache read once per layer
+    out[md] = df["batch"][md] * df["context"][md] * df["head_dim"][md] * eb[md] / t[md]
     return out
 
 
@@ -62,7 +70,7 @@ def op_report(profile: HardwareProfile) -> pd.DataFrame:
     rows = []
     for (fam, op), g in loo.groupby(["family", "op"], sort=False):
         e = g["rel_error"].abs().dropna().to_numpy()
-        compute = fam in ("gemm", "attn_prefill")
+        compute = fam in ("gemm", "attn_prefill", "moe", "mla_prefill")
         # A GEMM row against the peak of its own dtype (a kernel_table holds bf16 and fp8 GEMMs);
         # attention computes in 16 bits whatever its KV-cache dtype.
         roof = (g["dtype"].map(lambda d: _peaks(profile, str(d))[0]).astype(float) if fam == "gemm"

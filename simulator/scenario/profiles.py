@@ -67,9 +67,11 @@ class Efficiency(Frozen):
     attention_memory: FiniteFloat = Field(default=0.70, ge=MIN_EFFICIENCY, le=1)
     """Fraction of bandwidth decode attention reaches while reading the KV cache."""
     kernel_latency_s: float = Field(default=0.0, ge=0)
-    """Fixed GPU time of one streaming kernel (launch and tail) on top of its bytes: the
-    ``kernel_table`` cost model adds it to each elementwise op it has no rows for; the roofline
-    leaves it out."""
+    """Fixed GPU time of one kernel (launch and tail) on top of its roofline time: the per-kernel
+    latency floor. The ``roofline`` cost model adds it once per kernel a step runs (the kernels
+    each layer runs, counted in :mod:`simulator.cost.analytic`); the ``table`` and ``kernel_table``
+    models add it to each op they have no rows for (measured rows carry their own floor). 0 turns
+    the floor off."""
 
 
 class Overhead(Frozen):
