@@ -424,16 +424,20 @@ def test_csv_cells_are_neutralised_everywhere() -> None:
 
 
 def test_tier_names_in_requests_csv_are_neutralised(tmp_path: Path) -> None:
+    """A name starting a formula is written as text; a name with a control character (a carriage return
+    split the CSV's rows) is refused where it is read."""
     from simulator import cli
 
     data = base()
     data["workload"]["tiers"] = [{"name": "\r=3+4", "share": 0.5}, {"name": "@batch", "share": 0.5}]
+    raises(lambda: scenario_from_dict(data), "workload.tiers.0.name = '\\r=3+4'", "control characters")
+    data["workload"]["tiers"][0]["name"] = "=3+4"
     result = simulate(scenario_from_dict(data))
     cli.write_outputs(result, {}, tmp_path / "run")
     back = pd.read_csv(tmp_path / "run" / "requests.csv")
-    assert len(back) == 20   # one row per request: the carriage return no longer splits rows
-    assert set(back["tier"]) == {"'\\r=3+4", "'@batch"}
-    assert set(pd.read_parquet(tmp_path / "run" / "requests.parquet")["tier"]) == {"\r=3+4", "@batch"}  # raw
+    assert len(back) == 20
+    assert set(back["tier"]) == {"'=3+4", "'@batch"}
+    assert set(pd.read_parquet(tmp_path / "run" / "requests.parquet")["tier"]) == {"=3+4", "@batch"}  # raw
 
 
 def test_plan_out_refuses_existing_worksheets_without_force(tmp_path: Path) -> None:
