@@ -214,7 +214,8 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
         return ref
     if isinstance(ref, dict):
         return _validate(ref, field)
-    ref = str(check_path(field, ref, "a profile name, a path to a profile, a mapping or a HardwareProfile"))
+    check_path(field, ref, "a profile name, a path to a profile, a mapping or a HardwareProfile")
+    ref = os.fspath(ref)   # as given (a Path would drop a trailing slash from the messages)
     path = _find(ref, base_dir)
     if path is None:
         known = ", ".join(sorted(available_profiles())) or "none"
