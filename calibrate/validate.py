@@ -80,6 +80,10 @@ class ValidateSettings:
     clock: str = "wall"
     threads: int = 1
     dtype: str | None = None
+    noise: dict[str, Any] | None = None
+    """The calibration's noise bounds (fields of :class:`calibrate.noise.NoiseBounds`, as ``llmplan
+    calibrate --max-drift/--max-spread/--max-load`` set them) when no ``profile`` is given; None: the
+    defaults, which refuse a busy machine."""
 
 
 def model_ref(s: ValidateSettings) -> str | dict[str, Any]:
@@ -275,7 +279,7 @@ def _validate(s: ValidateSettings, out: Path, final: Path, log: Callable[[str], 
         log(f"calibrating {s.model} on {s.device} into {cal} ...")
         run_calibration(cal, s.model, device=s.device, quick=True, threads=s.threads, dtype=s.dtype,
                         max_tokens=s.max_num_batched_tokens, max_seqs=s.max_num_seqs,
-                        max_context=s.max_model_len, clock="auto", command=command or None)
+                        max_context=s.max_model_len, clock="auto", command=command or None, noise=s.noise)
         base_ref = str(cal)
     else:
         base_ref = s.profile

@@ -333,7 +333,13 @@ def limits_section() -> str:
         ("`scheduler.swap_space_gib`", f"at most {lim.MAX_SWAP_GIB:g} GiB per GPU"),
         ("`scheduler.max_wait_ms`", f"at most {lim.MAX_TIME_MS:g} ms (the longest simulated span)"),
         ("a scenario's or plan's `name`", f"at most {lim.MAX_NAME_LENGTH} characters"),
+        ("names (scenario, plan, model, profile, tier, pool, stage, client, region, candidate; a forecast's "
+         "quarters and regions; `calibrate`/`import-profile --name`; `--out` paths)",
+         "no control characters (newline, tab, escape, ...)"),
         ("a forecast's `peak_rps`", f"at most {lim.MAX_PEAK_RPS:g} requests/s"),
+        ("a plan's searches (forecast cells x candidates)", f"at most {lim.MAX_PLAN_SEARCHES:,} "
+         "([planner.md](planner.md#limits))"),
+        ("a seed (`seed`, `--seed`, `simulate(seed=...)`)", "a whole number from 0 to 2^62"),
         ("bandwidths and peak FLOP/s of a hardware profile", f"at least {lim.MIN_DEVICE_RATE:g}"),
         ("efficiencies of a hardware profile", f"at least {lim.MIN_EFFICIENCY:g}"),
         ("every number", "finite (no `.inf`, `.nan`), not `true`/`false`; integers within ±2^62"),

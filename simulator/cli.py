@@ -28,15 +28,60 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperGroup
 
+from simulator.arguments import check_name, check_seed
 from simulator.errors import ScenarioError
-from simulator.output import check_output_folder, output_folder, write_csv
+from simulator.output import check_output_folder, check_path_name, output_folder, write_csv
 from simulator.startup import Terminated, loading_modules, run_to_exit, stop_on_sigterm
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _OneLineErrors(TyperGroup):
+    """The command group: an option's value of the wrong type (``--seed abc``, ``--timeout abc``) is the
+    same one line as every other bad value (``error: --seed = 'abc': must be a whole number``, exit 2),
+    not a usage box that does not repeat the value. A missing argument keeps click's usage message."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as exc:   # typer's own copy of click's, as typer raises it
+            if type(exc).__name__ == "MissingParameter" or exc.param is None:
+                raise
+            _fail(str(ScenarioError(_option_name(exc.param), *_bad_value(exc))))
+
+
+def _option_name(param: Any) -> str:
+    """``--seed`` for an option (its longest flag), ``scenario`` for an argument."""
+    flags = [o for o in param.opts if o.startswith("-")]
+    return max(flags, key=len) if flags else str(param.name)
+
+
+#: Pydantic's error types for a value of the wrong type (typer converts option values with pydantic).
+_TYPE_WORDS = {"int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
+               "float_parsing": "must be a number", "bool_parsing": "must be true or false"}
+
+
+def _bad_value(exc: typer.BadParameter) -> tuple[Any, str]:
+    """The value given and what is wrong with it, from typer's conversion error (its cause, a pydantic
+    ValidationError, holds the value) or click's message."""
+    cause = exc.__cause__
+    errors = getattr(cause, "errors", None)
+    if callable(errors):
+        first = errors(include_url=False)[0]
+        return first.get("input"), _TYPE_WORDS.get(first["type"], str(first["msg"]))
+    return "?", exc.format_message()
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_OneLineErrors,
                   help="Simulate LLM inference serving: TTFT/TPOT/E2E tails and the GPUs to hold an SLO.")
 def _console(stderr: bool = False) -> Console:
-    """A console that, when piped, prints wide enough that tables keep whole names."""
+    """A console that, when piped, prints wide enough that tables keep whole names. On a stream that is
+    not UTF-8 (``LC_ALL=C``) a character it cannot encode is written as an escape (``caf\\xe9``) and
+    tables are drawn in ASCII, so a non-ASCII name never turns a finished run into an error."""
+    stream = sys.stderr if stderr else sys.stdout
+    encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    if not encoding.startswith("utf") and hasattr(stream, "reconfigure"):
+        stream.reconfigure(errors="backslashreplace")
     console = Console(stderr=stderr)
     return console if console.is_terminal else Console(stderr=stderr, width=200)
 
@@ -115,9 +160,12 @@ def at_least(flag: str, value: float | None, least: float) -> None:
         raise ScenarioError(flag, value, f"must be >= {least:g}")
 
 
-def check_profile_out(out: Path, force: bool) -> None:
-    """A profile folder for ``calibrate``/``import-profile``: not a file, and no finished profile in it
-    unless ``--force`` (its ``profile.yaml`` and ``ops.csv`` are each replaced whole when written)."""
+def check_profile_out(out: Path, force: bool, name: str | None = None) -> None:
+    """A profile folder for ``calibrate``/``import-profile``: a name a folder can have, not a file, and no
+    finished profile in it unless ``--force`` (its ``profile.yaml`` and ``ops.csv`` are each replaced whole
+    when written); ``name``, the profile's ``--name``, without control characters."""
+    check_name("--name", name)
+    check_path_name(out)
     if out.exists() and not out.is_dir():
         raise ScenarioError("--out", str(out), "exists and is not a directory")
     if (out / "profile.yaml").is_file() and not force:
@@ -186,7 +234,7 @@ def simulate(
 
     overrides = parse_overrides(set_)
     if seed is not None:
-        overrides["seed"] = seed
+        overrides["seed"] = check_seed("--seed", seed)
     sc = load_scenario(scenario, overrides)
     if out is not None:
         check_output_folder(out, force=force)
@@ -542,7 +590,7 @@ def calibrate(
     for flag, bound in (("--max-drift", max_drift), ("--max-spread", max_spread), ("--max-load", max_load)):
         if bound is not None and not (math.isfinite(bound) and bound > 0):   # nan would turn the check off
             raise ScenarioError(flag, bound, "must be a positive number (a noise bound)")
-    check_profile_out(out, force)
+    check_profile_out(out, force, name)
     fresh = fresh or force
     show = not no_progress and err_console.is_terminal
     plain = PlainProgress("calibrating", "benchmarks", err_console, enabled=not no_progress and not show)
@@ -630,7 +678,7 @@ def import_profile(
             value = ctx.params[option]
             raise ScenarioError(f"--{option}", str(value) if isinstance(value, Path) else value,
                                 f"applies to import-profile {' and '.join(sources)} only, not {source}")
-    check_profile_out(out, force)
+    check_profile_out(out, force, name)
     vidur_data = data or Path(__file__).resolve().parents[2] / "shared" / "data" / "llm_traces" / "vidur_profiling"
     if source == "vidur":
         path = import_vidur(vidur_data, gpu, out, name)
@@ -722,13 +770,15 @@ def plan(
     from simulator.planner import load_plan, write_worksheets
     from simulator.planner import plan as run_plan
     from simulator.planner.backends import check_backend
-    from simulator.planner.report import PlanProgressDisplay, print_plan
+    from simulator.planner.report import PlanProgressDisplay, plan_size, print_plan
     from simulator.planner.worksheet import check_out
 
     check_backend(backend, workers=workers, address=address, timeout_s=timeout)
     loaded = load_plan(plan_file)
     check_out(out, force=force)
     show = not no_progress and err_console.is_terminal
+    if not no_progress:   # before the first search: how much work the plan is
+        err_console.print(plan_size(loaded), markup=False, highlight=False, soft_wrap=True)
     plain = PlainProgress("planning", "searches", err_console, enabled=not no_progress and not show)
     with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,

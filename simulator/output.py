@@ -17,21 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simulator.arguments import CONTROL_CHARACTERS, check_name
 from simulator.errors import ScenarioError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
-# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _ESCAPES = {"\r": "\\r", "\n": "\\n", "\t": "\\t"}
 
 
@@ -40,7 +38,7 @@ def safe_cell(value: Any) -> Any:
     apostrophe before a formula start; anything that is not text unchanged."""
     if not isinstance(value, str):
         return value
-    text = _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+    text = CONTROL_CHARACTERS.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
                                                else f"\\u{ord(m.group()):04x}"), value)
     return "'" + text if value.startswith(_FORMULA_START) else text
 
@@ -70,10 +68,50 @@ def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
 
 
 # -- folders ------------------------------------------------------------------------------------------
+#: Characters a staged folder's name adds to the name of the folder it becomes (``.NAME.partial-1a2b3c4d``).
+STAGED_NAME_EXTRA = len("..partial-") + 8
+
+
+def check_path_name(out: Path, option: str = "--out", *, extra: int = 0) -> None:
+    """Refuse an output path no file system would take, before any work: a control character in it (a
+    folder named with a newline), a part of it longer than the file system allows (``extra``: characters
+    the name gets while it is written, e.g. :data:`STAGED_NAME_EXTRA`), or a whole path too long.
+
+    Raises:
+        ScenarioError: naming ``option`` and the path.
+    """
+    check_name(option, str(out))
+    absolute = out.absolute()
+    length, path_max = len(os.fsencode(str(absolute))), _fs_limit(Path(absolute.anchor), "PC_PATH_MAX", 4096)
+    if length + extra >= path_max:
+        raise ScenarioError(option, str(out), f"the path is {length} bytes long; at most {path_max - extra - 1} "
+                            "here: choose a shorter path")
+    folder, last = Path(absolute.anchor), len(absolute.parts) - 1
+    for i, part in enumerate(absolute.parts[1:], 1):   # each part against the folder it would be made in
+        name_max = _fs_limit(folder, "PC_NAME_MAX", 255)
+        room = name_max - (extra if i == last else 0)
+        if len(os.fsencode(part)) > room:
+            why = f"the file system allows {name_max}; it gets {extra} more while the results are written" \
+                if room < name_max else "the file system's limit"
+            raise ScenarioError(option, str(out), f"the name {part[:24]!r}... is {len(os.fsencode(part))} bytes "
+                                f"long; at most {room} ({why}): choose a shorter name")
+        if (folder / part).is_dir():
+            folder = folder / part
+
+
+def _fs_limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError):
+        return default
+
+
 def check_output_folder(out: Path, *, force: bool = False, option: str = "--out", whole: bool = True) -> None:
-    """Fail before any work when ``out`` could not receive the results: it is a file, it already holds
-    files (unless ``force``), or its nearest existing ancestor is not a writable folder. ``whole=False``:
-    ``out`` only receives files beside others (a plan's ``.csv`` name), it is not replaced."""
+    """Fail before any work when ``out`` could not receive the results: a name no folder can have
+    (:func:`check_path_name`), it is a file, it already holds files (unless ``force``), or its nearest
+    existing ancestor is not a writable folder. ``whole=False``: ``out`` only receives files beside
+    others (a plan's ``.csv`` name), it is not replaced."""
+    check_path_name(out, option, extra=STAGED_NAME_EXTRA if whole else 0)
     if out.exists() and not out.is_dir():
         raise ScenarioError(option, str(out), "exists and is not a directory")
     here = Path.cwd().resolve()

@@ -34,9 +34,11 @@ from simulator.scenario.limits import (
     MAX_NAME_LENGTH,
     MAX_NUM_REQUESTS,
     MAX_PEAK_RPS,
+    MAX_PLAN_SEARCHES,
     MAX_REPLICAS,
     FiniteFloat,
     Integer,
+    Name,
     limit_message,
 )
 from simulator.slo import thresholds_s
@@ -45,7 +47,7 @@ from simulator.slo import thresholds_s
 class Candidate(Frozen):
     """One serving configuration to price: dotted overrides applied to the base scenario."""
 
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     set: dict[str, Any] = Field(default_factory=dict)
     """Scenario overrides, e.g. ``{hardware: h200, deployment.tensor_parallel_size: 2}``; with
     ``deployment.pools`` the planner sizes each pool's ``replicas``."""
@@ -67,7 +69,7 @@ class PlanSLO(SLOConfig):
 
 
 class Region(Frozen):
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     rtt_ms: dict[str, FiniteFloat]
     """Round-trip time from this region's clients to each serving region (own region required;
     the others are needed for N+1 failover)."""
@@ -137,8 +139,8 @@ class SimulationSettings(Frozen):
 
 
 class ForecastRow(Frozen):
-    quarter: str = Field(min_length=1)
-    region: str = Field(min_length=1)
+    quarter: Name = Field(min_length=1)
+    region: Name = Field(min_length=1)
     peak_rps: FiniteFloat = Field(gt=0, le=MAX_PEAK_RPS)
     avg_prompt_tokens: FiniteFloat | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Mean prompt length (rescales the base scenario's prompt distribution); default: unchanged."""
@@ -146,7 +148,7 @@ class ForecastRow(Frozen):
 
 
 class PlanConfig(Frozen):
-    name: str = Field(default="plan", max_length=MAX_NAME_LENGTH)
+    name: Name = Field(default="plan", max_length=MAX_NAME_LENGTH)
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     """ISO 4217 code of the prices and costs (``cost_usd``, ``usd_per_1m_tokens`` in the worksheet); a
     currency other than USD needs every candidate's ``price_per_gpu_hour`` (the profiles' prices are USD)."""
@@ -222,6 +224,12 @@ def load_plan(source: str | Path | dict[str, Any], base_dir: str | Path | None =
     for i, c in enumerate(config.candidates):
         candidates[c.name], contexts[c.name] = _candidate_scenario(base, c, i, config.currency)
     forecast = _load_forecast(config)
+    searches = len(forecast) * len(config.candidates)
+    if searches > MAX_PLAN_SEARCHES:
+        raise ScenarioError("forecast", f"{len(forecast):,} cells x {len(config.candidates)} candidates",
+                            f"a plan runs one search per cell (quarter x region) and candidate: {searches:,} "
+                            f"searches, at most {MAX_PLAN_SEARCHES:,} (a limit of this simulator: see Limits in "
+                            "docs/planner.md); split the plan by quarter or region, or price fewer candidates")
     _check_regions(config, forecast)
     _check_forecast_lengths(base, forecast, contexts)
     return LoadedPlan(config, base, candidates, forecast)
@@ -327,7 +335,8 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
     if not path.is_absolute():
         path = Path(config.base_dir) / path
     require_file(path, "forecast", config.forecast, "forecast CSV", missing="CSV file not found")
-    raw = read_csv(path, "forecast", dtype={"quarter": str, "region": str})
+    # Only an empty cell is missing: "nan" is a value (refused as not finite) and "NA" may be a region.
+    raw = read_csv(path, "forecast", dtype={"quarter": str, "region": str}, keep_default_na=False, na_values=[""])
     unknown = [c for c in raw.columns if c not in FORECAST_COLUMNS]
     if unknown:
         hint = difflib.get_close_matches(str(unknown[0]), FORECAST_COLUMNS, n=1)

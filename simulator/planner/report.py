@@ -48,6 +48,20 @@ class PlanProgressDisplay:
             self.plain(ev.done, ev.total, f"{ev.quarter} {ev.region} {ev.candidate}: {found}")
 
 
+def plan_size(loaded: LoadedPlan) -> str:
+    """What a plan is about to run, printed before it starts: its searches (cells x candidates, and the
+    limit), the replica counts each may try, the requests per run and the seeds per count."""
+    from simulator.planner.search import AUTO_REPLICATIONS, MAX_AUTO_REPLICATIONS
+    from simulator.scenario.limits import MAX_PLAN_SEARCHES
+
+    cells, cands, sim = len(loaded.forecast), len(loaded.config.candidates), loaded.config.simulation
+    seeds = (f"{AUTO_REPLICATIONS} seeds per count ({MAX_AUTO_REPLICATIONS} where the decision is noisy)"
+             if sim.replications == "auto" else f"{sim.replications} seeds per count")
+    return (f"plan: {cells * cands:,} searches ({cells:,} cells x {cands} candidates; at most "
+            f"{MAX_PLAN_SEARCHES:,}), each over 1-{sim.max_replicas} replicas, runs of {sim.num_requests:,} "
+            f"requests, {seeds}")
+
+
 def _f(x: Any, fmt: str) -> str:
     try:
         return "-" if x is None or x is pd.NA or x != x else format(x, fmt)

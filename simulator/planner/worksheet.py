@@ -11,7 +11,7 @@ import contextlib
 from pathlib import Path
 
 from simulator.errors import ScenarioError
-from simulator.output import check_output_folder, output_folder, spreadsheet_safe, write_csv
+from simulator.output import check_output_folder, check_path_name, output_folder, spreadsheet_safe, write_csv
 
 __all__ = ["check_out", "companion_paths", "spreadsheet_safe", "worksheet_path", "write_worksheets"]
 
@@ -41,6 +41,7 @@ def check_out(out: Path, force: bool = False) -> None:
         check_output_folder(out, force=force)
         return
     check_output_folder(out.parent, whole=False)   # the folder may hold other files
+    check_path_name(out, extra=len(".-candidates.partial"))   # the longest name written beside it
     if not force:
         existing = [p.name for p in companion_paths(out).values() if p.exists()]
         if existing:

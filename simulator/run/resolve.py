@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.arguments import check_instance
 from simulator.capabilities import check_capabilities
 from simulator.cluster.routing import ROUTERS
 from simulator.cost.cuda_graph import CudaGraphPadding
@@ -56,11 +57,19 @@ def resolve_model(ref: str | ModelSpec) -> ModelSpec:
     return spec
 
 
+def check_scenario(scenario: Any) -> Scenario:
+    """``scenario`` if it is a :class:`Scenario`; a ScenarioError naming the argument otherwise (a path or
+    a dict given where a validated scenario belongs)."""
+    return check_instance("scenario", scenario, Scenario, "read one with load_scenario(path) or "
+                          "scenario_from_dict(mapping)")
+
+
 def resolve(scenario: Scenario) -> ResolvedSystem:
     """Resolve presets and profiles and size the KV cache; raises :class:`ScenarioError`.
 
     The scenario's combination of features is checked first, once, against the capability table
     (:func:`simulator.capabilities.check_capabilities`)."""
+    check_scenario(scenario)
     POLICIES.lookup(scenario.scheduler.policy)
     check_capabilities(scenario)
     if scenario.deployment.pools is not None or scenario.deployment.pool_routing is not None:

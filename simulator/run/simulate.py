@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from simulator.arguments import check_callback, check_flag, check_seed
 from simulator.cluster.request_path import RequestPath, plan_request_path
 from simulator.cluster.routing import make_router
 from simulator.cost.base import CostModel
@@ -42,7 +43,7 @@ from simulator.engine.steplog import StepLog
 from simulator.metrics import summarize  # noqa: F401  (imported with the engine: a run's summary needs it)
 from simulator.run.clients import ClosedLoopClients, ClosedSessions
 from simulator.run.records import FrozenStepLog, RequestColumns, SimulationResult, request_columns
-from simulator.run.resolve import ResolvedSystem, resolve, spawn_rngs
+from simulator.run.resolve import ResolvedSystem, check_scenario, resolve, spawn_rngs
 from simulator.scenario.config import ClosedLoopArrival, Scenario
 from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import GIB
@@ -68,6 +69,10 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         ScenarioError: a reference that does not resolve, a model that does not fit, bad traces.
     """
     wall0 = time.perf_counter()
+    check_scenario(scenario)
+    seed = check_seed("seed", seed)
+    check_callback("on_progress", on_progress, "on_progress(done, total)")
+    check_flag("fast_forward", fast_forward)
     if seed is not None:
         scenario = scenario.model_copy(update={"seed": seed})
     system = resolve(scenario)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from simulator.arguments import check_overrides, check_path
 from simulator.errors import FieldError, ScenarioError, check_unique_names, field_error_of
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.files import parse_yaml_value, read_yaml, require_file
@@ -34,6 +35,7 @@ from simulator.scenario.limits import (
     MIN_DEVICE_RATE,
     FiniteFloat,
     Integer,
+    Name,
     limit_message,
 )
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
@@ -242,7 +244,7 @@ class SessionsConfig(Frozen):
 class TierConfig(Frozen):
     """A class of requests (e.g. interactive vs batch) with its share of traffic, its priority and SLO."""
 
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     share: FiniteFloat = Field(gt=0, le=1)
     """Fraction of requests in this tier (shares sum to 1)."""
     priority: Integer = Field(default=0, ge=-(2**31), le=2**31 - 1)
@@ -368,7 +370,7 @@ class PoolConfig(Frozen):
     """One model pool of a deployment with several (``deployment.pools``); unset fields take the
     scenario's values (``model``, ``hardware``, ``deployment.*``, ``scheduler.max_num_seqs``)."""
 
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     model: str | ModelSpec | None = None
     hardware: str | dict[str, Any] | None = None
     replicas: Integer = Field(default=1, ge=1, le=MAX_REPLICAS)
@@ -609,7 +611,7 @@ class StageConfig(Frozen):
     """One processing stage outside the engine (tokenization, retrieval, rerank, safety filter,
     detokenization, output filter): a FCFS queue with ``workers`` servers."""
 
-    name: str = Field(min_length=1, max_length=64)
+    name: Name = Field(min_length=1, max_length=64)
     latency_ms: StageLatencyConfig
     """Service time per request: a number (fixed, ms) or ``{dist, mean_ms, cv}``."""
     workers: Integer | None = Field(default=None, ge=1, le=1_000_000)
@@ -764,7 +766,7 @@ class SLOConfig(Frozen):
 class ClientConfig(Frozen):
     """A client population: its share of the requests and its round-trip time to the servers."""
 
-    name: str = "clients"
+    name: Name = "clients"
     share: FiniteFloat = Field(default=1.0, gt=0)
     rtt_ms: FiniteFloat = Field(ge=0)
 
@@ -781,14 +783,14 @@ class NetworkConfig(Frozen):
 
 
 class FleetRegionConfig(Frozen):
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     replicas: Integer = Field(ge=1, le=MAX_REPLICAS)
 
 
 class FleetClientConfig(Frozen):
     """A client population: its share of the requests and its RTT to every region."""
 
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     share: FiniteFloat = Field(default=1.0, gt=0)
     rtt_ms: dict[str, Annotated[FiniteFloat, Field(ge=0)]]
 
@@ -842,7 +844,7 @@ class InlineHardware(Frozen):
 class Scenario(Frozen):
     """One serving system under one workload; the input of :func:`simulator.simulate`."""
 
-    name: str = Field(default="scenario", max_length=MAX_NAME_LENGTH)
+    name: Name = Field(default="scenario", max_length=MAX_NAME_LENGTH)
     seed: Integer = Field(default=0, ge=0)
     num_requests: Integer | None = Field(default=None, ge=1, le=MAX_NUM_REQUESTS)
     duration_s: FiniteFloat | None = Field(default=None, gt=0, le=MAX_TIME_S)
@@ -982,6 +984,7 @@ def scenario_from_dict(data: dict[str, Any], base_dir: str | Path | None = None)
         raise ScenarioError("scenario", data, "must be a mapping of fields (YAML key: value)")
     data = dict(data)
     if base_dir is not None:
+        base_dir = check_path("base_dir", base_dir, "a folder path")
         data.setdefault("base_dir", str(base_dir))
     try:
         scenario = Scenario.model_validate(data)
@@ -1068,8 +1071,14 @@ def _mean_of(dist: Any) -> float:
 
 
 def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
-    """Read a YAML scenario file, apply ``key.path=value`` overrides and validate it."""
-    p = Path(path)
+    """Read a YAML scenario file, apply overrides (a list of ``"key.path=value"`` strings, as ``--set``
+    takes, or a dict ``{"key.path": value}``) and validate it.
+
+    Raises:
+        ScenarioError: a bad argument, an unreadable file, or the first bad field.
+    """
+    p = check_path("path", path, "a scenario file path")
+    check_overrides("overrides", overrides)
     require_file(p, "scenario", str(path), "scenario file", missing="file not found")
     data = read_yaml(p, str(path), what="a scenario file")
     if not isinstance(data, dict):

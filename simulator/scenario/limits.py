@@ -21,6 +21,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
+from simulator.arguments import CONTROL_MESSAGE, has_control_characters
+
 #: Largest YAML file read (scenario, plan, hardware profile): a scenario is a few hundred bytes;
 #: traces and length tables are files of their own, referenced by path.
 MAX_YAML_BYTES = 256 * 1024
@@ -48,6 +50,10 @@ MAX_NAME_LENGTH = 256
 MAX_MODEL_LEN = 16 * 1024 * 1024
 #: Highest forecast peak of one region, requests/s (a day of it, in tokens, must fit an int64).
 MAX_PEAK_RPS = 1.0e6
+#: Most searches one plan runs (forecast cells x candidates): each is a search over replica counts,
+#: several simulations of ``simulation.num_requests`` requests at each (about 0.25 s to a few seconds
+#: a search on one core), so 5,000 is hours of work; a bigger plan is refused before it starts.
+MAX_PLAN_SEARCHES = 5000
 #: Most requests in one running batch (``max_num_seqs``; the engine keeps arrays of this size).
 MAX_NUM_SEQS = 65_536
 #: Largest KV-cache block, in tokens.
@@ -74,14 +80,30 @@ def _int64(value: int) -> int:
 
 
 def _finite(value: Any) -> Any:
-    # Checked before the bounds, so that .nan is called what it is rather than "not >= 0".
-    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+    # Checked before the bounds, so that .nan is called what it is rather than "not >= 0"; text too
+    # ("nan" from a CSV cell or a YAML string), which pydantic would read as a float after the bounds.
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return value   # not a number at all: pydantic says so
+    if isinstance(number, (float, np.floating)) and not math.isfinite(number):
         raise PydanticCustomError("finite_number", "Input should be a finite number")
     return _not_bool(value)
 
 
+def _printable(value: str) -> str:
+    if has_control_characters(value):
+        raise PydanticCustomError("control_characters", CONTROL_MESSAGE)
+    return value
+
+
 FiniteFloat = Annotated[float, BeforeValidator(_finite), Field(allow_inf_nan=False)]
 """A float that is finite (no ``.inf``/``.nan``) and not a boolean; add bounds with ``Field(gt=...)``."""
+Name = Annotated[str, AfterValidator(_printable)]
+"""A name a user gives (scenario, plan, tier, region, candidate, pool, profile): text without control
+characters (:func:`simulator.arguments.check_name` is the same rule for a CLI option)."""
 # Bounds are validators, not Field(ge=..., le=...): a field's own Field(ge=1) would not override them.
 Integer = Annotated[int, BeforeValidator(_not_bool), AfterValidator(_int64)]
 """An integer that is not a boolean and lies within +-2^62 (a float such as ``3.0`` is taken; ``3.5`` is

@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.errors import FieldError
-from simulator.scenario.limits import MAX_MODEL_LEN, FiniteFloat, Integer
+from simulator.scenario.limits import MAX_MODEL_LEN, FiniteFloat, Integer, Name
 
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 
@@ -46,7 +46,7 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = "custom"
+    name: Name = "custom"
     num_layers: Integer = Field(gt=0)
     """Transformer blocks (``num_hidden_layers``)."""
     hidden_size: Integer = Field(gt=0)

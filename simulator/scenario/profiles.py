@@ -16,10 +16,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from simulator.arguments import check_name, check_path
 from simulator.errors import FieldError, ScenarioError, field_error_of
 from simulator.scenario.files import read_yaml, require_file
 from simulator.scenario.frozen import Frozen
-from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, limit_message
+from simulator.scenario.limits import MIN_DEVICE_RATE, MIN_EFFICIENCY, FiniteFloat, Integer, Name, limit_message
 
 GIB = 1024**3
 
@@ -98,7 +99,7 @@ class HardwareProfile(Frozen):
     ``prefill_time_per_token_s``), which makes queueing theory checks exact.
     """
 
-    name: str = "inline"
+    name: Name = "inline"
     source: Literal["datasheet", "measured", "imported", "inline"] = "inline"
     device: str = ""
     cost_model: str = "roofline"
@@ -209,10 +210,14 @@ def load_profile(ref: str | dict[str, Any] | HardwareProfile, field: str = "hard
     Raises:
         ScenarioError: unknown name (listing the known ones) or an invalid profile.
     """
+    check_name("field", field)
+    base_dir = check_path("base_dir", base_dir, "a folder path")
     if isinstance(ref, HardwareProfile):
         return ref
     if isinstance(ref, dict):
         return _validate(ref, field)
+    check_path(field, ref, "a profile name, a path to a profile, a mapping or a HardwareProfile")
+    ref = os.fspath(ref)   # as given (a Path would drop a trailing slash from the messages)
     path = _find(ref, base_dir)
     if path is None:
         known = ", ".join(sorted(available_profiles())) or "none"

@@ -361,7 +361,11 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     n = len(times)
     if n == 0:
         raise ScenarioError("duration_s", scenario.duration_s, "no request arrives within the duration")
-    if n > MAX_NUM_REQUESTS:   # a long trace, or a duration that drew more than the expected count
+    if n > MAX_NUM_REQUESTS and isinstance(wl.arrival, TraceArrival):
+        raise ScenarioError("workload.arrival.path", wl.arrival.path, f"the trace replays {n:,} requests; a run "
+                            f"holds at most {MAX_NUM_REQUESTS:,}: set num_requests (its first rows) or a shorter "
+                            "duration_s")
+    if n > MAX_NUM_REQUESTS:   # a duration that drew more than the expected count
         raise ScenarioError("num_requests", scenario.num_requests, f"{n:,} requests arrive; a run holds at most "
                             f"{MAX_NUM_REQUESTS:,}: set num_requests or a shorter duration_s")
     if isinstance(wl.arrival, TraceArrival) and wl.arrival.use_trace_lengths:
