@@ -704,6 +704,8 @@ def plan(
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars (or, when stderr "
                                      "is not a terminal, the progress lines)."),
+    export: str | None = typer.Option(None, "--export", help="k8s: also write --out/k8s/<quarter>/<region>.yaml, "
+                                      "a Deployment and HPA per region (docs/planner.md)."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
     from simulator.planner import load_plan, write_worksheets
@@ -715,13 +717,23 @@ def plan(
     check_backend(backend, workers=workers, address=address, timeout_s=timeout)
     loaded = load_plan(plan_file)
     check_out(out, force=force)
+    if export is not None:
+        from simulator.planner.k8s import check_export
+        check_export(export, loaded, out)
     show = not no_progress and err_console.is_terminal
     plain = PlainProgress("planning", "searches", err_console, enabled=not no_progress and not show)
     with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
                           timeout_s=timeout)
-    paths = write_worksheets(result, out, force=force)
+    exported = None
+    if export is not None:
+        from simulator.planner.k8s import EXPORTS
+        exported = EXPORTS[export].write(loaded, result.worksheet)
+    paths = write_worksheets(result, out, force=force, extra=exported.files if exported else None)
     print_plan(result, out_console)
+    if exported is not None:
+        skipped = f" (none for the {len(exported.skipped)} cells no candidate meets)" if exported.skipped else ""
+        out_console.print(f"wrote {len(exported.files)} files under {out}/{export}/{skipped}", highlight=False)
     bad = result.worksheet[result.worksheet["status"] != "ok"]
     for r in bad.to_dict("records"):
         err_console.print(f"[yellow]warning:[/] {escape(str(r['quarter']))} {escape(r['region'])}: no candidate meets "
