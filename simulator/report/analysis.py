@@ -115,6 +115,11 @@ def kpis(summary: dict[str, Any], scenario: Scenario, price_per_gpu_hour: float 
     ]
 
 
+def run_kpis(result: SimulationResult) -> list[KPI]:
+    """One run's KPIs, priced at its hardware profile's GPU-hour price."""
+    return kpis(result.summary, result.scenario, result.system.profile.price_per_gpu_hour)
+
+
 def compare_kpis(baseline: Sequence[KPI], current: Sequence[KPI]) -> pd.DataFrame:
     """Side by side: baseline, current, absolute and relative change, and whether it improved."""
     base = {k.key: k for k in baseline}
@@ -251,7 +256,7 @@ def run_report(result: SimulationResult, *, max_cdf_points: int = 500, num_bins:
             "slo_thresholds_s": slo_thresholds_s(sc.slo)}
     return RunReport(
         scenario=sc, summary=result.summary,
-        kpis=kpis(result.summary, sc, system.profile.price_per_gpu_hour),
+        kpis=run_kpis(result),
         cdf=latency_cdf(measured, max_points=max_cdf_points),
         stages=stage_breakdown(measured),
         series=time_series(result.steps, *_kv_blocks_and_replicas(result), result.sim_time_s, num_bins),
