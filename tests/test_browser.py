@@ -195,3 +195,48 @@ def test_stop_button_cancels_a_long_run(server, browser):
     expect(page.get_by_test_id("stMetric")).to_have_count(0)             # nothing half-done is shown
     page.screenshot(path=str(ARTIFACTS / "what-if-stopped.png"))
     page.close()
+
+
+def _choose(page, label: str, option: str) -> None:
+    """Pick ``option`` in the selectbox labelled ``label``."""
+    page.get_by_test_id("stSelectbox").filter(has_text=label).click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _options(page, label: str) -> list[str]:
+    box = page.get_by_test_id("stSelectbox").filter(has_text=label)
+    box.click()
+    options = page.get_by_role("option")
+    expect(options.first).to_be_visible()
+    names = [o.inner_text().strip() for o in options.all()]
+    page.keyboard.press("Escape")
+    return names
+
+
+def test_examples_are_scenarios_and_switching_keeps_their_values(server, browser):
+    """The What-if list holds scenarios only (plan files belong to the Capacity plan page), and after a
+    view with no scenario (a broken upload) an example comes back with its own values, not the widgets'
+    minimums."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(server)
+    rate = page.get_by_role("spinbutton", name="Arrival rate (req/s)")
+    expect(rate).to_have_value("8.00")
+    names = _options(page, "Example scenario")
+    assert "tiers-h100.yaml" in names and "chat-h100.yaml" in names
+    assert not [n for n in names if n.startswith("plan-")], names
+    page.get_by_text("Upload YAML").click()
+    broken = (ROOT / "examples" / "chat-h100.yaml").read_text().replace("model:", "modle:")
+    page.locator("input[type=file]").set_input_files(
+        {"name": "broken.yaml", "mimeType": "application/x-yaml", "buffer": broken.encode()})
+    expect(page.get_by_test_id("stAlertContentError")).to_contain_text("model = None")
+    page.get_by_text("Example", exact=True).click()
+    expect(rate).to_have_value("8.00")
+    _choose(page, "Example scenario", "tiers-h100.yaml")
+    expect(rate).to_have_value("13.00")
+    _choose(page, "Example scenario", "chat-h100.yaml")
+    expect(rate).to_have_value("8.00")
+    expect(page.get_by_role("spinbutton", name="Requests")).to_have_value("20000")
+    expect(page.get_by_role("combobox", name="Hardware profile")).to_have_value("h100-sxm")
+    expect(page.get_by_text("28,116 blocks", exact=False)).to_be_visible()
+    page.close()
