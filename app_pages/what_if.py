@@ -522,7 +522,8 @@ if not tiers.empty:
         st.dataframe(tiers.rename(columns={
             "share": "share", "ttft_p50_ms": "TTFT p50 (ms)", "ttft_p99_ms": "TTFT p99 (ms)",
             "tpot_p50_ms": "TPOT p50 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "e2e_p99_s": "E2E p99 (s)",
-            "slo_attainment_pct": "SLO attainment (%)", "slo_met": "tier's SLO met"}),
+            "slo_attainment_pct": "SLO attainment (%)", "slo_met": "tier's SLO met",
+            "slo_failures": "why not met"}),
             hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g") for c in
                                             ("TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)",
                                              "E2E p99 (s)", "SLO attainment (%)")})

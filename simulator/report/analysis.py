@@ -517,7 +517,9 @@ def measured_vs_fitted(profile: Any) -> pd.DataFrame:
 
 def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
     """Per request tier (``workload.tiers``): share, priority, counts, p50/p99 latencies (TTFT and
-    TPOT in ms, E2E in s) and SLO attainment against the tier's own SLO. Empty without tiers."""
+    TPOT in ms, E2E in s), SLO attainment against the tier's own SLO, whether it is met and, when not,
+    why (``slo_failures``: each failed check, e.g. ``ttft_p99 538 ms > 500 ms`` or the run being
+    unstable). Empty without tiers."""
     rows = []
     for name, t in (summary.get("tiers") or {}).items():
         def q(metric: str, p: str, scale: float) -> float | None:
@@ -531,5 +533,6 @@ def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
                      "tpot_p50_ms": q("tpot_s", "p50", 1e3), "tpot_p99_ms": q("tpot_s", "p99", 1e3),
                      "e2e_p99_s": q("e2e_s", "p99", 1.0),
                      "slo_attainment_pct": None if att is None else 100.0 * att,
-                     "slo_met": (t.get("slo") or {}).get("passed")})
+                     "slo_met": (t.get("slo") or {}).get("passed"),
+                     "slo_failures": "; ".join((t.get("slo") or {}).get("failures") or [])})
     return pd.DataFrame(rows)
