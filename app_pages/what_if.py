@@ -21,7 +21,15 @@ from app_pages.common import (
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile, resolve
 from simulator.cluster.router import ROUTERS
 from simulator.engine.policies import POLICIES
-from simulator.report.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
+from simulator.report.analysis import (
+    RunCancelled,
+    compare_kpis,
+    display_digits,
+    kpi_change,
+    num_gpus,
+    tier_table,
+    with_arrival_rate,
+)
 from simulator.scenario.config import ClosedLoopArrival, GammaArrival, PoissonArrival, TraceArrival
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.io import scenario_diff, scenario_key, scenario_to_yaml
@@ -339,13 +347,13 @@ def kpi_cards(report: Any, baseline: Any | None) -> None:
     for row in (report.kpis[:5], report.kpis[5:]):
         cols = st.columns(len(row))
         for col, k in zip(cols, row, strict=True):
-            digits = 2 if k.unit in ("s", "$/1M output tok") else (0 if k.unit == "tok/s" else 1)
+            digits = display_digits(k.unit)
             b = base.get(k.key)
-            delta = None
-            if b is not None and b.value is not None and k.value is not None:
-                delta = f"{k.value - b.value:+,.{digits}f}"      # the unit is in the label
-            col.metric(f"{k.label} ({k.unit})", fmt(k.value, digits), delta=delta,
-                       delta_color="normal" if k.higher_is_better else "inverse", border=True)
+            change = kpi_change(b.value, k.value, k.unit) if b is not None else None
+            delta = None if change is None else f"{change:+,.{digits}f}" if change else f"{0:.{digits}f}"
+            color = "off" if not change else "normal" if k.higher_is_better else "inverse"
+            col.metric(f"{k.label} ({k.unit})", fmt(k.value, digits), delta=delta,   # the unit is in the label
+                       delta_color=color, border=True)
 
 
 def system_line(sc: Any) -> str:

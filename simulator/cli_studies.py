@@ -24,7 +24,7 @@ from rich.table import Table
 from simulator.cli import PlainProgress, err_console, jsonable, out_console
 from simulator.errors import ScenarioError
 from simulator.output import check_output_folder, output_folder, write_csv
-from simulator.report.analysis import KPI, max_load_meeting_slo, run_kpis
+from simulator.report.analysis import KPI, display_digits, max_load_meeting_slo, run_kpis
 from simulator.report.comparisons import compare_table, records, seed_runs, seed_stats, variant_overrides
 from simulator.scenario.config import Scenario
 
@@ -75,8 +75,7 @@ def _write(out: Path, force: bool, tables: dict[str, pd.DataFrame], doc: dict[st
 def _fmt(x: Any, unit: str) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
-    digits = 0 if unit == "tok/s" else (3 if unit == "s" or unit.startswith("$") else 1)
-    return f"{x:,.{digits}f}"
+    return f"{x:,.{display_digits(unit)}f}"
 
 
 # -- compare ----------------------------------------------------------------------------------------------
@@ -141,12 +140,14 @@ def print_compare(table: pd.DataFrame, baseline: str) -> None:
 
 
 def _change(r: pd.Series) -> str:
+    """The change in percent (absolute without a baseline value), coloured when better or worse; a
+    change that rounds to zero where the KPI is shown is ``0`` (:func:`kpi_change`)."""
     if r["delta"] is None or pd.isna(r["delta"]):
         return "-"
+    if r["better"] is None or pd.isna(r["better"]):
+        return "0"
     text = f"{r['delta_pct']:+.1f}%" if r["delta_pct"] is not None and not pd.isna(r["delta_pct"]) \
         else f"{r['delta']:+.3g}"
-    if r["better"] is None or pd.isna(r["better"]):
-        return text
     return f"[green]{text}[/]" if r["better"] else f"[red]{text}[/]"
 
 
