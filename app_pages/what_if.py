@@ -344,9 +344,10 @@ def knob_widgets(base: Any) -> dict[str, Any]:
 
 def kpi_cards(report: Any, baseline: Any | None) -> None:
     base = {k.key: k for k in baseline.kpis} if baseline is not None else {}
-    for row in (report.kpis[:5], report.kpis[5:]):
-        cols = st.columns(len(row))
-        for col, k in zip(cols, row, strict=True):
+    per_row = 4        # 5 or 6 a row cut labels such as "Cost ($/1M output tok)" at a laptop's 1280 px
+    for row in (report.kpis[i:i + per_row] for i in range(0, len(report.kpis), per_row)):
+        cols = st.columns(per_row)
+        for col, k in zip(cols, row, strict=False):
             digits = display_digits(k.unit)
             b = base.get(k.key)
             change = kpi_change(b.value, k.value, k.unit) if b is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 import shutil
 import socket
@@ -233,10 +234,67 @@ def test_examples_are_scenarios_and_switching_keeps_their_values(server, browser
     page.get_by_text("Example", exact=True).click()
     expect(rate).to_have_value("8.00")
     _choose(page, "Example scenario", "tiers-h100.yaml")
-    expect(rate).to_have_value("13.00")
+    expect(rate).to_have_value("11.00")
     _choose(page, "Example scenario", "chat-h100.yaml")
     expect(rate).to_have_value("8.00")
     expect(page.get_by_role("spinbutton", name="Requests")).to_have_value("20000")
     expect(page.get_by_role("combobox", name="Hardware profile")).to_have_value("h100-sxm")
     expect(page.get_by_text("28,116 blocks", exact=False)).to_be_visible()
+    page.close()
+
+
+def _tick_number(text: str) -> float:
+    """A rendered tick label as a number (``1,000``, ``2k``, ``−5``, ``0.5``)."""
+    t = text.replace(",", "").replace("\u2212", "-").strip()
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9, "m": 1e-3, "\u00b5": 1e-6}.get(t[-1:], 1.0)
+    return float(t[:-1] if scale != 1.0 else t) * scale
+
+
+def _log_axis_labels(page) -> dict[str, list[str]]:
+    """Per chart and log axis, its tick labels in axis order (plotly draws them as ``g.<axis>tick``)."""
+    return page.evaluate("""() => {
+        const out = {};
+        document.querySelectorAll('.js-plotly-plot').forEach((plot, i) => {
+            const layout = plot._fullLayout;
+            for (const name of Object.keys(layout)) {
+                const ax = layout[name];
+                if (!/^[xy]axis\\d*$/.test(name) || !ax || ax.type !== 'log' || !ax._vals) continue;
+                out[`chart ${i} ${name}`] = ax._vals.map(v => v.text.replace(/<[^>]+>/g, ''));
+            }
+        });
+        return out;
+    }""")
+
+
+def test_charts_label_log_axes_in_full_and_tell_profiles_apart(server, browser):
+    """Every log axis labels each tick with its value in axis order (not "2, 10k, 5, 2, 1000", where the
+    minor ticks read as bare digits), the step-time chart gives each of its profiles its own line style,
+    and no KPI card's label is cut off at a laptop's width."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{server}/?example=chat-h100.yaml&n=1500")
+    page.get_by_role("button", name="Run simulation").click()
+    expect(page.get_by_test_id("stMetric")).to_have_count(11)
+    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    cut = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
+        .filter(label => [label, ...label.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
+        .map(label => label.innerText)""")
+    assert cut == [], f"KPI labels cut off: {cut}"
+    labels = _log_axis_labels(page)
+    page.get_by_role("link", name="Hardware profiles").click()
+    expect(page.locator(".js-plotly-plot")).to_have_count(2)
+    page.wait_for_timeout(1000)
+    labels.update({f"hardware {k}": v for k, v in _log_axis_labels(page).items()})
+    assert len(labels) >= 5, labels       # the CDF's three x axes, the step-time chart's four
+    for axis, texts in labels.items():
+        values = [_tick_number(t) for t in texts if t]
+        assert len(values) >= 2 and all(a < b for a, b in itertools.pairwise(values)), (axis, texts)
+    styles = page.evaluate("""() => {
+        const plot = [...document.querySelectorAll('.js-plotly-plot')]
+            .find(p => ((p._fullLayout.xaxis.title || {}).text || '') === 'requests in the batch');
+        return plot._fullData.filter(t => t.showlegend).map(t => [t.name, t.line.color, t.line.dash]);
+    }""")
+    assert len(styles) > 10, styles
+    assert len({(color, dash) for _, color, dash in styles}) == len(styles), styles
+    page.screenshot(path=str(ARTIFACTS / "hardware-step-times.png"), full_page=True)
     page.close()
