@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.charts import plan_figure
-from app_pages.common import EXAMPLES, fmt, interrupted_run, restore_widgets, save_widgets, show_error
+from app_pages.common import EXAMPLES, fmt, interrupted_run, plan_files, restore_widgets, save_widgets, show_error
 from simulator import ScenarioError
 from simulator.output import csv_text
 from simulator.planner.config import load_plan
@@ -57,7 +57,7 @@ st.caption("For every quarter and region of the forecast, the planner searches t
            "and keeps the cheapest. The same engine as `llmplan plan`.")
 
 restore_widgets(P)
-plans = sorted(p.name for p in EXAMPLES.glob("plan-*.yaml"))
+plans = plan_files()
 if not plans:
     st.warning("No plan files (examples/plan-*.yaml) found.")
     st.stop()

@@ -5,6 +5,7 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 METRIC_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
@@ -14,6 +15,11 @@ STAGE_COLORS = {"network": "#7f7f7f", "queue": "#d62728", "prefill": "#ff7f0e", 
 _LAYOUT = dict(margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", y=-0.2), height=400,
                title_y=0.97)
 _SLO_LINE = dict(color="black", dash="dash", width=1.5)
+LOG_AXIS = dict(type="log", dtick="D2", tickformat=",~g")
+"""A log axis with ticks at 1, 2 and 5 times each power of ten, each showing its full value (plotly's
+default writes the 2 and 5 between powers of ten as bare digits: "2, 10k, 5, 2, 1000")."""
+PROFILE_COLORS = qualitative.Dark24
+PROFILE_DASHES = ("solid", "dash", "dot")
 
 
 def _line(x: list[float], y: list[float], name: str, line: dict[str, Any], show: bool) -> go.Scatter:
@@ -41,7 +47,7 @@ def cdf_figure(cdf: pd.DataFrame, slo_s: dict[str, float], baseline: pd.DataFram
             fig.add_trace(_line([slo_s[m] * scale] * 2, [0, 1], "SLO threshold (p99)", _SLO_LINE,
                                 show=m == next(k for k in metrics if k in slo_s)), row=1, col=i)
         fig.add_hline(y=0.99, line=dict(color="grey", width=1, dash="dot"), row=1, col=i)
-        fig.update_xaxes(type="log", title_text=f"latency ({'s' if m == 'e2e_s' else 'ms'})", row=1, col=i)
+        fig.update_xaxes(**LOG_AXIS, title_text=f"latency ({'s' if m == 'e2e_s' else 'ms'})", row=1, col=i)
     fig.update_yaxes(title_text="fraction of requests ≤ x", range=[0, 1.02], row=1, col=1)
     fig.update_layout(title="Latency CDF of the measured requests (dotted: the 99th percentile)", **_LAYOUT)
     return fig
@@ -107,7 +113,7 @@ def load_curve_figure(sweep: pd.DataFrame, slo_s: dict[str, float], limit: dict[
             fig.add_vline(x=best, line=dict(color="green", width=2), row=1, col=i,
                           annotation_text="max load meeting the SLO", annotation_position="top left")
         fig.update_xaxes(title_text=x_title, row=1, col=i)
-        fig.update_yaxes(type="log", row=1, col=i)
+        fig.update_yaxes(**LOG_AXIS, row=1, col=i)
     fig.update_layout(title="p50 (dotted) and p99 (solid) latency against load, log scale",
                       **{**_LAYOUT, "height": 460})
     return fig
@@ -117,18 +123,19 @@ def step_time_figure(curves: pd.DataFrame, profile_names: list[str]) -> go.Figur
     """Predicted decode and prefill step times per profile (from the cost model)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=["Decode step (ms) vs batch size",
                                                         "Prefill step (ms) vs prompt tokens"])
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
-    for j, name in enumerate(profile_names):
+    for j, name in enumerate(profile_names):   # 24 colours, then again dashed: every profile its own line
+        line = dict(color=PROFILE_COLORS[j % len(PROFILE_COLORS)],
+                    dash=PROFILE_DASHES[j // len(PROFILE_COLORS) % len(PROFILE_DASHES)])
         d = curves[curves["profile"] == name]
         for i, kind in enumerate(("decode", "prefill"), start=1):
             k = d[d["kind"] == kind]
             fig.add_trace(go.Scatter(x=k["x"], y=k["step_ms"], mode="lines+markers", name=name,
                                      legendgroup=name, showlegend=i == 1,
-                                     line=dict(color=palette[j % len(palette)])), row=1, col=i)
-    fig.update_xaxes(type="log", title_text="requests in the batch", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="prompt tokens in the step", row=1, col=2)
-    fig.update_yaxes(type="log", title_text="step time (ms)", row=1, col=1)
-    fig.update_yaxes(type="log", row=1, col=2)
+                                     line=line), row=1, col=i)
+    fig.update_xaxes(**LOG_AXIS, title_text="requests in the batch", row=1, col=1)
+    fig.update_xaxes(**LOG_AXIS, title_text="prompt tokens in the step", row=1, col=2)
+    fig.update_yaxes(**LOG_AXIS, title_text="step time (ms)", row=1, col=1)
+    fig.update_yaxes(**LOG_AXIS, row=1, col=2)
     fig.update_layout(title="Predicted engine step time (each profile's cost model: roofline or measured table)",
                       **{**_LAYOUT, "height": 420})
     return fig
@@ -157,8 +164,8 @@ def fit_figure(points: pd.DataFrame, profile_name: str, max_points_per_family: i
                                    (1 / 1.15, "±15%", "dot")):
             fig.add_trace(_line([lo, hi], [lo * factor, hi * factor], name, dict(color="grey", dash=dash, width=1),
                                 show=factor >= 1.0))
-    fig.update_xaxes(type="log", title_text="measured (ms)")
-    fig.update_yaxes(type="log", title_text="fitted, point held out (ms)")
+    fig.update_xaxes(**LOG_AXIS, title_text="measured (ms)")
+    fig.update_yaxes(**LOG_AXIS, title_text="fitted, point held out (ms)")
     fig.update_layout(title=f"{profile_name}: measured op times vs the cost model's held-out fit",
                       **{**_LAYOUT, "height": 480})
     return fig
@@ -215,7 +222,7 @@ def validation_figure(points: pd.DataFrame, bands: tuple[float, ...] = (0.10, 0.
             error_x=dict(type="data", array=grp["noise_ms"].tolist()),
             customdata=grp["error"], hovertemplate="measured %{x:.2f} ms<br>predicted %{y:.2f} ms<br>"
                                                    "error %{customdata:+.1%}<extra>%{fullData.name}</extra>"))
-    fig.update_layout(xaxis=dict(title="measured on the engine (ms)", type="log"),
-                      yaxis=dict(title="predicted by the simulator (ms)", type="log"),
+    fig.update_layout(xaxis=dict(title="measured on the engine (ms)", **LOG_AXIS),
+                      yaxis=dict(title="predicted by the simulator (ms)", **LOG_AXIS),
                       height=520, margin=dict(t=30), legend=dict(orientation="v"))
     return fig

@@ -24,10 +24,20 @@ DEFAULT_EXAMPLE = "chat-h100.yaml"
 DEFAULT_TIME_LIMIT_S = 120.0
 
 
+PLAN_FILES = "plan-*.yaml"
+"""Which files in ``examples/`` are capacity plans (the Capacity plan page's), not scenarios."""
+
+
 def example_files() -> list[str]:
-    """Scenario files shipped in ``examples/`` (the default first)."""
-    names = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+    """Scenario files shipped in ``examples/`` (the default first; plan files are not scenarios)."""
+    plans = set(plan_files())
+    names = sorted(p.name for p in EXAMPLES.glob("*.yaml") if p.name not in plans)
     return sorted(names, key=lambda n: n != DEFAULT_EXAMPLE)
+
+
+def plan_files() -> list[str]:
+    """Capacity plan files shipped in ``examples/`` (:data:`PLAN_FILES`)."""
+    return sorted(p.name for p in EXAMPLES.glob(PLAN_FILES))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -68,8 +78,18 @@ def scenario_source(prefix: str, *, default_example: str | None = None, offer_wh
     """Sidebar choice of an example or an uploaded YAML (or the What-if page's current scenario);
     returns ``(scenario or None, label)``.
 
-    A bad upload shows an error naming the field and returns ``None``; the page goes on.
+    A bad upload shows an error naming the field and returns ``None``; the page goes on. A view
+    without a scenario draws none of the page's widgets, so Streamlit forgets their values: it also
+    forgets ``<prefix>_base_id``, so that the next scenario (even the one shown before) sets the
+    widgets from its own values again instead of leaving them at their minimums.
     """
+    scenario, label = _scenario_source(prefix, default_example=default_example, offer_what_if=offer_what_if)
+    if scenario is None:
+        st.session_state.pop(f"{prefix}_base_id", None)
+    return scenario, label
+
+
+def _scenario_source(prefix: str, *, default_example: str | None, offer_what_if: bool):
     examples = example_files()
     modes = ["Example", "Upload YAML"]
     current = st.session_state.get("wi_current") if offer_what_if else None

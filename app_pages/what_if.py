@@ -21,7 +21,15 @@ from app_pages.common import (
 from simulator import MODEL_PRESETS, ScenarioError, available_profiles, load_profile, resolve
 from simulator.cluster.router import ROUTERS
 from simulator.engine.policies import POLICIES
-from simulator.report.analysis import RunCancelled, compare_kpis, num_gpus, tier_table, with_arrival_rate
+from simulator.report.analysis import (
+    RunCancelled,
+    compare_kpis,
+    display_digits,
+    kpi_change,
+    num_gpus,
+    tier_table,
+    with_arrival_rate,
+)
 from simulator.scenario.config import ClosedLoopArrival, GammaArrival, PoissonArrival, TraceArrival
 from simulator.scenario.engines import ENGINE_PRESETS, preset_scheduler
 from simulator.scenario.io import scenario_diff, scenario_key, scenario_to_yaml
@@ -336,16 +344,17 @@ def knob_widgets(base: Any) -> dict[str, Any]:
 
 def kpi_cards(report: Any, baseline: Any | None) -> None:
     base = {k.key: k for k in baseline.kpis} if baseline is not None else {}
-    for row in (report.kpis[:5], report.kpis[5:]):
-        cols = st.columns(len(row))
-        for col, k in zip(cols, row, strict=True):
-            digits = 2 if k.unit in ("s", "$/1M output tok") else (0 if k.unit == "tok/s" else 1)
+    per_row = 4        # 5 or 6 a row cut labels such as "Cost ($/1M output tok)" at a laptop's 1280 px
+    for row in (report.kpis[i:i + per_row] for i in range(0, len(report.kpis), per_row)):
+        cols = st.columns(per_row)
+        for col, k in zip(cols, row, strict=False):
+            digits = display_digits(k.unit)
             b = base.get(k.key)
-            delta = None
-            if b is not None and b.value is not None and k.value is not None:
-                delta = f"{k.value - b.value:+,.{digits}f}"      # the unit is in the label
-            col.metric(f"{k.label} ({k.unit})", fmt(k.value, digits), delta=delta,
-                       delta_color="normal" if k.higher_is_better else "inverse", border=True)
+            change = kpi_change(b.value, k.value, k.unit) if b is not None else None
+            delta = None if change is None else f"{change:+,.{digits}f}" if change else f"{0:.{digits}f}"
+            color = "off" if not change else "normal" if k.higher_is_better else "inverse"
+            col.metric(f"{k.label} ({k.unit})", fmt(k.value, digits), delta=delta,   # the unit is in the label
+                       delta_color=color, border=True)
 
 
 def system_line(sc: Any) -> str:
@@ -528,7 +537,8 @@ if not tiers.empty:
         st.dataframe(tiers.rename(columns={
             "share": "share", "ttft_p50_ms": "TTFT p50 (ms)", "ttft_p99_ms": "TTFT p99 (ms)",
             "tpot_p50_ms": "TPOT p50 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "e2e_p99_s": "E2E p99 (s)",
-            "slo_attainment_pct": "SLO attainment (%)", "slo_met": "tier's SLO met"}),
+            "slo_attainment_pct": "SLO attainment (%)", "slo_met": "tier's SLO met",
+            "slo_failures": "why not met"}),
             hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.3g") for c in
                                             ("TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)",
                                              "E2E p99 (s)", "SLO attainment (%)")})

@@ -150,7 +150,7 @@ class NoiseMonitor:
             f"two probes in a row differed by more than {self.bounds.max_drift:.0%} "
             f"({self.probes[-2].median_s * 1e3:.3g} vs {last.median_s * 1e3:.3g} ms)")
         raise CalibrationError(round(last.median_s, 6), f"the machine is too noisy to start: the {self.label} "
-                               f"{why}, {len(self.probes)} probes {self.bounds.wait_s:g} s apart; {HINT}")
+                               f"{why}, {len(self.probes)} probes {self.bounds.wait_s:g} s apart; {self.hint(last)}")
 
     def due(self, benchmarks_since: int) -> bool:
         b = self.bounds
@@ -174,7 +174,8 @@ class NoiseMonitor:
                 raise CalibrationError(round(p.drift if p.drift is not None else p.spread, 3),
                                        f"the {self.label} {'; '.join(p.problems)} after {tries} waits of "
                                        f"{self.bounds.wait_s:g} s to time the benchmarks since the last quiet probe "
-                                       f"again ({p.elapsed_s:.0f} s into the run); none of them was kept; {HINT}")
+                                       f"again ({p.elapsed_s:.0f} s into the run); none of them was kept; "
+                                       f"{self.hint(p)}")
             tries += 1
             self._sleep(self.bounds.wait_s)
             p = self.probe()
@@ -186,6 +187,21 @@ class NoiseMonitor:
                     p.problems.append(f"(its benchmarks timed again changed by {math.expm1(change):.0%} at the "
                                       f"median, bound {self.bounds.max_drift:.0%})")
         return p
+
+    def hint(self, p: Probe) -> str:
+        """What to do about the probe that refused, naming the options that lift *its* problems: a load
+        over the bound is lifted only by ``--max-load`` (a quieter clock does not lower the load
+        average), a drift or spread by a quieter machine, the thread clock or looser bounds."""
+        loaded = self.bounds.max_load_per_cpu is not None and p.load_per_cpu > self.bounds.max_load_per_cpu
+        timing = not loaded or any(not problem.startswith("load average") for problem in p.problems)
+        parts = []
+        if loaded:
+            needed = math.ceil(p.load_per_cpu * 10 + 1e-9) / 10   # one decimal above the measured load
+            parts.append(f"pass --max-load {needed:g} or more (the load per CPU is {p.load_per_cpu:.2f}) if a busy "
+                         "machine's timings are acceptable, or calibrate when the load is lower")
+        if timing:
+            parts.append(HINT)
+        return "; ".join(parts)
 
     def record(self) -> dict[str, Any]:
         """What ``provenance.noise`` keeps: the bounds, the baseline, every probe, re-measurements."""
@@ -199,4 +215,4 @@ class NoiseMonitor:
 
 
 HINT = ("calibrate on a quieter machine (on a CPU: --clock thread --threads 1), or loosen --max-drift/"
-        "--max-spread/--max-load if this noise is acceptable")
+        "--max-spread if this noise is acceptable")

@@ -226,6 +226,9 @@ def simulate(
     force: bool = typer.Option(False, "--force", help="Replace the results already in --out."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
+    seeds: int | None = typer.Option(None, "--seeds", help="Run N seeds (the seed, seed+1, ...) and report each "
+                                     "KPI's mean, spread and 95% confidence interval; --out then writes "
+                                     "seeds.csv, seed-stats.csv, summary.json."),
 ) -> None:
     """Simulate a scenario and report latency percentiles, throughput and SLO attainment."""
     with loading_modules():
@@ -236,6 +239,10 @@ def simulate(
     if seed is not None:
         overrides["seed"] = check_seed("--seed", seed)
     sc = load_scenario(scenario, overrides)
+    if seeds is not None:
+        from simulator import cli_studies
+        cli_studies.seeds(sc, seeds, json_out=json_out, out=out, force=force, show=not no_progress)
+        return
     if out is not None:
         check_output_folder(out, force=force)
     show = not no_progress and err_console.is_terminal
@@ -263,6 +270,49 @@ def simulate(
     print_summary(summary, result)
     if out is not None:
         out_console.print(f"wrote {out}/requests.{{parquet,csv}}, steps.{{parquet,csv}}, summary.json, scenario.yaml")
+
+
+@app.command()
+@guarded
+def compare(
+    scenarios: list[Path] = typer.Argument(..., help="Two or more scenario files (the first is the baseline), "
+                                           "or one with --set variants."),
+    set_: list[str] | None = typer.Option(None, "--set", help="One variant of the one scenario: key.path=value, "
+                                          "several joined by ';' (repeatable: one variant each)."),
+    seed: int | None = typer.Option(None, "--seed", help="Override every run's seed."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+    out: Path | None = typer.Option(None, "--out", help="Write compare.csv and summary.json here."),
+    force: bool = typer.Option(False, "--force", help="Replace the results already in --out."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar or lines."),
+) -> None:
+    """Run scenarios (or variants of one) and show each KPI's change against the first."""
+    from simulator import cli_studies
+    cli_studies.compare(scenarios, set_ or [], seed=seed, json_out=json_out, out=out, force=force,
+                        show=not no_progress)
+
+
+@app.command()
+@guarded
+def sweep(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    rates: str | None = typer.Option(None, "--rates", help="Arrival rates in requests/s, e.g. 2,4,8."),
+    concurrency: str | None = typer.Option(None, "--concurrency", help="Closed-loop clients, e.g. 8,16,32."),
+    set_: list[str] | None = typer.Option(None, "--set", help="Override a field: key.path=value (repeatable)."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the scenario's seed."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+    out: Path | None = typer.Option(None, "--out", help="Write sweep.csv, summary.json, scenario.yaml here."),
+    force: bool = typer.Option(False, "--force", help="Replace the results already in --out."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar or lines."),
+) -> None:
+    """Latency tails against load, and the largest swept load that meets the SLO."""
+    from simulator import cli_studies
+    from simulator.scenario.config import load_scenario, parse_overrides
+
+    overrides = parse_overrides(set_)
+    if seed is not None:
+        overrides["seed"] = seed
+    cli_studies.sweep(load_scenario(scenario, overrides), rates, concurrency, json_out=json_out, out=out,
+                      force=force, show=not no_progress)
 
 
 def write_outputs(result: Any, summary: dict[str, Any], out: Path, *, force: bool = False) -> None:
@@ -765,6 +815,8 @@ def plan(
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars (or, when stderr "
                                      "is not a terminal, the progress lines)."),
+    export: str | None = typer.Option(None, "--export", help="k8s: also write --out/k8s/<quarter>/<region>.yaml, "
+                                      "a Deployment and HPA per region (docs/planner.md)."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
     from simulator.planner import load_plan, write_worksheets
@@ -776,6 +828,9 @@ def plan(
     check_backend(backend, workers=workers, address=address, timeout_s=timeout)
     loaded = load_plan(plan_file)
     check_out(out, force=force)
+    if export is not None:
+        from simulator.planner.k8s import check_export
+        check_export(export, loaded, out)
     show = not no_progress and err_console.is_terminal
     if not no_progress:   # before the first search: how much work the plan is
         err_console.print(plan_size(loaded), markup=False, highlight=False, soft_wrap=True)
@@ -783,8 +838,15 @@ def plan(
     with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
                           timeout_s=timeout)
-    paths = write_worksheets(result, out, force=force)
+    exported = None
+    if export is not None:
+        from simulator.planner.k8s import EXPORTS
+        exported = EXPORTS[export].write(loaded, result.worksheet)
+    paths = write_worksheets(result, out, force=force, extra=exported.files if exported else None)
     print_plan(result, out_console)
+    if exported is not None:
+        skipped = f" (none for the {len(exported.skipped)} cells no candidate meets)" if exported.skipped else ""
+        out_console.print(f"wrote {len(exported.files)} files under {out}/{export}/{skipped}", highlight=False)
     bad = result.worksheet[result.worksheet["status"] != "ok"]
     for r in bad.to_dict("records"):
         err_console.print(f"[yellow]warning:[/] {escape(str(r['quarter']))} {escape(r['region'])}: no candidate meets "

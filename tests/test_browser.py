@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 import shutil
 import socket
@@ -194,4 +195,106 @@ def test_stop_button_cancels_a_long_run(server, browser):
     assert time.monotonic() - started < 10
     expect(page.get_by_test_id("stMetric")).to_have_count(0)             # nothing half-done is shown
     page.screenshot(path=str(ARTIFACTS / "what-if-stopped.png"))
+    page.close()
+
+
+def _choose(page, label: str, option: str) -> None:
+    """Pick ``option`` in the selectbox labelled ``label``."""
+    page.get_by_test_id("stSelectbox").filter(has_text=label).click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _options(page, label: str) -> list[str]:
+    box = page.get_by_test_id("stSelectbox").filter(has_text=label)
+    box.click()
+    options = page.get_by_role("option")
+    expect(options.first).to_be_visible()
+    names = [o.inner_text().strip() for o in options.all()]
+    page.keyboard.press("Escape")
+    return names
+
+
+def test_examples_are_scenarios_and_switching_keeps_their_values(server, browser):
+    """The What-if list holds scenarios only (plan files belong to the Capacity plan page), and after a
+    view with no scenario (a broken upload) an example comes back with its own values, not the widgets'
+    minimums."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(server)
+    rate = page.get_by_role("spinbutton", name="Arrival rate (req/s)")
+    expect(rate).to_have_value("8.00")
+    names = _options(page, "Example scenario")
+    assert "tiers-h100.yaml" in names and "chat-h100.yaml" in names
+    assert not [n for n in names if n.startswith("plan-")], names
+    page.get_by_text("Upload YAML").click()
+    broken = (ROOT / "examples" / "chat-h100.yaml").read_text().replace("model:", "modle:")
+    page.locator("input[type=file]").set_input_files(
+        {"name": "broken.yaml", "mimeType": "application/x-yaml", "buffer": broken.encode()})
+    expect(page.get_by_test_id("stAlertContentError")).to_contain_text("model = None")
+    page.get_by_text("Example", exact=True).click()
+    expect(rate).to_have_value("8.00")
+    _choose(page, "Example scenario", "tiers-h100.yaml")
+    expect(rate).to_have_value("11.00")
+    _choose(page, "Example scenario", "chat-h100.yaml")
+    expect(rate).to_have_value("8.00")
+    expect(page.get_by_role("spinbutton", name="Requests")).to_have_value("20000")
+    expect(page.get_by_role("combobox", name="Hardware profile")).to_have_value("h100-sxm")
+    expect(page.get_by_text("28,116 blocks", exact=False)).to_be_visible()
+    page.close()
+
+
+def _tick_number(text: str) -> float:
+    """A rendered tick label as a number (``1,000``, ``2k``, ``−5``, ``0.5``)."""
+    t = text.replace(",", "").replace("\u2212", "-").strip()
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9, "m": 1e-3, "\u00b5": 1e-6}.get(t[-1:], 1.0)
+    return float(t[:-1] if scale != 1.0 else t) * scale
+
+
+def _log_axis_labels(page) -> dict[str, list[str]]:
+    """Per chart and log axis, its tick labels in axis order (plotly draws them as ``g.<axis>tick``)."""
+    return page.evaluate("""() => {
+        const out = {};
+        document.querySelectorAll('.js-plotly-plot').forEach((plot, i) => {
+            const layout = plot._fullLayout;
+            for (const name of Object.keys(layout)) {
+                const ax = layout[name];
+                if (!/^[xy]axis\\d*$/.test(name) || !ax || ax.type !== 'log' || !ax._vals) continue;
+                out[`chart ${i} ${name}`] = ax._vals.map(v => v.text.replace(/<[^>]+>/g, ''));
+            }
+        });
+        return out;
+    }""")
+
+
+def test_charts_label_log_axes_in_full_and_tell_profiles_apart(server, browser):
+    """Every log axis labels each tick with its value in axis order (not "2, 10k, 5, 2, 1000", where the
+    minor ticks read as bare digits), the step-time chart gives each of its profiles its own line style,
+    and no KPI card's label is cut off at a laptop's width."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{server}/?example=chat-h100.yaml&n=1500")
+    page.get_by_role("button", name="Run simulation").click()
+    expect(page.get_by_test_id("stMetric")).to_have_count(11)
+    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    cut = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
+        .filter(label => [label, ...label.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
+        .map(label => label.innerText)""")
+    assert cut == [], f"KPI labels cut off: {cut}"
+    labels = _log_axis_labels(page)
+    page.get_by_role("link", name="Hardware profiles").click()
+    expect(page.locator(".js-plotly-plot")).to_have_count(2)
+    page.wait_for_timeout(1000)
+    labels.update({f"hardware {k}": v for k, v in _log_axis_labels(page).items()})
+    assert len(labels) >= 5, labels       # the CDF's three x axes, the step-time chart's four
+    for axis, texts in labels.items():
+        values = [_tick_number(t) for t in texts if t]
+        assert len(values) >= 2 and all(a < b for a, b in itertools.pairwise(values)), (axis, texts)
+    styles = page.evaluate("""() => {
+        const plot = [...document.querySelectorAll('.js-plotly-plot')]
+            .find(p => ((p._fullLayout.xaxis.title || {}).text || '') === 'requests in the batch');
+        return plot._fullData.filter(t => t.showlegend).map(t => [t.name, t.line.color, t.line.dash]);
+    }""")
+    assert len(styles) > 10, styles
+    assert len({(color, dash) for _, color, dash in styles}) == len(styles), styles
+    page.screenshot(path=str(ARTIFACTS / "hardware-step-times.png"), full_page=True)
     page.close()

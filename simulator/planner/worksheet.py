@@ -53,14 +53,19 @@ def _is_csv_name(out: Path) -> bool:
     return worksheet_path(out) == out
 
 
-def write_worksheets(result, out: Path, *, force: bool = False) -> dict[str, Path]:  # PlanResult
+def write_worksheets(result, out: Path, *, force: bool = False,  # PlanResult
+                     extra: dict[str, str] | None = None) -> dict[str, Path]:
     """Write the three CSVs next to each other; all or nothing (see the module docstring).
 
     ``worksheet.csv`` is the finance summary (``result.summary``: rounded, whole numbers as such, no
     exponents) and ``worksheet-totals.csv`` its totals; ``worksheet-candidates.csv`` has every
-    engineering column of every candidate (6 significant digits)."""
+    engineering column of every candidate (6 significant digits). ``extra`` (path relative to the
+    folder -> text, e.g. ``--export k8s``'s manifests) is written in the same folder, in the same step;
+    it needs a folder ``out``."""
     paths = companion_paths(out)
     check_out(out, force=force)
+    if extra and _is_csv_name(out):
+        raise ScenarioError("--out", str(out), "is a worksheet file name; exported files need a folder")
     summary = result.summary if result.summary is not None else result.worksheet
     frames = {"worksheet": summary, "totals": result.totals, "candidates": result.candidates}
     formats = {"worksheet": None, "totals": None, "candidates": "%.6g"}
@@ -68,6 +73,9 @@ def write_worksheets(result, out: Path, *, force: bool = False) -> dict[str, Pat
         with output_folder(out, force=force) as stage:
             for key, frame in frames.items():
                 write_csv(frame, stage / paths[key].name, float_format=formats[key])
+            for rel, text in (extra or {}).items():
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                (stage / rel).write_text(text, encoding="utf-8")
         return paths
     try:
         paths["worksheet"].parent.mkdir(parents=True, exist_ok=True)

@@ -115,8 +115,31 @@ def kpis(summary: dict[str, Any], scenario: Scenario, price_per_gpu_hour: float 
     ]
 
 
+#: Decimals a KPI is shown with, by unit (others: 1).
+DISPLAY_DIGITS = {"s": 2, "$/1M output tok": 2, "tok/s": 0}
+
+
+def display_digits(unit: str) -> int:
+    return DISPLAY_DIGITS.get(unit, 1)
+
+
+def kpi_change(baseline: float | None, current: float | None, unit: str) -> float | None:
+    """``current - baseline``, or None when either is missing; a change that rounds to zero at the
+    KPI's display precision is 0.0 (a "-0.0" is no change, neither better nor worse)."""
+    if baseline is None or current is None:
+        return None
+    delta = current - baseline
+    return 0.0 if round(delta, display_digits(unit)) == 0 else delta
+
+
+def run_kpis(result: SimulationResult) -> list[KPI]:
+    """One run's KPIs, priced at its hardware profile's GPU-hour price."""
+    return kpis(result.summary, result.scenario, result.system.profile.price_per_gpu_hour)
+
+
 def compare_kpis(baseline: Sequence[KPI], current: Sequence[KPI]) -> pd.DataFrame:
-    """Side by side: baseline, current, absolute and relative change, and whether it improved."""
+    """Side by side: baseline, current, absolute and relative change, and whether it improved (None: no
+    change at the KPI's display precision, :func:`kpi_change`)."""
     base = {k.key: k for k in baseline}
     rows = []
     for k in current:
@@ -124,7 +147,8 @@ def compare_kpis(baseline: Sequence[KPI], current: Sequence[KPI]) -> pd.DataFram
         bv = b.value if b is not None else None
         delta = k.value - bv if k.value is not None and bv is not None else None
         rel = delta / bv if delta is not None and bv not in (0, None) else None
-        better = None if delta is None or delta == 0 else (delta > 0) == k.higher_is_better
+        shown = kpi_change(bv, k.value, k.unit)
+        better = None if not shown else (shown > 0) == k.higher_is_better
         rows.append({"kpi": k.label, "unit": k.unit, "baseline": bv, "current": k.value, "delta": delta,
                      "delta_pct": None if rel is None else 100.0 * rel, "better": better})
     return pd.DataFrame(rows)
@@ -251,7 +275,7 @@ def run_report(result: SimulationResult, *, max_cdf_points: int = 500, num_bins:
             "slo_thresholds_s": slo_thresholds_s(sc.slo)}
     return RunReport(
         scenario=sc, summary=result.summary,
-        kpis=kpis(result.summary, sc, system.profile.price_per_gpu_hour),
+        kpis=run_kpis(result),
         cdf=latency_cdf(measured, max_points=max_cdf_points),
         stages=stage_breakdown(measured),
         series=time_series(result.steps, *_kv_blocks_and_replicas(result), result.sim_time_s, num_bins),
@@ -512,7 +536,9 @@ def measured_vs_fitted(profile: Any) -> pd.DataFrame:
 
 def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
     """Per request tier (``workload.tiers``): share, priority, counts, p50/p99 latencies (TTFT and
-    TPOT in ms, E2E in s) and SLO attainment against the tier's own SLO. Empty without tiers."""
+    TPOT in ms, E2E in s), SLO attainment against the tier's own SLO, whether it is met and, when not,
+    why (``slo_failures``: each failed check, e.g. ``ttft_p99 538 ms > 500 ms`` or the run being
+    unstable). Empty without tiers."""
     rows = []
     for name, t in (summary.get("tiers") or {}).items():
         def q(metric: str, p: str, scale: float) -> float | None:
@@ -526,5 +552,6 @@ def tier_table(summary: dict[str, Any]) -> pd.DataFrame:
                      "tpot_p50_ms": q("tpot_s", "p50", 1e3), "tpot_p99_ms": q("tpot_s", "p99", 1e3),
                      "e2e_p99_s": q("e2e_s", "p99", 1.0),
                      "slo_attainment_pct": None if att is None else 100.0 * att,
-                     "slo_met": (t.get("slo") or {}).get("passed")})
+                     "slo_met": (t.get("slo") or {}).get("passed"),
+                     "slo_failures": "; ".join((t.get("slo") or {}).get("failures") or [])})
     return pd.DataFrame(rows)
