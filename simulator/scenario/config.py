@@ -954,6 +954,28 @@ class Scenario(Frozen):
             self.__dict__["scheduler"] = merged
         return self
 
+    @model_validator(mode="after")
+    def _budget_for_context(self) -> Scenario:
+        """Without an engine preset, a policy that never splits a prompt gets a step budget that
+        holds the longest prompt when the scenario leaves ``max_num_batched_tokens`` out: the larger
+        of the field's default (8,192) and ``max_model_len`` (vLLM's rule without chunked prefill),
+        so that changing the model never needs a second edit. The field stays marked as not set."""
+        user = self.scheduler.model_fields_set
+        if self.engine is not None or "max_num_batched_tokens" in user:
+            return self
+        from simulator.engine.policies import POLICIES  # the policies import this module
+        policy = POLICIES.get(self.scheduler.policy)
+        if policy is None or not policy.uses_token_budget or policy.splits_prompts:
+            return self                                  # resolve() reports an unknown policy
+        model_len = self.scheduler.max_model_len or (
+            self.model.max_model_len if isinstance(self.model, ModelSpec) else _preset_context(self.model))
+        budget = max(self.scheduler.max_num_batched_tokens, model_len or 0)
+        if budget != self.scheduler.max_num_batched_tokens:
+            merged = self.scheduler.model_copy(update={"max_num_batched_tokens": budget})
+            object.__setattr__(merged, "__pydantic_fields_set__", set(user))
+            self.__dict__["scheduler"] = merged
+        return self
+
     def resolve_path(self, path: str) -> Path:
         p = Path(path).expanduser()
         if p.is_absolute():
