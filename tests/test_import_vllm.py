@@ -171,3 +171,12 @@ def test_cli_writes_the_file_and_refuses_to_overwrite(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["import", "vllm", "--out", str(tmp_path / "b.yaml"), "--", "llama-3-8b",
                               "--block-size", "x"])
     assert bad.exit_code == 2 and "error: --block-size = 'x'" in bad.output
+
+
+def test_import_with_a_request_log_replays_it(tmp_path: Path) -> None:
+    log = Path(__file__).resolve().parent / "data" / "requests_log.jsonl"
+    out = tmp_path / "s.yaml"
+    got = import_vllm(["llama-3.1-8b", "--enable-prefix-caching"], trace=log, trace_format="requests", out=out)
+    out.write_text(got.text)
+    assert "num_requests" not in got.scenario
+    assert simulate(load_scenario(out)).summary["requests"]["completed"] == 30

@@ -62,12 +62,23 @@ class TraceArrival(Frozen):
 
     process: Literal["trace"] = "trace"
     path: str
-    """CSV (``azure``) or JSONL (``mooncake``); relative paths resolve against the scenario file."""
-    format: Literal["azure", "mooncake"]
+    """The trace file; relative paths resolve against the scenario file."""
+    format: str
+    """``azure`` (CSV), ``mooncake`` (JSONL), ``requests`` (a request log, CSV or JSONL: timestamp,
+    prompt_tokens, output_tokens, optional session_id, prefix_hash + prefix_tokens, tier) or ``openai``
+    (JSONL completion responses: created, usage); see ``simulator.workload.traces.TRACE_FORMATS``."""
     speedup: FiniteFloat = Field(default=1.0, gt=0)
     """Divide every gap by this factor (2 = twice the trace's request rate)."""
     use_trace_lengths: bool = True
     """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, name: str) -> str:
+        from simulator.workload.traces import TRACE_FORMATS  # lazy: the scenario package imports no workload module at load
+        if name not in TRACE_FORMATS:
+            raise ValueError(f"unknown trace format; known: {', '.join(sorted(TRACE_FORMATS))}")
+        return name
 
 
 class Burst(Frozen):
