@@ -112,7 +112,8 @@ def test_openai_responses_and_batch_lines() -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("timestamp,prompt_tokens,output_tokens\n0,10,5\n1,ten,5\n", "log.csv row 3 column prompt_tokens = 'ten'"),
     ("timestamp,prompt_tokens,output_tokens\n0,10,5\n1,10,2.5\n", "row 3 column output_tokens = '2.5'"),
-    ("timestamp,prompt_tokens,output_tokens\n0,10,5\n1,10,0\n", "row 3 column output_tokens = '0': not a token count: an integer from 1"),
+    ("timestamp,prompt_tokens,output_tokens\n0,10,5\n1,10,0\n",
+     "row 3 column output_tokens = '0': not a token count: an integer from 1"),
     ("timestamp,prompt_tokens,output_tokens\n0,10,5\n,10,5\n", "row 3 column timestamp = '(empty)': empty"),
     ("timestamp,prompt_tokens,output_tokens\n0,10,5\nyesterday,10,5\n", "row 3 column timestamp = 'yesterday'"),
     ("timestamp,prompt_tokens,output_tokens\n2025-01-01T00:00:00Z,10,5\n2025-01-01T00:00:01,10,5\n",

@@ -75,7 +75,8 @@ class TraceArrival(Frozen):
     @field_validator("format")
     @classmethod
     def _known_format(cls, name: str) -> str:
-        from simulator.workload.traces import TRACE_FORMATS  # lazy: the scenario package imports no workload module at load
+        # Imported here: loading the scenario package imports no workload module.
+        from simulator.workload.traces import TRACE_FORMATS
         if name not in TRACE_FORMATS:
             raise ValueError(f"unknown trace format; known: {', '.join(sorted(TRACE_FORMATS))}")
         return name
