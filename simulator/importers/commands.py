@@ -1,14 +1,18 @@
-"""The ``llmplan import vllm`` command, registered on the CLI's app by :func:`register` (the logic is
-in :mod:`simulator.importers.vllm_serve`)."""
+"""The ``llmplan import vllm`` and ``llmplan compare-metrics`` commands, registered on the CLI's app by
+:func:`register` (the logic is in :mod:`simulator.importers.vllm_serve` and
+:mod:`simulator.report.compare_metrics`)."""
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``import vllm`` to ``app``."""
+    """Add ``import vllm`` and ``compare-metrics`` to ``app``."""
     from simulator.cli import at_least, guarded, out_console
 
     import_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -57,3 +61,42 @@ def register(app: typer.Typer) -> None:
             err_console.print("warning: not mapped (listed in the file): " + " ".join(got.unknown), markup=False,
                               highlight=False)
         out_console.print(f"wrote {out}: llmplan simulate {out}", markup=False, highlight=False)
+
+    @app.command("compare-metrics")
+    @guarded
+    def compare_metrics_cmd(
+        measured: Path = typer.Argument(..., help="A Prometheus text export of vLLM's /metrics, or a "
+                                        "`vllm bench serve` result JSON."),
+        prediction: Path = typer.Argument(..., help="A scenario YAML (simulated now) or a `simulate --json` "
+                                          "summary (.json)."),
+        set_: list[str] | None = typer.Option(None, "--set", help="Override a field of the scenario: key.path=value."),
+        since: Path | None = typer.Option(None, "--since", help="The /metrics export taken before the run: "
+                                          "compare the difference (counters and histograms accumulate)."),
+        json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+        csv_out: Path | None = typer.Option(None, "--csv", help="Also write the comparison as CSV here."),
+    ) -> None:
+        """Set measured TTFT/TPOT/E2E (vLLM /metrics or bench JSON) beside a prediction, with relative errors."""
+        from simulator.report.compare_metrics import compare, comparison_table, read_measured, read_prediction
+
+        got = read_measured(measured, since)
+        predicted = read_prediction(prediction, set_)
+        rows = compare(got, predicted)
+        if csv_out is not None:
+            import pandas as pd
+
+            from simulator.output import write_csv
+            write_csv(pd.DataFrame(rows), csv_out)
+        if json_out:
+            sys.stdout.write(json.dumps({"measured": got.source, "prediction": str(prediction),
+                                         "rows": _jsonable(rows)}) + "\n")
+            return
+        out_console.print(comparison_table(rows, got, str(prediction)))
+        for note in got.notes:
+            out_console.print(f"[dim]{note}[/]", highlight=False)
+        if csv_out is not None:
+            out_console.print(f"wrote {csv_out}", markup=False, highlight=False)
+
+
+def _jsonable(obj: Any) -> Any:
+    from simulator.cli import jsonable
+    return jsonable(obj)
