@@ -16,6 +16,7 @@ defaults (chunked prefill, prefix caching, its step budget and batch size).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -319,7 +320,9 @@ def import_vllm(args: list[str], *, model_config: Path | None = None, hardware: 
     if sched:
         sc["scheduler"] = sched
     if trace is not None:
-        sc["workload"] = {"arrival": {"process": "trace", "path": str(trace), "format": trace_format}}
+        # Relative to the written file's folder, against which the scenario resolves it.
+        rel = os.path.relpath(Path(trace).resolve(), base)
+        sc["workload"] = {"arrival": {"process": "trace", "path": rel, "format": trace_format}}
         traffic_note = f"workload: replays {trace} (format {trace_format})"
     else:
         sc["workload"] = {"arrival": {"process": "poisson", "rate_per_s": rate_per_s},
