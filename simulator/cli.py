@@ -854,6 +854,12 @@ def plan(
     out_console.print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
+# Commands whose code lives in their own modules register themselves here.
+from simulator.importers.commands import register as _register_import_commands  # noqa: E402
+
+_register_import_commands(app)
+
+
 def main() -> None:
     """Run the CLI. A Ctrl-C outside a command (while the arguments are parsed) also ends in one line;
     SIGTERM stops a command as a Ctrl-C does (:class:`simulator.startup.Terminated`: status 143)."""

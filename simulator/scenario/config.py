@@ -64,12 +64,24 @@ class TraceArrival(Frozen):
 
     process: Literal["trace"] = "trace"
     path: str
-    """CSV (``azure``) or JSONL (``mooncake``); relative paths resolve against the scenario file."""
-    format: Literal["azure", "mooncake"]
+    """The trace file; relative paths resolve against the scenario file."""
+    format: str
+    """``azure`` (CSV), ``mooncake`` (JSONL), ``requests`` (a request log, CSV or JSONL: timestamp,
+    prompt_tokens, output_tokens, optional session_id, prefix_hash + prefix_tokens, tier) or ``openai``
+    (JSONL completion responses: created, usage); see ``simulator.workload.traces.TRACE_FORMATS``."""
     speedup: FiniteFloat = Field(default=1.0, gt=0)
     """Divide every gap by this factor (2 = twice the trace's request rate)."""
     use_trace_lengths: bool = True
     """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, name: str) -> str:
+        # Imported here: loading the scenario package imports no workload module.
+        from simulator.workload.traces import TRACE_FORMATS
+        if name not in TRACE_FORMATS:
+            raise ValueError(f"unknown trace format; known: {', '.join(sorted(TRACE_FORMATS))}")
+        return name
 
 
 class Burst(Frozen):
@@ -952,6 +964,28 @@ class Scenario(Frozen):
         values = {k: v for k, v in preset.items() if k not in user}
         if values:
             merged = SchedulerConfig.model_validate({**self.scheduler.model_dump(include=user), **values})
+            object.__setattr__(merged, "__pydantic_fields_set__", set(user))
+            self.__dict__["scheduler"] = merged
+        return self
+
+    @model_validator(mode="after")
+    def _budget_for_context(self) -> Scenario:
+        """Without an engine preset, a policy that never splits a prompt gets a step budget that
+        holds the longest prompt when the scenario leaves ``max_num_batched_tokens`` out: the larger
+        of the field's default (8,192) and ``max_model_len`` (vLLM's rule without chunked prefill),
+        so that changing the model never needs a second edit. The field stays marked as not set."""
+        user = self.scheduler.model_fields_set
+        if self.engine is not None or "max_num_batched_tokens" in user:
+            return self
+        from simulator.engine.policies import POLICIES  # the policies import this module
+        policy = POLICIES.get(self.scheduler.policy)
+        if policy is None or not policy.uses_token_budget or policy.splits_prompts:
+            return self                                  # resolve() reports an unknown policy
+        model_len = self.scheduler.max_model_len or (
+            self.model.max_model_len if isinstance(self.model, ModelSpec) else _preset_context(self.model))
+        budget = max(self.scheduler.max_num_batched_tokens, model_len or 0)
+        if budget != self.scheduler.max_num_batched_tokens:
+            merged = self.scheduler.model_copy(update={"max_num_batched_tokens": budget})
             object.__setattr__(merged, "__pydantic_fields_set__", set(user))
             self.__dict__["scheduler"] = merged
         return self

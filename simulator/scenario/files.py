@@ -268,10 +268,11 @@ def _first_bad_line(path: Path) -> str:
     return "an invalid byte"
 
 
-def trace_timestamps(text: Any, path: Path) -> Any:
+def trace_timestamps(text: Any, path: Path, column: str = "TIMESTAMP", rows: Any = None, unit: str = "row") -> Any:
     """A trace's timestamps (a pandas Series of text) as datetimes, NaT where unreadable: ISO 8601 with or
     without fractional seconds (other layouts guessed row by row), all with a time zone (then converted to
-    UTC) or all without; a mix of the two is ambiguous and an error naming the first row that differs."""
+    UTC) or all without; a mix of the two is ambiguous and an error naming the first row that differs
+    (``rows[i]``: the file's row or line number of entry ``i``; default a CSV's, the header being row 1)."""
     import numpy as np
     import pandas as pd
 
@@ -279,8 +280,10 @@ def trace_timestamps(text: Any, path: Path) -> Any:
     aware = text.str.contains(r"(?:Z|[+-]\d{2}:?\d{2})$", regex=True).fillna(False).to_numpy(dtype=bool)
     if aware.any() and not aware.all():
         i = int(np.flatnonzero(aware != aware[0])[0])
-        which = "has a time zone and row 2 does not" if aware[i] else "lacks the time zone row 2 has"
-        raise ScenarioError(f"{path} row {i + 2} column TIMESTAMP", text.iloc[i],
+        number = (lambda k: int(rows[k])) if rows is not None else (lambda k: k + 2)
+        which = (f"has a time zone and {unit} {number(0)} does not" if aware[i]
+                 else f"lacks the time zone {unit} {number(0)} has")
+        raise ScenarioError(f"{path} {unit} {number(i)} column {column}", text.iloc[i],
                             f"{which}; give every timestamp an offset (e.g. +00:00) or none")
     utc = bool(aware.all())
     ts = pd.to_datetime(text, errors="coerce", format="ISO8601", utc=utc)

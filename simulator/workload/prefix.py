@@ -54,11 +54,20 @@ def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt:
     prefix_index = prefix_len = None
     if wl.prefix is not None:
         prefix_index, prefix_len = assign_prefixes(wl.prefix, prompt, parent, rngs["prefix"])
+    a = wl.arrival
+    table = getattr(arrivals, "table", None)
+    if isinstance(a, TraceArrival) and a.use_trace_lengths and table is not None \
+            and ("session" in table.columns or "prefix" in table.columns):
+        if wl.prefix is not None:
+            raise ScenarioError("workload.prefix", wl.prefix.model_dump(), f"the trace {a.path} says which requests "
+                                "share prefixes and sessions (its session_id / prefix_hash columns); drop "
+                                "workload.prefix, or set workload.arrival.use_trace_lengths: false")
+        hashes, session = trace_structure(scenario, table.iloc[:n], prompt, output)
+        return times, prompt, output, hashes, session, None
     if not needs_block_ids(scenario):
         return times, prompt, output, None, session, turn_gap
     bs = scenario.scheduler.block_size
     num_blocks = (prompt + output) // bs
-    a = wl.arrival
     if isinstance(a, TraceArrival) and a.format == "mooncake" and a.use_trace_lengths:
         hash_ids = arrivals.table["hash_ids"].iloc[:n].tolist()
         return times, prompt, output, mooncake_block_hashes(hash_ids, prompt, num_blocks, bs), session, turn_gap
@@ -71,6 +80,54 @@ def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt:
     if wl.sessions is not None:
         base = session_block_hashes(num_blocks, parent, base)
     return times, prompt, output, base, session, turn_gap
+
+
+def trace_structure(scenario: Scenario, table: Any, prompt: np.ndarray, output: np.ndarray
+                    ) -> tuple[BlockHashes | None, np.ndarray | None]:
+    """Block identities (with prefix caching or prefix routing on; else None) and sessions (None without
+    a ``session_id`` column) from a ``requests`` trace's columns.
+
+    * ``session_id``: the requests of one id are one conversation's turns, in arrival order; a turn
+      whose prompt holds at least its previous turn's prompt + output starts with every full block of
+      them (a client that resends the history), otherwise it shares none (the history was cut).
+      Every turn keeps the session for ``session_affinity`` routing.
+    * ``prefix_hash`` + ``prefix_tokens``: requests with the same hash start with the same tokens, as
+      many as the smaller ``prefix_tokens`` of the two (its full blocks are shared).
+    """
+    import pandas as pd
+
+    n = len(prompt)
+    session = parent = None
+    if "session" in table.columns:
+        session = np.arange(n, dtype=np.int64)
+        parent = np.full(n, -1, dtype=np.int64)
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for r, key in enumerate(table["session"].tolist()):
+            if key is None:
+                continue
+            if key in first:
+                session[r] = first[key]
+                p = last[key]
+                if prompt[r] >= prompt[p] + output[p]:
+                    parent[r] = p
+            else:
+                first[key] = r
+            last[key] = r
+    if not needs_block_ids(scenario):
+        return None, session
+    bs = scenario.scheduler.block_size
+    num_blocks = (prompt + output) // bs
+    if "prefix" in table.columns:
+        codes, uniques = pd.factorize(table["prefix"])          # -1 where a request has no prefix
+        tokens = np.where(codes >= 0, table["prefix_tokens"].to_numpy(np.int64), 0)
+        base = prefix_block_hashes(num_blocks, codes.astype(np.int64), tokens, max(len(uniques), 1),
+                                   int(tokens.max()), bs)
+    else:
+        base = fresh_block_hashes(num_blocks, bs)
+    if parent is not None and (parent >= 0).any():
+        base = session_block_hashes(num_blocks, parent, base)
+    return base, session
 
 
 def requests_per_session(scenario: Scenario) -> float:

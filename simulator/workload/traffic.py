@@ -14,12 +14,10 @@ drawn up front too, but each arrival instant is set when the run sends the reque
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,13 +33,10 @@ from simulator.scenario.config import (
     Scenario,
     TraceArrival,
 )
-from simulator.scenario.files import read_csv, require_file, trace_timestamps
-from simulator.scenario.limits import MAX_MODEL_LEN, MAX_NUM_REQUESTS, MAX_TIME_S
+from simulator.scenario.limits import MAX_NUM_REQUESTS, MAX_TIME_S
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
-
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
+from simulator.workload.traces import load_trace  # used here; notebooks and tests import it from here too
 
 
 @dataclass(frozen=True)
@@ -244,110 +239,6 @@ def _need_num_requests(cfg: OfflineArrival | ClosedLoopArrival, scenario: Scenar
                             f"({why}; duration_s alone does not say how many)")
 
 
-def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
-    """Read a trace into columns ``arrival_time`` (s from the first request), ``num_prompt_tokens``,
-    ``max_tokens`` (and ``hash_ids`` for Mooncake), sorted by arrival.
-
-    Formats: ``azure`` — CSV ``TIMESTAMP,ContextTokens,GeneratedTokens`` (Splitwise, ISCA'24);
-    ``mooncake`` — JSONL ``{timestamp (ms), input_length, output_length, hash_ids}`` (FAST'25).
-
-    Raises:
-        ScenarioError: missing file, empty file, missing columns or unparsable rows (named).
-    """
-    require_file(path, field, str(path), "trace file")
-    if path.stat().st_size == 0:
-        raise ScenarioError(field, str(path), "trace file is empty")
-    if fmt == "azure":
-        df = _read_azure(path, field)
-    elif fmt == "mooncake":
-        df = _read_mooncake(path, field)
-    else:
-        raise ScenarioError("workload.arrival.format", fmt, "unknown trace format; allowed: azure, mooncake")
-    if df.empty:
-        raise ScenarioError(field, str(path), "trace has no requests")
-    unit = "row" if fmt == "azure" else "line"
-    for col, src in (("num_prompt_tokens", _SOURCE[fmt][0]), ("max_tokens", _SOURCE[fmt][1])):
-        bad = np.flatnonzero(df[col].to_numpy() < 1)
-        if len(bad):
-            first = df.iloc[bad][["source_row"]].min().iloc[0]   # earliest in the file, not in time
-            row = df[df["source_row"] == first].iloc[0]
-            raise ScenarioError(f"{path} {unit} {int(first)} column {src}", int(row[col]), "must be >= 1")
-    last = df.iloc[-1]
-    if last["arrival_time"] > MAX_TIME_S:
-        raise ScenarioError(f"{path} {unit} {int(last['source_row'])} column {_SOURCE[fmt][2]}",
-                            f"{last['arrival_time']:.3g} s after the first request",
-                            f"the trace may span at most {MAX_TIME_S:.0e} s (about 3 years)")
-    return df.drop(columns="source_row")
-
-
-#: Trace column names for (prompt, output) per format, for error messages.
-_SOURCE = {"azure": ("ContextTokens", "GeneratedTokens", "TIMESTAMP"),
-           "mooncake": ("input_length", "output_length", "timestamp")}
-
-
-def _read_azure(path: Path, field: str) -> pd.DataFrame:
-    import pandas as pd
-    raw = read_csv(path, field)
-    need = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
-    missing = [c for c in need if c not in raw.columns]
-    if missing:
-        raise ScenarioError(field, str(path), f"azure trace lacks column(s) {', '.join(missing)}; "
-                            f"expected {','.join(need)}, found {','.join(map(str, raw.columns))}")
-    ts = trace_timestamps(raw["TIMESTAMP"], path)
-    _first_bad(ts.isna().to_numpy(), path, "TIMESTAMP", raw["TIMESTAMP"])
-    lengths = {}
-    for src, dst in (("ContextTokens", "num_prompt_tokens"), ("GeneratedTokens", "max_tokens")):
-        col = pd.to_numeric(raw[src], errors="coerce")
-        _first_bad((col.isna() | (col % 1 != 0) | (col.abs() > MAX_MODEL_LEN)).to_numpy(), path, src, raw[src])
-        lengths[dst] = col.astype(np.int64)
-    seconds = (ts - ts.min()).dt.total_seconds().to_numpy()
-    # source_row: the file row, counting the header as row 1 (as a spreadsheet shows it).
-    df = pd.DataFrame({"arrival_time": seconds, **lengths, "source_row": np.arange(len(raw)) + 2})
-    return df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
-
-
-def _read_mooncake(path: Path, field: str) -> pd.DataFrame:
-    import pandas as pd
-    rows = []
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            line = raw.decode("utf-8", errors="replace")   # for the message; json.loads checks the bytes
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-                lengths = [rec["input_length"], rec["output_length"]]
-                if any(isinstance(v, bool) or not float(v).is_integer() or abs(v) > MAX_MODEL_LEN for v in lengths):
-                    raise ValueError(f"token counts must be integers up to {MAX_MODEL_LEN:,}, got {lengths}")
-                stamp = rec["timestamp"]
-                if isinstance(stamp, bool) or not math.isfinite(float(stamp)):
-                    raise ValueError(f"timestamp must be a finite number of milliseconds, got {stamp}")
-                hash_ids = rec.get("hash_ids", [])
-                if not isinstance(hash_ids, list) or not all(
-                        isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 2**63 for h in hash_ids):
-                    raise ValueError(f"hash_ids must be a list of integers in [0, 2^63), got {str(hash_ids)[:40]}")
-                rows.append((float(stamp) / 1000.0, int(lengths[0]), int(lengths[1]), hash_ids, lineno))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise ScenarioError(f"{path} line {lineno}", line.strip()[:60],
-                                    f"not a mooncake record ({type(exc).__name__}: {exc}); expected JSON with "
-                                    "timestamp, input_length, output_length") from None
-    df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "max_tokens", "hash_ids", "source_row"])
-    if not df.empty:
-        df["arrival_time"] -= df["arrival_time"].min()
-    return df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
-
-
-def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> None:
-    import pandas as pd
-    bad = np.flatnonzero(mask)
-    if len(bad):
-        i = int(bad[0])
-        value = raw.iloc[i]
-        shown = "(empty)" if pd.isna(value) else value
-        raise ScenarioError(f"{path} row {i + 2} column {column}", shown,
-                            f"not a valid value (integer token count up to {MAX_MODEL_LEN:,}, or timestamp)")
-
-
 # -- length distributions -----------------------------------------------------------------------------
 
 
@@ -391,7 +282,7 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     prompt, output = cap_lengths(scenario, prompt, output)   # client.max_prompt_tokens / max_tokens
     block_hashes = session = turn_gap = None
     if wl.sessions is not None or wl.prefix is not None or scenario.scheduler.enable_prefix_caching \
-            or scenario.deployment.router == "prefix_affinity":
+            or scenario.deployment.router == "prefix_affinity" or _trace_column(wl, arrivals, "session"):
         from simulator.workload.prefix import shape_prefixes  # prefixes, sessions, block identities
         times, prompt, output, block_hashes, session, turn_gap = shape_prefixes(scenario, arrivals, times, prompt,
                                                                                 output, rngs)
@@ -410,7 +301,9 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
         rejected = over if wl.over_length == "reject" else (output < 1)
         output = np.maximum(output, 1)
     tier = None
-    if wl.tiers is not None:
+    if _trace_column(wl, arrivals, "tier"):
+        tier = trace_tiers(wl, arrivals.cfg.path, arrivals.table["tier"].iloc[:n])
+    elif wl.tiers is not None:
         shares = np.array([t.share for t in wl.tiers])
         tier = rngs["tier"].choice(len(shares), size=n, p=shares / shares.sum()).astype(np.int16)
     think = delay = None
@@ -419,6 +312,29 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     return Workload(np.asarray(times, dtype=float), prompt.astype(np.int64), output.astype(np.int64), rejected,
                     tier=tier, block_hashes=block_hashes, session=session, think_time=think, send_delay=delay,
                     prompt_id=prompt_id, turn_gap=turn_gap)
+
+
+def _trace_column(wl: Any, arrivals: Any, column: str) -> bool:
+    """The replayed trace gives ``column`` per request (the ``requests`` format's session_id, tier)."""
+    return isinstance(wl.arrival, TraceArrival) and column in arrivals.table.columns
+
+
+def trace_tiers(wl: Any, path: str, names: Any) -> np.ndarray:
+    """Each request's index into ``workload.tiers`` from the trace's tier names.
+
+    Raises:
+        ScenarioError: the scenario declares no tiers, or a name is not one of them.
+    """
+    found = sorted(set(names))
+    if wl.tiers is None:
+        raise ScenarioError("workload.tiers", None, f"the trace {path} gives each request a tier ({', '.join(found)}); "
+                            "declare them in workload.tiers (name, share, priority, slo)")
+    index = {t.name: i for i, t in enumerate(wl.tiers)}
+    unknown = [name for name in found if name not in index]
+    if unknown:
+        raise ScenarioError("workload.tiers", [t.name for t in wl.tiers], f"lacks the trace's tier(s) "
+                            f"{', '.join(unknown)} ({path}); declare every tier the trace names")
+    return np.array([index[name] for name in names], dtype=np.int16)
 
 
 def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len: int) -> None:
