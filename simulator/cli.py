@@ -704,24 +704,29 @@ def plan(
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the Dask scheduler to answer."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bars (or, when stderr "
                                      "is not a terminal, the progress lines)."),
+    compare: Path | None = typer.Option(None, "--compare", help="An earlier plan's --out folder (or worksheet "
+                                        ".csv): also write worksheet-delta.csv, each change with its reason."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
     from simulator.planner import load_plan, write_worksheets
     from simulator.planner import plan as run_plan
     from simulator.planner.backends import check_backend
+    from simulator.planner.compare import delta_report, read_previous
     from simulator.planner.report import PlanProgressDisplay, print_plan
     from simulator.planner.worksheet import check_out
 
     check_backend(backend, workers=workers, address=address, timeout_s=timeout)
     loaded = load_plan(plan_file)
     check_out(out, force=force)
+    previous = read_previous(compare) if compare is not None else None
     show = not no_progress and err_console.is_terminal
     plain = PlainProgress("planning", "searches", err_console, enabled=not no_progress and not show)
     with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
                           timeout_s=timeout)
-    paths = write_worksheets(result, out, force=force)
-    print_plan(result, out_console)
+    delta = delta_report(previous, result.summary, result.assumptions or {}) if previous is not None else None
+    paths = write_worksheets(result, out, force=force, delta=delta)
+    print_plan(result, out_console, delta=delta)
     bad = result.worksheet[result.worksheet["status"] != "ok"]
     for r in bad.to_dict("records"):
         err_console.print(f"[yellow]warning:[/] {escape(str(r['quarter']))} {escape(r['region'])}: no candidate meets "
