@@ -17,9 +17,9 @@ import pandas as pd
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.output import check_output_folder, output_folder, spreadsheet_safe
+from simulator.output import check_output_folder, output_folder, spreadsheet_safe, write_csv
 
-__all__ = ["assumptions_text", "check_out", "companion_paths", "spreadsheet_safe", "worksheet_path", "write_frame",
+__all__ = ["assumptions_text", "check_out", "companion_paths", "spreadsheet_safe", "worksheet_path",
            "write_worksheets"]
 
 
@@ -61,17 +61,6 @@ def _is_csv_name(out: Path) -> bool:
     return worksheet_path(out) == out
 
 
-def write_frame(frame: pd.DataFrame, path: Path, float_format: str | None = None) -> None:
-    """One spreadsheet-safe CSV; the columns named in ``frame.attrs["decimals"]`` are written with exactly
-    that many decimals (``2160.0``, ``23232.30``; empty where missing), the others as numbers."""
-    decimals = frame.attrs.get("decimals") or {}
-    safe = spreadsheet_safe(frame)
-    for col, d in decimals.items():
-        if col in frame.columns:
-            safe[col] = [("" if pd.isna(x) else f"{float(x):.{d}f}") for x in frame[col]]
-    safe.to_csv(path, index=False, float_format=float_format)
-
-
 def assumptions_text(assumptions: dict[str, Any]) -> str:
     """The assumptions as commented YAML (read back by :func:`simulator.planner.compare.read_previous`)."""
     head = ("# What the worksheet's numbers rest on (llmplan plan). Units: rates in requests/s, prices per\n"
@@ -101,7 +90,7 @@ def write_worksheets(result, out: Path, *, force: bool = False,   # PlanResult
 
     def write_all(where: Callable[[str], Path]) -> None:
         for key, frame in frames.items():
-            write_frame(frame, where(key), float_format=formats.get(key))
+            write_csv(frame, where(key), float_format=formats.get(key))
         for key, text in texts.items():
             where(key).write_text(text, encoding="utf-8")
 
