@@ -632,6 +632,13 @@ def serving_config_id(sc: Scenario) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def _shape_name(spec: Any) -> Any:
+    """A region's ``diurnal`` in words: a named shape, ``custom`` (24 values), None, or per quarter."""
+    if isinstance(spec, dict):
+        return {str(q): _shape_name(v) for q, v in spec.items()}
+    return spec if isinstance(spec, (str, type(None))) else "custom (24 hourly multipliers)"
+
+
 def plan_assumptions(loaded: LoadedPlan, ws: pd.DataFrame) -> dict[str, Any]:
     """What the worksheet's numbers rest on, as plain data (written as ``worksheet-assumptions.yaml`` and
     read back by ``llmplan plan --compare``): the SLO, headroom, failover rule, design rate of each cell,
@@ -689,8 +696,7 @@ def plan_assumptions(loaded: LoadedPlan, ws: pd.DataFrame) -> dict[str, Any]:
                     for q, p in loaded.periods.items()},
         "fiscal_year_start_month": cfg.fiscal_year_start_month,
         "costed_flat_at_peak": flat,
-        "diurnal": {r.name: (r.diurnal if isinstance(r.diurnal, (str, type(None))) else "custom")
-                    for r in cfg.regions},
+        "diurnal": {r.name: _shape_name(r.diurnal) for r in cfg.regions},
         "price_multipliers": {r.name: r.price_multiplier for r in cfg.regions},
         "candidates": candidates,
         "pricing": pricing,
