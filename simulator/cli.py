@@ -817,11 +817,14 @@ def plan(
                                      "is not a terminal, the progress lines)."),
     export: str | None = typer.Option(None, "--export", help="k8s: also write --out/k8s/<quarter>/<region>.yaml, "
                                       "a Deployment and HPA per region (docs/planner.md)."),
+    compare: Path | None = typer.Option(None, "--compare", help="An earlier plan's --out folder (or worksheet "
+                                        ".csv): also write worksheet-delta.csv, each change with its reason."),
 ) -> None:
     """Size every region and quarter of a forecast: cheapest candidate and replicas meeting the SLOs."""
     from simulator.planner import load_plan, write_worksheets
     from simulator.planner import plan as run_plan
     from simulator.planner.backends import check_backend
+    from simulator.planner.compare import delta_report, read_previous
     from simulator.planner.report import PlanProgressDisplay, plan_size, print_plan
     from simulator.planner.worksheet import check_out
 
@@ -831,6 +834,7 @@ def plan(
     if export is not None:
         from simulator.planner.k8s import check_export
         check_export(export, loaded, out)
+    previous = read_previous(compare) if compare is not None else None
     show = not no_progress and err_console.is_terminal
     if not no_progress:   # before the first search: how much work the plan is
         err_console.print(plan_size(loaded), markup=False, highlight=False, soft_wrap=True)
@@ -838,12 +842,13 @@ def plan(
     with PlanProgressDisplay(loaded, err_console, show, plain=plain) as display:
         result = run_plan(loaded, on_progress=display, backend=backend, workers=workers, address=address,
                           timeout_s=timeout)
+    delta = delta_report(previous, result.summary, result.assumptions or {}) if previous is not None else None
     exported = None
     if export is not None:
         from simulator.planner.k8s import EXPORTS
         exported = EXPORTS[export].write(loaded, result.worksheet)
-    paths = write_worksheets(result, out, force=force, extra=exported.files if exported else None)
-    print_plan(result, out_console)
+    paths = write_worksheets(result, out, force=force, delta=delta, extra=exported.files if exported else None)
+    print_plan(result, out_console, delta=delta)
     if exported is not None:
         skipped = f" (none for the {len(exported.skipped)} cells no candidate meets)" if exported.skipped else ""
         out_console.print(f"wrote {len(exported.files)} files under {out}/{export}/{skipped}", highlight=False)

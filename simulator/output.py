@@ -11,7 +11,7 @@ LibreOffice (CSV injection, OWASP), and a bare carriage return or other control 
 row or hides text. Names come from user files (regions, candidates, tiers, quarters), so every CSV the
 project writes goes through :func:`spreadsheet_safe`: control characters become visible escapes
 (``\\r``, ``\\x1b``) and a cell that would start a formula gets a leading apostrophe. Numbers are
-written as numbers.
+written as numbers; a frame whose ``attrs["decimals"]`` names columns gets those at fixed decimals.
 """
 from __future__ import annotations
 
@@ -57,14 +57,28 @@ def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _for_csv(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`spreadsheet_safe`, and the number columns named in ``df.attrs["decimals"]`` (``{column:
+    decimals}``) as text with exactly that many decimals (``2160.0``, ``23232.30``; empty where missing)."""
+    import pandas as pd
+
+    decimals = df.attrs.get("decimals") or {}
+    out = spreadsheet_safe(df)
+    for col, d in decimals.items():
+        if col in df.columns:
+            out[safe_cell(col)] = [("" if pd.isna(x) else f"{float(x):.{int(d)}f}") for x in df[col]]
+    return out
+
+
 def write_csv(df: pd.DataFrame, path: str | Path, **kwargs: Any) -> None:
-    """``df.to_csv(path, index=False, **kwargs)`` with every text cell made spreadsheet-safe."""
-    spreadsheet_safe(df).to_csv(path, index=False, **kwargs)
+    """``df.to_csv(path, index=False, **kwargs)`` with every text cell made spreadsheet-safe (and fixed
+    decimals where ``df.attrs["decimals"]`` names them)."""
+    _for_csv(df).to_csv(path, index=False, **kwargs)
 
 
 def csv_text(df: pd.DataFrame, **kwargs: Any) -> str:
-    """The spreadsheet-safe CSV of ``df`` as text (for download buttons)."""
-    return str(spreadsheet_safe(df).to_csv(index=False, **kwargs))
+    """The CSV :func:`write_csv` writes, as text (for download buttons)."""
+    return str(_for_csv(df).to_csv(index=False, **kwargs))
 
 
 # -- folders ------------------------------------------------------------------------------------------

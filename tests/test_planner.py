@@ -15,10 +15,12 @@ from simulator.planner import WORKSHEET_COLUMNS, build_tasks, capacity_bound, lo
 from simulator.planner.search import evaluate, search_replicas
 
 SUMMARY_COLUMNS = (
-    "quarter", "region", "status", "candidate", "hardware", "peak_rps", "avg_prompt_tokens",
-    "avg_output_tokens", "tokens_in_per_day", "tokens_out_per_day", "batching_factor", "gpus_peak",
-    "provisioning", "gpus_avg", "period_hours", "gpu_hours", "price_per_gpu_hour_usd", "price_source", "cost_usd",
-    "usd_per_1m_tokens",
+    "quarter", "region", "status", "candidate", "hardware", "period_start", "period_end", "period_source",
+    "period_hours", "peak_rps", "design_rps", "avg_prompt_tokens", "avg_output_tokens", "requests_millions",
+    "successful_requests_millions", "tokens_in_millions", "tokens_out_millions", "batching_factor", "gpus_peak",
+    "gpus_reserved", "provisioning", "gpus_avg", "gpu_hours", "reserved_gpu_hours", "on_demand_gpu_hours",
+    "price_per_gpu_hour_usd", "reserved_price_per_gpu_hour_usd", "price_source", "reserved_cost_usd",
+    "on_demand_cost_usd", "cost_usd", "usd_per_1m_tokens", "usd_per_successful_request",
     "slo_attainment_pct", "utilization_pct")
 
 HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0001,
@@ -143,8 +145,10 @@ def test_worksheet_schema_and_formula_safety(tmp_path):
     assert ws["region"].iloc[0] == "'=HYPERLINK(1)" and ws["quarter"].iloc[0] == "'+Q1"
     tot = pd.read_csv(paths["totals"])
     assert list(tot.columns) == ["quarter", "region", "cells", "infeasible_cells", "period_hours", "peak_rps",
-                                 "gpus_peak", "gpu_hours", "cost_usd", "tokens_in", "tokens_out",
-                                 "usd_per_1m_tokens"]
+                                 "gpus_peak", "gpus_reserved", "gpu_hours", "reserved_gpu_hours",
+                                 "on_demand_gpu_hours", "reserved_cost_usd", "on_demand_cost_usd", "cost_usd",
+                                 "requests_millions", "successful_requests_millions", "tokens_in_millions",
+                                 "tokens_out_millions", "usd_per_1m_tokens", "usd_per_successful_request"]
     assert tot["quarter"].tolist() == ["'+Q1", "all quarters", "all quarters"]
     assert tot["region"].tolist() == ["all regions", "'=HYPERLINK(1)", "all regions"]
     cand = pd.read_csv(paths["candidates"])

@@ -262,7 +262,7 @@ def test_cost_per_million_tokens_uses_the_days_real_volume(costed):
 def test_summary_reports_the_forecasts_numbers_and_price_source(costed):
     _, res = costed
     s, ws = res.summary, res.worksheet
-    assert (s["avg_output_tokens"] == 8).all() and str(s["avg_output_tokens"].dtype) == "Int64"
+    assert (s["avg_output_tokens"] == 8).all() and s.attrs["decimals"]["avg_output_tokens"] == 1  # written 8.0
     assert (ws["avg_output_tokens"] != 8).all()  # the truncated geometric's mean stays in engineering
     assert s["peak_rps"].tolist() == [40, 20, 60, 30]
     assert s["slo_attainment_pct"].between(0, 100).all() and (s["slo_attainment_pct"] > 1).all()
@@ -301,8 +301,10 @@ def test_totals_per_quarter_region_and_year(costed):
     year = t.loc[("all quarters", "all regions")]
     assert year["gpus_peak"] == max(t.loc[(q, "all regions"), "gpus_peak"] for q in ("Q1", "Q2"))
     assert year["cost_usd"] == pytest.approx(s["cost_usd"].sum())
-    tokens = (s["tokens_in_per_day"] + s["tokens_out_per_day"]).sum() * HOURS_PER_QUARTER / 24
-    assert year["usd_per_1m_tokens"] == pytest.approx(s["cost_usd"].sum() / (tokens / 1e6), rel=1e-3)
+    tokens = (s["tokens_in_millions"] + s["tokens_out_millions"]).sum()   # quarters labelled Q1, Q2: average hours
+    assert tokens == pytest.approx((res.worksheet["tokens_in_per_day"] + res.worksheet["tokens_out_per_day"]).sum()
+                                   * HOURS_PER_QUARTER / 24 / 1e6)
+    assert year["usd_per_1m_tokens"] == pytest.approx(s["cost_usd"].sum() / tokens, rel=1e-3)
 
 
 def test_worksheet_files_are_for_finance(costed, tmp_path):
@@ -311,7 +313,8 @@ def test_worksheet_files_are_for_finance(costed, tmp_path):
     text = paths["worksheet"].read_text()
     assert "e+" not in text  # no exponents in the finance files
     ws = pd.read_csv(paths["worksheet"])
-    assert ws["tokens_in_per_day"].dtype.kind == "i" and ws["avg_output_tokens"].tolist() == [8, 8, 8, 8]
+    assert ws["tokens_in_millions"].dtype.kind == "f" and ws["avg_output_tokens"].tolist() == [8, 8, 8, 8]
+    assert ",8.0," in text and ws["gpus_peak"].dtype.kind == "i"   # fixed decimals; counts as integers
     assert "e+" not in paths["totals"].read_text()
     cand = pd.read_csv(paths["candidates"])
     assert len(cand) == 12 and cand["chosen"].sum() == 4 and "replicas_paid_by_hour" in cand

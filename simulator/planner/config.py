@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from simulator.errors import FieldError, ScenarioError, check_unique_names, field_error_of
 from simulator.planner.fleet_hours import plan_shapes
+from simulator.planner.periods import plan_periods
 from simulator.scenario.config import (
     Scenario,
     SLOConfig,
@@ -55,6 +56,20 @@ class Candidate(Frozen):
     """Price per GPU-hour in the plan's ``currency`` before the region's multiplier (``quoted``; with
     ``deployment.pools``, for the GPUs of every pool); default: the hardware profile's USD price (each
     pool's own; ``assumed``, only with ``currency: USD``)."""
+    reserved_price_per_gpu_hour: FiniteFloat | None = Field(default=None, gt=0)
+    """Price per reserved GPU-hour in the plan's ``currency`` before the region's multiplier; default:
+    the on-demand price less ``pricing.reserved_discount``. At most the on-demand price."""
+    price_reference: str | None = Field(default=None, max_length=200)
+    """Where the prices come from (a quote, a price list and its date): written to the assumptions file."""
+
+    @model_validator(mode="after")
+    def _reserved_below_on_demand(self) -> Candidate:
+        if self.reserved_price_per_gpu_hour is not None and self.price_per_gpu_hour is not None \
+                and self.reserved_price_per_gpu_hour > self.price_per_gpu_hour:
+            raise FieldError("reserved_price_per_gpu_hour", self.reserved_price_per_gpu_hour,
+                             f"is above the on-demand price_per_gpu_hour ({self.price_per_gpu_hour:g}); a "
+                             "reservation costs at most the on-demand price: check the two quotes")
+        return self
 
 
 class PlanSLO(SLOConfig):
@@ -138,6 +153,44 @@ class SimulationSettings(Frozen):
         return value
 
 
+class HostCost(Frozen):
+    """Hosts the GPUs sit in, paid per host-hour (power, chassis, CPU and memory of an owned or colocated
+    server; leave it out where the GPU-hour price already includes the host, as a cloud instance's does)."""
+
+    gpus_per_host: Integer = Field(ge=1, le=64)
+    price_per_host_hour: FiniteFloat = Field(ge=0)
+    """In the plan's ``currency``; the region's ``price_multiplier`` does not apply."""
+
+
+class EgressCost(Frozen):
+    """Network egress of the responses: output tokens x ``bytes_per_output_token`` / 1e9 GB x ``price_per_gb``
+    (prompts arrive as ingress, not charged)."""
+
+    price_per_gb: FiniteFloat = Field(ge=0)
+    """In the plan's ``currency`` per 10^9 bytes; the region's ``price_multiplier`` does not apply."""
+    bytes_per_output_token: FiniteFloat = Field(gt=0, le=1_000_000)
+    """Bytes sent per generated token: about 4 for plain text, 150-250 for streamed OpenAI-style JSON
+    chunks of one token each (framing included)."""
+
+
+class Pricing(Frozen):
+    """How the GPU-hours are bought, and the cost lines beyond GPUs."""
+
+    reserve: Literal["floor", "peak"] = "floor"
+    """GPUs reserved for the whole period: ``floor``, the fewest the fleet runs in any hour of the day
+    (the autoscaler's floor or the night trough; a fixed fleet's peak), the hours above it on demand;
+    ``peak``, the peak fleet (paid all period whether used or not)."""
+    reserved_discount: FiniteFloat = Field(default=0.0, ge=0, lt=1)
+    """A reserved GPU-hour costs the on-demand price x (1 - discount), unless the candidate quotes
+    ``reserved_price_per_gpu_hour``."""
+    hosts: HostCost | None = None
+    egress: EgressCost | None = None
+
+
+MAX_PERIOD_HOURS = 366 * 24
+"""The longest stated period: a leap year."""
+
+
 class ForecastRow(Frozen):
     quarter: Name = Field(min_length=1)
     region: Name = Field(min_length=1)
@@ -165,12 +218,23 @@ class PlanConfig(Frozen):
     """Rows ``quarter, region, peak_rps[, avg_prompt_tokens, avg_output_tokens]`` or a CSV path."""
     network: NetworkSettings = NetworkSettings()
     simulation: SimulationSettings = SimulationSettings()
+    fiscal_year_start_month: Integer = Field(default=1, ge=1, le=12)
+    """First month of the fiscal year of ``FY`` quarter labels (FY27Q1); the year is named by the calendar
+    year it ends in (:mod:`simulator.planner.periods`)."""
+    period_hours: dict[str, FiniteFloat] = Field(default_factory=dict)
+    """Hours of a forecast quarter stated outright (a label that names no calendar quarter, or another
+    period), ``{quarter: hours}``; the others are the calendar quarter's their labels name."""
+    pricing: Pricing = Pricing()
     base_dir: str = "."
 
     @model_validator(mode="after")
     def _cross(self) -> PlanConfig:
         check_unique_names(self.regions, "regions", "region")
         check_unique_names(self.candidates, "candidates", "candidate")
+        for label, hours in self.period_hours.items():
+            if not 0 < hours <= MAX_PERIOD_HOURS:
+                raise FieldError(f"period_hours.{label}", hours, f"must be in (0, {MAX_PERIOD_HOURS:,}] hours "
+                                 "(a period of at most a leap year)")
         return self
 
 
@@ -187,6 +251,8 @@ class LoadedPlan:
         self.regions = {r.name: r for r in config.regions}
         self.diurnal = plan_shapes(config.regions, self.quarters)
         """``(quarter, region) -> 24 hourly multipliers of the peak``, or None (the peak all day)."""
+        self.periods = plan_periods(self.quarters, config.fiscal_year_start_month, dict(config.period_hours))
+        """``quarter -> Period``: its dates and hours (:mod:`simulator.planner.periods`)."""
 
     @property
     def quarters(self) -> list[str]:
@@ -295,6 +361,13 @@ def _candidate_scenario(base: Scenario, cand: Candidate, index: int, currency: s
         if cand.price_per_gpu_hour is None and profile.price_per_gpu_hour is None:
             raise ScenarioError(f"{where}.price_per_gpu_hour", None,
                                 f"hardware profile {profile.name!r}{pool} has no price; give one")
+        reserved = cand.reserved_price_per_gpu_hour
+        if cand.price_per_gpu_hour is None and reserved is not None and profile.price_per_gpu_hour is not None \
+                and reserved > profile.price_per_gpu_hour:
+            raise ScenarioError(f"{where}.reserved_price_per_gpu_hour", reserved,
+                                f"is above hardware profile {profile.name!r}{pool}'s on-demand price "
+                                f"({profile.price_per_gpu_hour:g}); a reservation costs at most the on-demand "
+                                "price: quote price_per_gpu_hour too, or check the reserved price")
         if cand.price_per_gpu_hour is None and currency != "USD":
             raise ScenarioError(f"{where}.price_per_gpu_hour", None,
                                 f"the plan's currency is {currency} but hardware profile {profile.name!r}{pool} "

@@ -69,7 +69,7 @@ def _f(x: Any, fmt: str) -> str:
         return str(x)
 
 
-def print_plan(result: PlanResult, console: Console) -> None:
+def print_plan(result: PlanResult, console: Console, delta: pd.DataFrame | None = None) -> None:
     ws = result.worksheet
     cur = str(ws["currency"].iloc[0]) if "currency" in ws and len(ws) else "USD"
     table = Table(title="capacity plan (cheapest candidate per region and quarter; GPUs at the peak, "
@@ -91,17 +91,21 @@ def print_plan(result: PlanResult, console: Console) -> None:
                       _f(r["cost_per_quarter"], ",.0f"), _f(r["cost_per_million_tokens"], ".3f"),
                       escape(str(r["binding_constraint"])))
     console.print(table)
-    tot = Table(title="totals (GPUs peak: summed over regions, the largest quarter over quarters)",
-                title_justify="left")
-    for c in ("quarter", "region", "GPUs peak", "GPU-hours", cur, f"{cur}/1M tok", "infeasible cells"):
+    tot = Table(title="totals (GPUs peak and reserved: summed over regions, the largest quarter over quarters; "
+                      "hours of each calendar quarter)", title_justify="left")
+    for c in ("quarter", "region", "hours", "GPUs peak", "GPUs reserved", "GPU-hours", "on-demand GPU-h", cur,
+              f"{cur}/1M tok", f"{cur}/success. req", "infeasible cells"):
         tot.add_column(c, justify="left" if c in ("quarter", "region") else "right")
     c = cur.lower()
     for r in result.totals.to_dict("records"):
-        tot.add_row(escape(str(r["quarter"])), escape(str(r["region"])), _f(r["gpus_peak"], "d"),
-                    _f(r["gpu_hours"], ",.0f"), _f(r[f"cost_{c}"], ",.0f"),
-                    _f(r[f"{c}_per_1m_tokens"], ".3f"),
+        tot.add_row(escape(str(r["quarter"])), escape(str(r["region"])), _f(r.get("period_hours"), ",.1f"),
+                    _f(r["gpus_peak"], "d"), _f(r.get("gpus_reserved"), "d"),
+                    _f(r["gpu_hours"], ",.0f"), _f(r.get("on_demand_gpu_hours"), ",.0f"), _f(r[f"cost_{c}"], ",.0f"),
+                    _f(r[f"{c}_per_1m_tokens"], ".3f"), _f(r.get(f"{c}_per_successful_request"), ".3g"),
                     str(r["infeasible_cells"]))
     console.print(tot)
+    if delta is not None:
+        print_delta(delta, console)
     provisioning = set(ws["provisioning"]) if "provisioning" in ws else set()
     if provisioning & {"peak", "static"}:
         console.print("[dim]provisioning: peak = no diurnal shape, the peak fleet costed all day; "
@@ -109,3 +113,14 @@ def print_plan(result: PlanResult, console: Console) -> None:
                       "autoscaler's fleet hour by hour (docs/planner.md)[/]")
     sims = int(result.candidates["simulations"].sum())
     console.print(f"[dim]{len(result.candidates)} searches, {sims} simulations in {result.wall_s:.1f} s wall[/]")
+
+
+def print_delta(delta: pd.DataFrame, console: Console) -> None:
+    """The plan-to-plan changes: each changed cell's explanation, then each quarter's."""
+    changed = delta[delta["change"] != "unchanged"]
+    if not len(changed):
+        console.print("[dim]compared with the earlier plan: no cell changed[/]")
+        return
+    console.print("[bold]changes since the earlier plan[/] (worksheet-delta.csv)")
+    for r in changed.to_dict("records"):
+        console.print("  " + escape(str(r["explanation"])), highlight=False)

@@ -29,6 +29,7 @@ from simulator.planner.backends import executor_slots, open_executor, start_work
 from simulator.planner.capacity import capacity_bound, saturation_key, saturation_rps
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
 from simulator.planner.fleet_hours import autoscale_policy, fleet_day
+from simulator.planner.periods import AVERAGE_QUARTER_HOURS
 from simulator.planner.pool_search import search_pools
 from simulator.planner.search import AUTO_REPLICATIONS, SearchTask, one_replica, pruned_row, search_replicas
 from simulator.run.resolve import resolve
@@ -36,7 +37,8 @@ from simulator.scenario.config import GammaArrival, PoissonArrival, Scenario, ch
 from simulator.workload.lengths import make_length
 from simulator.workload.prefix import requests_per_session
 
-HOURS_PER_QUARTER = 365.25 * 24 / 4
+HOURS_PER_QUARTER = AVERAGE_QUARTER_HOURS
+"""The average quarter's hours (a quarter label that names no calendar quarter: :mod:`simulator.planner.periods`)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class PlanResult:
     wall_s: float
     summary: pd.DataFrame | None = None
     """The finance worksheet (``worksheet.csv``): one row per quarter x region, units in the headers."""
+    assumptions: dict[str, Any] | None = None
+    """What the numbers rest on (``worksheet-assumptions.yaml``): :func:`plan_assumptions`."""
 
 
 def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
@@ -95,7 +99,8 @@ def plan(plan_config: LoadedPlan | PlanConfig | str | Path | dict[str, Any], *,
     candidates = _candidates_frame(loaded, rows)
     worksheet = _worksheet(loaded, candidates)
     summary = _summary(loaded, worksheet)
-    return PlanResult(worksheet, candidates, _totals(loaded, summary), time.perf_counter() - wall0, summary)
+    return PlanResult(worksheet, candidates, _totals(loaded, summary), time.perf_counter() - wall0, summary,
+                      plan_assumptions(loaded, worksheet))
 
 
 def _with_saturations(ex: Executor, tasks: list[SearchTask]) -> list[SearchTask]:
@@ -165,12 +170,20 @@ class CellCosts:
         ``cost_per_quarter``: the fleet-hours model's replica-hours at the GPU price)."""
         day = fleet_day(replicas, self.loaded.diurnal.get((task.quarter, task.region)), self.policies[task.candidate])
         price = task.meta["price_per_gpu_hour"] * task.meta["price_multiplier"]
-        return day.replica_hours * task.scenario.deployment.gpus_per_replica * DAYS_PER_QUARTER * price
+        period_days = self.loaded.periods[task.quarter].hours / 24.0
+        return day.replica_hours * task.scenario.deployment.gpus_per_replica * period_days * price
+
+    def _exact(self) -> bool:
+        """Whether :meth:`quarter_cost` is the worksheet's ``cost_per_quarter`` (GPU-hours at one price: no
+        reserved discount, host or egress line); only then are candidates pruned."""
+        pricing = self.loaded.config.pricing
+        return (pricing.reserved_discount == 0 and pricing.hosts is None and pricing.egress is None
+                and all(c.reserved_price_per_gpu_hour is None for c in self.loaded.config.candidates))
 
     def _bound(self, task: SearchTask) -> tuple[int, float]:
         sat = task.saturation_rps
         if (task.scenario.deployment.pools or not task.design_rps or not sat
-                or self.loaded.config.simulation.search_all_candidates):
+                or self.loaded.config.simulation.search_all_candidates or not self._exact()):
             return 0, 0.0                       # model pools: no single count to bound (always searched)
         n = max(1, math.floor(task.design_rps / sat) + 1)
         return n, self.quarter_cost(task, n)
@@ -404,11 +417,14 @@ FLEET_COLUMNS = (
     "forecast_avg_prompt_tokens", "forecast_avg_output_tokens", "tokens_in_per_day", "tokens_out_per_day",
     "provisioning", "autoscaler", "replicas_needed_by_hour", "replicas_paid_by_hour", "replica_hours_per_day",
     "gpus_avg", "gpus_max_provisioned", "gpu_hours_at_peak", "cost_per_quarter_at_peak", "currency",
-    "price_source", "chosen")
-"""Columns the candidates file has after :data:`WORKSHEET_COLUMNS` (fleet-hours, volumes, pricing); any
-further key of the search's rows follows them unchanged."""
+    "price_source", "period_hours", "gpus_reserved", "reserved_gpu_hours", "on_demand_gpu_hours",
+    "reserved_price_per_gpu_hour", "reserved_cost_per_quarter", "on_demand_cost_per_quarter", "gpu_cost_per_quarter",
+    "requests_per_quarter", "successful_requests_per_quarter", "cost_per_successful_request", "chosen")
+"""Columns the candidates file has after :data:`WORKSHEET_COLUMNS` (fleet-hours, volumes, pricing); with
+``pricing.hosts`` or ``pricing.egress``, ``host_hours, host_cost_per_quarter`` and ``egress_gb,
+egress_cost_per_quarter`` follow; any further key of the search's rows follows them unchanged."""
 
-DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
+COST_LINE_COLUMNS = ("host_hours", "host_cost_per_quarter", "egress_gb", "egress_cost_per_quarter")
 
 
 def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -437,6 +453,9 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     price = df["price_per_gpu_hour"] * df["price_multiplier"]
     df["cost_per_hour"] = df["gpus"].astype(float) * price           # the peak fleet's hourly rate
     days = [_fleet_day(loaded, policies, r) for r in df.to_dict("records")]
+    hours = df["quarter"].map(lambda q: loaded.periods[str(q)].hours).astype(float)
+    period_days = hours / 24.0
+    df["period_hours"] = hours
     # The day's real volume: the forecast peak through the shape (flat at the peak without one), at the
     # forecast's mean lengths (the simulated distribution's mean where the forecast gives none).
     records = df.to_dict("records")
@@ -452,18 +471,63 @@ def _candidates_frame(loaded: LoadedPlan, rows: list[dict[str, Any]]) -> pd.Data
     df["replicas_paid_by_hour"] = [" ".join(f"{x:.4g}" for x in d[0].hourly) if d else "" for d in days]
     df["replica_hours_per_day"] = [d[0].replica_hours if d else math.nan for d in days]
     gpu_hours_per_day = df["replica_hours_per_day"] * [d[1] if d else math.nan for d in days]
-    df["gpu_hours"] = gpu_hours_per_day * DAYS_PER_QUARTER
+    df["gpu_hours"] = gpu_hours_per_day * period_days
     df["gpus_avg"] = gpu_hours_per_day / 24.0
     df["gpus_max_provisioned"] = pd.array([round(d[0].max_replicas * d[1]) if d else None for d in days],
                                           dtype="Int64")
-    df["cost_per_quarter"] = df["gpu_hours"] * price
-    df["gpu_hours_at_peak"] = df["gpus"].astype(float) * HOURS_PER_QUARTER
-    df["cost_per_quarter_at_peak"] = df["cost_per_hour"] * HOURS_PER_QUARTER
-    tokens_per_quarter = (df["tokens_in_per_day"] + df["tokens_out_per_day"]) * DAYS_PER_QUARTER
+    df["gpu_hours_at_peak"] = df["gpus"].astype(float) * hours
+    df["cost_per_quarter_at_peak"] = df["cost_per_hour"] * hours
+    _price_the_hours(loaded, df, days, period_days)
+    df["requests_per_quarter"] = df["peak_rps"] * 3600.0 * traffic_h * period_days
+    # Requests within every SLO: the share the design-peak runs met (dropped ones count as misses).
+    df["successful_requests_per_quarter"] = df["requests_per_quarter"] * df["slo_attainment"].astype(float).where(ok)
+    df["cost_per_successful_request"] = df["cost_per_quarter"] / df["successful_requests_per_quarter"]
+    tokens_per_quarter = (df["tokens_in_per_day"] + df["tokens_out_per_day"]) * period_days
     df["cost_per_million_tokens"] = df["cost_per_quarter"] / (tokens_per_quarter / 1e6)
     df["chosen"] = False
-    extra = [c for c in df.columns if c not in WORKSHEET_COLUMNS and c not in FLEET_COLUMNS]
-    return df[list(WORKSHEET_COLUMNS) + list(FLEET_COLUMNS) + extra]
+    lines = [c for c in COST_LINE_COLUMNS if c in df.columns]
+    extra = [c for c in df.columns if c not in WORKSHEET_COLUMNS and c not in FLEET_COLUMNS and c not in lines]
+    return df[list(WORKSHEET_COLUMNS) + list(FLEET_COLUMNS) + lines + extra]
+
+
+def _price_the_hours(loaded: LoadedPlan, df: pd.DataFrame, days: list[Any], period_days: pd.Series) -> None:
+    """The cost columns: GPU-hours split into reserved (``pricing.reserve``: the day's floor or the peak,
+    paid all period) and on-demand (the hours the fleet runs above it), each at its price; hosts and egress
+    when the plan prices them; ``cost_per_quarter`` their sum."""
+    pricing = loaded.config.pricing
+    cands = {c.name: c for c in loaded.config.candidates}
+    mult = df["price_multiplier"].astype(float)
+    on_demand = df["price_per_gpu_hour"].astype(float)
+    quoted = df["candidate"].map(lambda c: cands[c].reserved_price_per_gpu_hour).astype(float)
+    df["reserved_price_per_gpu_hour"] = quoted.fillna(on_demand * (1.0 - pricing.reserved_discount))
+    gpus = df["gpus"].astype(float)
+    if pricing.reserve == "peak":
+        reserved = gpus
+    else:   # the fewest replicas paid in any hour (whole replicas), in GPUs
+        reserved = pd.Series([math.floor(min(d[0].hourly) + 1e-9) * d[1] if d else math.nan for d in days],
+                             index=df.index, dtype=float)
+    df["gpus_reserved"] = reserved.round().astype("Int64")
+    hours = period_days * 24.0
+    df["reserved_gpu_hours"] = reserved * hours
+    df["on_demand_gpu_hours"] = (df["gpu_hours"] - df["reserved_gpu_hours"]).clip(lower=0.0)
+    df["reserved_cost_per_quarter"] = df["reserved_gpu_hours"] * df["reserved_price_per_gpu_hour"] * mult
+    df["on_demand_cost_per_quarter"] = df["on_demand_gpu_hours"] * on_demand * mult
+    df["gpu_cost_per_quarter"] = df["reserved_cost_per_quarter"] + df["on_demand_cost_per_quarter"]
+    cost = df["gpu_cost_per_quarter"].copy()
+    ok = df["status"] == "ok"
+    if pricing.hosts is not None:   # whole hosts each hour, for the GPUs held then (reserved ones included)
+        per_host = pricing.hosts.gpus_per_host
+        host_hours_per_day = [sum(math.ceil(max(x * d[1], r) / per_host - 1e-9) for x in d[0].hourly) if d else math.nan
+                              for d, r in zip(days, reserved.fillna(0.0), strict=True)]
+        df["host_hours"] = pd.Series(host_hours_per_day, index=df.index, dtype=float) * period_days
+        df["host_cost_per_quarter"] = df["host_hours"] * pricing.hosts.price_per_host_hour
+        cost = cost + df["host_cost_per_quarter"]
+    if pricing.egress is not None:  # the responses' bytes, from the region's own output tokens
+        gb = df["tokens_out_per_day"] * period_days * pricing.egress.bytes_per_output_token / 1e9
+        df["egress_gb"] = gb.where(ok)
+        df["egress_cost_per_quarter"] = df["egress_gb"] * pricing.egress.price_per_gb
+        cost = cost + df["egress_cost_per_quarter"]
+    df["cost_per_quarter"] = cost
 
 
 def _fleet_day(loaded: LoadedPlan, policies: dict[str, Any], row: dict[str, Any]) -> tuple[Any, float] | None:
@@ -504,70 +568,215 @@ def _worksheet(loaded: LoadedPlan, candidates: pd.DataFrame) -> pd.DataFrame:
     return candidates.loc[picked].reset_index(drop=True)
 
 
+def finance_decimals(currency: str) -> dict[str, int]:
+    """Decimals of each number column of the finance files (``worksheet.csv`` and its totals): the values
+    are rounded to them and written with exactly that many (``2160.0``, ``23232.30``); whole counts
+    (GPUs, cells) are integers. Token and request volumes are in millions."""
+    c = currency.lower()
+    out = {"peak_rps": 2, "design_rps": 2, "avg_prompt_tokens": 1, "avg_output_tokens": 1,
+           "requests_millions": 3, "successful_requests_millions": 3, "tokens_in_millions": 3,
+           "tokens_out_millions": 3, "batching_factor": 1, "gpus_avg": 2, "period_hours": 1, "gpu_hours": 1,
+           "reserved_gpu_hours": 1, "on_demand_gpu_hours": 1, "host_hours": 1, "egress_gb": 1,
+           f"price_per_gpu_hour_{c}": 4, f"reserved_price_per_gpu_hour_{c}": 4, f"{c}_per_1m_tokens": 4,
+           f"{c}_per_successful_request": 8, "slo_attainment_pct": 2, "utilization_pct": 2}
+    for line in ("reserved_cost", "on_demand_cost", "host_cost", "egress_cost", "cost"):
+        out[f"{line}_{c}"] = 2
+    return out
+
+
+def _rounded(frame: pd.DataFrame, decimals: dict[str, int]) -> pd.DataFrame:
+    for col, d in decimals.items():
+        if col in frame.columns:
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float).round(d)
+    frame.attrs["decimals"] = {k: v for k, v in decimals.items() if k in frame.columns}
+    return frame
+
+
 def _summary(loaded: LoadedPlan, ws: pd.DataFrame) -> pd.DataFrame:
     """The finance worksheet: one row per quarter x region, units (and the plan's currency) in the headers,
-    the forecast's own numbers, percents as percents."""
+    the forecast's own numbers, percents as percents, every number rounded to its column's decimals
+    (:func:`finance_decimals`); ``cost`` is the sum of the rounded cost lines, so the row adds up."""
     cur = loaded.config.currency.lower()
+    periods = [loaded.periods[str(q)] for q in ws["quarter"]]
+    mult = ws["price_multiplier"].astype(float)
     out = pd.DataFrame({
         "quarter": ws["quarter"], "region": ws["region"], "status": ws["status"],
-        "candidate": ws["candidate"],
-        "hardware": ws["hardware"], "peak_rps": ws["peak_rps"],
+        "candidate": ws["candidate"], "hardware": ws["hardware"],
+        "period_start": [p.start.isoformat() if p.start else "" for p in periods],
+        "period_end": [p.end.isoformat() if p.end else "" for p in periods],
+        "period_source": [p.source for p in periods], "period_hours": ws["period_hours"],
+        "peak_rps": ws["peak_rps"], "design_rps": ws["design_rps"],
         "avg_prompt_tokens": _given(ws, "avg_prompt_tokens"),
         "avg_output_tokens": _given(ws, "avg_output_tokens"),
-        "tokens_in_per_day": ws["tokens_in_per_day"].round(0).astype("Int64"),
-        "tokens_out_per_day": ws["tokens_out_per_day"].round(0).astype("Int64"),
-        "batching_factor": ws["batching_factor"].astype(float).round(1),
-        "gpus_peak": ws["gpus"], "provisioning": ws["provisioning"],
-        "gpus_avg": ws["gpus_avg"].round(2), "period_hours": HOURS_PER_QUARTER,
-        "gpu_hours": ws["gpu_hours"].round(1),
-        f"price_per_gpu_hour_{cur}": (ws["price_per_gpu_hour"] * ws["price_multiplier"]).round(4),
+        "requests_millions": ws["requests_per_quarter"] / 1e6,
+        "successful_requests_millions": ws["successful_requests_per_quarter"] / 1e6,
+        "tokens_in_millions": ws["tokens_in_per_day"] * ws["period_hours"] / 24 / 1e6,
+        "tokens_out_millions": ws["tokens_out_per_day"] * ws["period_hours"] / 24 / 1e6,
+        "batching_factor": ws["batching_factor"].astype(float),
+        "gpus_peak": ws["gpus"], "gpus_reserved": ws["gpus_reserved"], "provisioning": ws["provisioning"],
+        "gpus_avg": ws["gpus_avg"], "gpu_hours": ws["gpu_hours"],
+        "reserved_gpu_hours": ws["reserved_gpu_hours"], "on_demand_gpu_hours": ws["on_demand_gpu_hours"],
+        f"price_per_gpu_hour_{cur}": ws["price_per_gpu_hour"] * mult,
+        f"reserved_price_per_gpu_hour_{cur}": ws["reserved_price_per_gpu_hour"] * mult,
         "price_source": ws["price_source"],
-        f"cost_{cur}": ws["cost_per_quarter"].round(2),
-        f"{cur}_per_1m_tokens": ws["cost_per_million_tokens"].round(4),
-        "slo_attainment_pct": (100 * ws["slo_attainment"].astype(float)).round(2),
-        "utilization_pct": (100 * ws["utilization"].astype(float)).round(1),
+        f"reserved_cost_{cur}": ws["reserved_cost_per_quarter"],
+        f"on_demand_cost_{cur}": ws["on_demand_cost_per_quarter"],
     })
-    for col in ("avg_prompt_tokens", "avg_output_tokens", "peak_rps"):   # whole numbers print as such
-        if (out[col].dropna() % 1 == 0).all():
-            out[col] = out[col].astype("Int64")
-    return out
+    lines = [f"reserved_cost_{cur}", f"on_demand_cost_{cur}"]
+    if "host_cost_per_quarter" in ws:
+        out["host_hours"], out[f"host_cost_{cur}"] = ws["host_hours"], ws["host_cost_per_quarter"]
+        lines.append(f"host_cost_{cur}")
+    if "egress_cost_per_quarter" in ws:
+        out["egress_gb"], out[f"egress_cost_{cur}"] = ws["egress_gb"], ws["egress_cost_per_quarter"]
+        lines.append(f"egress_cost_{cur}")
+    decimals = finance_decimals(cur)
+    _rounded(out, decimals)
+    out[f"cost_{cur}"] = out[lines].sum(axis=1, min_count=len(lines))
+    tokens = out["tokens_in_millions"] + out["tokens_out_millions"]
+    out[f"{cur}_per_1m_tokens"] = out[f"cost_{cur}"] / tokens
+    out[f"{cur}_per_successful_request"] = out[f"cost_{cur}"] / (out["successful_requests_millions"] * 1e6)
+    out["slo_attainment_pct"] = 100 * ws["slo_attainment"].astype(float)
+    out["utilization_pct"] = 100 * ws["utilization"].astype(float)
+    return _rounded(out, decimals)
 
 
 def _given(ws: pd.DataFrame, column: str) -> pd.Series:
-    """The forecast's mean as given; the simulated distribution's, rounded, where it gives none."""
-    return ws[f"forecast_{column}"].astype(float).fillna(ws[column].round(0))
+    """The forecast's mean as given; the simulated distribution's where it gives none."""
+    return ws[f"forecast_{column}"].astype(float).fillna(ws[column])
 
 
 def _totals(loaded: LoadedPlan, summary: pd.DataFrame) -> pd.DataFrame:
-    """Rows per quarter (all regions), per region (all quarters) and overall. Sums of GPU-hours, cost and
-    tokens; ``gpus_peak`` and ``peak_rps`` add up over regions within a quarter and take the largest quarter
-    across quarters (the fleet to buy); cost per 1M tokens is the total cost over the total tokens."""
+    """Rows per quarter (all regions), per region (all quarters) and overall, from the worksheet's rounded
+    figures (so they add up to what it shows). Sums of GPU-hours, costs, requests and tokens; ``gpus_peak``,
+    ``gpus_reserved`` and ``peak_rps`` add up over regions within a quarter and take the largest quarter
+    across quarters (the fleet to buy); cost per 1M tokens and per successful request are the total cost
+    over the feasible cells' totals."""
     cur = loaded.config.currency.lower()
-    s = summary.assign(tokens_in=summary["tokens_in_per_day"].astype(float) * DAYS_PER_QUARTER,
-                       tokens_out=summary["tokens_out_per_day"].astype(float) * DAYS_PER_QUARTER,
-                       bad=(summary["status"] != "ok").astype(int))
+    s = summary.assign(bad=(summary["status"] != "ok").astype(int))
+    costs = [c for c in (f"reserved_cost_{cur}", f"on_demand_cost_{cur}", f"host_cost_{cur}",
+                         f"egress_cost_{cur}", f"cost_{cur}") if c in s]
+    sums = ["gpu_hours", "reserved_gpu_hours", "on_demand_gpu_hours",
+            *(c for c in ("host_hours", "egress_gb") if c in s), *costs,
+            "requests_millions", "successful_requests_millions", "tokens_in_millions", "tokens_out_millions"]
+    hours = {str(q): p.hours for q, p in loaded.periods.items()}
 
-    def row(quarter: str, region: str, part: pd.DataFrame, peak: pd.Series,
-            gpus: pd.Series) -> dict[str, Any]:
-        cost = part[f"cost_{cur}"].sum(min_count=1)
-        tokens = part["tokens_in"].where(part["status"] == "ok").sum() + \
-            part["tokens_out"].where(part["status"] == "ok").sum()
-        return {"quarter": quarter, "region": region, "cells": len(part),
-                "infeasible_cells": int(part["bad"].sum()),
-                "period_hours": HOURS_PER_QUARTER * part["quarter"].nunique(), "peak_rps": peak.max(),
-                "gpus_peak": gpus.max(), "gpu_hours": part["gpu_hours"].sum(min_count=1), f"cost_{cur}": cost,
-                "tokens_in": part["tokens_in"].sum(), "tokens_out": part["tokens_out"].sum(),
-                f"{cur}_per_1m_tokens": cost / (tokens / 1e6) if tokens > 0 else math.nan}
+    def row(quarter: str, region: str, part: pd.DataFrame, by_quarter: pd.DataFrame) -> dict[str, Any]:
+        ok = part[part["status"] == "ok"]
+        out: dict[str, Any] = {
+            "quarter": quarter, "region": region, "cells": len(part), "infeasible_cells": int(part["bad"].sum()),
+            "period_hours": sum(hours[str(q)] for q in part["quarter"].unique()),
+            "peak_rps": by_quarter["peak_rps"].max(), "gpus_peak": by_quarter["gpus_peak"].max(),
+            "gpus_reserved": by_quarter["gpus_reserved"].max()}
+        out.update({c: part[c].sum(min_count=1) for c in sums})
+        cost, tokens = out[f"cost_{cur}"], ok["tokens_in_millions"].sum() + ok["tokens_out_millions"].sum()
+        good = ok["successful_requests_millions"].sum()
+        out[f"{cur}_per_1m_tokens"] = cost / tokens if tokens > 0 else math.nan
+        out[f"{cur}_per_successful_request"] = cost / (good * 1e6) if good > 0 else math.nan
+        return out
 
-    by_q = s.groupby("quarter", sort=False)
-    q_peak, q_gpus = by_q["peak_rps"].sum(), by_q["gpus_peak"].sum(min_count=1)
-    rows = [row(str(q), "all regions", part, q_peak.loc[[q]], q_gpus.loc[[q]]) for q, part in by_q]
+    def per_quarter(part: pd.DataFrame) -> pd.DataFrame:
+        return part.groupby("quarter", sort=False)[["peak_rps", "gpus_peak", "gpus_reserved"]].sum(min_count=1)
+
+    rows = [row(str(q), "all regions", part, per_quarter(part)) for q, part in s.groupby("quarter", sort=False)]
     for r, part in s.groupby("region", sort=False):
-        rows.append(row("all quarters", str(r), part, part["peak_rps"], part["gpus_peak"]))
-    rows.append(row("all quarters", "all regions", s, q_peak, q_gpus))
+        rows.append(row("all quarters", str(r), part, part))
+    rows.append(row("all quarters", "all regions", s, per_quarter(s)))
     out = pd.DataFrame(rows)
-    for col in ("gpus_peak", "tokens_in", "tokens_out"):
+    for col in ("gpus_peak", "gpus_reserved"):
         out[col] = pd.to_numeric(out[col], errors="coerce").round(0).astype("Int64")
-    for col, digits in (("gpu_hours", 2), (f"cost_{cur}", 2), (f"{cur}_per_1m_tokens", 4)):
-        out[col] = pd.to_numeric(out[col], errors="coerce").astype(float).round(digits)
-    return out
+    return _rounded(out, finance_decimals(cur))
+
+
+# -- assumptions -------------------------------------------------------------------------------------
+FAILOVER_RULES = {
+    "none": "no failover capacity: each region is sized for its own peak only",
+    "n_plus_one": "N+1: each region also carries its share (by peak) of any one other region's peak, the "
+                  "largest such share over the regions that could fail; one region down at a time",
+}
+
+
+def serving_config_id(sc: Scenario) -> str:
+    """A short digest of a candidate's serving scenario (traffic left out): equal when nothing a cell serves
+    with changed, so a plan-to-plan comparison can tell a changed candidate from a renamed one."""
+    import hashlib
+    import json
+
+    data = sc.model_dump(mode="json", exclude_none=True, exclude={"workload", "name", "seed", "num_requests"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _shape_name(spec: Any) -> Any:
+    """A region's ``diurnal`` in words: a named shape, ``custom`` (24 values), None, or per quarter."""
+    if isinstance(spec, dict):
+        return {str(q): _shape_name(v) for q, v in spec.items()}
+    return spec if isinstance(spec, (str, type(None))) else "custom (24 hourly multipliers)"
+
+
+def plan_assumptions(loaded: LoadedPlan, ws: pd.DataFrame) -> dict[str, Any]:
+    """What the worksheet's numbers rest on, as plain data (written as ``worksheet-assumptions.yaml`` and
+    read back by ``llmplan plan --compare``): the SLO, headroom, failover rule, design rate of each cell,
+    each candidate's prices (and where they come from) and autoscaler floor, the periods, which cells are
+    costed flat at the peak, and the pricing of reserved and on-demand GPU-hours and the other cost lines."""
+    cfg = loaded.config
+    design: dict[str, dict[str, float]] = {}
+    flat: dict[str, dict[str, str]] = {}
+    for r in ws.to_dict("records"):
+        q, region = str(r["quarter"]), str(r["region"])
+        design.setdefault(q, {})[region] = round(float(r["design_rps"]), 4)
+        if r["provisioning"] == "peak":
+            flat.setdefault(q, {})[region] = "no diurnal shape: the peak fleet costed all day"
+        elif r["provisioning"] == "static":
+            flat.setdefault(q, {})[region] = (f"candidate {r['candidate']} has no autoscaler: its peak fleet "
+                                              "runs all day")
+    candidates: dict[str, Any] = {}
+    for c in cfg.candidates:
+        sc = loaded.candidate_scenarios[c.name]
+        system = resolve(sc)
+        auto = sc.deployment.autoscaler
+        tp = sc.deployment.tensor_parallel_size
+        candidates[c.name] = {
+            "hardware": system.profile.name if not sc.deployment.pools else
+            ";".join(f"{p.name}={sy.profile.name}" for p, (_, sy) in zip(sc.deployment.pools, system.pools,
+                                                                         strict=True)),
+            "price_per_gpu_hour": c.price_per_gpu_hour if c.price_per_gpu_hour is not None
+            else system.profile.price_per_gpu_hour,
+            "price_source": ("quoted in the plan" if c.price_per_gpu_hour is not None else
+                             f"assumed: hardware profile {system.profile.name}'s list price (USD)"),
+            "price_reference": c.price_reference,
+            "reserved_price_per_gpu_hour": c.reserved_price_per_gpu_hour,
+            "reserved_price_source": "quoted in the plan" if c.reserved_price_per_gpu_hour is not None else
+            f"on-demand price less pricing.reserved_discount ({cfg.pricing.reserved_discount:g})",
+            "autoscaler": "none: a fixed fleet, its peak count all day" if auto is None else
+            {"min_replicas": auto.min_replicas, "max_replicas": auto.max_replicas,
+             "floor_gpus": auto.min_replicas * tp, "warm_pool": auto.warm_pool,
+             "scale_down_delay_s": auto.scale_down_delay_s},
+            "serving_config_id": serving_config_id(sc),
+        }
+    pricing = cfg.pricing.model_dump(mode="json", exclude_none=True)
+    return {
+        "plan": cfg.name,
+        "currency": cfg.currency,
+        "slo": cfg.slo.model_dump(mode="json", exclude_none=True),
+        "slo_note": "client-perceived (TTFT and E2E include the region's RTT), judged at the design rate on "
+                    "every client mix; successful requests = requests x the attainment measured there",
+        "headroom": cfg.headroom,
+        "failover": cfg.failover,
+        "failover_rule": FAILOVER_RULES[cfg.failover],
+        "design_rate": "design_rps = (peak_rps + failover_rps) x (1 + headroom)",
+        "design_rps": design,
+        "periods": {q: {"start": p.start.isoformat() if p.start else None,
+                        "end": p.end.isoformat() if p.end else None, "hours": p.hours, "source": p.source}
+                    for q, p in loaded.periods.items()},
+        "fiscal_year_start_month": cfg.fiscal_year_start_month,
+        "costed_flat_at_peak": flat,
+        "diurnal": {r.name: _shape_name(r.diurnal) for r in cfg.regions},
+        "price_multipliers": {r.name: r.price_multiplier for r in cfg.regions},
+        "candidates": candidates,
+        "pricing": pricing,
+        "reserve_rule": ("reserved GPUs: the fewest the fleet runs in any hour of the day (the autoscaler's "
+                         "floor or the trough), paid all period; the hours above them on demand"
+                         if cfg.pricing.reserve == "floor" else
+                         "reserved GPUs: the peak fleet, paid all period whether used or not; hours above "
+                         "it (a warm pool, a floor above the peak) on demand"),
+        "simulation": cfg.simulation.model_dump(mode="json"),
+    }
