@@ -256,7 +256,8 @@ def test_fit_points_predict_each_point_from_the_others():
 
 def test_crosscheck_reproduces_the_readme_table():
     """The README's cross-check: Vidur's qkv_proj at 2048 tokens 152.0 us (measured), the datasheet
-    146.3 us (143.3 of roofline plus the 3 us kernel latency); llama-3-8b's MLP widths are scaled from the nearest measured shape."""
+    146.3 us (143.3 of roofline plus the 3 us kernel latency); llama-3-8b's MLP widths are scaled from the
+    nearest measured shape."""
     cc = studies.crosscheck("llama-3-8b", "h100-sxm-datasheet", {"vidur": "h100-sxm-vidur"})
     t = cc.set_index(["op", "shape", "profile"])
     assert t.loc[("qkv_proj", "2048 tok", "vidur"), "time_us"] == pytest.approx(152.0, abs=0.05)
