@@ -28,7 +28,8 @@ import yaml
 from simulator.cost.op_table import TABLE_COLUMNS, TABLE_SCHEMA, file_sha256, fit_summary, leave_one_out
 from simulator.errors import ScenarioError
 from simulator.report.profile_report import TARGET_MEDIAN, TARGET_P90
-from simulator.scenario.models import MODEL_PRESETS, ModelSpec
+from simulator.run.resolve import model_option
+from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import PARTIAL_TABLE
 
 from . import kernels
@@ -518,10 +519,8 @@ def _fp8_supported(dev: torch.device) -> bool:
 
 
 def _model(model: str | ModelSpec) -> ModelSpec:
-    if not isinstance(model, ModelSpec):
-        if model not in MODEL_PRESETS:
-            raise ScenarioError("--model", model, f"unknown model preset; known: {', '.join(MODEL_PRESETS)}")
-        model = MODEL_PRESETS[model]
+    """``--model``: a preset name or a model file (:func:`simulator.run.resolve.model_option`)."""
+    model = model_option(model)
     if model.beyond_dense:
         raise ScenarioError("--model", model.name, f"has {', '.join(model.beyond_dense)}: calibration times the "
                             "dense Llama-shaped operators only; use a datasheet (roofline) profile for this model")

@@ -481,7 +481,8 @@ def _pct(x: Any) -> str:
 @guarded
 def calibrate(
     out: Path = typer.Option(..., "--out", help="Folder for the measured profile (profile.yaml + ops.csv)."),
-    model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time."),
+    model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time, or a model file "
+                              "(YAML: an inline spec as a scenario's model: takes it)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (shards the shapes; >1 times all-reduces)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16, fp16, or fp8 (the layer GEMMs alone, W8A8 "
@@ -502,8 +503,9 @@ def calibrate(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
     max_drift: float = typer.Option(0.25, "--max-drift", help="Noise bound: the reference kernel's largest "
-                                    "change from the start of the run (fraction; benchmarks timed past it are "
-                                    "timed again, 3 times at most, then the run is refused)."),
+                                    "slowdown from the start of the run (fraction; benchmarks timed past it are "
+                                    "timed again, 3 times at most, then the run is refused; a speed-up past it "
+                                    "makes the faster probe the reference)."),
     max_spread: float = typer.Option(0.5, "--max-spread", help="Noise bound: the reference kernel's largest "
                                      "(p90 - p10) / median over one probe."),
     max_load: float | None = typer.Option(None, "--max-load", help="Noise bound: the largest 1-minute load "
@@ -573,7 +575,9 @@ def calibrate(
     if noise:
         out_console.print(f"  noise: {len(noise['probes'])} probes of the reference kernel, largest drift "
                           f"{100 * noise['max_abs_drift']:.0f}% (bound {100 * noise['bounds']['max_drift']:.0f}%), "
-                          f"{noise['benchmarks_remeasured']} benchmarks timed again", highlight=False)
+                          f"{noise['benchmarks_remeasured']} benchmarks timed again"
+                          + (f", {len(noise['rebaselines'])} re-baselines (the machine got faster)"
+                             if noise.get("rebaselines") else ""), highlight=False)
     for warning in p.provenance.get("fit_warnings", []):
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     for r in family_report(p).to_dict("records"):
