@@ -35,6 +35,7 @@ from simulator.scenario.profiles import PARTIAL_TABLE
 from . import kernels
 from .grid import BenchSpec, GridLimits, build_grid, grid_memory_bytes, rotation_copies
 from .noise import CalibrationError, NoiseBounds, NoiseMonitor
+from .provenance import git_revision
 
 GIB = 1024**3
 DEVICES = ("auto", "cpu", "cuda")
@@ -284,21 +285,6 @@ def row_of(spec: BenchSpec, dtype: str, t: np.ndarray) -> dict[str, Any]:
     return {"op": spec.op, "family": spec.family, "dtype": dtype, **spec.shape,
             "median_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
             "p90_s": float(np.percentile(t, 90)), "std_s": float(np.std(t)), "repeats": len(t)}
-
-
-def git_revision() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        if rev:
-            return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    # A copy of the tree without .git (e.g. shipped to a GPU machine): the caller may say which.
-    return os.environ.get("LLMPLAN_GIT_REVISION", "unknown")
 
 
 @dataclass(frozen=True)

@@ -511,11 +511,39 @@ def calibrate(
     max_load: float | None = typer.Option(None, "--max-load", help="Noise bound: the largest 1-minute load "
                                           "average per CPU (default: 3 on the thread clock, 1.5 on the wall "
                                           "clock, not checked on a GPU)."),
+    from_observation: list[Path] | None = typer.Option(None, "--from-observation", help="Fit a profile to a real "
+                                                       "engine instead: an observed run (`llmplan observe`, or "
+                                                       "`vllm bench serve --save-detailed` JSON); repeat for more."),
+    holdout: list[Path] | None = typer.Option(None, "--holdout", help="With --from-observation: a run kept out "
+                                              "of the fit, its prediction error reported; repeatable."),
+    hardware: str | None = typer.Option(None, "--hardware", help="With --from-observation: the base profile "
+                                        "whose costs are fitted (default: the --scenario's hardware)."),
+    scenario: Path | None = typer.Option(None, "--scenario", help="With --from-observation: a scenario whose "
+                                         "engine, scheduler and deployment are the observed server's settings."),
+    engine: str | None = typer.Option(None, "--engine", help="With --from-observation: engine preset (vllm-v1, "
+                                      "sglang, ...), over the --scenario's."),
+    fit: str = typer.Option("step_s,kernel_scale", "--fit", help="With --from-observation: the costs fitted, "
+                            "from step_s, kernel_scale, per_seq_s."),
+    max_evals: int = typer.Option(60, "--max-evals", help="With --from-observation: most simulations of each run."),
 ) -> None:
-    """Time real torch kernels over the model's shapes and write a measured hardware profile.
+    """Time real torch kernels over the model's shapes and write a measured hardware profile, or, with
+    --from-observation, fit a profile's costs to a real engine's observed runs (source: fitted).
 
     The machine's noise is probed throughout (a reference kernel and the load average): benchmarks
     timed during a noisy stretch are timed again, and a machine that stays noisy is refused (exit 2)."""
+    if from_observation or holdout:
+        from calibrate.fit import FitSettings, format_report, run_fit
+
+        if not from_observation:
+            raise ScenarioError("--holdout", [str(h) for h in holdout or []], "needs --from-observation runs to fit on")
+        check_profile_out(out, force)
+        doc = run_fit(FitSettings(tuple(map(str, from_observation)), model, hardware, tuple(map(str, holdout or ())),
+                                  str(scenario) if scenario else None, engine, tuple(fit.split(",")), max_evals, name),
+                      out, log=lambda m: err_console.print(escape(m), highlight=False),
+                      command="llmplan " + " ".join(sys.argv[1:]))
+        for line in format_report(doc):
+            out_console.print(escape(line), highlight=False)
+        return
     try:
         from calibrate.runner import run_calibration
     except ModuleNotFoundError as exc:
@@ -583,6 +611,55 @@ def calibrate(
     for r in family_report(p).to_dict("records"):
         out_console.print(f"  {r['family']:<13} held-out error: median {_pct(r['median_abs_error'])}, "
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
+
+
+@app.command()
+@guarded
+def observe(
+    url: str = typer.Argument(..., help="The server, e.g. http://127.0.0.1:8000 (OpenAI-compatible, streaming)."),
+    out: Path = typer.Option(..., "--out", help="Observation file to write (JSON)."),
+    rate: float | None = typer.Option(None, "--rate", help="Poisson arrivals at this many requests/s."),
+    concurrency: int | None = typer.Option(None, "--concurrency", help="A closed loop of this many clients."),
+    offline: bool = typer.Option(False, "--offline", help="An offline burst: every request sent at once."),
+    num_requests: int = typer.Option(..., "--num-requests", help="Requests to send (at most)."),
+    duration_s: float | None = typer.Option(None, "--duration-s", help="Stop sending after this long."),
+    prompt_tokens: str = typer.Option(..., "--prompt-tokens", help="Prompt length: N, or LO:HI (uniform)."),
+    output_tokens: str = typer.Option(..., "--output-tokens", help="Output length: N, or LO:HI (uniform)."),
+    prefix_tokens: int = typer.Option(0, "--prefix-tokens", help="Leading tokens the prompts of a group share."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="Groups of prompts sharing a prefix."),
+    model: str | None = typer.Option(None, "--model", help="Served model name (default: the first at /v1/models)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the arrivals, lengths and prompts (use a fresh one per "
+                             "run: a server's prefix cache remembers the last run's prompts)."),
+    timeout_s: float = typer.Option(600.0, "--timeout-s", help="Longest wait for one response."),
+    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos (vLLM)."),
+    min_tokens: bool = typer.Option(True, "--min-tokens/--no-min-tokens", help="Send min_tokens = max_tokens."),
+    token_ids: str = typer.Option("1000:20000", "--token-ids", help="Prompt token ids are drawn from LO:HI."),
+    metrics: bool = typer.Option(True, "--metrics/--no-metrics", help="Read /metrics before and after."),
+) -> None:
+    """Drive a streaming endpoint (vLLM, SGLang, TGI) with a controlled load and record every request's
+    send, first-token and chunk instants and token counts, plus /metrics before and after."""
+    from calibrate.observe import Lengths, Load
+    from calibrate.observe import observe as run_observe
+
+    modes = [m for m, on in (("poisson", rate is not None), ("closed", concurrency is not None),
+                             ("offline", offline)) if on]
+    if len(modes) != 1:
+        raise ScenarioError("load", ", ".join(modes) or None, "give exactly one of --rate (Poisson), --concurrency "
+                            "(closed loop) or --offline (a burst)")
+    ids = token_ids.split(":")
+    if len(ids) != 2 or not all(i.strip().isdigit() for i in ids):
+        raise ScenarioError("--token-ids", token_ids, "LO:HI, two non-negative integers")
+    load = Load(modes[0], num_requests, Lengths.parse(prompt_tokens, "--prompt-tokens"),
+                Lengths.parse(output_tokens, "--output-tokens"), rate_per_s=rate, concurrency=concurrency,
+                duration_s=duration_s, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups, seed=seed,
+                ignore_eos=ignore_eos, min_tokens=min_tokens, token_ids=(int(ids[0]), int(ids[1])),
+                timeout_s=timeout_s)
+    doc = run_observe(url, load, out, model=model, metrics=metrics,
+                      log=lambda m: err_console.print(escape(m), highlight=False))
+    h = doc["header"]
+    out_console.print(f"wrote {out}: {h['requests_sent']} requests to {escape(h['model'])} at {escape(url)}, "
+                      f"{h['requests_failed']} failed; metrics {'read' if h['metrics_before'] else 'not available'}",
+                      highlight=False)
 
 
 #: The import-profile options that only some sources read: option -> those sources.

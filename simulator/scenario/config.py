@@ -62,8 +62,10 @@ class TraceArrival(Frozen):
 
     process: Literal["trace"] = "trace"
     path: str
-    """CSV (``azure``) or JSONL (``mooncake``); relative paths resolve against the scenario file."""
-    format: Literal["azure", "mooncake"]
+    """CSV (``azure``), JSONL (``mooncake``) or an observation of a real engine (``observation``: an
+    ``llmplan observe`` file or a ``vllm bench serve --save-detailed`` result, docs/calibration.md);
+    relative paths resolve against the scenario file."""
+    format: Literal["azure", "mooncake", "observation"]
     speedup: FiniteFloat = Field(default=1.0, gt=0)
     """Divide every gap by this factor (2 = twice the trace's request rate)."""
     use_trace_lengths: bool = True

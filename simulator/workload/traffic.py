@@ -248,8 +248,10 @@ def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
     """Read a trace into columns ``arrival_time`` (s from the first request), ``num_prompt_tokens``,
     ``max_tokens`` (and ``hash_ids`` for Mooncake), sorted by arrival.
 
-    Formats: ``azure`` — CSV ``TIMESTAMP,ContextTokens,GeneratedTokens`` (Splitwise, ISCA'24);
-    ``mooncake`` — JSONL ``{timestamp (ms), input_length, output_length, hash_ids}`` (FAST'25).
+    Formats (:data:`TRACE_READERS`): ``azure`` — CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``
+    (Splitwise, ISCA'24); ``mooncake`` — JSONL ``{timestamp (ms), input_length, output_length,
+    hash_ids}`` (FAST'25); ``observation`` — an ``llmplan observe`` file or a ``vllm bench serve
+    --save-detailed`` result, its completed requests (:mod:`simulator.workload.observation`).
 
     Raises:
         ScenarioError: missing file, empty file, missing columns or unparsable rows (named).
@@ -257,15 +259,13 @@ def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
     require_file(path, field, str(path), "trace file")
     if path.stat().st_size == 0:
         raise ScenarioError(field, str(path), "trace file is empty")
-    if fmt == "azure":
-        df = _read_azure(path, field)
-    elif fmt == "mooncake":
-        df = _read_mooncake(path, field)
-    else:
-        raise ScenarioError("workload.arrival.format", fmt, "unknown trace format; allowed: azure, mooncake")
+    if fmt not in TRACE_READERS:
+        raise ScenarioError("workload.arrival.format", fmt,
+                            f"unknown trace format; allowed: {', '.join(TRACE_READERS)}")
+    df = TRACE_READERS[fmt](path, field)
     if df.empty:
         raise ScenarioError(field, str(path), "trace has no requests")
-    unit = "row" if fmt == "azure" else "line"
+    unit = {"azure": "row", "mooncake": "line"}.get(fmt, "request")
     for col, src in (("num_prompt_tokens", _SOURCE[fmt][0]), ("max_tokens", _SOURCE[fmt][1])):
         bad = np.flatnonzero(df[col].to_numpy() < 1)
         if len(bad):
@@ -282,7 +282,8 @@ def load_trace(path: Path, fmt: str, field: str = "path") -> pd.DataFrame:
 
 #: Trace column names for (prompt, output) per format, for error messages.
 _SOURCE = {"azure": ("ContextTokens", "GeneratedTokens", "TIMESTAMP"),
-           "mooncake": ("input_length", "output_length", "timestamp")}
+           "mooncake": ("input_length", "output_length", "timestamp"),
+           "observation": ("prompt_tokens", "output_tokens", "send_s")}
 
 
 def _read_azure(path: Path, field: str) -> pd.DataFrame:
@@ -335,6 +336,18 @@ def _read_mooncake(path: Path, field: str) -> pd.DataFrame:
     if not df.empty:
         df["arrival_time"] -= df["arrival_time"].min()
     return df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
+
+
+def _read_observation(path: Path, field: str) -> pd.DataFrame:
+    from simulator.workload.observation import trace_frame
+
+    return trace_frame(path, field)
+
+
+#: Trace format (``workload.arrival.format``) -> its reader: a frame of ``arrival_time`` (s, sorted),
+#: ``num_prompt_tokens``, ``max_tokens`` and ``source_row`` (for messages), optionally ``hash_ids``.
+TRACE_READERS: dict[str, Callable[[Path, str], pd.DataFrame]] = {
+    "azure": _read_azure, "mooncake": _read_mooncake, "observation": _read_observation}
 
 
 def _first_bad(mask: np.ndarray, path: Path, column: str, raw: pd.Series) -> None:
