@@ -531,11 +531,23 @@ def calibrate(
 
     The machine's noise is probed throughout (a reference kernel and the load average): benchmarks
     timed during a noisy stretch are timed again, and a machine that stays noisy is refused (exit 2)."""
+    # Options of one mode given in the other are refused, not ignored (None or a default: not given).
+    fitting = {"--hardware": hardware, "--scenario": scenario, "--engine": engine,
+               "--fit": None if fit == "step_s,kernel_scale" else fit,
+               "--max-evals": None if max_evals == 60 else max_evals}
+    timing = {"--device": None if device == "auto" else device, "--tp": None if tp == 1 else tp, "--dtype": dtype,
+              "--quick": quick or None, "--max-tokens": max_tokens, "--max-seqs": max_seqs,
+              "--max-context": max_context, "--threads": threads, "--memory-limit-gib": memory_limit_gib,
+              "--fresh": fresh or None, "--clock": None if clock == "auto" else clock}
     if from_observation or holdout:
         from calibrate.fit import FitSettings, format_report, run_fit
 
         if not from_observation:
             raise ScenarioError("--holdout", [str(h) for h in holdout or []], "needs --from-observation runs to fit on")
+        given = [k for k, v in timing.items() if v is not None]
+        if given:
+            raise ScenarioError(given[0], timing[given[0]], "times torch kernels; it does not apply to "
+                                "--from-observation (a fit to observed runs)")
         check_profile_out(out, force)
         doc = run_fit(FitSettings(tuple(map(str, from_observation)), model, hardware, tuple(map(str, holdout or ())),
                                   str(scenario) if scenario else None, engine, tuple(fit.split(",")), max_evals, name),
@@ -544,6 +556,9 @@ def calibrate(
         for line in format_report(doc):
             out_console.print(escape(line), highlight=False)
         return
+    given = [k for k, v in fitting.items() if v is not None]
+    if given:
+        raise ScenarioError(given[0], fitting[given[0]], "applies to a fit (--from-observation OBS) only")
     try:
         from calibrate.runner import run_calibration
     except ModuleNotFoundError as exc:

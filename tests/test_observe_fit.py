@@ -42,9 +42,22 @@ METRICS = ("# HELP vllm:num_requests_running running\n# TYPE vllm:num_requests_r
            "process_cpu_seconds_total 1.5\n")
 
 
+#: Run as if torch were not installed: observing and fitting must not need it.
+NO_TORCH = ("import sys, importlib.abc\n"
+            "class NoTorch(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
+            "from simulator.cli import main\n"
+            "sys.argv = ['llmplan', *sys.argv[1:]]\n"
+            "main()\n")
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``llmplan ARGS`` in a process that cannot import torch."""
     env = {k: v for k, v in os.environ.items() if k != "LLMPLAN_DEBUG"}
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=REPO, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -377,5 +390,13 @@ def test_observation_files_are_checked_with_one_line_errors(tmp_path: Path) -> N
         simulate(sc)
     assert parse_metrics('a 1\nvllm:num_requests_waiting{x="y"} 3\n# c\nvllm:num_preemptions_total NaNx') == \
         {'vllm:num_requests_waiting{x="y"}': 3.0}
-    proc = run_cli("calibrate", "--holdout", str(bad), "--out", str(tmp_path / "o"))
-    assert proc.returncode == 2 and "--holdout" in proc.stderr and "--from-observation" in proc.stderr
+    for args, msg in [(("--holdout", str(bad)), "--holdout = "),
+                      (("--from-observation", str(bad), "--quick"), "--quick = True: times torch kernels; it does "
+                                                                    "not apply to --from-observation"),
+                      (("--from-observation", str(bad), "--fit", "step_s,warp"), "--fit = 'step_s,warp'"),
+                      (("--from-observation", str(bad), "--model", "gpt-9"), "unknown model preset"),
+                      (("--from-observation", str(bad)), "must be in this order"),
+                      (("--engine", "vllm-v1"), "--engine = 'vllm-v1': applies to a fit")]:
+        proc = run_cli("calibrate", *args, "--out", str(tmp_path / "o"))
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert msg in proc.stderr, proc.stderr
