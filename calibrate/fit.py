@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from simulator.cost.op_table import file_sha256
 from simulator.errors import ScenarioError
 from simulator.run.resolve import model_option
 from simulator.scenario.models import ModelSpec
@@ -174,8 +175,21 @@ def _scaled(pb: _Problem, x: dict[str, float], key: str, table_path: Path | None
         path = table_path or pb.work / f"ops-{key}.csv"
         t.to_csv(path, index=False, float_format="%.6g")
         data["table"] = str(path)
-        data.pop("table_sha256", None)
+        data["table_sha256"] = file_sha256(path)    # cost models cache tables by path and checksum
     return data
+
+
+def scaled_profile(profile: HardwareProfile, costs: dict[str, float], folder: Path) -> dict[str, Any]:
+    """``profile`` with ``costs`` (:data:`PARAMETERS` by name) as an inline mapping; a table
+    profile's scaled table is written into ``folder``."""
+    from simulator.cost.op_table import read_table
+
+    pb = _Problem(ModelSpec(num_layers=1, hidden_size=1, num_attention_heads=1, num_key_value_heads=1,
+                            intermediate_size=1, vocab_size=1), profile,
+                  profile.model_dump(mode="json", exclude_none=True), {}, Path(folder))
+    if profile.table is not None:
+        pb.table = read_table(profile.table, sha256=profile.table_sha256)
+    return _scaled(pb, costs, "scaled")
 
 
 def _scenario(pb: _Problem, hardware: dict[str, Any], obs: Observation, seed: int) -> Any:
@@ -389,8 +403,6 @@ def _engine_of(runs: list[Observation], sections: dict[str, Any]) -> dict[str, A
 def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings, fit_obs: list[Observation],
                    held: list[Observation], fit_err: dict[str, Any], held_err: dict[str, Any], best: float,
                    start_loss: float, n_evals: int, command: str) -> Path:
-    from simulator.cost.op_table import file_sha256
-
     data = _scaled(pb, x, "out", out / "ops.csv.tmp")
     base = pb.base
     if pb.table is not None:

@@ -27,6 +27,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from calibrate.fit import nelder_mead, scaled_profile
 from calibrate.observe import Lengths, Load, observe, parse_metrics
 from simulator import ScenarioError, load_scenario, scenario_from_dict, simulate
 from simulator.scenario.profiles import load_profile
@@ -400,3 +401,34 @@ def test_observation_files_are_checked_with_one_line_errors(tmp_path: Path) -> N
         proc = run_cli("calibrate", *args, "--out", str(tmp_path / "o"))
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert msg in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("profile", "model"), [(BASE_PROFILE, "tiny-llama"), ("h100-sxm", "llama-3-8b"),
+                                                ("h100-sxm-datasheet", "llama-3-8b"), ("constant", "tiny-llama")])
+def test_kernel_scale_is_one_factor_on_every_kernel_time_of_any_profile(tmp_path: Path, profile: str,
+                                                                        model: str) -> None:
+    """``kernel_scale`` multiplies the step time of any batch by exactly that factor (overhead
+    apart), whatever the cost model: a measured table, an imported kernel table, a roofline, a constant."""
+    from simulator.cost.base import BatchShape
+    from simulator.cost.factory import make_cost_model
+    from simulator.scenario.models import MODEL_PRESETS
+
+    base = load_profile({"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-5}
+                        if profile == "constant" else profile)
+    shapes = [BatchShape.decode(1, 100), BatchShape.decode(64, 1000), BatchShape.prefill(512),
+              BatchShape.prefill(2048, 1024)]
+    times = []
+    for scale in (1.0, 0.37):
+        data = scaled_profile(base, {"step_s": 0.0, "per_seq_s": 0.0, "kernel_scale": scale}, tmp_path)
+        data["overhead"]["per_token_s"] = 0.0
+        cost = make_cost_model(load_profile(data), MODEL_PRESETS[model], 1)
+        times.append(np.array([cost.step_time_s(s) for s in shapes]))
+    np.testing.assert_allclose(times[1] / times[0], 0.37, rtol=1e-4)
+
+
+def test_nelder_mead_is_deterministic_and_finds_a_minimum() -> None:
+    f = lambda z: float((z[0] - 1.0) ** 2 + 10 * (z[1] + 0.5) ** 2)  # noqa: E731
+    a, fa, n = nelder_mead(f, np.zeros(2), max_evals=200)
+    b, fb, m = nelder_mead(f, np.zeros(2), max_evals=200)
+    assert (a == b).all() and fa == fb and n == m <= 200
+    np.testing.assert_allclose(a, [1.0, -0.5], atol=2e-3)
