@@ -44,8 +44,11 @@ from simulator.errors import ScenarioError
 from simulator.workload.observation import OBSERVATION_FORMAT, OBSERVATION_VERSION
 
 ARRIVALS = ("poisson", "closed", "offline")
-#: Most requests one observation sends (each is a thread while in flight).
+#: Most requests one observation sends.
 MAX_REQUESTS = 100_000
+#: Most requests in flight at once (each is a thread): past it, an open-loop load waits for a slot
+#: before sending (the recorded send instants say when each request really went out).
+MAX_IN_FLIGHT = 2048
 #: Prometheus samples kept from ``/metrics`` (names containing one of these).
 METRIC_KEYS = ("num_requests_running", "num_requests_waiting", "prefix_cache", "cache_hit", "preempt",
                "kv_cache_usage", "cache_usage", "prompt_tokens_total", "generation_tokens_total",
@@ -323,8 +326,13 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
             b["min_tokens"] = int(olen[i])
         return b
 
+    slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+
     def one(i: int) -> None:
-        _stream(ep, body(i), recs[i], t0, clock, load.timeout_s)
+        try:
+            _stream(ep, body(i), recs[i], t0, clock, load.timeout_s)
+        finally:
+            slots.release()
 
     threads: list[threading.Thread] = []
     date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
@@ -340,6 +348,7 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
                     i = next(nxt, None)
                 if i is None or (load.duration_s is not None and clock() - t0 >= load.duration_s):
                     return
+                slots.acquire()
                 one(i)
         threads = [threading.Thread(target=client, daemon=True) for _ in range(min(load.concurrency,
                                                                                    load.num_requests))]
@@ -353,6 +362,7 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
                 wait = send[i] - (clock() - t0)
                 if wait > 0:
                     sleep(wait)
+            slots.acquire()
             th = threading.Thread(target=one, args=(i,), daemon=True)
             th.start()
             threads.append(th)

@@ -107,8 +107,16 @@ class FakeEngine:
         engine = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"      # streams in chunked transfer encoding, as vLLM's server does
+
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def _chunk(self, data: bytes) -> None:
+                for part in (data[:9], data[9:]):           # a line split across chunks, too
+                    if part:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.flush()
 
             def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
                 self.send_response(status)
@@ -148,16 +156,18 @@ class FakeEngine:
                         return
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     if engine.schedule is None:
                         p, m = len(body["prompt"]), body["max_tokens"]
                         for k in range(1, m + 1):
-                            self.wfile.write(chunk(k, p))
-                        self.wfile.write(usage_chunk(m, p) + b"data: [DONE]\n\n")
-                        return
-                    while (line := q.get(timeout=60)) is not None:
-                        self.wfile.write(line)
-                        self.wfile.flush()
+                            self._chunk(chunk(k, p))
+                        self._chunk(usage_chunk(m, p) + b"data: [DONE]\n\n")
+                    else:
+                        while (line := q.get(timeout=60)) is not None:
+                            self._chunk(line)
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.close_connection = True
                 finally:
                     with engine.lock:
                         engine.in_flight -= 1
