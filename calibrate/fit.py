@@ -192,22 +192,32 @@ def scaled_profile(profile: HardwareProfile, costs: dict[str, float], folder: Pa
     return _scaled(pb, costs, "scaled")
 
 
-def _scenario(pb: _Problem, hardware: dict[str, Any], obs: Observation, seed: int) -> Any:
+def replay_scenario(obs: Observation, model: ModelSpec, hardware: str | dict[str, Any],
+                    sections: dict[str, Any] | None = None, seed: int = 0) -> Any:
+    """The scenario replaying ``obs`` on ``hardware`` under the engine ``sections`` (a scenario's
+    :data:`ENGINE_SECTIONS`): the observation as a trace, its shared prefixes (from its header) as
+    ``workload.prefix``."""
     from simulator.scenario.config import scenario_from_dict
 
-    sc = {"name": f"fit {Path(obs.path).name}", "seed": seed, "model": pb.model.model_dump(mode="json"),
-          "hardware": hardware, **{k: v for k, v in pb.base_sections.items() if k != "seed"},
-          "workload": {"arrival": {"process": "trace", "path": str(Path(obs.path).resolve()),
-                                   "format": "observation"}, "over_length": "error"}}
-    if "seed" in pb.base_sections:
-        sc["seed"] = pb.base_sections["seed"]
+    sections = sections or {}
+    sc: dict[str, Any] = {
+        "name": f"fit {Path(obs.path).name}", "seed": seed, "model": model.model_dump(mode="json"),
+        "hardware": hardware, **{k: v for k, v in sections.items() if k != "seed"},
+        "workload": {"arrival": {"process": "trace", "path": str(Path(obs.path).resolve()),
+                                 "format": "observation"}, "over_length": "error"}}
+    if "seed" in sections:
+        sc["seed"] = sections["seed"]
+    load = obs.header.get("load") if isinstance(obs.header.get("load"), dict) else {}
+    if int(load.get("prefix_tokens") or 0) > 0:      # the run's shared prefixes, for the prefix cache
+        sc["workload"]["prefix"] = {"prefix_tokens": int(load["prefix_tokens"]),
+                                    "num_prefixes": int(load.get("prefix_groups") or 1)}
     return scenario_from_dict(sc)
 
 
 def _simulated(pb: _Problem, hardware: dict[str, Any], obs: Observation, seed: int) -> Any:
     from simulator import simulate
 
-    r = simulate(_scenario(pb, hardware, obs, seed))
+    r = simulate(replay_scenario(obs, pb.model, hardware, pb.base_sections, seed))
     req = r.requests.sort_values("request_id").reset_index(drop=True)
     done = obs.completed.reset_index(drop=True)
     if len(req) != len(done):

@@ -27,9 +27,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.fit import nelder_mead, scaled_profile
+from calibrate.fit import nelder_mead, replay_scenario, scaled_profile
 from calibrate.observe import Lengths, Load, observe, parse_metrics
 from simulator import ScenarioError, load_scenario, scenario_from_dict, simulate
+from simulator.scenario.models import MODEL_PRESETS
 from simulator.scenario.profiles import load_profile
 from simulator.workload.observation import read_observation
 
@@ -353,6 +354,12 @@ def test_observe_drives_poisson_and_closed_loads_and_the_run_replays(tmp_path: P
     assert (r["num_prompt_tokens"].to_numpy() == done["num_prompt_tokens"].to_numpy()).all()
     assert (r["num_output_tokens"].to_numpy() == done["num_output_tokens"].to_numpy()).all()
 
+    # The fit's replay shares the run's prefixes (header: 16 tokens, 2 groups) in the prefix cache.
+    sc = replay_scenario(obs, MODEL_PRESETS["tiny-llama"], BASE_PROFILE,
+                         {"scheduler": {**SCHEDULER, "block_size": 16, "enable_prefix_caching": True}})
+    assert sc.workload.prefix is not None and sc.workload.prefix.num_prefixes == 2
+    assert simulate(sc).requests["num_cached_tokens"].max() == 16
+
     engine = FakeEngine(9)
     with engine.running():
         doc = observe(engine.url, Load("closed", 9, Lengths(8, 8), Lengths(2, 2), concurrency=3, timeout_s=60),
@@ -421,7 +428,6 @@ def test_kernel_scale_is_one_factor_on_every_kernel_time_of_any_profile(tmp_path
     apart), whatever the cost model: a measured table, an imported kernel table, a roofline, a constant."""
     from simulator.cost.base import BatchShape
     from simulator.cost.factory import make_cost_model
-    from simulator.scenario.models import MODEL_PRESETS
 
     base = load_profile({"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-5}
                         if profile == "constant" else profile)
