@@ -207,7 +207,8 @@ def replay_scenario(obs: Observation, model: ModelSpec, hardware: str | dict[str
                                  "format": "observation"}, "over_length": "error"}}
     if "seed" in sections:
         sc["seed"] = sections["seed"]
-    load = obs.header.get("load") if isinstance(obs.header.get("load"), dict) else {}
+    header_load = obs.header.get("load")
+    load: dict[str, Any] = header_load if isinstance(header_load, dict) else {}
     if int(load.get("prefix_tokens") or 0) > 0:      # the run's shared prefixes, for the prefix cache
         sc["workload"]["prefix"] = {"prefix_tokens": int(load["prefix_tokens"]),
                                     "num_prefixes": int(load.get("prefix_groups") or 1)}
