@@ -5,8 +5,10 @@ The load (:class:`Load`): Poisson arrivals at a rate, a closed loop of ``concurr
 an offline burst (every request sent at once); prompt and output lengths fixed or uniform in a
 range; optionally a prefix shared by every prompt of a group (prefix caching). Prompts are lists
 of token ids (``/v1/completions`` takes them on vLLM and SGLang), so their lengths are exact
-without a tokenizer; outputs are forced to their length with ``ignore_eos`` and ``min_tokens``
-(vLLM's extensions; ``--no-ignore-eos``/``--no-min-tokens`` for servers that refuse them).
+without a tokenizer (``text_prompts``: words instead, one per token id, for servers that take text
+only; their lengths are then the server's count); outputs are forced to their length with
+``ignore_eos`` and ``min_tokens`` (vLLM's extensions; ``--no-ignore-eos``/``--no-min-tokens`` for
+servers that refuse them).
 
 Per request it records the send instant, the instant of every streamed chunk and its token count
 (from ``usage`` on every chunk where ``stream_options.continuous_usage_stats`` is honoured, else
@@ -53,6 +55,13 @@ MAX_IN_FLIGHT = 2048
 METRIC_KEYS = ("num_requests_running", "num_requests_waiting", "prefix_cache", "cache_hit", "preempt",
                "kv_cache_usage", "cache_usage", "prompt_tokens_total", "generation_tokens_total",
                "request_success", "num_running", "num_waiting", "queue")
+#: Words that are one token each (after a space) in common BPE vocabularies: ``--text-prompts``
+#: writes prompts of them for servers that take text only (lengths then approximate; the server's
+#: ``usage`` gives the true count).
+WORDS = ("the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "that", "this",
+         "it", "be", "are", "was", "or", "an", "not", "but", "have", "they", "we", "you", "all", "can", "one",
+         "more", "new", "time", "data", "use", "also", "like", "just", "over", "only", "year", "work", "first",
+         "well", "way", "even", "back", "good", "very", "most")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\s+([^\s]+)")
 
 
@@ -107,6 +116,8 @@ class Load:
     """Prompt token ids are drawn from ``[lo, hi)`` (inside any real vocabulary, past special tokens)."""
     timeout_s: float = 600.0
     """Per request: the longest wait for the response to end."""
+    text_prompts: bool = False
+    """Send each prompt as text (one of :data:`WORDS` per token id) instead of token ids."""
 
     def check(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -317,7 +328,10 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
     recs = [_Record(i, len(prompts[i]), int(olen[i])) for i in range(load.num_requests)]
 
     def body(i: int) -> dict[str, Any]:
-        b: dict[str, Any] = {"model": model, "prompt": prompts[i], "max_tokens": int(olen[i]), "stream": True,
+        prompt: list[int] | str = prompts[i]
+        if load.text_prompts:
+            prompt = " ".join(WORDS[t % len(WORDS)] for t in prompts[i])
+        b: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": int(olen[i]), "stream": True,
                              "stream_options": {"include_usage": True, "continuous_usage_stats": True},
                              "temperature": 0.0}
         if load.ignore_eos:

@@ -650,6 +650,8 @@ def observe(
     min_tokens: bool = typer.Option(True, "--min-tokens/--no-min-tokens", help="Send min_tokens = max_tokens."),
     token_ids: str = typer.Option("1000:20000", "--token-ids", help="Prompt token ids are drawn from LO:HI."),
     metrics: bool = typer.Option(True, "--metrics/--no-metrics", help="Read /metrics before and after."),
+    text_prompts: bool = typer.Option(False, "--text-prompts", help="Prompts as text (one common word per "
+                                      "token) for servers that take no token ids; lengths from the server's usage."),
 ) -> None:
     """Drive a streaming endpoint (vLLM, SGLang, TGI) with a controlled load and record every request's
     send, first-token and chunk instants and token counts, plus /metrics before and after."""
@@ -668,7 +670,7 @@ def observe(
                 Lengths.parse(output_tokens, "--output-tokens"), rate_per_s=rate, concurrency=concurrency,
                 duration_s=duration_s, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups, seed=seed,
                 ignore_eos=ignore_eos, min_tokens=min_tokens, token_ids=(int(ids[0]), int(ids[1])),
-                timeout_s=timeout_s)
+                timeout_s=timeout_s, text_prompts=text_prompts)
     doc = run_observe(url, load, out, model=model, metrics=metrics,
                       log=lambda m: err_console.print(escape(m), highlight=False))
     h = doc["header"]

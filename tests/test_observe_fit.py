@@ -160,7 +160,8 @@ class FakeEngine:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     if engine.schedule is None:
-                        p, m = len(body["prompt"]), body["max_tokens"]
+                        prompt = body["prompt"]
+                        p, m = len(prompt.split() if isinstance(prompt, str) else prompt), body["max_tokens"]
                         for k in range(1, m + 1):
                             self._chunk(chunk(k, p))
                         self._chunk(usage_chunk(m, p) + b"data: [DONE]\n\n")
@@ -373,10 +374,12 @@ def test_observe_cli_and_its_errors(tmp_path: Path) -> None:
     out = tmp_path / "cli.json"
     with engine.running():
         proc = run_cli("observe", engine.url, "--out", str(out), "--offline", "--num-requests", "4",
-                       "--prompt-tokens", "16", "--output-tokens", "2:3", "--no-min-tokens")
+                       "--prompt-tokens", "16", "--output-tokens", "2:3", "--no-min-tokens", "--text-prompts")
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout and "4 requests to tiny" in proc.stdout
     assert len(read_observation(out).completed) == 4 and all("min_tokens" not in b for b in engine.bodies)
+    assert all(isinstance(b["prompt"], str) and len(b["prompt"].split()) == 16 for b in engine.bodies)
+    assert (read_observation(out).requests["num_prompt_tokens"] == 16).all()      # the server's usage
     cases = [(("--rate", "1", "--offline"), "--rate (Poisson)"),
              (("--offline", "--prompt-tokens", "0"), "--prompt-tokens = '0'"),
              (("--offline", "--prefix-tokens", "16"), "--prefix-tokens = 16: must be >= 0 and below the shortest"),
