@@ -24,7 +24,8 @@ def fit_data(name: str, table_sha256: str | None) -> tuple[pd.DataFrame, pd.Data
 st.title("Hardware profiles")
 st.caption("Profiles found in $LLMPLAN_PROFILES, ./hwprofiles and the installed package (first match wins). "
            "`source` says where the numbers come from: datasheet (vendor peaks, assumed efficiencies), "
-           "measured (calibration on the device), imported (others' measurements).")
+           "measured (calibration on the device), imported (others' measurements), fitted (costs fitted to a "
+           "real engine's observed runs).")
 
 profiles = {}
 for name, path in available_profiles().items():

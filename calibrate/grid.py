@@ -26,6 +26,25 @@ QUICK_BATCHES = (1, 4, 16)
 FULL_DECODE_CONTEXTS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 QUICK_DECODE_CONTEXTS = (64, 256, 1024)
 ELEMENTWISE_PER_LAYER = ("rmsnorm", "rotary", "silu_mul", "residual_add", "kv_write")
+#: Slots of the paged K and V caches each ``kv_write`` input set scatters into (at least this many).
+KV_WRITE_MIN_SLOTS = 4096
+
+
+def kv_write_slots(tokens: int) -> int:
+    """Cache slots of one ``kv_write`` input set: twice its tokens, at least :data:`KV_WRITE_MIN_SLOTS`
+    (the kernel's builder allocates exactly this; its memory estimate counts it)."""
+    return max(2 * tokens, KV_WRITE_MIN_SLOTS)
+
+
+def _elementwise_bytes(op: str, tokens: int, width: int, head_dim: int, elem_bytes: int) -> int:
+    """Bytes one input set of an elementwise benchmark holds. ``kv_write``: the token rows (K and
+    V, ``width`` = 2 x kv_heads x head_dim), the two caches of :func:`kv_write_slots` slots each,
+    which dominate, and the slot permutation its indices are taken from (int64)."""
+    if op == "kv_write":
+        slots = kv_write_slots(tokens)
+        return (tokens * width + slots * width) * elem_bytes + 8 * slots
+    factor = {"silu_mul": 3, "residual_add": 3}.get(op, 2)
+    return factor * tokens * width * elem_bytes + 4 * tokens * head_dim * elem_bytes
 
 
 @dataclass(frozen=True)
@@ -110,9 +129,8 @@ def build_grid(model: ModelSpec, tp: int, dtype: str, limits: GridLimits) -> lis
     for op in ELEMENTWISE_PER_LAYER:
         w = widths[op]
         for t in toks:
-            factor = {"silu_mul": 3, "residual_add": 3, "kv_write": 4}.get(op, 2)
             extra = {"head_dim": hd} if op == "rotary" else {}
-            specs.append(BenchSpec(op, _shape(tokens=t, width=w, **extra), factor * t * w * eb + 4 * t * hd * eb))
+            specs.append(BenchSpec(op, _shape(tokens=t, width=w, **extra), _elementwise_bytes(op, t, w, hd, eb)))
     for r in rows:
         specs.append(BenchSpec("sampling", _shape(tokens=r, width=vocab), 3 * r * vocab * 4))
     if tp > 1:

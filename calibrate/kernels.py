@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .grid import BenchSpec
+from .grid import BenchSpec, kv_write_slots
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: Calibration dtypes: the 16/32-bit ones time every op; ``fp8`` times the layer GEMMs only, as W8A8
@@ -113,9 +113,10 @@ def _residual_add(s: dict[str, int], device: torch.device, dtype: torch.dtype) -
 
 def _kv_write(s: dict[str, int], device: torch.device, dtype: torch.dtype) -> Kernel:
     """Scatter each token's K and V (``width`` = 2 x kv_heads x head_dim) into a paged cache at
-    random slots, as ``reshape_and_cache`` does."""
+    random slots, as ``reshape_and_cache`` does (the caches' size: :func:`~calibrate.grid.kv_write_slots`,
+    which the grid's memory estimate counts)."""
     t, half = s["tokens"], s["width"] // 2
-    slots = max(2 * t, 4096)
+    slots = kv_write_slots(t)
     k_cache = torch.zeros(slots, half, device=device, dtype=dtype)
     v_cache = torch.zeros(slots, half, device=device, dtype=dtype)
     k = _randn(t, half, device=device, dtype=dtype)

@@ -9,10 +9,18 @@ grid, and reads the load average with each probe:
 * **before**: probes until two in a row agree (each with a small spread, the load within bound, and
   their medians within the drift bound of each other); the second is the baseline;
 * **during**: a probe every ``check_every`` benchmarks (or ``check_every_s`` seconds): when it
-  fails (its median drifted from the baseline, its spread is large, or the load is high) the
+  fails (its median is slower than the reference by more than the drift bound, its spread is
+  large, or the load is high) the
   benchmarks timed since the last good probe are suspect: the runner waits until a probe is quiet
   again (at most ``retries`` waits), times them again, keeping the faster of each benchmark's two
   timings (noise only ever slows a kernel down), and probes once more;
+* a quiet probe *faster* than the reference by more than the drift bound is no failure: noise
+  only ever slows a kernel down, so the machine got quieter (other jobs ended) and the reference
+  was taken on a busier machine. That probe becomes the **reference** later probes are judged
+  against (a re-baseline, recorded in ``rebaselines``): from then on a return to the earlier,
+  slower speed counts as a slowdown. Benchmarks timed before a re-baseline were within the bound
+  of the reference of their time; the record keeps each re-baseline's speed-up so a reader can
+  judge them;
 * when the machine stays noisy, :class:`CalibrationError`: one line (exit status 2 from the CLI)
   saying which bound was exceeded, by how much, and what to do.
 
@@ -44,7 +52,8 @@ class NoiseBounds:
     """When a probe of the reference kernel counts as noisy."""
 
     max_drift: float = 0.25
-    """Largest |probe median / baseline median - 1| (the machine's speed changed under the run)."""
+    """Largest slowdown, probe median / reference median - 1 (the machine slowed under the run); a
+    probe faster than the reference by more than this becomes the new reference (module doc)."""
     max_spread: float = 0.5
     """Largest (p90 - p10) / median over one probe's repeats (the machine is jittery right now)."""
     max_load_per_cpu: float | None = 3.0
@@ -68,7 +77,10 @@ class Probe:
     spread: float
     load_per_cpu: float
     drift: float | None = None
+    """Median / the reference's median - 1, once a reference is set."""
     problems: list[str] = field(default_factory=list)
+    rebaselined: bool = False
+    """This probe, quiet and faster than the reference beyond the drift bound, became the reference."""
 
     @property
     def ok(self) -> bool:
@@ -103,6 +115,9 @@ class NoiseMonitor:
         self._t0 = clock()
         self._last = self._t0
         self.baseline: Probe | None = None
+        """The probe that settled the start of the run."""
+        self.reference: Probe | None = None
+        """The probe later ones are judged against: the baseline, or the last re-baseline."""
         self.probes: list[Probe] = []
         self.remeasured = 0
         """Benchmarks timed again because a probe after them failed."""
@@ -116,15 +131,21 @@ class NoiseMonitor:
                   spread=float((row["p90_s"] - row["p10_s"]) / med) if med > 0 else float("inf"),
                   load_per_cpu=float(self._load()) / self.cpus)
         b = self.bounds
-        if self.baseline is not None:
-            p.drift = med / self.baseline.median_s - 1.0
-            if abs(p.drift) > b.max_drift:
-                p.problems.append(f"drifted {p.drift:+.0%} from the start of the run (bound ±{b.max_drift:.0%})")
+        ref = self.reference
+        if ref is not None:
+            p.drift = med / ref.median_s - 1.0
+            if p.drift > b.max_drift:
+                since = ("the start of the run" if ref is self.baseline
+                         else f"the reference probe at {ref.elapsed_s:.0f} s")
+                p.problems.append(f"drifted {p.drift:+.0%} from {since} (bound +{b.max_drift:.0%})")
         if p.spread > b.max_spread:
             p.problems.append(f"p90-p10 spread {p.spread:.0%} of its median (bound {b.max_spread:.0%})")
         if b.max_load_per_cpu is not None and p.load_per_cpu > b.max_load_per_cpu:
             p.problems.append(f"load average {p.load_per_cpu * self.cpus:.1f} on {self.cpus} CPUs "
                               f"(bound {b.max_load_per_cpu:g} per CPU)")
+        if ref is not None and p.ok and p.drift is not None and p.drift < -b.max_drift:
+            p.rebaselined = True        # the machine got quieter: judge later probes against this one
+            self.reference = p
         self.probes.append(p)
         self._last = self._clock()
         return p
@@ -140,7 +161,7 @@ class NoiseMonitor:
         for _ in range(self.bounds.retries + 2):
             p = self.probe()
             if p.ok and prev is not None and prev.ok and abs(p.median_s / prev.median_s - 1.0) <= self.bounds.max_drift:
-                self.baseline = p
+                self.baseline = self.reference = p
                 return p
             if not p.ok:
                 self._sleep(self.bounds.wait_s)
@@ -211,6 +232,8 @@ class NoiseMonitor:
                 "probes": [p.record() for p in self.probes],
                 "failed_probes": sum(not p.ok for p in self.probes),
                 "benchmarks_remeasured": self.remeasured,
+                "rebaselines": [{"elapsed_s": round(p.elapsed_s, 3), "speedup": round(-(p.drift or 0.0), 4)}
+                                for p in self.probes if p.rebaselined],
                 "max_abs_drift": round(max((abs(d) for d in drifts), default=0.0), 4)}
 
 

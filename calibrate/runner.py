@@ -36,12 +36,14 @@ from simulator.cost.op_table import (
 )
 from simulator.errors import ScenarioError
 from simulator.report.profile_report import TARGET_MEDIAN, TARGET_P90
-from simulator.scenario.models import MODEL_PRESETS, ModelSpec
+from simulator.run.resolve import model_option
+from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import PARTIAL_TABLE
 
 from . import kernels
 from .grid import BenchSpec, GridLimits, build_grid, grid_memory_bytes, rotation_copies
 from .noise import CalibrationError, NoiseBounds, NoiseMonitor
+from .provenance import git_revision
 
 GIB = 1024**3
 DEVICES = ("auto", "cpu", "cuda")
@@ -293,21 +295,6 @@ def row_of(spec: BenchSpec, dtype: str, t: np.ndarray) -> dict[str, Any]:
             "p90_s": float(np.percentile(t, 90)), "std_s": float(np.std(t)), "repeats": len(t)}
 
 
-def git_revision() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        if rev:
-            return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    # A copy of the tree without .git (e.g. shipped to a GPU machine): the caller may say which.
-    return os.environ.get("LLMPLAN_GIT_REVISION", "unknown")
-
-
 @dataclass(frozen=True)
 class Settings:
     """What a run measures; a partial run resumes only under the same settings."""
@@ -526,10 +513,8 @@ def _fp8_supported(dev: torch.device) -> bool:
 
 
 def _model(model: str | ModelSpec) -> ModelSpec:
-    if not isinstance(model, ModelSpec):
-        if model not in MODEL_PRESETS:
-            raise ScenarioError("--model", model, f"unknown model preset; known: {', '.join(MODEL_PRESETS)}")
-        model = MODEL_PRESETS[model]
+    """``--model``: a preset name or a model file (:func:`simulator.run.resolve.model_option`)."""
+    model = model_option(model)
     if model.beyond_dense:
         raise ScenarioError("--model", model.name, f"has {', '.join(model.beyond_dense)}: calibration times the "
                             "dense Llama-shaped operators only; use a datasheet (roofline) profile for this model")

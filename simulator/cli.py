@@ -592,7 +592,8 @@ def _pct(x: Any) -> str:
 @guarded
 def calibrate(
     out: Path = typer.Option(..., "--out", help="Folder for the measured profile (profile.yaml + ops.csv)."),
-    model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time."),
+    model: str = typer.Option("llama-3-8b", "--model", help="Model preset whose shapes to time, or a model file "
+                              "(YAML: an inline spec as a scenario's model: takes it)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (shards the shapes; >1 times all-reduces)."),
     dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16, fp16, or fp8 (the layer GEMMs alone, W8A8 "
@@ -613,18 +614,62 @@ def calibrate(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (or, when stderr is "
                                      "not a terminal, the progress lines)."),
     max_drift: float = typer.Option(0.25, "--max-drift", help="Noise bound: the reference kernel's largest "
-                                    "change from the start of the run (fraction; benchmarks timed past it are "
-                                    "timed again, 3 times at most, then the run is refused)."),
+                                    "slowdown from the start of the run (fraction; benchmarks timed past it are "
+                                    "timed again, 3 times at most, then the run is refused; a speed-up past it "
+                                    "makes the faster probe the reference)."),
     max_spread: float = typer.Option(0.5, "--max-spread", help="Noise bound: the reference kernel's largest "
                                      "(p90 - p10) / median over one probe."),
     max_load: float | None = typer.Option(None, "--max-load", help="Noise bound: the largest 1-minute load "
                                           "average per CPU (default: 3 on the thread clock, 1.5 on the wall "
                                           "clock, not checked on a GPU)."),
+    from_observation: list[Path] | None = typer.Option(None, "--from-observation", help="Fit a profile to a real "
+                                                       "engine instead: an observed run (`llmplan observe`, or "
+                                                       "`vllm bench serve --save-detailed` JSON); repeat for more."),
+    holdout: list[Path] | None = typer.Option(None, "--holdout", help="With --from-observation: a run kept out "
+                                              "of the fit, its prediction error reported; repeatable."),
+    hardware: str | None = typer.Option(None, "--hardware", help="With --from-observation: the base profile "
+                                        "whose costs are fitted (default: the --scenario's hardware)."),
+    scenario: Path | None = typer.Option(None, "--scenario", help="With --from-observation: a scenario whose "
+                                         "engine, scheduler and deployment are the observed server's settings."),
+    engine: str | None = typer.Option(None, "--engine", help="With --from-observation: engine preset (vllm-v1, "
+                                      "sglang, ...), over the --scenario's."),
+    fit: str = typer.Option("step_s,kernel_scale", "--fit", help="With --from-observation: the costs fitted, "
+                            "from step_s, kernel_scale, per_seq_s."),
+    max_evals: int = typer.Option(60, "--max-evals", help="With --from-observation: most simulations of each run."),
 ) -> None:
-    """Time real torch kernels over the model's shapes and write a measured hardware profile.
+    """Time real torch kernels over the model's shapes and write a measured hardware profile, or, with
+    --from-observation, fit a profile's costs to a real engine's observed runs (source: fitted).
 
     The machine's noise is probed throughout (a reference kernel and the load average): benchmarks
     timed during a noisy stretch are timed again, and a machine that stays noisy is refused (exit 2)."""
+    # Options of one mode given in the other are refused, not ignored (None or a default: not given).
+    fitting = {"--hardware": hardware, "--scenario": scenario, "--engine": engine,
+               "--fit": None if fit == "step_s,kernel_scale" else fit,
+               "--max-evals": None if max_evals == 60 else max_evals}
+    timing = {"--device": None if device == "auto" else device, "--tp": None if tp == 1 else tp, "--dtype": dtype,
+              "--quick": quick or None, "--max-tokens": max_tokens, "--max-seqs": max_seqs,
+              "--max-context": max_context, "--threads": threads, "--memory-limit-gib": memory_limit_gib,
+              "--fresh": fresh or None, "--clock": None if clock == "auto" else clock}
+    if from_observation or holdout:
+        from calibrate.fit import FitSettings, format_report, run_fit
+
+        if not from_observation:
+            raise ScenarioError("--holdout", [str(h) for h in holdout or []], "needs --from-observation runs to fit on")
+        given = [k for k, v in timing.items() if v is not None]
+        if given:
+            raise ScenarioError(given[0], timing[given[0]], "times torch kernels; it does not apply to "
+                                "--from-observation (a fit to observed runs)")
+        check_profile_out(out, force)
+        doc = run_fit(FitSettings(tuple(map(str, from_observation)), model, hardware, tuple(map(str, holdout or ())),
+                                  str(scenario) if scenario else None, engine, tuple(fit.split(",")), max_evals, name),
+                      out, log=lambda m: err_console.print(escape(m), highlight=False),
+                      command="llmplan " + " ".join(sys.argv[1:]))
+        for line in format_report(doc):
+            out_console.print(escape(line), highlight=False)
+        return
+    given = [k for k, v in fitting.items() if v is not None]
+    if given:
+        raise ScenarioError(given[0], fitting[given[0]], "applies to a fit (--from-observation OBS) only")
     try:
         from calibrate.runner import run_calibration
     except ModuleNotFoundError as exc:
@@ -684,12 +729,65 @@ def calibrate(
     if noise:
         out_console.print(f"  noise: {len(noise['probes'])} probes of the reference kernel, largest drift "
                           f"{100 * noise['max_abs_drift']:.0f}% (bound {100 * noise['bounds']['max_drift']:.0f}%), "
-                          f"{noise['benchmarks_remeasured']} benchmarks timed again", highlight=False)
+                          f"{noise['benchmarks_remeasured']} benchmarks timed again"
+                          + (f", {len(noise['rebaselines'])} re-baselines (the machine got faster)"
+                             if noise.get("rebaselines") else ""), highlight=False)
     for warning in p.provenance.get("fit_warnings", []):
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     for r in family_report(p).to_dict("records"):
         out_console.print(f"  {r['family']:<13} held-out error: median {_pct(r['median_abs_error'])}, "
                           f"p90 {_pct(r['p90_abs_error'])} over {r['points']} points", highlight=False)
+
+
+@app.command()
+@guarded
+def observe(
+    url: str = typer.Argument(..., help="The server, e.g. http://127.0.0.1:8000 (OpenAI-compatible, streaming)."),
+    out: Path = typer.Option(..., "--out", help="Observation file to write (JSON)."),
+    rate: float | None = typer.Option(None, "--rate", help="Poisson arrivals at this many requests/s."),
+    concurrency: int | None = typer.Option(None, "--concurrency", help="A closed loop of this many clients."),
+    offline: bool = typer.Option(False, "--offline", help="An offline burst: every request sent at once."),
+    num_requests: int = typer.Option(..., "--num-requests", help="Requests to send (at most)."),
+    duration_s: float | None = typer.Option(None, "--duration-s", help="Stop sending after this long."),
+    prompt_tokens: str = typer.Option(..., "--prompt-tokens", help="Prompt length: N, or LO:HI (uniform)."),
+    output_tokens: str = typer.Option(..., "--output-tokens", help="Output length: N, or LO:HI (uniform)."),
+    prefix_tokens: int = typer.Option(0, "--prefix-tokens", help="Leading tokens the prompts of a group share."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="Groups of prompts sharing a prefix."),
+    model: str | None = typer.Option(None, "--model", help="Served model name (default: the first at /v1/models)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the arrivals, lengths and prompts (use a fresh one per "
+                             "run: a server's prefix cache remembers the last run's prompts)."),
+    timeout_s: float = typer.Option(600.0, "--timeout-s", help="Longest wait for one response."),
+    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos (vLLM)."),
+    min_tokens: bool = typer.Option(True, "--min-tokens/--no-min-tokens", help="Send min_tokens = max_tokens."),
+    token_ids: str = typer.Option("1000:20000", "--token-ids", help="Prompt token ids are drawn from LO:HI."),
+    metrics: bool = typer.Option(True, "--metrics/--no-metrics", help="Read /metrics before and after."),
+    text_prompts: bool = typer.Option(False, "--text-prompts", help="Prompts as text (one common word per "
+                                      "token) for servers that take no token ids; lengths from the server's usage."),
+) -> None:
+    """Drive a streaming endpoint (vLLM, SGLang, TGI) with a controlled load and record every request's
+    send, first-token and chunk instants and token counts, plus /metrics before and after."""
+    from calibrate.observe import Lengths, Load
+    from calibrate.observe import observe as run_observe
+
+    modes = [m for m, on in (("poisson", rate is not None), ("closed", concurrency is not None),
+                             ("offline", offline)) if on]
+    if len(modes) != 1:
+        raise ScenarioError("load", ", ".join(modes) or None, "give exactly one of --rate (Poisson), --concurrency "
+                            "(closed loop) or --offline (a burst)")
+    ids = token_ids.split(":")
+    if len(ids) != 2 or not all(i.strip().isdigit() for i in ids):
+        raise ScenarioError("--token-ids", token_ids, "LO:HI, two non-negative integers")
+    load = Load(modes[0], num_requests, Lengths.parse(prompt_tokens, "--prompt-tokens"),
+                Lengths.parse(output_tokens, "--output-tokens"), rate_per_s=rate, concurrency=concurrency,
+                duration_s=duration_s, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups, seed=seed,
+                ignore_eos=ignore_eos, min_tokens=min_tokens, token_ids=(int(ids[0]), int(ids[1])),
+                timeout_s=timeout_s, text_prompts=text_prompts)
+    doc = run_observe(url, load, out, model=model, metrics=metrics,
+                      log=lambda m: err_console.print(escape(m), highlight=False))
+    h = doc["header"]
+    out_console.print(f"wrote {out}: {h['requests_sent']} requests to {escape(h['model'])} at {escape(url)}, "
+                      f"{h['requests_failed']} failed; metrics {'read' if h['metrics_before'] else 'not available'}",
+                      highlight=False)
 
 
 #: The import-profile options that only some sources read: option -> those sources.

@@ -321,3 +321,53 @@ def test_calibration_and_the_reference_engine_refuse_models_beyond_the_dense_sha
     assert info.value.field == "--model" and "experts" in info.value.message
     with pytest.raises(ScenarioError, match="latent attention"):
         LlamaModel(MODEL_PRESETS["deepseek-v3"])
+
+
+def test_kv_write_memory_estimate_counts_the_caches_the_kernel_allocates() -> None:
+    """The reported failure: ``kv_write``'s estimate counted its token rows (~9 KB) while each input
+    set allocates two 4,096-slot caches, so the rotation took 4,096 copies (32 GiB for a 44 M model,
+    killed at 19.3 GB) and the memory guard, reading the same estimate, let it through. The estimate
+    now counts every tensor the builder keeps, and the guard and the rotation read that one rule."""
+    from calibrate.grid import grid_memory_bytes, rotation_copies
+    from simulator.scenario.models import ModelSpec
+
+    model = ModelSpec(name="vllm-cpu-44m", num_layers=4, hidden_size=512, num_attention_heads=8,
+                      num_key_value_heads=4, intermediate_size=1376, vocab_size=32000, dtype="fp32")
+    specs = build_grid(model, 1, "fp32", GridLimits(max_tokens=4096, max_seqs=256, max_context=4096))
+    kv = [s for s in specs if s.op == "kv_write"]
+    for s in (kv[0], kv[-1]):
+        (run,) = kernels.build(s, 1, torch.device("cpu"), "fp32")
+        held = {id(t.untyped_storage()): t.untyped_storage().nbytes() for cell in run.__closure__
+                if isinstance(t := cell.cell_contents, torch.Tensor)}
+        assert sum(held.values()) <= s.bytes_per_copy <= 1.05 * sum(held.values()), s.label
+    cache = 32 * 2**20
+    worst = max(s.bytes_per_copy * rotation_copies(s, cache, 4096) for s in kv)
+    assert worst < 0.2 * 2**30             # was 4,096 copies x 8 MiB = 32 GiB
+    need, _ = grid_memory_bytes(specs, cache)
+    assert need >= worst
+
+
+def test_calibrate_model_accepts_a_model_file_as_scenarios_do(tmp_path: Path) -> None:
+    """``--model`` takes a preset or a YAML file with an inline spec (or a scenario file's model:)."""
+    from simulator.run.resolve import model_option
+
+    spec = MODEL_PRESETS["tiny-llama"].model_dump(mode="json") | {"name": "my-tiny", "num_layers": 3}
+    f = tmp_path / "model.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    assert model_option(str(f)).num_layers == 3 and model_option(str(f)).name == "my-tiny"
+    sc = tmp_path / "scenario.yaml"
+    sc.write_text(yaml.safe_dump({"model": spec, "hardware": "h100-sxm"}))
+    assert model_option(str(sc)).num_layers == 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(spec | {"num_layers": 0}))
+    with pytest.raises(ScenarioError, match="num_layers") as info:
+        model_option(str(bad))
+    assert "--model" in info.value.field
+    with pytest.raises(ScenarioError, match="unknown model preset and no such model file"):
+        model_option(str(tmp_path / "missing.yaml"))
+    out = tmp_path / "prof"
+    proc = run_cli("calibrate", "--model", str(bad), "--quick", "--device", "cpu", "--out", str(out))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "num_layers" in proc.stderr
+    # The file's model is what the grid is built from.
+    from calibrate.runner import _model
+    assert _model(str(f)).num_layers == 3

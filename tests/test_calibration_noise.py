@@ -90,10 +90,34 @@ def test_a_transient_is_remeasured_and_a_persistent_drift_refused() -> None:
     m = FakeMachine([1.0, 1.0, 2.0])                  # twice as slow from here on
     mon = m.monitor(retries=2, wait_s=1.0)
     mon.start()
-    with pytest.raises(CalibrationError, match=r"drifted \+100% from the start of the run \(bound ±25%\) after 2 "
+    with pytest.raises(CalibrationError, match=r"drifted \+100% from the start of the run \(bound \+25%\) after 2 "
                                                r"waits of 1 s"):
         mon.confirm(lambda: pytest.fail("never quiet enough to re-measure"))
     assert mon.remeasured == 0 and m.slept == [1.0, 1.0]
+
+
+def test_a_machine_that_got_faster_is_a_new_reference_not_a_refusal() -> None:
+    """The reported failure: the reference kernel got 26% faster when other jobs ended (a run
+    refused at benchmark 699 of 915). A quiet, faster probe becomes the reference; a later return
+    to the old speed is a slowdown from it, judged as any other."""
+    m = FakeMachine([1.0, 1.0, 0.74, 0.75, 1.0, 0.74])
+    mon = m.monitor(retries=2, wait_s=1.0)
+    mon.start()
+    p = mon.confirm(lambda: pytest.fail("a faster machine is not noise"))
+    assert p.ok and p.rebaselined and mon.reference is p and mon.baseline is not p and m.slept == []
+    assert mon.confirm(lambda: pytest.fail("within the bound")).drift == pytest.approx(0.75 / 0.74 - 1.0)
+    # Back to the old speed: +35% from the new reference, timed again once it is quiet.
+    assert mon.confirm(lambda: (5, 0.01)).ok and mon.remeasured == 5 and m.slept == [1.0]
+    rec = mon.record()
+    assert rec["rebaselines"] == [{"elapsed_s": pytest.approx(p.elapsed_s, abs=1e-3), "speedup": 0.26}]
+    assert rec["failed_probes"] == 1
+    # Faster but jittery is still noise (its spread), and no new reference.
+    rows = iter([row(1e-3), row(1e-3), row(0.5e-3, spread=0.9)])
+    mon = NoiseMonitor(lambda: next(rows), NoiseBounds(retries=0), cpus=1, load=lambda: 0.0, sleep=lambda s: None)
+    mon.start()
+    with pytest.raises(CalibrationError, match="spread"):
+        mon.confirm(lambda: (0, 0.0))
+    assert mon.reference is mon.baseline
 
 
 # -- the runner on a fake machine --------------------------------------------------------------------------

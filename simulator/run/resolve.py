@@ -62,6 +62,48 @@ def check_scenario(scenario: Any) -> Scenario:
     a dict given where a validated scenario belongs)."""
     return check_instance("scenario", scenario, Scenario, "read one with load_scenario(path) or "
                           "scenario_from_dict(mapping)")
+def model_option(ref: str | ModelSpec, option: str = "--model") -> ModelSpec:
+    """A command's model option: a preset name, or a YAML/JSON file holding an inline spec, as a
+    scenario's ``model:`` takes it (the mapping itself, or a scenario file whose ``model:`` is one).
+
+    Raises:
+        ScenarioError: neither a preset nor a readable file with a valid spec (field named).
+    """
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from simulator.errors import field_error_of
+    from simulator.scenario.files import read_yaml
+
+    if isinstance(ref, ModelSpec):
+        return ref
+    if ref in MODEL_PRESETS or not Path(ref).is_file():
+        if ref not in MODEL_PRESETS:
+            raise ScenarioError(option, ref, "unknown model preset and no such model file; known presets: "
+                                f"{', '.join(sorted(MODEL_PRESETS))} (or give a YAML file with num_layers, "
+                                "hidden_size, ...)")
+        return MODEL_PRESETS[ref]
+    data = read_yaml(ref, f"{option} {ref}", what="a model file")
+    if isinstance(data, dict) and isinstance(data.get("model"), (dict, str)) and "num_layers" not in data:
+        data = data["model"]           # a scenario file: its model
+        if isinstance(data, str):
+            return model_option(data, option)
+    if not isinstance(data, dict):
+        raise ScenarioError(option, ref, "a model file must hold a mapping (name, num_layers, hidden_size, ...)")
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        named = field_error_of(err)
+        if named is not None:
+            raise ScenarioError(f"{option} {ref}: {named.field}", named.value, named.message) from None
+        loc = ".".join(str(p) for p in err["loc"])
+        value = err.get("input") if err["type"] != "missing" else None
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field; allowed: {', '.join(ModelSpec.model_fields)}"
+        raise ScenarioError(f"{option} {ref}: {loc}", value, msg) from None
 
 
 def resolve(scenario: Scenario) -> ResolvedSystem:

@@ -68,7 +68,8 @@ class TraceArrival(Frozen):
     format: str
     """``azure`` (CSV), ``mooncake`` (JSONL), ``requests`` (a request log, CSV or JSONL: timestamp,
     prompt_tokens, output_tokens, optional session_id, prefix_hash + prefix_tokens, tier) or ``openai``
-    (JSONL completion responses: created, usage); see ``simulator.workload.traces.TRACE_FORMATS``."""
+    (JSONL completion responses: created, usage) or ``observation`` (an ``llmplan observe`` file or a ``vllm
+    bench serve --save-detailed`` result, docs/calibration.md); see ``simulator.workload.traces.TRACE_FORMATS``."""
     speedup: FiniteFloat = Field(default=1.0, gt=0)
     """Divide every gap by this factor (2 = twice the trace's request rate)."""
     use_trace_lengths: bool = True

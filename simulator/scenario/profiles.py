@@ -2,8 +2,9 @@
 
 A profile lives in ``hwprofiles/<name>/profile.yaml`` (measured ones add per-op tables beside it).
 Every profile says its ``source``: ``datasheet`` (vendor peak numbers with assumed efficiencies),
-``measured`` (our calibration on the device), ``imported`` (someone else's measurements) or
-``inline`` (written in a scenario). The simulator reads profiles; it never imports torch.
+``measured`` (our calibration on the device), ``imported`` (someone else's measurements),
+``fitted`` (a profile's costs fitted to a real engine's observed runs, ``calibrate --from-observation``)
+or ``inline`` (written in a scenario). The simulator reads profiles; it never imports torch.
 """
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ class HardwareProfile(Frozen):
     """
 
     name: Name = "inline"
-    source: Literal["datasheet", "measured", "imported", "inline"] = "inline"
+    source: Literal["datasheet", "measured", "imported", "fitted", "inline"] = "inline"
     device: str = ""
     cost_model: str = "roofline"
     memory_bytes: FiniteFloat | None = Field(default=None, gt=0)

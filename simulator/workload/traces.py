@@ -333,3 +333,13 @@ TRACE_FORMATS.add("mooncake", TraceFormat(_read_mooncake, ("input_length", "outp
 TRACE_FORMATS.add("requests", TraceFormat(_read_requests, ("prompt_tokens", "output_tokens", "timestamp"), "row"))
 TRACE_FORMATS.add("openai", TraceFormat(_read_openai, ("usage.prompt_tokens", "usage.completion_tokens", "created"),
                                         "line"))
+
+
+def _read_observation(path: Path, field: str) -> pd.DataFrame:
+    from simulator.workload.observation import trace_frame
+
+    return trace_frame(path, field)
+
+
+TRACE_FORMATS.add("observation", TraceFormat(_read_observation, ("prompt_tokens", "output_tokens", "send_s"),
+                                             "request"))

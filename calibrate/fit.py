@@ -1,0 +1,454 @@
+"""``llmplan calibrate --from-observation``: fit a profile's costs to a real engine's observed runs.
+
+A kernel profile (measured torch kernels, imported tables or a datasheet) times the kernels *it*
+knows; the engine a user serves runs others (fused, pre-packed, graph-captured) and spends its
+own CPU time per step. This module fits the few numbers that close that gap, by simulation:
+
+* every observed run (:mod:`simulator.workload.observation`) is replayed in the simulator (same
+  arrivals, same lengths; engine settings from ``--scenario``/``--engine``) on the base profile
+  with candidate costs;
+* the loss is, per run, the mean over completed requests of the squared log ratio of simulated
+  to observed TTFT plus that of TPOT (each ratio clipped at e^3), averaged over runs;
+* the costs (:data:`PARAMETERS`): ``step_s`` (the engine's CPU time per step, the profile's
+  ``overhead.step_s``), ``kernel_scale`` (one factor on every kernel time of the profile: its
+  table's times, or its peak FLOP/s and bandwidth), optionally ``per_seq_s`` (CPU time per request
+  in a step). Two to three numbers, each with a distinct signature (a constant per step, a share of
+  a step growing with its batch, a cost per sequence), so the fit is identifiable from runs with
+  different batch sizes: fit on at least two loads, e.g. a light and a heavy one;
+* the optimiser is Nelder-Mead on the parameters' logarithms (written here in numpy; a fixed start
+  at the base profile's values, so the same inputs give the same fit, and the simulations are
+  seeded), at most ``max_evals`` simulations of every run.
+
+Writes ``DIR/profile.yaml`` (``source: fitted``: the base profile with the fitted overhead and its
+kernel times scaled, a scaled ``ops.csv`` for table profiles) whose provenance names the engine
+(and its version where the server reported it), the model, the device, the runs used, the fit
+error and the error on held-out runs, and ``DIR/fit.json`` (the same, plus every evaluation).
+No torch: this path runs wherever the simulator does.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from simulator.cost.op_table import file_sha256
+from simulator.errors import ScenarioError
+from simulator.run.resolve import model_option
+from simulator.scenario.models import ModelSpec
+from simulator.scenario.profiles import HardwareProfile, load_profile
+from simulator.workload.observation import Observation, read_observation
+
+from .provenance import git_revision
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted cost: its bounds and how its start is read from the base profile."""
+
+    lo: float
+    hi: float
+    unit: str
+    start: Callable[[HardwareProfile], float]
+    doc: str
+
+
+PARAMETERS: dict[str, Parameter] = {
+    "step_s": Parameter(1e-6, 1.0, "s", lambda p: max(p.overhead.step_s, 1e-4),
+                        "the engine's CPU time per step (overhead.step_s)"),
+    "kernel_scale": Parameter(0.02, 50.0, "x", lambda p: 1.0,
+                              "one factor on every kernel time of the base profile"),
+    "per_seq_s": Parameter(1e-8, 0.1, "s", lambda p: max(p.overhead.per_seq_s, 1e-6),
+                           "CPU time per request in a step (overhead.per_seq_s)"),
+}
+DEFAULT_PARAMETERS = ("step_s", "kernel_scale")
+#: Residuals are clipped at this |log ratio| (a request 20x off counts as 20x, not more).
+CLIP = 3.0
+#: Scenario sections a base scenario lends the fit (the engine as served); the rest is the observation's.
+ENGINE_SECTIONS = ("deployment", "scheduler", "engine", "speculative_config", "client", "seed")
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    observations: tuple[str, ...]
+    model: str
+    hardware: str | None = None
+    holdout: tuple[str, ...] = ()
+    scenario: str | None = None
+    engine: str | None = None
+    parameters: tuple[str, ...] = DEFAULT_PARAMETERS
+    max_evals: int = 60
+    name: str | None = None
+    device: str | None = None
+    """What the engine ran on (default: the base profile's device)."""
+    seed: int = 0
+
+
+@dataclass
+class _Problem:
+    model: ModelSpec
+    base: HardwareProfile
+    base_data: dict[str, Any]
+    base_sections: dict[str, Any]
+    work: Path
+    table: Any = None
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check(s: FitSettings) -> None:
+    if not s.observations:
+        raise ScenarioError("--from-observation", None, "give at least one observation file to fit on")
+    unknown = [p for p in s.parameters if p not in PARAMETERS]
+    if unknown or not s.parameters or len(set(s.parameters)) != len(s.parameters):
+        raise ScenarioError("--fit", ",".join(s.parameters), f"a comma-separated subset of {', '.join(PARAMETERS)}, "
+                            "each once")
+    if not 1 <= s.max_evals <= 10_000:
+        raise ScenarioError("--max-evals", s.max_evals, "must be 1 to 10,000")
+
+
+def _base(s: FitSettings) -> tuple[HardwareProfile, dict[str, Any], dict[str, Any]]:
+    """The base profile (and its raw data) and the engine sections of the base scenario."""
+    sections: dict[str, Any] = {}
+    hardware = s.hardware
+    if s.scenario is not None:
+        from simulator.scenario.files import read_yaml
+
+        data = read_yaml(s.scenario, f"--scenario {s.scenario}", what="a scenario file")
+        if not isinstance(data, dict):
+            raise ScenarioError("--scenario", s.scenario, "must be a YAML mapping (a scenario)")
+        sections = {k: data[k] for k in ENGINE_SECTIONS if k in data}
+        hardware = hardware or data.get("hardware")
+        base_dir = Path(s.scenario).resolve().parent
+    else:
+        base_dir = Path.cwd()
+    if s.engine is not None:
+        sections["engine"] = {"preset": s.engine}
+    engine = sections.get("engine")
+    if isinstance(engine, dict) and "overhead" in engine:     # the fitted overhead is the profile's
+        sections["engine"] = {k: v for k, v in engine.items() if k != "overhead"}
+    if hardware is None:
+        raise ScenarioError("--hardware", None, "name the base profile (a profile name or folder), or give a "
+                            "--scenario with hardware:")
+    if not isinstance(hardware, (str, dict)):
+        raise ScenarioError("--hardware", hardware, "a profile name, a profile folder or an inline mapping")
+    profile = load_profile(hardware, "--hardware", base_dir=base_dir)
+    data = profile.model_dump(mode="json", exclude_none=True)
+    return profile, data, sections
+
+
+def _scaled(pb: _Problem, x: dict[str, float], key: str, table_path: Path | None = None) -> dict[str, Any]:
+    """The base profile with the candidate costs: an inline mapping (a table profile's scaled table
+    written to ``table_path``, by default ``pb.work/ops-<key>.csv``)."""
+    data = json.loads(json.dumps(pb.base_data))
+    over = dict(data.get("overhead", {}))
+    for p in ("step_s", "per_seq_s"):
+        if p in x:
+            over[p] = x[p]
+    data["overhead"] = over
+    s = x.get("kernel_scale", 1.0)
+    if s != 1.0:
+        if data.get("peak_flops"):
+            data["peak_flops"] = {k: v / s for k, v in data["peak_flops"].items()}
+        if data.get("memory_bandwidth_bytes_per_s"):
+            data["memory_bandwidth_bytes_per_s"] /= s
+        eff = dict(data.get("efficiency", {}))
+        if eff.get("kernel_latency_s"):
+            eff["kernel_latency_s"] *= s
+            data["efficiency"] = eff
+        if data.get("step_time_s"):                  # the constant cost model
+            data["step_time_s"] *= s
+            data["prefill_time_per_token_s"] = data.get("prefill_time_per_token_s", 0.0) * s
+    if pb.table is not None:
+        t = pb.table.copy()
+        for c in ("median_s", "p10_s", "p90_s", "std_s"):
+            if c in t.columns:
+                t[c] = t[c] * s
+        path = table_path or pb.work / f"ops-{key}.csv"
+        t.to_csv(path, index=False, float_format="%.6g")
+        data["table"] = str(path)
+        data["table_sha256"] = file_sha256(path)    # cost models cache tables by path and checksum
+    return data
+
+
+def scaled_profile(profile: HardwareProfile, costs: dict[str, float], folder: Path) -> dict[str, Any]:
+    """``profile`` with ``costs`` (:data:`PARAMETERS` by name) as an inline mapping; a table
+    profile's scaled table is written into ``folder``."""
+    from simulator.cost.op_table import read_table
+
+    pb = _Problem(ModelSpec(num_layers=1, hidden_size=1, num_attention_heads=1, num_key_value_heads=1,
+                            intermediate_size=1, vocab_size=1), profile,
+                  profile.model_dump(mode="json", exclude_none=True), {}, Path(folder))
+    if profile.table is not None:
+        pb.table = read_table(profile.table, sha256=profile.table_sha256)
+    return _scaled(pb, costs, "scaled")
+
+
+def replay_scenario(obs: Observation, model: ModelSpec, hardware: str | dict[str, Any],
+                    sections: dict[str, Any] | None = None, seed: int = 0) -> Any:
+    """The scenario replaying ``obs`` on ``hardware`` under the engine ``sections`` (a scenario's
+    :data:`ENGINE_SECTIONS`): the observation as a trace, its shared prefixes (from its header) as
+    ``workload.prefix``."""
+    from simulator.scenario.config import scenario_from_dict
+
+    sections = sections or {}
+    sc: dict[str, Any] = {
+        "name": f"fit {Path(obs.path).name}", "seed": seed, "model": model.model_dump(mode="json"),
+        "hardware": hardware, **{k: v for k, v in sections.items() if k != "seed"},
+        "workload": {"arrival": {"process": "trace", "path": str(Path(obs.path).resolve()),
+                                 "format": "observation"}, "over_length": "error"}}
+    if "seed" in sections:
+        sc["seed"] = sections["seed"]
+    header_load = obs.header.get("load")
+    load: dict[str, Any] = header_load if isinstance(header_load, dict) else {}
+    if int(load.get("prefix_tokens") or 0) > 0:      # the run's shared prefixes, for the prefix cache
+        sc["workload"]["prefix"] = {"prefix_tokens": int(load["prefix_tokens"]),
+                                    "num_prefixes": int(load.get("prefix_groups") or 1)}
+    return scenario_from_dict(sc)
+
+
+def _simulated(pb: _Problem, hardware: dict[str, Any], obs: Observation, seed: int) -> Any:
+    from simulator import simulate
+
+    r = simulate(replay_scenario(obs, pb.model, hardware, pb.base_sections, seed))
+    req = r.requests.sort_values("request_id").reset_index(drop=True)
+    done = obs.completed.reset_index(drop=True)
+    if len(req) != len(done):
+        raise ScenarioError("--from-observation", obs.path, f"the replay simulated {len(req)} requests, the "
+                            f"observation has {len(done)} completed")
+    return req
+
+
+def _residuals(sim: Any, obs: Observation) -> np.ndarray:
+    done = obs.completed.reset_index(drop=True)
+    out = []
+    for col in ("ttft_s", "tpot_s"):
+        o, s = done[col].to_numpy(float), sim[col].to_numpy(float)
+        use = np.isfinite(o) & (o > 0)
+        r = np.full(int(use.sum()), CLIP)
+        ok = np.isfinite(s[use]) & (s[use] > 0)
+        r[ok] = np.clip(np.log(s[use][ok] / o[use][ok]), -CLIP, CLIP)
+        out.append(r)
+    return np.concatenate(out)
+
+
+def errors(sim: Any, obs: Observation) -> dict[str, float]:
+    """Simulated / observed - 1 of TTFT, TPOT and E2E (p50, p90) and of throughput (completed
+    requests over the span from the first send to the last end), and the median |log ratio| of
+    each request's TTFT and TPOT."""
+    done = obs.completed.reset_index(drop=True)
+    out: dict[str, float] = {}
+    for col, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):
+        o, s = done[col].to_numpy(float), sim[col].to_numpy(float)
+        for q in (50, 90):
+            ov, sv = np.nanpercentile(o, q) if np.isfinite(o).any() else math.nan, \
+                np.nanpercentile(s, q) if np.isfinite(s).any() else math.nan
+            out[f"{name}_p{q}"] = float(sv / ov - 1.0) if ov > 0 else math.nan
+    span_o = float(np.nanmax(done["send_s"] + done["e2e_s"]) - done["send_s"].min())
+    span_s = float(np.nanmax(sim["arrival_time"] + sim["e2e_s"]) - sim["arrival_time"].min())
+    out["throughput"] = float(span_o / span_s - 1.0) if span_s > 0 and span_o > 0 else math.nan
+    r = np.abs(_residuals(sim, obs))
+    out["request_median_abs_log_ratio"] = float(np.median(r)) if len(r) else math.nan
+    return out
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float = 0.5, max_evals: int = 60,
+                xtol: float = 1e-3, ftol: float = 1e-7) -> tuple[np.ndarray, float, int]:
+    """Minimise ``f`` from ``x0`` (standard reflection 1, expansion 2, contraction 0.5, shrink 0.5;
+    the initial simplex steps each coordinate by ``step``). Deterministic. Returns the best point,
+    its value and the number of evaluations."""
+    n = len(x0)
+    pts = [np.array(x0, float)] + [np.array(x0, float) + step * np.eye(n)[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    evals = n + 1
+    while evals < max_evals:
+        order = np.argsort(vals, kind="stable")
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) <= ftol * (1 + abs(vals[0])) and \
+                max(np.max(np.abs(p - pts[0])) for p in pts[1:]) <= xtol:
+            break
+        centroid = np.mean(pts[:-1], axis=0)
+        xr = centroid + (centroid - pts[-1])
+        fr = f(xr)
+        evals += 1
+        if fr < vals[0]:
+            xe = centroid + 2.0 * (centroid - pts[-1])
+            fe = f(xe)
+            evals += 1
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * ((xr if fr < vals[-1] else pts[-1]) - centroid)
+            fc = f(xc)
+            evals += 1
+            if fc < min(fr, vals[-1]):
+                pts[-1], vals[-1] = xc, fc
+            else:
+                for i in range(1, n + 1):
+                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
+                    vals[i] = f(pts[i])
+                    evals += 1
+    i = int(np.argmin(vals))
+    return pts[i], float(vals[i]), evals
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _run_record(obs: Observation) -> dict[str, Any]:
+    h = obs.header
+    return {"path": str(obs.path), "sha256": _sha256(obs.path), "source": obs.source,
+            "endpoint": h.get("endpoint"), "model": h.get("model"), "date": h.get("date"),
+            "engine_version": (h.get("engine") or {}).get("version") if isinstance(h.get("engine"), dict) else None,
+            "load": h.get("load"), "requests": int(len(obs.requests)), "completed": int(len(obs.completed))}
+
+
+def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, command: str = "") -> dict[str, Any]:
+    """Fit, write ``out/profile.yaml`` (+ ``ops.csv``) and ``out/fit.json``; returns the fit document.
+
+    Raises:
+        ScenarioError: bad settings or inputs (named), or observations the replay cannot match.
+    """
+    check(s)
+    model = model_option(s.model)
+    fit_obs = [read_observation(p) for p in s.observations]
+    held = [read_observation(p, "--holdout") for p in s.holdout]
+    base, data, sections = _base(s)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ScenarioError("--out", str(out), "exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / ".fit-work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    pb = _Problem(model, base, data, sections, work)
+    if base.table is not None:
+        from simulator.cost.op_table import read_table
+
+        pb.table = read_table(base.table, sha256=base.table_sha256)
+    names = list(s.parameters)
+    params = [PARAMETERS[n] for n in names]
+    lo = np.log([p.lo for p in params])
+    hi = np.log([p.hi for p in params])
+    x0 = np.log([p.start(base) for p in params])
+    for o in fit_obs:
+        log(f"fitting on {o.describe()}")
+    try:
+        def at(z: np.ndarray) -> dict[str, float]:
+            return {n: float(math.exp(v)) for n, v in zip(names, np.clip(z, lo, hi), strict=True)}
+
+        def loss(z: np.ndarray) -> float:
+            x = at(z)
+            hw = _scaled(pb, x, str(len(pb.evals)))
+            total = 0.0
+            for o in fit_obs:
+                r = _residuals(_simulated(pb, hw, o, s.seed), o)
+                total += float(np.mean(r ** 2)) if len(r) else 0.0
+            value = total / len(fit_obs) + float(np.sum(np.maximum(0.0, np.abs(z - np.clip(z, lo, hi)))))
+            pb.evals.append({**x, "loss": value})
+            if hw.get("table"):
+                Path(hw["table"]).unlink(missing_ok=True)
+            return value
+
+        start_loss = loss(x0)
+        z, best, n_evals = nelder_mead(loss, x0, max_evals=s.max_evals)
+        x = at(z)
+        log("fitted: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in x.items())
+            + f" (loss {start_loss:.4g} at the base profile -> {best:.4g}, {n_evals} evaluations)")
+        final = _scaled(pb, x, "final")
+        fit_err = {o.path: errors(_simulated(pb, final, o, s.seed), o) for o in fit_obs}
+        held_err = {o.path: errors(_simulated(pb, final, o, s.seed), o) for o in held}
+        if pb.table is not None:
+            Path(final["table"]).unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    profile = _write_profile(pb, x, out, s, fit_obs, held, fit_err, held_err, best, start_loss, n_evals, command)
+    doc = {"profile": str(profile), "parameters": x, "loss": best, "loss_at_base": start_loss,
+           "evaluations": pb.evals, "fit_error": fit_err, "holdout_error": held_err,
+           "runs": [_run_record(o) for o in fit_obs], "holdout_runs": [_run_record(o) for o in held]}
+    (out / "fit.json").write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    return doc
+
+
+def format_report(doc: dict[str, Any]) -> list[str]:
+    """Lines for the terminal: the fitted values and the error of each run, fitted and held out."""
+    lines = ["fitted " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in doc["parameters"].items())
+             + f"; wrote {doc['profile']}"]
+    for what, errs in (("fit", doc["fit_error"]), ("held out", doc["holdout_error"])):
+        for path, e in errs.items():
+            lines.append(f"  {what:<8} {Path(path).name}: " + ", ".join(
+                f"{k.replace('_', ' ')} {100 * e[k]:+.1f}%" for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
+                                                                      "throughput") if math.isfinite(e[k])))
+    return lines
+
+
+def _fmt(name: str, v: float) -> str:
+    return f"{v * 1e3:.4g} ms" if name.endswith("_s") else f"{v:.4g}"
+
+
+def _engine_of(runs: list[Observation], sections: dict[str, Any]) -> dict[str, Any]:
+    versions = sorted({str(v) for o in runs if isinstance(o.header.get("engine"), dict)
+                       and (v := o.header["engine"].get("version"))})
+    backends = sorted({str(o.header["backend"]) for o in runs if o.header.get("backend")})
+    preset = sections.get("engine")
+    preset = preset.get("preset") if isinstance(preset, dict) else preset
+    return {"preset": preset, "version": versions[0] if len(versions) == 1 else (versions or None),
+            "backend": backends or None, "endpoints": sorted({str(o.header.get("endpoint")) for o in runs
+                                                              if o.header.get("endpoint")}) or None}
+
+
+def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings, fit_obs: list[Observation],
+                   held: list[Observation], fit_err: dict[str, Any], held_err: dict[str, Any], best: float,
+                   start_loss: float, n_evals: int, command: str) -> Path:
+    data = _scaled(pb, x, "out", out / "ops.csv.tmp")
+    base = pb.base
+    if pb.table is not None:
+        os.replace(out / "ops.csv.tmp", out / "ops.csv")
+        data["table"] = "ops.csv"
+        data["table_sha256"] = file_sha256(out / "ops.csv")
+    name = s.name or out.resolve().name
+    med = lambda errs: {k: float(np.median([abs(e[k]) for e in errs.values() if math.isfinite(e[k])]))  # noqa: E731
+                        for k in next(iter(errs.values()))} if errs else {}
+    data.update({"name": name, "source": "fitted", "device": s.device or base.device})
+    data["provenance"] = {
+        "tool": "llmplan calibrate --from-observation", "command": command,
+        "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "engine": _engine_of(fit_obs + held, pb.base_sections),
+        "model": pb.model.name, "model_spec": pb.model.model_dump(mode="json"),
+        "device": s.device or base.device,
+        "base_profile": {"name": base.name, "source": base.source, "device": base.device,
+                         "cost_model": base.cost_model},
+        "engine_settings": pb.base_sections,
+        "parameters": {n: {"value": v, "unit": PARAMETERS[n].unit, "meaning": PARAMETERS[n].doc} for n, v in x.items()},
+        "fit": {"method": "Nelder-Mead on log parameters, simulation of every run per evaluation",
+                "objective": "mean over runs of mean over requests of log(sim/obs)^2 for TTFT and TPOT",
+                "loss_at_base": start_loss, "loss": best, "evaluations": n_evals, "seed": s.seed},
+        "runs": [_run_record(o) for o in fit_obs],
+        "holdout_runs": [_run_record(o) for o in held],
+        "fit_error": fit_err, "fit_error_median_abs": med(fit_err),
+        "holdout_error": held_err, "holdout_error_median_abs": med(held_err),
+        "git_revision": git_revision(),
+        "note": "kernel times are the base profile's scaled by kernel_scale; the overhead is fitted to the "
+                "engine's observed TTFT and TPOT; valid for the engine settings in engine_settings",
+    }
+    text = ("# Fitted by `llmplan calibrate --from-observation` to a real engine's observed runs "
+            "(docs/calibration.md).\n" + yaml.safe_dump(data, sort_keys=False, width=110))
+    tmp = out / "profile.yaml.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, out / "profile.yaml")
+    load_profile(str(out / "profile.yaml"))       # it loads as written
+    return out / "profile.yaml"

@@ -1,0 +1,240 @@
+"""Observations of a real serving engine: what ``llmplan observe`` records, and vLLM's own
+``vllm bench serve --save-result --save-detailed`` JSON, read into one shape.
+
+An observation is a run of requests sent to an OpenAI-compatible streaming endpoint under a
+controlled load: per request its send instant, token counts and the instants its tokens streamed
+back. It serves twice:
+
+* as a trace (``workload.arrival: {process: trace, format: observation, path: ...}``): the same
+  arrivals and lengths replayed in ``simulate`` (:func:`trace_frame`);
+* as the target of ``llmplan calibrate --from-observation`` (:mod:`calibrate.fit`), which compares
+  the simulated TTFT, TPOT and E2E of each request with the observed ones.
+
+The ``llmplan-observation`` file (version 1) is one JSON document::
+
+    {"format": "llmplan-observation", "version": 1,
+     "header": {"endpoint", "model", "engine": {"version"}, "load": {...}, "client": {...}, "date",
+                "metrics_before": {...}, "metrics_after": {...}},
+     "requests": [{"id", "send_s", "prompt_tokens", "output_tokens", "max_tokens", "first_token_s",
+                   "end_s", "chunk_s": [...], "chunk_tokens": [...], "usage": "server" | "client",
+                   "error": null | "..."}]}
+
+Times are seconds on the client's clock from the start of the run. A vLLM bench result gives
+``start_times`` (absolute), ``input_lens``, ``output_lens``, ``ttfts`` and ``itls`` (seconds); runs
+saved without ``--save-detailed`` lack them and are refused. No torch, no network here.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.errors import ScenarioError
+from simulator.scenario.files import decode_text, read_bytes, require_file
+from simulator.scenario.limits import MAX_MODEL_LEN, MAX_NUM_REQUESTS, MAX_TIME_S
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+OBSERVATION_FORMAT = "llmplan-observation"
+OBSERVATION_VERSION = 1
+#: Largest observation file read (a request with a few thousand chunk instants is ~50 KB).
+MAX_OBSERVATION_BYTES = 1024 * 1024 * 1024
+#: Per-request columns of :attr:`Observation.requests`.
+REQUEST_COLUMNS = ("send_s", "num_prompt_tokens", "num_output_tokens", "ttft_s", "e2e_s", "tpot_s", "ok")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One observed run: where and how it was measured, and per request what happened."""
+
+    path: str
+    source: str
+    """``llmplan observe`` or ``vllm bench serve``."""
+    header: dict[str, Any]
+    requests: pd.DataFrame
+    """:data:`REQUEST_COLUMNS`, sorted by send instant, the first at 0; ``ok`` False for a failed
+    request (its latencies NaN). ``tpot_s``: (E2E - TTFT) / (output tokens - 1), NaN for one token."""
+    itls: list[list[float]] = field(default_factory=list, repr=False)
+    """Per request, the gaps (s) between the instants its tokens arrived (a chunk of k tokens counts
+    as k tokens arriving evenly over its gap), same order as ``requests``."""
+
+    @property
+    def completed(self) -> pd.DataFrame:
+        return self.requests[self.requests["ok"]]
+
+    def describe(self) -> str:
+        load = self.header.get("load", {})
+        what = load.get("arrival") or load.get("mode") or "?"
+        return (f"{Path(self.path).name} ({self.source}, {what}, {len(self.completed)} of {len(self.requests)} "
+                "requests completed)")
+
+
+def read_observation(path: str | Path, field: str = "--from-observation") -> Observation:
+    """Read an ``llmplan observe`` file or a ``vllm bench serve --save-detailed`` result.
+
+    Raises:
+        ScenarioError: a missing or unreadable file, another JSON shape, or a bad record (named).
+    """
+    p = Path(path)
+    require_file(p, field, str(path), "observation file")
+    text = decode_text(read_bytes(p, f"{field} {path}", max_bytes=MAX_OBSERVATION_BYTES, what="an observation"),
+                       f"{field} {path}")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{field} {path}", f"line {exc.lineno}", f"not JSON ({exc.msg}); expected an "
+                            "`llmplan observe` file or a `vllm bench serve --save-detailed` result") from None
+    if isinstance(doc, dict) and doc.get("format") == OBSERVATION_FORMAT:
+        return _read_llmplan(doc, str(path), field)
+    if isinstance(doc, dict) and "ttfts" in doc and "input_lens" in doc:
+        return _read_vllm_bench(doc, str(path), field)
+    raise ScenarioError(f"{field} {path}", type(doc).__name__, f"neither an `llmplan observe` file (format: "
+                        f"{OBSERVATION_FORMAT}) nor a `vllm bench serve --save-detailed` result (ttfts, itls, "
+                        "input_lens, output_lens, start_times)")
+
+
+def _frame(send: list[float], prompt: list[int], output: list[int], ttft: list[float], e2e: list[float],
+           ok: list[bool], itls: list[list[float]], where: str) -> tuple[pd.DataFrame, list[list[float]]]:
+    import pandas as pd
+
+    n = len(send)
+    if n == 0:
+        raise ScenarioError(where, 0, "the observation has no requests")
+    if n > MAX_NUM_REQUESTS:
+        raise ScenarioError(where, n, f"an observation may hold at most {MAX_NUM_REQUESTS:,} requests")
+    df = pd.DataFrame({"send_s": np.asarray(send, float), "num_prompt_tokens": np.asarray(prompt, np.int64),
+                       "num_output_tokens": np.asarray(output, np.int64), "ttft_s": np.asarray(ttft, float),
+                       "e2e_s": np.asarray(e2e, float), "ok": np.asarray(ok, bool)})
+    df.loc[~df["ok"], ["ttft_s", "e2e_s"]] = np.nan
+    many = df["num_output_tokens"] > 1
+    df["tpot_s"] = np.where(many, (df["e2e_s"] - df["ttft_s"]) / (df["num_output_tokens"] - 1).clip(lower=1), np.nan)
+    order = np.argsort(df["send_s"].to_numpy(), kind="stable")
+    df = df.iloc[order].reset_index(drop=True)
+    df["send_s"] -= df["send_s"].iloc[0]
+    if df["send_s"].iloc[-1] > MAX_TIME_S:
+        raise ScenarioError(where, f"{df['send_s'].iloc[-1]:.3g} s", f"the observation may span at most "
+                            f"{MAX_TIME_S:.0e} s")
+    if not df["ok"].any():
+        raise ScenarioError(where, n, "no request of the observation completed")
+    return df[list(REQUEST_COLUMNS)], [itls[i] for i in order]
+
+
+def _number(rec: dict[str, Any], key: str, where: str, *, integer: bool = False, optional: bool = False) -> Any:
+    v = rec.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ScenarioError(f"{where}.{key}", v, "must be a non-negative number" + (" (an integer)" if integer else ""))
+    if integer:
+        if not float(v).is_integer() or v > MAX_MODEL_LEN:
+            raise ScenarioError(f"{where}.{key}", v, f"must be an integer token count up to {MAX_MODEL_LEN:,}")
+        return int(v)
+    return float(v)
+
+
+def _read_llmplan(doc: dict[str, Any], path: str, field: str) -> Observation:
+    where = f"{field} {path}"
+    if doc.get("version") != OBSERVATION_VERSION:
+        raise ScenarioError(f"{where}: version", doc.get("version"), f"this llmplan reads version "
+                            f"{OBSERVATION_VERSION} observations")
+    header, reqs = doc.get("header"), doc.get("requests")
+    if not isinstance(header, dict) or not isinstance(reqs, list):
+        raise ScenarioError(where, type(reqs).__name__, "needs a header mapping and a requests list")
+    send, prompt, output, ttft, e2e, ok, itls = [], [], [], [], [], [], []
+    for i, rec in enumerate(reqs):
+        w = f"{where}: requests[{i}]"
+        if not isinstance(rec, dict):
+            raise ScenarioError(w, type(rec).__name__, "must be a mapping")
+        good = rec.get("error") in (None, "")
+        send.append(_number(rec, "send_s", w))
+        prompt.append(_number(rec, "prompt_tokens", w, integer=True))
+        out = _number(rec, "output_tokens", w, integer=True) if good else 0
+        if good and out < 1:
+            raise ScenarioError(f"{w}.output_tokens", out, "a completed request has at least one output token")
+        output.append(out)
+        chunks = rec.get("chunk_s") or []
+        counts = rec.get("chunk_tokens") or []
+        if good:
+            first, end = _number(rec, "first_token_s", w), _number(rec, "end_s", w)
+            if not send[-1] <= first <= end:
+                raise ScenarioError(w, f"send {send[-1]:.6g}, first token {first:.6g}, end {end:.6g}",
+                                    "must be in this order (seconds from the start of the run)")
+            ttft.append(first - send[-1])
+            e2e.append(end - send[-1])
+        else:
+            ttft.append(math.nan)
+            e2e.append(math.nan)
+        ok.append(good)
+        itls.append(_gaps(chunks, counts) if good else [])
+    df, itls = _frame(send, prompt, output, ttft, e2e, ok, itls, where)
+    return Observation(path, "llmplan observe", header, df, itls)
+
+
+def _gaps(chunk_s: list[float], chunk_tokens: list[int]) -> list[float]:
+    """Inter-token gaps from chunk instants and token counts: a chunk of k tokens after a gap g
+    counts as k gaps of g / k (the first chunk's tokens after the first are counted at 0 gap)."""
+    out: list[float] = []
+    for j in range(1, len(chunk_s)):
+        k = max(1, int(chunk_tokens[j]) if j < len(chunk_tokens) else 1)
+        out.extend([(chunk_s[j] - chunk_s[j - 1]) / k] * k)
+    return out
+
+
+def _read_vllm_bench(doc: dict[str, Any], path: str, field: str) -> Observation:
+    where = f"{field} {path}"
+    need = ("input_lens", "output_lens", "ttfts", "itls", "start_times")
+    missing = [k for k in need if not isinstance(doc.get(k), list)]
+    if missing:
+        raise ScenarioError(where, ", ".join(missing), "missing from this vllm bench result: save it with "
+                            "`vllm bench serve --save-result --save-detailed` (a vLLM that records start_times)")
+    n = len(doc["input_lens"])
+    if any(len(doc[k]) != n for k in need):
+        raise ScenarioError(where, {k: len(doc[k]) for k in need}, "per-request lists of different lengths")
+    listed = doc.get("errors")
+    errors: list[Any] = listed if isinstance(listed, list) and len(listed) == n else [""] * n
+    send, prompt, output, ttft, e2e, ok, itls = [], [], [], [], [], [], []
+    for i in range(n):
+        w = f"{where}: request {i}"
+        rec = {k: doc[k][i] for k in need}
+        good = not errors[i] and bool(rec["ttfts"]) and (rec["output_lens"] or 0) > 0
+        send.append(_number(rec, "start_times", w))
+        prompt.append(_number(rec, "input_lens", w, integer=True))
+        output.append(_number(rec, "output_lens", w, integer=True) if good else 0)
+        gaps = rec["itls"] if isinstance(rec["itls"], list) else []
+        if good:
+            first = _number(rec, "ttfts", w)
+            if not all(isinstance(g, (int, float)) and math.isfinite(g) and g >= 0 for g in gaps):
+                raise ScenarioError(f"{w}.itls", str(gaps)[:60], "must be a list of non-negative seconds")
+            ttft.append(first)
+            e2e.append(first + float(sum(gaps)))
+        else:
+            ttft.append(math.nan)
+            e2e.append(math.nan)
+        ok.append(good)
+        itls.append([float(g) for g in gaps] if good else [])
+    df, itls = _frame(send, prompt, output, ttft, e2e, ok, itls, where)
+    kept = ("date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
+            "max_concurrency", "duration")
+    header: dict[str, Any] = {k: doc.get(k) for k in kept if k in doc}
+    header["model"] = doc.get("model_id")
+    header["load"] = {"arrival": "offline" if doc.get("request_rate") in (None, "inf", math.inf) else "poisson",
+                      "request_rate": doc.get("request_rate"), "max_concurrency": doc.get("max_concurrency")}
+    return Observation(path, "vllm bench serve", header, df, itls)
+
+
+def trace_frame(path: Path, field: str = "workload.arrival.path") -> pd.DataFrame:
+    """The observation as a trace (:func:`simulator.workload.traffic.load_trace`): the completed
+    requests' send instants (the first at 0) and token counts, ``max_tokens`` being the tokens the
+    engine produced (an observation run with ``ignore_eos`` produces exactly its ``max_tokens``)."""
+    obs = read_observation(path, field)
+    done = obs.completed
+    df = done[["send_s", "num_prompt_tokens", "num_output_tokens"]].rename(
+        columns={"send_s": "arrival_time", "num_output_tokens": "max_tokens"}).reset_index(drop=True)
+    df["arrival_time"] -= df["arrival_time"].iloc[0]
+    df["source_row"] = done.index.to_numpy()     # the request's index in send order, for messages
+    return df

@@ -1,0 +1,453 @@
+"""``llmplan observe`` and ``llmplan calibrate --from-observation`` end to end, on a fake engine.
+
+The fake engine is a small HTTP server on 127.0.0.1 (bounded: it serves a fixed number of
+requests and shuts itself down) that streams OpenAI-style completion chunks. In the fitting test
+its token instants come from the simulator run with known costs (a per-step CPU time and a factor
+on the kernel table), and the observer reads a *virtual* clock the server advances in lockstep:
+the server moves the clock to a chunk's scheduled instant, writes the chunk and waits until the
+observer has read the clock for it. So the observation holds the simulated schedule exactly,
+whatever the machine's load, and the fit must recover the known costs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from calibrate.fit import nelder_mead, replay_scenario, scaled_profile
+from calibrate.observe import Lengths, Load, observe, parse_metrics
+from simulator import ScenarioError, load_scenario, scenario_from_dict, simulate
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.profiles import load_profile
+from simulator.workload.observation import read_observation
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_PROFILE = "cpu-amd-epyc-tiny-llama"
+SCHEDULER = {"max_num_seqs": 16, "max_num_batched_tokens": 1024, "max_model_len": 1024}
+TRUE_STEP_S, TRUE_SCALE = 0.004, 0.6
+METRICS = ("# HELP vllm:num_requests_running running\n# TYPE vllm:num_requests_running gauge\n"
+           'vllm:num_requests_running{model_name="tiny"} 0.0\nvllm:num_requests_waiting{model_name="tiny"} 0.0\n'
+           'vllm:prefix_cache_hits_total{model_name="tiny"} %d\nvllm:num_preemptions_total{model_name="tiny"} 0\n'
+           "process_cpu_seconds_total 1.5\n")
+
+
+#: Run as if torch were not installed: observing and fitting must not need it.
+NO_TORCH = ("import sys, importlib.abc\n"
+            "class NoTorch(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
+            "from simulator.cli import main\n"
+            "sys.argv = ['llmplan', *sys.argv[1:]]\n"
+            "main()\n")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``llmplan ARGS`` in a process that cannot import torch."""
+    env = {k: v for k, v in os.environ.items() if k != "LLMPLAN_DEBUG"}
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH, *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+class VirtualClock:
+    """The observer's clock: the instant the server last set; every reading is counted."""
+
+    def __init__(self) -> None:
+        self.now, self.reads = 0.0, 0
+        self.cond = threading.Condition()
+
+    def __call__(self) -> float:
+        with self.cond:
+            self.reads += 1
+            self.cond.notify_all()
+            return self.now
+
+
+def chunk(k: int, prompt: int, text: str = "x") -> bytes:
+    return ("data: " + json.dumps({"object": "text_completion", "choices": [{"index": 0, "text": text}],
+                                   "usage": {"prompt_tokens": prompt, "completion_tokens": k}}) + "\n\n").encode()
+
+
+def usage_chunk(k: int, prompt: int) -> bytes:
+    return ("data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": k}})
+            + "\n\n").encode()
+
+
+class FakeEngine:
+    """An OpenAI-compatible streaming server on 127.0.0.1 for at most ``max_requests`` requests.
+
+    ``schedule``: None streams each request's tokens at once (wall clock, no timing claims);
+    otherwise, once ``expected`` requests are in, ``schedule(bodies)`` gives each request's token
+    instants and the server replays them in time order on ``clock`` (lockstep, module doc)."""
+
+    def __init__(self, max_requests: int, schedule: Callable[[list[dict[str, Any]]], list[list[float]]] | None = None,
+                 clock: VirtualClock | None = None, expected: int = 0, fail_every: int = 0) -> None:
+        self.max_requests, self.schedule, self.clock, self.expected = max_requests, schedule, clock, expected
+        self.fail_every = fail_every
+        self.lock = threading.Lock()
+        self.bodies: list[dict[str, Any]] = []
+        self.queues: list[queue.Queue[bytes | None]] = []
+        self.in_flight = self.max_in_flight = self.served = 0
+        self.error: str | None = None
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"      # streams in chunked transfer encoding, as vLLM's server does
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _chunk(self, data: bytes) -> None:
+                for part in (data[:9], data[9:]):           # a line split across chunks, too
+                    if part:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.flush()
+
+            def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._send(200, json.dumps({"data": [{"id": "tiny", "object": "model"}]}).encode())
+                elif self.path == "/version":
+                    self._send(200, b'{"version": "0.0.fake"}')
+                elif self.path == "/metrics":
+                    self._send(200, (METRICS % engine.served).encode(), "text/plain")
+                else:
+                    self._send(404, b"{}")
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with engine.lock:
+                    n = len(engine.bodies)
+                    if n >= engine.max_requests:
+                        self._send(503, b'{"error": "the fake engine is done"}')
+                        return
+                    engine.bodies.append(body)
+                    engine.served += 1          # requests taken in (what /metrics counts)
+                    q: queue.Queue[bytes | None] = queue.Queue()
+                    engine.queues.append(q)
+                    engine.in_flight += 1
+                    engine.max_in_flight = max(engine.max_in_flight, engine.in_flight)
+                    if engine.schedule is not None and len(engine.bodies) == engine.expected:   # once: the last in
+                        threading.Thread(target=engine.replay, daemon=True).start()
+                try:
+                    if engine.fail_every and n % engine.fail_every == engine.fail_every - 1:
+                        self._send(400, b'{"error": "bad request"}')
+                        return
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    if engine.schedule is None:
+                        prompt = body["prompt"]
+                        p, m = len(prompt.split() if isinstance(prompt, str) else prompt), body["max_tokens"]
+                        for k in range(1, m + 1):
+                            self._chunk(chunk(k, p))
+                        self._chunk(usage_chunk(m, p) + b"data: [DONE]\n\n")
+                    else:
+                        while (line := q.get(timeout=60)) is not None:
+                            self._chunk(line)
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.close_connection = True
+                finally:
+                    with engine.lock:
+                        engine.in_flight -= 1
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def replay(self) -> None:
+        """Stream every request's chunks at its scheduled instants, in time order, in lockstep."""
+        assert self.schedule is not None and self.clock is not None
+        try:
+            times = self.schedule(self.bodies)
+            events = []
+            for i, (body, ts) in enumerate(zip(self.bodies, times, strict=True)):
+                p = len(body["prompt"])
+                events += [(t, i, k, chunk(k + 1, p)) for k, t in enumerate(ts)]
+                events += [(ts[-1], i, len(ts), usage_chunk(len(ts), p)), (ts[-1], i, len(ts) + 1, b"data: [DONE]\n\n")]
+            for t, i, _, line in sorted(events, key=lambda e: e[:3]):
+                with self.clock.cond:
+                    self.clock.now = t
+                    target = self.clock.reads + 1
+                self.queues[i].put(line)
+                with self.clock.cond:
+                    if not self.clock.cond.wait_for(lambda: self.clock.reads >= target, timeout=60):  # noqa: B023
+                        raise TimeoutError(f"the observer did not read chunk {t} of request {i}")
+            for q in self.queues:
+                q.put(None)
+        except Exception as exc:      # reported by the test (engine.error)
+            self.error = f"{type(exc).__name__}: {exc}"
+            for q in self.queues:
+                q.put(None)
+
+    @contextmanager
+    def running(self) -> Iterator[FakeEngine]:
+        th = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        th.start()
+        guard = threading.Timer(300, self.server.shutdown)     # stops itself even if a test hangs
+        guard.daemon = True
+        guard.start()
+        try:
+            yield self
+        finally:
+            guard.cancel()
+            self.server.shutdown()
+            self.server.server_close()
+            th.join(10)
+
+
+def true_hardware(tmp: Path) -> dict[str, Any]:
+    """The base profile with the true costs, built here from the files (independently of calibrate.fit)."""
+    base = load_profile(BASE_PROFILE)
+    table = pd.read_csv(base.table)
+    for c in ("median_s", "p10_s", "p90_s", "std_s"):
+        table[c] *= TRUE_SCALE
+    table.to_csv(tmp / "true-ops.csv", index=False)
+    data = base.model_dump(mode="json", exclude_none=True)
+    data.pop("table_sha256")
+    data.update(table=str(tmp / "true-ops.csv"), peak_flops={k: v / TRUE_SCALE for k, v in base.peak_flops.items()},
+                memory_bandwidth_bytes_per_s=base.memory_bandwidth_bytes_per_s / TRUE_SCALE,
+                overhead={**data["overhead"], "step_s": TRUE_STEP_S})
+    return data
+
+
+def simulated_token_times(tmp: Path, hardware: dict[str, Any], bodies: list[dict[str, Any]],
+                          order: dict[tuple[int, ...], int]) -> list[list[float]]:
+    """Each request's token instants from the simulator (every request arriving at 0, in the
+    observer's order): the first token at its TTFT, the rest evenly to its end."""
+    rows = sorted((order[tuple(b["prompt"])], len(b["prompt"]), b["max_tokens"]) for b in bodies)
+    trace = tmp / f"burst-{len(rows)}.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 0, "input_length": p, "output_length": m, "hash_ids": []}) + "\n"
+                             for _, p, m in rows))
+    sc = scenario_from_dict({"name": "truth", "model": "tiny-llama", "hardware": hardware, "scheduler": SCHEDULER,
+                             "workload": {"arrival": {"process": "trace", "path": str(trace), "format": "mooncake"}}})
+    req = simulate(sc).requests.sort_values("request_id")
+    by_client = []
+    for r in req.itertuples():
+        n = int(r.num_output_tokens)
+        by_client.append([r.ttft_s + k * (r.e2e_s - r.ttft_s) / max(1, n - 1) for k in range(n)])
+    return [by_client[order[tuple(b["prompt"])]] for b in bodies]
+
+
+def observe_burst(tmp: Path, name: str, n: int, seed: int) -> Path:
+    """An offline burst of ``n`` requests observed on the fake engine with the true costs."""
+    load = Load("offline", n, Lengths(32, 256), Lengths(8, 40), seed=seed, timeout_s=120)
+    _, prompts, _ = load.plan()
+    order = {tuple(p): i for i, p in enumerate(prompts)}
+    hw = true_hardware(tmp)
+    clock = VirtualClock()
+    engine = FakeEngine(n, lambda bodies: simulated_token_times(tmp, hw, bodies, order), clock, expected=n)
+    out = tmp / f"{name}.json"
+    with engine.running():
+        observe(engine.url, load, out, clock=clock)
+    assert engine.error is None, engine.error
+    return out
+
+
+def to_vllm_bench(obs_path: Path, out: Path) -> Path:
+    """The same run as `vllm bench serve --save-detailed` writes it (absolute start_times, itls)."""
+    doc = json.loads(obs_path.read_text())
+    reqs = doc["requests"]
+    bench = {"date": "20261205-090000", "backend": "vllm", "model_id": "tiny", "request_rate": "inf",
+             "max_concurrency": None, "completed": len(reqs),
+             "input_lens": [r["prompt_tokens"] for r in reqs], "output_lens": [r["output_tokens"] for r in reqs],
+             "ttfts": [r["first_token_s"] - r["send_s"] for r in reqs],
+             "itls": [list(np.diff(r["chunk_s"])) for r in reqs],
+             "start_times": [12345.0 + r["send_s"] for r in reqs], "errors": ["" for _ in reqs]}
+    out.write_text(json.dumps(bench))
+    return out
+
+
+def test_observe_fit_recovers_the_engine_costs_and_predicts_a_held_out_run(tmp_path: Path) -> None:
+    """observe -> calibrate --from-observation -> simulate, on a fake engine whose costs are known."""
+    light = observe_burst(tmp_path, "burst-4", 4, seed=1)
+    heavy = observe_burst(tmp_path, "burst-16", 16, seed=2)
+    held = to_vllm_bench(observe_burst(tmp_path, "burst-10", 10, seed=3), tmp_path / "bench-10.json")
+    obs = read_observation(heavy)
+    assert obs.source == "llmplan observe" and len(obs.completed) == 16 and (obs.requests["send_s"] == 0).all()
+    h = obs.header
+    assert h["model"] == "tiny" and h["engine"]["version"] == "0.0.fake" and h["load"]["arrival"] == "offline"
+    assert h["metrics_before"]['vllm:num_requests_running{model_name="tiny"}'] == 0.0
+    assert h["metrics_delta"]['vllm:prefix_cache_hits_total{model_name="tiny"}'] == 16   # the fake's counter
+    doc = json.loads(heavy.read_text())
+    assert all(r["usage"] == "server" and sum(r["chunk_tokens"]) == r["output_tokens"] == r["max_tokens"]
+               for r in doc["requests"])
+
+    scenario = tmp_path / "served.yaml"
+    scenario.write_text(yaml.safe_dump({"hardware": BASE_PROFILE, "scheduler": SCHEDULER}))
+    out = tmp_path / "fitted"
+    proc = run_cli("calibrate", "--from-observation", str(light), "--from-observation", str(heavy),
+                   "--holdout", str(held), "--model", "tiny-llama", "--scenario", str(scenario), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "fitted step_s = " in proc.stdout and "held out bench-10.json" in proc.stdout
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["parameters"]["step_s"] == pytest.approx(TRUE_STEP_S, rel=0.03)
+    assert fit["parameters"]["kernel_scale"] == pytest.approx(TRUE_SCALE, rel=0.03)
+    assert fit["loss"] < 1e-3 < fit["loss_at_base"]
+    for e in fit["holdout_error"].values():
+        for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90", "throughput"):
+            assert abs(e[k]) < 0.03, (k, e)
+
+    prof = load_profile(str(out))
+    assert prof.source == "fitted" and prof.cost_model == "table"
+    assert prof.overhead.step_s == pytest.approx(fit["parameters"]["step_s"])
+    prov = prof.provenance
+    assert prov["engine"]["version"] == "0.0.fake" and prov["model"] == "tiny-llama"
+    assert [Path(r["path"]).name for r in prov["runs"]] == ["burst-4.json", "burst-16.json"]
+    assert [r["source"] for r in prov["holdout_runs"]] == ["vllm bench serve"]
+    assert set(prov["fit_error_median_abs"]) >= {"ttft_p50", "tpot_p50", "throughput"}
+    # The fitted profile plans: the held-out run replayed in a scenario on it.
+    sc = tmp_path / "replay.yaml"
+    sc.write_text(yaml.safe_dump({"model": "tiny-llama", "hardware": str(out), "scheduler": SCHEDULER,
+                                  "workload": {"arrival": {"process": "trace", "path": str(held),
+                                                           "format": "observation"}}}))
+    r = simulate(load_scenario(sc))
+    assert r.summary["requests"]["completed"] == 10
+    assert r.summary["ttft_s"]["p50"] == pytest.approx(np.median(read_observation(held).completed["ttft_s"]), rel=0.03)
+
+
+def test_observe_drives_poisson_and_closed_loads_and_the_run_replays(tmp_path: Path) -> None:
+    """Poisson and closed-loop loads against the fake engine (wall clock: no timing is asserted);
+    the closed loop never has more requests in flight than clients; failed requests are recorded
+    and left out of the replay, which has the observation's arrivals and lengths."""
+    load = Load("poisson", 12, Lengths(20, 40), Lengths(3, 6), rate_per_s=400.0, prefix_tokens=16, prefix_groups=2,
+                seed=5, timeout_s=60)
+    engine = FakeEngine(12, fail_every=5)
+    with engine.running():
+        doc = observe(engine.url, load, tmp_path / "poisson.json")
+    assert len(engine.bodies) == 12 and doc["header"]["requests_failed"] == 2
+    b = engine.bodies
+    assert all(x["stream"] and x["ignore_eos"] and x["min_tokens"] == x["max_tokens"] for x in b)
+    assert all(x["stream_options"]["include_usage"] for x in b)
+    groups = {tuple(x["prompt"][:16]) for x in b}
+    assert len(groups) == 2 and all(20 <= len(x["prompt"]) <= 40 for x in b)
+    obs = read_observation(tmp_path / "poisson.json")
+    assert len(obs.completed) == 10 and obs.requests["send_s"].is_monotonic_increasing
+    sc = scenario_from_dict({"model": "tiny-llama", "hardware": BASE_PROFILE, "scheduler": SCHEDULER,
+                             "workload": {"arrival": {"process": "trace", "path": str(tmp_path / "poisson.json"),
+                                                      "format": "observation"}}})
+    r = simulate(sc).requests.sort_values("request_id")
+    done = obs.completed
+    np.testing.assert_allclose(r["arrival_time"], done["send_s"] - done["send_s"].iloc[0], atol=1e-9)
+    assert (r["num_prompt_tokens"].to_numpy() == done["num_prompt_tokens"].to_numpy()).all()
+    assert (r["num_output_tokens"].to_numpy() == done["num_output_tokens"].to_numpy()).all()
+
+    # The fit's replay shares the run's prefixes (header: 16 tokens, 2 groups) in the prefix cache.
+    sc = replay_scenario(obs, MODEL_PRESETS["tiny-llama"], BASE_PROFILE,
+                         {"scheduler": {**SCHEDULER, "block_size": 16, "enable_prefix_caching": True}})
+    assert sc.workload.prefix is not None and sc.workload.prefix.num_prefixes == 2
+    assert simulate(sc).requests["num_cached_tokens"].max() == 16
+
+    engine = FakeEngine(9)
+    with engine.running():
+        doc = observe(engine.url, Load("closed", 9, Lengths(8, 8), Lengths(2, 2), concurrency=3, timeout_s=60),
+                      tmp_path / "closed.json", metrics=False)
+    assert engine.max_in_flight <= 3 and len(engine.bodies) == 9 and doc["header"]["metrics_before"] is None
+    assert all(r["error"] is None and r["output_tokens"] == 2 for r in doc["requests"])
+
+
+def test_observe_cli_and_its_errors(tmp_path: Path) -> None:
+    engine = FakeEngine(4)
+    out = tmp_path / "cli.json"
+    with engine.running():
+        proc = run_cli("observe", engine.url, "--out", str(out), "--offline", "--num-requests", "4",
+                       "--prompt-tokens", "16", "--output-tokens", "2:3", "--no-min-tokens", "--text-prompts")
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote" in proc.stdout and "4 requests to tiny" in proc.stdout
+    assert len(read_observation(out).completed) == 4 and all("min_tokens" not in b for b in engine.bodies)
+    assert all(isinstance(b["prompt"], str) and len(b["prompt"].split()) == 16 for b in engine.bodies)
+    assert (read_observation(out).requests["num_prompt_tokens"] == 16).all()      # the server's usage
+    cases = [(("--rate", "1", "--offline"), "--rate (Poisson)"),
+             (("--offline", "--prompt-tokens", "0"), "--prompt-tokens = '0'"),
+             (("--offline", "--prefix-tokens", "16"), "--prefix-tokens = 16: must be >= 0 and below the shortest"),
+             (("--offline",), "cannot reach the server")]
+    for extra, msg in cases:
+        args = ["observe", "http://127.0.0.1:9", "--out", str(tmp_path / "x.json"), "--num-requests", "2",
+                "--prompt-tokens", "16", "--output-tokens", "2", *extra]
+        proc = run_cli(*args)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert msg in proc.stderr, proc.stderr
+
+
+def test_observation_files_are_checked_with_one_line_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    for text, msg in [("{", "not JSON"), ("[1, 2]", "neither an `llmplan observe` file"),
+                      (json.dumps({"ttfts": [0.1], "input_lens": [3], "output_lens": [2], "itls": [[0.1]]}),
+                       "start_times"),
+                      (json.dumps({"format": "llmplan-observation", "version": 1, "header": {},
+                                   "requests": [{"send_s": 1.0, "prompt_tokens": 4, "output_tokens": 2,
+                                                 "first_token_s": 0.5, "end_s": 2.0}]}), "must be in this order")]:
+        bad.write_text(text)
+        with pytest.raises(ScenarioError, match=msg):
+            read_observation(bad)
+    with pytest.raises(ScenarioError, match="observation file not found"):
+        read_observation(tmp_path / "missing.json")
+    sc = scenario_from_dict({"model": "tiny-llama", "hardware": BASE_PROFILE, "scheduler": SCHEDULER,
+                             "workload": {"arrival": {"process": "trace", "path": str(bad), "format": "observation"}}})
+    with pytest.raises(ScenarioError, match="must be in this order"):
+        simulate(sc)
+    assert parse_metrics('a 1\nvllm:num_requests_waiting{x="y"} 3\n# c\nvllm:num_preemptions_total NaNx') == \
+        {'vllm:num_requests_waiting{x="y"}': 3.0}
+    for args, msg in [(("--holdout", str(bad)), "--holdout = "),
+                      (("--from-observation", str(bad), "--quick"), "--quick = True: times torch kernels; it does "
+                                                                    "not apply to --from-observation"),
+                      (("--from-observation", str(bad), "--fit", "step_s,warp"), "--fit = 'step_s,warp'"),
+                      (("--from-observation", str(bad), "--model", "gpt-9"), "unknown model preset"),
+                      (("--from-observation", str(bad)), "must be in this order"),
+                      (("--engine", "vllm-v1"), "--engine = 'vllm-v1': applies to a fit")]:
+        proc = run_cli("calibrate", *args, "--out", str(tmp_path / "o"))
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert msg in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("profile", "model"), [(BASE_PROFILE, "tiny-llama"), ("h100-sxm", "llama-3-8b"),
+                                                ("h100-sxm-datasheet", "llama-3-8b"), ("constant", "tiny-llama")])
+def test_kernel_scale_is_one_factor_on_every_kernel_time_of_any_profile(tmp_path: Path, profile: str,
+                                                                        model: str) -> None:
+    """``kernel_scale`` multiplies the step time of any batch by exactly that factor (overhead
+    apart), whatever the cost model: a measured table, an imported kernel table, a roofline, a constant."""
+    from simulator.cost.base import BatchShape
+    from simulator.cost.factory import make_cost_model
+
+    base = load_profile({"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 1e-5}
+                        if profile == "constant" else profile)
+    shapes = [BatchShape.decode(1, 100), BatchShape.decode(64, 1000), BatchShape.prefill(512),
+              BatchShape.prefill(2048, 1024)]
+    times = []
+    for scale in (1.0, 0.37):
+        data = scaled_profile(base, {"step_s": 0.0, "per_seq_s": 0.0, "kernel_scale": scale}, tmp_path)
+        data["overhead"]["per_token_s"] = 0.0
+        cost = make_cost_model(load_profile(data), MODEL_PRESETS[model], 1)
+        times.append(np.array([cost.step_time_s(s) for s in shapes]))
+    np.testing.assert_allclose(times[1] / times[0], 0.37, rtol=1e-4)
+
+
+def test_nelder_mead_is_deterministic_and_finds_a_minimum() -> None:
+    f = lambda z: float((z[0] - 1.0) ** 2 + 10 * (z[1] + 0.5) ** 2)  # noqa: E731
+    a, fa, n = nelder_mead(f, np.zeros(2), max_evals=200)
+    b, fb, m = nelder_mead(f, np.zeros(2), max_evals=200)
+    assert (a == b).all() and fa == fb and n == m <= 200
+    np.testing.assert_allclose(a, [1.0, -0.5], atol=2e-3)
