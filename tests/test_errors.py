@@ -168,7 +168,7 @@ CASES = [
     Case("unknown-over-length-mode", lambda t: with_workload(over_length="drop"), "workload.over_length",
          ("'drop'", "'reject'", "'clip'")),
     Case("unknown-trace-format", lambda t: trace_scenario("t.csv", "sharegpt"), "workload.arrival.format",
-         ("'sharegpt'", "unknown trace format", "azure, mooncake, openai, requests")),
+         ("'sharegpt'", "unknown trace format", "azure, mooncake, observation, openai, requests")),
     Case("missing-trace-file", lambda t: trace_scenario("no_such_trace.csv", "azure"), "workload.arrival.path",
          ("trace file not found",), lambda t: str(t / "no_such_trace.csv")),
     Case("empty-trace-file", lambda t: trace_scenario(_write(t, "empty.csv", ""), "azure"),
