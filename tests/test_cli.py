@@ -405,7 +405,7 @@ def small_plan(folder: Path) -> Path:
     return path
 
 
-WORKSHEETS = ("worksheet.csv", "worksheet-totals.csv", "worksheet-candidates.csv")
+WORKSHEETS = ("worksheet.csv", "worksheet-totals.csv", "worksheet-candidates.csv", "worksheet-assumptions.yaml")
 
 
 def test_plan_writes_a_plan_out_folder_by_default(tmp_path: Path) -> None:
@@ -435,7 +435,8 @@ def test_plan_out_creates_nested_folders_and_still_takes_a_csv_name(tmp_path: Pa
     csv = tmp_path / "d" / "w.csv"
     proc = run_cli("plan", str(plan_file), "--workers", "1", "--no-progress", "--out", str(csv))
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["w-candidates.csv", "w-totals.csv", "w.csv"]
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["w-assumptions.yaml", "w-candidates.csv",
+                                                                   "w-totals.csv", "w.csv"]
     first = pd.read_csv(nested / "worksheet.csv")
     pd.testing.assert_frame_equal(first, pd.read_csv(tmp_path / "d" / "w.csv"))
 

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 SUMMARY_KEYS = ("ttft_s", "tpot_s", "e2e_s", "requests", "throughput", "batch", "kv_cache")
 OUT_FILES = ["requests.csv", "requests.parquet", "scenario.yaml", "steps.csv", "steps.parquet", "summary.json"]
-WORKSHEETS = ["worksheet-candidates.csv", "worksheet-totals.csv", "worksheet.csv"]
+WORKSHEETS = ["worksheet-assumptions.yaml", "worksheet-candidates.csv", "worksheet-totals.csv", "worksheet.csv"]
 CASE_LIMIT_S = 30   # a case that runs longer is a hang (each takes well under a second when healthy)
 
 

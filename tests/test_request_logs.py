@@ -33,7 +33,8 @@ def replay(path: Path, fmt: str, **over: object) -> dict:
 
 def test_the_formats_are_registered() -> None:
     assert {"azure", "mooncake", "requests", "openai", "observation"} <= set(TRACE_FORMATS)
-    with pytest.raises(ScenarioError, match="format = 'csv': unknown trace format; known: azure, mooncake, observation, openai"):
+    with pytest.raises(ScenarioError,
+                       match="format = 'csv': unknown trace format; known: azure, mooncake, observation, openai"):
         scenario_from_dict(replay(CSV_LOG, "csv"))
 
 

@@ -69,7 +69,9 @@ def test_a_dropped_turn_ends_its_task_and_its_later_turns_are_never_sent():
     assert dropped["session"].is_unique
     t = res.summary["tasks"]
     per = tasks(req)
-    assert t["failed"] == (per["outcome"] == "failed").sum() == len(dropped)   # every task started in the window
+    start, end = res.summary["throughput"]["window_s"]        # the tasks started in the measured window
+    per = per[per["start_s"].between(start, end)]
+    assert t["failed"] == (per["outcome"] == "failed").sum() == int(dropped["session"].isin(per.index).sum())
     assert t["completed"] + t["failed"] + t["unfinished"] == t["started"]
     assert res.summary["requests"]["arrived"] == len(req) < 1000   # the turns never sent are not requests
     # Each completed turn of a failed task was delivered before its client's deadline.
@@ -151,13 +153,13 @@ def test_the_planner_sizes_sessions_on_requests_per_second():
 
     from simulator.planner import build_tasks, load_plan, plan
 
-    spec = trust_plan({"ttft_p99_ms": 400, "task_ttua_p99_ms": 3000}, num_requests=2000, peak=40.0)
+    spec = trust_plan({"ttft_p99_ms": 400, "task_ttua_p99_ms": 4000}, num_requests=2000, peak=40.0)
     spec["scenario"]["workload"]["sessions"] = {"turns": 4, "turn_gap_s": 0.2, "loop": "closed"}
     loaded = load_plan(spec)
     task = build_tasks(loaded)[0]
     assert task.scenario.workload.arrival.rate_per_s == pytest.approx(10.0)
     row = plan(loaded, workers=1).worksheet.iloc[0]
-    assert row["status"] == "ok" and 0 < row["task_ttua_p99_ms"] <= 3000
+    assert row["status"] == "ok" and 0 < row["task_ttua_p99_ms"] <= 4000
     n = int(row["replicas"])
     res = simulate(task.scenario.with_overrides({"deployment.replicas": n}), seed=5)
     assert res.summary["throughput"]["requests_per_s"] == pytest.approx(40.0, rel=0.1)

@@ -116,8 +116,14 @@ class SimulationSettings(Frozen):
     """Search every candidate in every cell. Default: a candidate whose fewest possible replicas (just below
     100% of its saturation throughput) already cost more than one verified in the cell is not searched
     (``status: pruned`` in the candidates worksheet): it could not be chosen."""
-    max_num_requests: Integer = Field(default=48000, ge=200, le=MAX_NUM_REQUESTS)
-    """Longest run a check may take; a check still marginal there fails (the next count is taken)."""
+    max_num_requests: Integer | None = Field(default=None, ge=200, le=MAX_NUM_REQUESTS)
+    """Longest run a check may take (default: 48,000, or ``num_requests`` if more); a check still marginal
+    there fails (the next count is taken)."""
+
+    @property
+    def run_cap(self) -> int:
+        """``max_num_requests`` with its default filled in."""
+        return self.max_num_requests if self.max_num_requests is not None else max(48000, self.num_requests)
     warmup_fraction: FiniteFloat = Field(default=0.1, ge=0, lt=0.9)
     """Leading share of the arrivals left out of the statistics (the fleet starts empty)."""
     cooldown_fraction: FiniteFloat = Field(default=0.05, ge=0, lt=0.5)
@@ -134,7 +140,7 @@ class SimulationSettings(Frozen):
 
     @model_validator(mode="after")
     def _window(self) -> SimulationSettings:
-        if self.max_num_requests < self.num_requests:
+        if self.max_num_requests is not None and self.max_num_requests < self.num_requests:
             raise FieldError("max_num_requests", self.max_num_requests,
                              f"is below num_requests ({self.num_requests}): a check's runs start at num_requests "
                              "and may double up to max_num_requests; give at least num_requests")

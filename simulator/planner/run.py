@@ -300,7 +300,7 @@ def build_tasks(loaded: LoadedPlan) -> list[SearchTask]:
                     start=bound.replicas_for(design) if bound else 1, max_replicas=cfg.simulation.max_replicas,
                     replications=AUTO_REPLICATIONS if auto else int(cfg.simulation.replications),
                     design_rps=design, auto_replications=auto, pool_prices=_pool_prices(sc, cand),
-                    max_num_requests=cfg.simulation.max_num_requests,
+                    max_num_requests=cfg.simulation.run_cap,
                     meta=_meta(loaded, sc, cand, row, design, extra,
                                bound.max_rps_per_replica if bound else math.nan)))
     return tasks
