@@ -23,6 +23,10 @@ from typing import Any
 
 from simulator.errors import ScenarioError
 
+INT_LIMIT = 2**62
+"""Largest whole number any field or option takes (seeds included); :mod:`simulator.scenario.limits`
+re-exports it."""
+
 #: C0 and C1 control characters, DEL, and the Unicode line and paragraph separators (a tab included).
 CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 CONTROL_MESSAGE = "must not hold control characters (a newline, tab, escape or other invisible character)"
@@ -73,8 +77,6 @@ def check_seed(field: str, value: Any) -> int | None:
         return None
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise ScenarioError(field, value, f"must be a whole number from 0 to 2^62, not {type(value).__name__}")
-    from simulator.scenario.limits import INT_LIMIT  # here: the CLI imports this module without pydantic
-
     seed = value.__index__()
     if not 0 <= seed <= INT_LIMIT:
         raise ScenarioError(field, seed, "must be a whole number from 0 to 2^62")

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from simulator.arguments import CONTROL_MESSAGE, has_control_characters
+from simulator.arguments import CONTROL_MESSAGE, INT_LIMIT, has_control_characters
 
 #: Largest YAML file read (scenario, plan, hardware profile): a scenario is a few hundred bytes;
 #: traces and length tables are files of their own, referenced by path.
@@ -62,8 +62,8 @@ MAX_BLOCK_SIZE = 4096
 #: them one engine step takes longer than the simulated clock can hold.
 MIN_DEVICE_RATE = 1.0e6
 MIN_EFFICIENCY = 1.0e-3
-#: Every integer lies within +-2^62, so that it fits the simulator's int64 arrays with room to add.
-INT_LIMIT = 2**62
+# INT_LIMIT (2^62, defined in simulator.arguments): every integer lies within it, so that it fits the
+# simulator's int64 arrays with room to add.
 
 
 def _not_bool(value: Any) -> Any:
