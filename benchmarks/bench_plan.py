@@ -3,10 +3,13 @@
 Base scenario examples/chat-h100.yaml (llama-3-8b, lognormal prompts mean 1000, geometric outputs
 mean 200); candidates h100-sxm, h200 and l40s (TP 1); SLO TTFT p99 800 ms, TPOT p99 60 ms, 98%
 attainment; 20% headroom; N+1 failover across the 5 regions; 3,000 simulated requests per
-verification. Runs the plan once per worker count (``--workers 1,2``: in-process, then a process
-pool), checks that the worksheets are identical, and prints wall time, searches and simulations.
+verification. ``--plan FILE`` times a plan file instead (e.g. examples/plan-fy27.yaml). Runs the plan
+``--repeat`` times per worker count (``--workers 1,2``: in-process, then a process pool), checks that the
+worksheets are identical, and prints the median wall time, searches and simulations, with the load
+average before the runs (JSON: every run's wall time and the load averages).
 
-    python benchmarks/bench_plan.py [--workers 1,2] [--out benchmarks/results/plan.json]
+    python benchmarks/bench_plan.py [--plan examples/plan-fy27.yaml] [--workers 1,2] [--repeat 3]
+                                    [--out benchmarks/results/plan.json]
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -52,25 +56,38 @@ def plan_data() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--plan", default=None, help="a plan file to time instead of the built-in worksheet")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per worker count; the median is printed")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/plan.json"))
     args = ap.parse_args()
-    loaded = load_plan(plan_data(), base_dir=ROOT)
+    loaded = load_plan(args.plan) if args.plan else load_plan(plan_data(), base_dir=ROOT)
+    load_before = os.getloadavg()
     rows, frames = [], []
-    print(f"{'workers':>7} {'cells':>6} {'searches':>9} {'simulations':>12} {'wall_s':>8} {'GPUs (all quarters)':>20}")
+    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    print(f"{'workers':>7} {'cells':>6} {'searches':>9} {'simulations':>12} {'median_s':>9} {'runs_s':>18} "
+          f"{'GPUs (all quarters)':>20}")
     for w in (int(x) for x in args.workers.split(",")):
-        t0 = time.perf_counter()
-        res = plan(loaded, workers=w)
-        wall = time.perf_counter() - t0
+        walls = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            res = plan(loaded, workers=w)
+            walls.append(time.perf_counter() - t0)
+            frames.append(res.candidates)
         sims = int(res.candidates["simulations"].sum())
         gpus = int(res.worksheet["gpus"].sum())
-        print(f"{w:>7} {len(res.worksheet):>6} {len(res.candidates):>9} {sims:>12} {wall:>8.1f} {gpus:>20}")
+        per_quarter = res.worksheet.groupby("quarter")["gpus"].sum().astype(int).to_dict()
+        wall = statistics.median(walls)
+        print(f"{w:>7} {len(res.worksheet):>6} {len(res.candidates):>9} {sims:>12} {wall:>9.1f} "
+              f"{' '.join(f'{x:.1f}' for x in walls):>18} {gpus:>20}")
         rows.append({"workers": w, "cells": len(res.worksheet), "searches": len(res.candidates),
-                     "simulations": sims, "wall_s": wall, "gpus_total": gpus})
-        frames.append(res.candidates)
+                     "simulations": sims, "wall_s": wall, "runs_wall_s": walls, "gpus_total": gpus,
+                     "gpus_per_quarter": per_quarter})
     identical = all(f.equals(frames[0]) for f in frames[1:])
-    print(f"worksheets identical across worker counts: {identical}")
+    print(f"worksheets identical across runs and worker counts: {identical}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rows": rows, "identical": identical, "cpu_count": os.cpu_count(),
+    Path(args.out).write_text(json.dumps({"plan": args.plan or "built-in", "rows": rows, "identical": identical,
+                                          "load_average_before": load_before, "load_average_after": os.getloadavg(),
+                                          "cpu_count": os.cpu_count(),
                                           "python": platform.python_version(), "machine": platform.machine(),
                                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=2) + "\n")
 
