@@ -13,7 +13,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add ``import vllm`` and ``compare-metrics`` to ``app``."""
-    from simulator.cli import at_least, guarded, out_console
+    from simulator.cli_support import at_least, guarded, out_console
 
     import_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                              help="Write a scenario from what you already run: `import vllm -- <vllm serve flags>`.")
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(got.text, encoding="utf-8")
         if got.unknown:
-            from simulator.cli import err_console
+            from simulator.cli_support import err_console
             err_console.print("warning: not mapped (listed in the file): " + " ".join(got.unknown), markup=False,
                               highlight=False)
         out_console.print(f"wrote {out}: llmplan simulate {out}", markup=False, highlight=False)
@@ -98,5 +98,5 @@ def register(app: typer.Typer) -> None:
 
 
 def _jsonable(obj: Any) -> Any:
-    from simulator.cli import jsonable
+    from simulator.cli_support import jsonable
     return jsonable(obj)
