@@ -33,7 +33,7 @@ print("\n".join(out))
 PY
 )
 echo "$REQS" > "$VENV/vllm-requirements.txt"
-$PIP install -q -r "$VENV/vllm-requirements.txt" 'torch==2.13.0' $TORCH_SOURCE
+$PIP install -q -r "$VENV/vllm-requirements.txt" 'torch==2.13.0'   # torch: installed above, kept
 SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 META="$SITE/vllm-$VERSION+cpu.dist-info"
 mkdir -p "$META"
