@@ -125,4 +125,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from simulator.errors import ScenarioError
+
+    try:
+        main()
+    except ScenarioError as exc:       # a bad plan or --set: one line, as the CLI prints it
+        sys.exit(f"error: {exc}")
