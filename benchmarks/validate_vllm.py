@@ -23,7 +23,7 @@ What it does (``make validate-vllm`` runs the full form):
 ``--quick`` (a 32-request warm-up burst, then two loads of ~100 requests against the committed fitted
 profile, no fit: an offline burst and Poisson arrivals at 0.3 S; ``make
 validate-vllm-quick``, which CI runs after the tests) is the short check: it gates loosely (the burst's throughput
-within 10%, the light load's TPOT p50 within 20%) and exits 1 outside that, but only on a machine that is not busy (a
+within 15%, the light load's TPOT p50 within 20%) and exits 1 outside that, but only on a machine that is not busy (a
 1-minute load average at most the CPU count when the loads start); on a busy one it reports the errors
 and says it did not gate, since another job's CPU time slows the engine and not the simulation.
 """
@@ -232,7 +232,7 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
         req = sim.requests.sort_values("request_id").reset_index(drop=True)
         e = errors(req, obs)
         # each load gates what it measures steadily: the burst its throughput, the light load its TPOT
-        good = abs(e["throughput"]) <= 0.10 if name == "offline" else abs(e["tpot_p50"]) <= 0.20
+        good = abs(e["throughput"]) <= 0.15 if name == "offline" else abs(e["tpot_p50"]) <= 0.20
         ok &= good
         rows.append({"load": name, "error": e, "observed": observed_stats(p), "within": good})
         print(f"{name:10} throughput {100 * e['throughput']:+.1f}%  TPOT p50 {100 * e['tpot_p50']:+.1f}%  "
