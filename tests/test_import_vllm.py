@@ -2,6 +2,7 @@
 tests/data/README.md) and ``vllm serve`` command lines read into scenarios that load and simulate."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -180,3 +181,18 @@ def test_import_with_a_request_log_replays_it(tmp_path: Path) -> None:
     out.write_text(got.text)
     assert "num_requests" not in got.scenario
     assert simulate(load_scenario(out)).summary["requests"]["completed"] == 30
+
+
+def test_nvfp4_checkpoints_and_flags_read_as_nvfp4(tmp_path: Path) -> None:
+    cfg = json.loads((CONFIGS / "qwen2.5-7b-instruct.json").read_text())
+    for qc in ({"quant_method": "modelopt", "quant_algo": "NVFP4"},
+               {"quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "targets": ["Linear"]}}}):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**cfg, "quantization_config": qc}))
+        assert read_hf_config(path).quantization == "nvfp4"
+    path.write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}}))
+    assert read_hf_config(path).quantization == "fp8"
+    got = import_vllm(["my-org/m", "--quantization", "modelopt_fp4"], model_config=CONFIGS / "qwen2.5-7b-instruct.json",
+                      hardware="b200")
+    assert yaml.safe_load(got.text)["deployment"]["quantization"] == "nvfp4"

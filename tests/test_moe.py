@@ -346,3 +346,41 @@ def test_chunked_prefill_of_a_100k_token_prompt_on_a_128k_model() -> None:
     # 100k tokens in chunks of 8,192: at least 13 steps before the first token.
     assert result.summary["ttft_s"]["p50"] > 13 * roofline("llama-3.1-8b").step_time_s(BatchShape.prefill(8192)) * 0.5
     assert math.isfinite(result.summary["tpot_s"]["p50"])
+
+
+def test_new_datasheet_profiles_carry_the_sheets_dense_peaks_and_links() -> None:
+    """B300 (the DGX B300 figures over 8 GPUs) and MI355X (256 CUs x 2.4 GHz x 8,192 FP8 FLOP per clock)."""
+    b300, mi355x = load_profile("b300-datasheet"), load_profile("mi355x-datasheet")
+    assert b300.source == mi355x.source == "datasheet" and b300.cost_model == "roofline"
+    assert b300.peak_flops["fp4"] == pytest.approx(108e15 / 8)
+    assert b300.peak_flops["fp8"] == pytest.approx(72e15 / 8 / 2)
+    assert "int8" not in b300.peak_flops and b300.peak_flops_for("int8") == b300.peak_flops["bf16"]
+    assert mi355x.peak_flops["fp8"] == pytest.approx(256 * 2.4e9 * 8192, rel=1e-4)
+    assert mi355x.peak_flops["fp4"] == pytest.approx(2 * mi355x.peak_flops["fp8"], rel=1e-4)
+    assert mi355x.memory_bytes == 288 * 2**30
+    ic = mi355x.interconnect
+    assert ic is not None and ic.group_bandwidth_bytes_per_s(2) == pytest.approx(76.8e9)
+
+
+def test_nvfp4_weights_are_four_bits_plus_an_fp8_scale_per_16_and_compute_at_the_fp4_peak() -> None:
+    m = MODEL_PRESETS["llama-3.1-70b"]
+    on_b300 = resolve_precision(m, load_profile("b300-datasheet"), "nvfp4")
+    assert on_b300.linear_weight_bytes == 0.5 + 1 / 16 and on_b300.compute_dtype == "fp4"
+    on_h100 = resolve_precision(m, load_profile("h100-sxm-datasheet"), "nvfp4")    # no fp4 tensor cores
+    assert on_h100.compute_dtype == "bf16"
+    mx = resolve_precision(m, load_profile("b300-datasheet"), "mxfp4")
+    assert on_b300.weight_bytes(m) > mx.weight_bytes(m)              # 16-element blocks: more scales
+    # Decode at batch 1 streams the weights: NVFP4 beats FP8 on the same GPU by about the byte ratio.
+    p = load_profile("b300-datasheet")
+    fp8 = make_cost_model(p, m, 1, resolve_precision(m, p, "fp8"))
+    fp4 = make_cost_model(p, m, 1, resolve_precision(m, p, "nvfp4"))
+    shape = BatchShape.decode(1, 1024)
+    assert 0.5 < fp4.step_time_s(shape) / fp8.step_time_s(shape) < 0.75
+
+
+def test_nvfp4_experts_read_the_measured_nvfp4_rows_on_blackwell_and_the_mxfp4_rows_on_hopper() -> None:
+    m = MODEL_PRESETS["qwen3-30b-a3b"]
+    for profile, rows in (("b200", "(nvfp4)"), ("h100-sxm", "(mxfp4)")):
+        p = load_profile(profile)
+        cm = make_cost_model(p, m, 1, resolve_precision(m, p, "nvfp4"))
+        assert cm.sources["moe"].endswith(rows), (profile, cm.sources["moe"])

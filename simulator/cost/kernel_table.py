@@ -438,10 +438,12 @@ class KernelTableCostModel(TableCostModel):
 
 #: Row dtypes of the MoE table for each ``deployment.quantization``, in order of preference: fp8
 #: block-scaled (DeepSeek-V3's and Qwen3's FP8 checkpoints) before per-tensor fp8; an empty tuple
-#: (int8) reads the 16-bit rows scaled by the roofline ratio of the precisions.
+#: (int8) reads the 16-bit rows scaled by the roofline ratio of the precisions. NVFP4 falls back to the
+#: MXFP4 rows where a GPU has none of its own (Hopper, Ada: vLLM runs both 4-bit formats through the
+#: same W4A16 Marlin FP4 kernels there; NVFP4's scales make its weights 6% larger, not counted).
 MOE_ROW_DTYPES: dict[str, tuple[str, ...]] = {
     "none": ("bf16",), "bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8_block", "fp8"), "int8": (),
-    "int4": ("int4",), "mxfp4": ("mxfp4",),
+    "int4": ("int4",), "mxfp4": ("mxfp4",), "nvfp4": ("nvfp4", "mxfp4"),
 }
 _MOE_SHAPE = ["n", "k", "num_experts", "top_k", "world_size"]
 

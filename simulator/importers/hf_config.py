@@ -14,7 +14,7 @@ shared experts, ``moe_intermediate_size``, DeepSeek's ``first_k_dense_replace`` 
 ``moe_layer_freq``, Qwen-MoE's ``decoder_sparse_step`` and ``mlp_only_layers``); MLA's ranks and head
 widths; a sliding window (Mistral v0.1's on every layer, gpt-oss's ``layer_types``). The checkpoint's
 ``quantization_config`` is returned beside the spec as the ``deployment.quantization`` to serve it
-with (``fp8``, ``mxfp4``, 4-bit AWQ/GPTQ as ``int4``).
+with (``fp8``, ``mxfp4``, ``nvfp4`` from ModelOpt or compressed-tensors, 4-bit AWQ/GPTQ as ``int4``).
 
 Not read: RoPE scaling (the context is ``max_position_embeddings`` as configured), Qwen2's
 ``use_sliding_window`` (off in every published Qwen2/2.5 checkpoint), biases besides the QKV one,
@@ -183,6 +183,15 @@ def _fields(cfg: dict[str, Any], model_type: str) -> tuple[dict[str, Any], list[
     return out, notes
 
 
+def _formats(qc: dict[str, Any]) -> set[str]:
+    """The weight formats a compressed-tensors ``quantization_config`` names (its own ``format`` or
+    its config groups')."""
+    groups = qc.get("config_groups")
+    found = {str(g.get("format")) for g in groups.values() if isinstance(g, dict) and g.get("format")} \
+        if isinstance(groups, dict) else set()
+    return found or ({str(qc["format"])} if qc.get("format") else set())
+
+
 def _quantization(qc: Any) -> tuple[str | None, list[str]]:
     """The ``deployment.quantization`` a checkpoint's ``quantization_config`` is stored in."""
     if not isinstance(qc, dict):
@@ -192,6 +201,13 @@ def _quantization(qc: Any) -> tuple[str | None, list[str]]:
         return "fp8", ["checkpoint stored in fp8 (quantization_config): deployment.quantization fp8"]
     if method == "mxfp4":
         return "mxfp4", ["checkpoint stored in MXFP4 (quantization_config): deployment.quantization mxfp4"]
+    if method == "modelopt":                 # NVIDIA ModelOpt checkpoints name their algorithm
+        algo = str(qc.get("quant_algo", "")).upper()
+        if algo in ("NVFP4", "FP8"):
+            scheme = algo.lower()
+            return scheme, [f"checkpoint stored in {algo} (ModelOpt): deployment.quantization {scheme}"]
+    if method == "compressed-tensors" and _formats(qc) == {"nvfp4-pack-quantized"}:
+        return "nvfp4", ["checkpoint stored in NVFP4 (compressed-tensors): deployment.quantization nvfp4"]
     if method in ("awq", "gptq") and qc.get("bits", 4) == 4:
         return "int4", [f"checkpoint stored as 4-bit {method.upper()}: deployment.quantization int4"]
     if method in ("awq", "gptq") and qc.get("bits") == 8:

@@ -66,7 +66,8 @@ _ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": 
 
 #: vLLM ``--quantization`` methods -> ``deployment.quantization`` (AWQ/GPTQ and their Marlin kernels are
 #: 4-bit weight-only, int4 here).
-QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4", "awq": "int4", "awq_marlin": "int4", "gptq": "int4",
+QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4", "modelopt": "fp8", "modelopt_fp4": "nvfp4",
+                 "awq": "int4", "awq_marlin": "int4", "gptq": "int4",
                  "gptq_marlin": "int4", "bitsandbytes": "int4", "experts_int8": "int8"}
 KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 _KV_NAMES = {"bfloat16": "bf16", "float16": "fp16"}

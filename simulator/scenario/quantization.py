@@ -23,6 +23,11 @@ streams and for the peak FLOP/s of prefill GEMMs. Names follow vLLM's ``--quanti
     one (Blackwell), else weight-only at the 16-bit peak (vLLM's Marlin/Triton MXFP4 path on
     Hopper). Applied to every linear layer here, though gpt-oss keeps its attention in bf16 (under
     1% of its weights).
+  - ``nvfp4``: NVIDIA's FP4 (ModelOpt / compressed-tensors NVFP4 checkpoints, vLLM's
+    ``modelopt_fp4``): 4-bit E2M1 weights plus one FP8 (E4M3) scale per block of 16 (0.5625
+    bytes/weight; the per-tensor FP32 scale is negligible); GEMMs at the profile's ``fp4`` peak when it
+    has one (Blackwell), else weight-only at the 16-bit peak (vLLM's FP4 Marlin kernels on Hopper and
+    Ampere). Activations are quantized to FP4 on the fly in the W4A4 path; their scales are not counted.
 
 * ``kv_cache_dtype`` (``deployment.kv_cache_dtype``): ``auto`` (the activation dtype: 16-bit for a
   quantized model), ``bf16``, ``fp16``, ``fp8`` (``fp8_e4m3``, ``fp8_e5m2`` are accepted aliases).
@@ -48,6 +53,8 @@ _QUANTIZED_DTYPES = ("fp8", "int8", "int4")
 INT4_BYTES_PER_WEIGHT = 0.5 + 2.0 / 128
 #: Bytes per MXFP4 weight: 4 bits plus one 8-bit (E8M0) scale per block of 32 (OCP MX spec v1.0).
 MXFP4_BYTES_PER_WEIGHT = 0.5 + 1.0 / 32
+#: Bytes per NVFP4 weight: 4 bits plus one FP8 (E4M3) scale per block of 16 (NVIDIA's NVFP4 layout).
+NVFP4_BYTES_PER_WEIGHT = 0.5 + 1.0 / 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,7 @@ QUANTIZATIONS: dict[str, tuple[float, str | None]] = {
     "int8": (1.0, "int8"),
     "int4": (INT4_BYTES_PER_WEIGHT, None),
     "mxfp4": (MXFP4_BYTES_PER_WEIGHT, "fp4"),
+    "nvfp4": (NVFP4_BYTES_PER_WEIGHT, "fp4"),
 }
 
 #: KV-cache dtypes ``deployment.kv_cache_dtype`` accepts (vLLM spellings), with bytes per element.
