@@ -16,8 +16,13 @@ What it does (``make validate-vllm`` runs the full form):
    0.3, 0.6 and 0.9 S, a closed loop of 8 clients and a prefix-sharing Poisson load at 0.6 S;
 4. fits ``step_s`` and ``kernel_scale`` on the 0.3 S and offline runs (``calibrate --from-observation``'s
    code, base profile ``cpu-amd-epyc-tiny-llama``) and predicts the others (held out);
-5. prints the median over repeats of each held-out error (simulated / observed - 1) beside the
-   observed run-to-run spread, and writes everything, with the load averages, to ``--out``; the last
+5. then serves the model again with a KV cache of ``--small-kv-blocks`` blocks and, per repeat, observes
+   16 closed-loop clients with longer answers on it (requests outgrow the cache and are preempted),
+   predicted with that repeat's fitted profile (held out);
+6. prints the median over repeats of each error (simulated / observed - 1: throughput, TTFT/TPOT/E2E
+   p50 and p99, E2E p90, inter-token latency p50 and p99) beside the observed run-to-run spread, and
+   writes everything (with each run's engine-side mean TTFT from vLLM's own metrics, the time outside
+   the engine, the preemptions observed and simulated, the load averages) to ``--out``; the last
    repeat's fitted profile goes to ``--out``'s folder as ``vllm-cpu-profile/``.
 
 ``--quick`` (a 32-request warm-up burst, then two loads of ~100 requests against the committed fitted
@@ -43,6 +48,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,7 +59,10 @@ from calibrate.fit import FitSettings, errors, replay_scenario, run_fit  # noqa:
 from calibrate.observe import Lengths, Load, observe  # noqa: E402
 from simulator import simulate  # noqa: E402
 from simulator.scenario.models import MODEL_PRESETS  # noqa: E402
-from simulator.workload.observation import read_observation  # noqa: E402
+from simulator.workload.observation import Observation, read_observation  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MODEL = "tiny-llama"
 BASE_PROFILE = "cpu-amd-epyc-tiny-llama"
@@ -81,7 +92,8 @@ def free_port() -> int:
 class Server:
     """``vllm serve`` in its own process group; the KV-cache size read from its log."""
 
-    def __init__(self, venv: Path, model_dir: Path, log_path: Path, kv_space_gib: int) -> None:
+    def __init__(self, venv: Path, model_dir: Path, log_path: Path, kv_space_gib: int,
+                 num_blocks: int | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -93,6 +105,8 @@ class Server:
                "--max-num-batched-tokens", str(SERVE["max_num_batched_tokens"]),
                "--max-model-len", str(SERVE["max_model_len"]), "--block-size", str(SERVE["block_size"]),
                "--enable-prefix-caching", "--enable-chunked-prefill"]
+        if num_blocks is not None:          # a KV cache small enough to preempt
+            cmd += ["--num-gpu-blocks-override", str(num_blocks)]
         self.cmd = cmd
         self.log = open(log_path, "w")  # noqa: SIM115 (closed by stop())
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -157,6 +171,32 @@ def observed_stats(path: Path) -> dict[str, float]:
     for col in ("ttft_s", "tpot_s", "e2e_s"):
         for q in (50, 90, 99):
             out[f"{col[:-2]}_p{q}_ms"] = 1000 * float(done[col].quantile(q / 100))
+    gaps = np.array([g for i, gs in enumerate(obs.itls) if i in set(done.index) for g in gs], dtype=float)
+    for q in (50, 99):
+        out[f"itl_p{q}_ms"] = 1000 * float(np.percentile(gaps, q)) if len(gaps) else math.nan
+    out.update(engine_side(obs, done))
+    return out
+
+
+def _delta(obs: Observation, name: str) -> float | None:
+    delta = obs.header.get("metrics_delta") or {}
+    hits = [v for k, v in delta.items() if k.split("{")[0].endswith(name)]
+    return float(sum(hits)) if hits else None
+
+
+def engine_side(obs: Observation, done: pd.DataFrame) -> dict[str, float]:
+    """The engine's own mean TTFT (vLLM's ``time_to_first_token_seconds`` histogram over the run, from
+    the request's arrival at the engine's input processor) beside the client's: their difference is the
+    time spent outside it (HTTP, the API server's streaming, the client); and the run's preemptions."""
+    out: dict[str, float] = {}
+    ttft_sum, ttft_n = _delta(obs, "time_to_first_token_seconds_sum"), _delta(obs, "time_to_first_token_seconds_count")
+    if ttft_sum is not None and ttft_n:
+        out["engine_ttft_mean_ms"] = 1000 * ttft_sum / ttft_n
+        out["client_ttft_mean_ms"] = 1000 * float(done["ttft_s"].mean())
+        out["outside_engine_ttft_ms"] = out["client_ttft_mean_ms"] - out["engine_ttft_mean_ms"]
+    pre = _delta(obs, "num_preemptions_total")
+    if pre is not None:
+        out["preemptions"] = pre
     return out
 
 
@@ -171,6 +211,14 @@ def loads(sat_rps: float, seed: int, scale: float) -> dict[str, Load]:
     out["prefix-0.6"] = Load("poisson", n_for(0.6 * sat_rps), rate_per_s=0.6 * sat_rps, prefix_tokens=96,
                              prefix_groups=4, seed=seed + 5, **common)
     return out
+
+
+def engine_sections(served: Path) -> dict:
+    """The served scenario's engine and scheduler sections (what a replay takes from it)."""
+    import yaml
+
+    data = yaml.safe_load(served.read_text())
+    return {k: v for k, v in data.items() if k in ("engine", "scheduler")}
 
 
 def full(args: argparse.Namespace, server: Server, work: Path, served: Path) -> dict:
@@ -196,13 +244,75 @@ def full(args: argparse.Namespace, server: Server, work: Path, served: Path) -> 
                                   device=cpu_name()), fit_dir, log=lambda m: print("  " + m, flush=True),
                       command=" ".join(sys.argv))
         errs = {**doc["fit_error"], **doc["holdout_error"]}
+        sections = engine_sections(served)
         for name, p in paths.items():
+            obs = read_observation(str(p))
+            itl = itl_errors(obs, replay(obs, fit_dir, sections))
             rows.append({"repeat": rep, "load": name, "fitted_on": name in FIT_ON, "observed": observed_stats(p),
-                         "error": errs[str(p)], "parameters": doc["parameters"], "saturation_rps": sat})
+                         "error": {**errs[str(p)], **itl}, "parameters": doc["parameters"], "saturation_rps": sat})
         shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
         shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
                         ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
     return {"rows": rows}
+
+
+def itl_errors(obs: Observation, sim: object) -> dict[str, float]:
+    """Inter-token latency p50 and p99, simulated / observed - 1: the observed gaps between each
+    completed request's streamed tokens, the simulated decode steps' durations weighted by their decodes."""
+    from simulator.metrics import itl_samples, weighted_quantiles
+
+    done = set(obs.completed.index)
+    seen = np.array([g for i, gaps in enumerate(obs.itls) if i in done for g in gaps], dtype=float)
+    # the same samples observed_stats reports
+    values, weights = itl_samples(sim.steps)            # type: ignore[attr-defined]
+    out: dict[str, float] = {}
+    if len(seen) and len(values):
+        for q, s in zip((50, 99), weighted_quantiles(values, weights, (0.5, 0.99)), strict=True):
+            o = float(np.percentile(seen, q))
+            out[f"itl_p{q}"] = s / o - 1.0 if o > 0 else math.nan
+    return out
+
+
+def replay(obs: Observation, profile: Path, sections: dict) -> object:
+    from simulator.run.resolve import model_option
+
+    return simulate(replay_scenario(obs, model_option(MODEL), str(profile), sections))
+
+
+#: The preempting load: 16 closed-loop clients with longer answers on a KV cache of ``--small-kv-blocks``
+#: blocks (each request needs up to 6 of 128 tokens), so running requests outgrow it and are preempted.
+PREEMPT_CLIENTS, PREEMPT_OUTPUT, PREEMPT_REQUESTS = 16, Lengths(96, 320), 96
+
+
+def preempting(args: argparse.Namespace, model_dir: Path, work: Path, served: Path, rows: list[dict]) -> dict:
+    """Each repeat's fitted profile (held out) against a server whose KV cache is ``args.small_kv_blocks``."""
+    server = Server(args.vllm_venv, model_dir, work / "server-small-kv.log", args.kv_space_gib,
+                    num_blocks=args.small_kv_blocks)
+    try:
+        start_s = server.wait()
+        blocks = server.kv_blocks()
+        print(f"small-KV server after {start_s:.0f} s; KV blocks {blocks}", flush=True)
+        sections = engine_sections(served)
+        sections["scheduler"] = {**sections["scheduler"], "num_gpu_blocks_override": blocks or args.small_kv_blocks}
+        for rep in range(args.repeats):
+            rdir = work / f"repeat-{rep}"
+            seed = 7000 + 1000 * rep + int(time.time()) % 997
+            path = rdir / "preempt.json"
+            observe(server.url, Load("closed", PREEMPT_REQUESTS, PROMPT, PREEMPT_OUTPUT, seed=seed,
+                                     concurrency=PREEMPT_CLIENTS, token_ids=TOKEN_IDS), path, model=MODEL)
+            obs = read_observation(str(path))
+            sim = replay(obs, rdir / "fit", sections)
+            req = sim.requests.sort_values("request_id").reset_index(drop=True)   # type: ignore[attr-defined]
+            stats = observed_stats(path)
+            stats_sim = {"preemptions": int(sim.summary["requests"].get("preemptions", 0))}  # type: ignore[attr-defined]
+            print(f"  observed preempt (repeat {rep}): {stats}; simulated preemptions {stats_sim['preemptions']}",
+                  flush=True)
+            rows.append({"repeat": rep, "load": "preempt-16", "fitted_on": False, "observed": stats,
+                         "simulated": stats_sim, "error": {**errors(req, obs), **itl_errors(obs, sim)},
+                         "kv_blocks": blocks})
+    finally:
+        server.stop()
+    return {"small_kv_blocks": blocks, "small_kv_start_s": start_s}
 
 
 def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
@@ -242,16 +352,19 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
     return {"rows": rows, "passed": ok or not gated, "gated": gated, "load_average_at_start": load_at_start}
 
 
+#: The table's columns: each an error (simulated / observed - 1) with the observed spread beside it.
+METRICS = ("throughput", "ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90", "ttft_p99", "tpot_p99", "e2e_p99",
+           "itl_p50", "itl_p99")
+
+
 def table(rows: list[dict]) -> list[dict]:
     """Median over repeats of each error, beside the observed spread ((max - min) / median over repeats)."""
     out = []
-    metrics = ("throughput", "ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90")
-    obs_key = {"throughput": "throughput_rps", "ttft_p50": "ttft_p50_ms", "tpot_p50": "tpot_p50_ms",
-               "e2e_p50": "e2e_p50_ms", "e2e_p90": "e2e_p90_ms"}
+    obs_key = {"throughput": "throughput_rps", **{m: f"{m}_ms" for m in METRICS[1:]}}
     for load in dict.fromkeys(r["load"] for r in rows):
         rs = [r for r in rows if r["load"] == load]
         row = {"load": load, "fitted_on": rs[0]["fitted_on"], "repeats": len(rs)}
-        for m in metrics:
+        for m in METRICS:
             row[m] = statistics.median(r["error"][m] for r in rs)
             vals = [r["observed"][obs_key[m]] for r in rs]
             med = statistics.median(vals)
@@ -268,6 +381,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="scale every load's request count")
     ap.add_argument("--max-evals", type=int, default=40)
     ap.add_argument("--kv-space-gib", type=int, default=1)
+    ap.add_argument("--small-kv-blocks", type=int, default=24,
+                    help="KV blocks of the second server, for the preempting load (0: skip it)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--profile", type=Path, default=ROOT / "benchmarks/results/vllm-cpu-profile")
     ap.add_argument("--out", type=Path, default=None,
@@ -297,17 +412,17 @@ def main() -> None:
         result = quick(args, server, args.work) if args.quick else full(args, server, args.work, served)
     finally:
         server.stop()
+    if not args.quick and args.small_kv_blocks:
+        result.update(preempting(args, model_dir, args.work, served, result["rows"]))
     doc = {"command": " ".join(sys.argv), "vllm_version": server.version(), "serve": server.cmd[1:],
            "kv_blocks": blocks, "start_s": start_s, "load_average_before": load_before,
            "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **result}
     if not args.quick:
         doc["table"] = table(result["rows"])
-        print(f"{'load':12} {'fit':>4} " + " ".join(f"{m:>18}" for m in ("throughput", "TTFT p50", "TPOT p50",
-                                                                      "E2E p50", "E2E p90")))
+        print(f"{'load':12} {'fit':>4} " + " ".join(f"{m.replace('_', ' '):>18}" for m in METRICS))
         for r in doc["table"]:
-            cells = [f"{100 * r[m]:+7.1f}% ({100 * r[m + '_spread']:4.1f}%)"
-                     for m in ("throughput", "ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90")]
+            cells = [f"{100 * r[m]:+7.1f}% ({100 * r[m + '_spread']:4.1f}%)" for m in METRICS]
             print(f"{r['load']:12} {'yes' if r['fitted_on'] else 'no':>4} " + " ".join(f"{c:>18}" for c in cells))
         print("error = simulated / observed - 1, median over repeats; (observed spread over repeats)")
     args.out.parent.mkdir(parents=True, exist_ok=True)

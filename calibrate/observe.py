@@ -54,7 +54,10 @@ MAX_IN_FLIGHT = 2048
 #: Prometheus samples kept from ``/metrics`` (names containing one of these).
 METRIC_KEYS = ("num_requests_running", "num_requests_waiting", "prefix_cache", "cache_hit", "preempt",
                "kv_cache_usage", "cache_usage", "prompt_tokens_total", "generation_tokens_total",
-               "request_success", "num_running", "num_waiting", "queue")
+               "request_success", "num_running", "num_waiting", "queue",
+               # the engine's own TTFT, E2E and prefill time (sum and count): against the client's, the front end
+               *(f"{h}_seconds_{s}" for h in ("time_to_first_token", "e2e_request_latency", "request_prefill_time")
+                 for s in ("sum", "count")))
 #: Words that are one token each (after a space) in common BPE vocabularies: ``--text-prompts``
 #: writes prompts of them for servers that take text only (lengths then approximate; the server's
 #: ``usage`` gives the true count).
