@@ -241,14 +241,14 @@ def _residuals(sim: Any, obs: Observation) -> np.ndarray:
 
 
 def errors(sim: Any, obs: Observation) -> dict[str, float]:
-    """Simulated / observed - 1 of TTFT, TPOT and E2E (p50, p90) and of throughput (completed
+    """Simulated / observed - 1 of TTFT, TPOT and E2E (p50, p90, p99) and of throughput (completed
     requests over the span from the first send to the last end), and the median |log ratio| of
     each request's TTFT and TPOT."""
     done = obs.completed.reset_index(drop=True)
     out: dict[str, float] = {}
     for col, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):
         o, s = done[col].to_numpy(float), sim[col].to_numpy(float)
-        for q in (50, 90):
+        for q in (50, 90, 99):
             ov, sv = np.nanpercentile(o, q) if np.isfinite(o).any() else math.nan, \
                 np.nanpercentile(s, q) if np.isfinite(s).any() else math.nan
             out[f"{name}_p{q}"] = float(sv / ov - 1.0) if ov > 0 else math.nan
