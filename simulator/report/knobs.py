@@ -120,7 +120,7 @@ class Knob:
     @property
     def help(self) -> str:
         """The tooltip: the field's documentation, the rule the library derives for it, the page's note."""
-        rule = token_budget_rule() if self.path == "scheduler.max_num_batched_tokens" else ""
+        rule = DERIVED_RULES[self.path]() if self.path in DERIVED_RULES else ""
         support = policy_support(self.path, self.section if self.switches_section else "")
         return " ".join(part for part in (self.description, rule, support, self.note) if part)
 
@@ -176,6 +176,11 @@ def token_budget_rule() -> str:
     return (f"Must be >= max_model_len under {_join(whole)}, which never {_verb(whole, 'split')} a prompt (as vLLM "
             f"requires without chunked prefill); {_join(split)} {_verb(split, 'split')} prompts over steps; "
             f"{_join(none)} {_verb(none, 'have', 'has')} no token budget.")
+
+
+DERIVED_RULES: dict[str, Callable[[], str]] = {"scheduler.max_num_batched_tokens": token_budget_rule}
+"""Rules on a field that the library enforces elsewhere than in the field (here: in ``resolve``),
+stated from the same flags the check reads; added to the field's help."""
 
 
 def _verb(names: Sequence[str], plural: str, singular: str = "") -> str:
