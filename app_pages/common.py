@@ -16,6 +16,7 @@ import streamlit as st
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.report.analysis import RunCancelled, RunReport, load_sweep, run_report
+from simulator.report.knobs import Knob
 from simulator.scenario.io import MAX_SCENARIO_BYTES, scenario_from_key, scenario_from_yaml_bytes, scenario_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,6 +181,24 @@ def cached_sweep(key: str, rates: tuple[float, ...], _time_limit_s: float = DEFA
     sweep = load_sweep(scenario, rates, axis=axis, on_progress=on_progress)
     bar.empty()
     return sweep
+
+
+def knob_widget(knob: Knob, key: str, *, label: str | None = None, help_text: str | None = None,
+                options: list[Any] | None = None, disabled: bool = False,
+                on_change: Callable[[], None] | None = None) -> Any:
+    """Draw one knob of ``simulator.report.knobs`` under ``key`` (its label, bounds and help unless
+    given); returns its value. A select needs its ``options`` (:meth:`Knob.options`)."""
+    label = knob.label if label is None else label
+    common: dict[str, Any] = {"key": key, "help": (knob.help if help_text is None else help_text) or None,
+                              "disabled": disabled, "on_change": on_change}
+    if knob.widget == "select":
+        return st.selectbox(label, options or [], **common)
+    if knob.widget == "toggle":
+        return st.toggle(label, **common)
+    bounds = {"min_value": knob.min_value, "max_value": knob.max_value, "step": knob.step}
+    if knob.widget == "slider":
+        return st.slider(label, **bounds, **common)
+    return st.number_input(label, **bounds, **common)
 
 
 def fmt(value: float | None, digits: int = 1) -> str:

@@ -14,6 +14,7 @@ from app_pages.common import (
     cached_sweep,
     fmt,
     interrupted_run,
+    knob_widget,
     restore_widgets,
     save_widgets,
     scenario_source,
@@ -29,6 +30,7 @@ from simulator.report.analysis import (
     with_arrival_rate,
     with_concurrency,
 )
+from simulator.report.knobs import KNOB
 from simulator.scenario.config import ClosedLoopArrival, GammaArrival, OfflineArrival, PoissonArrival
 from simulator.scenario.io import scenario_key
 
@@ -82,8 +84,7 @@ with st.sidebar.expander("Sweep", expanded=True):
     if closed:
         lo = st.number_input("Fewest clients", min_value=1, max_value=100_000, step=1, key=f"{P}_min_clients")
         hi = st.number_input("Most clients", min_value=1, max_value=100_000, step=1, key=f"{P}_max_clients")
-        think = st.number_input("Think time (s)", min_value=0.0, max_value=3600.0, key=f"{P}_think_s",
-                                help="Pause between an answer's end and the client's next request")
+        think = knob_widget(KNOB["think_s"], f"{P}_think_s")
     else:
         lo = st.number_input("Lowest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_min_rate")
         hi = st.number_input("Highest rate (req/s)", min_value=0.001, max_value=1e5, key=f"{P}_max_rate")
@@ -92,8 +93,8 @@ with st.sidebar.expander("Sweep", expanded=True):
     n_req = st.number_input("Requests per rate", min_value=100, max_value=100_000, step=500, key=f"{P}_num_requests",
                             help="More requests: steadier tails, longer sweep")
 with st.sidebar.expander("SLO (p99 thresholds; 0 = none)", expanded=True):
-    ttft = st.number_input("TTFT p99 (ms)", min_value=0.0, step=50.0, key=f"{P}_slo_ttft_ms")
-    tpot = st.number_input("TPOT p99 (ms)", min_value=0.0, step=5.0, key=f"{P}_slo_tpot_ms")
+    ttft = knob_widget(KNOB["slo_ttft_ms"], f"{P}_slo_ttft_ms")
+    tpot = knob_widget(KNOB["slo_tpot_ms"], f"{P}_slo_tpot_ms")
 with st.sidebar.expander("Run limits"):
     st.number_input("Time limit (s of wall time)", min_value=0.001, max_value=3600.0, key=f"{P}_time_limit_s")
 per_gpu = st.sidebar.toggle("x axis per GPU", key=f"{P}_per_gpu")
