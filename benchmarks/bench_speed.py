@@ -1,13 +1,13 @@
 """Interactive speed (issue 22): how long a user waits for the CLI, the engine and the planner.
 
-Every measurement runs in a fresh subprocess (``python -m simulator.launch ...``, the module the
+Every measurement runs in a fresh subprocess (``python -m simulator.cli ...``, which runs what the
 ``llmplan`` command runs, or a short script
 that imports the simulator), so start-up costs count and the code under test can be another
 checkout (``--baseline PATH`` measures that tree too, interleaved run by run with this one, and
 reports the ratio: compare figures measured in one invocation, since a shared machine's load
 drifts between invocations). Rows:
 
-* ``--help``, ``import simulator.cli``: process wall time (process rows also record CPU time,
+* ``--help``, ``from simulator.cli import app``: process wall time (process rows also record CPU time,
   user + system with worker processes: less disturbed by other jobs than wall time).
 * ``simulate speed-10k`` (whole process): ``llmplan simulate benchmarks/scenarios/speed-10k.yaml
   --json`` (10k requests, A100-80GB datasheet roofline, Llama 3 8B, fixed 512/128 tokens, Poisson
@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-LLMPLAN = ("-m", "simulator.launch")
-"""The ``llmplan`` command of a tree: the module its console script runs (``simulator.launch:main``)."""
+LLMPLAN = ("-m", "simulator.cli")
+"""The ``llmplan`` command of a tree: ``python -m simulator.cli`` runs what its console script runs."""
 SPEED_SCENARIO = ROOT / "benchmarks" / "scenarios" / "speed-10k.yaml"
 SHAREGPT = ROOT / "examples" / "sharegpt-h100.yaml"
 PLAN = ROOT / "examples" / "plan-fy27.yaml"
@@ -238,7 +238,7 @@ def main() -> None:
 
     if "cli" in groups:
         bench.processes("help", lambda root: [py, *LLMPLAN, "--help"], args.repeats)
-        bench.processes("import", lambda root: [py, "-c", "import simulator.cli"], args.repeats)
+        bench.processes("import", lambda root: [py, "-c", "from simulator.cli import app"], args.repeats)
         bench.processes("whole", lambda root: [py, *LLMPLAN, "simulate", str(SPEED_SCENARIO), "--json",
                                                "--no-progress"], args.repeats)
         bench.processes("whole_table", lambda root: [py, *LLMPLAN, "simulate", str(SPEED_SCENARIO),
@@ -292,7 +292,7 @@ def main() -> None:
 GROUPS = ("cli", "engine", "features", "plan", "app")
 
 LABELS = {
-    "help": "llmplan --help (process)", "import": "import simulator.cli (process)",
+    "help": "llmplan --help (process)", "import": "from simulator.cli import app (process)",
     "whole": "simulate speed-10k --json (whole process)", "whole_cpu": "  the same, CPU s",
     "whole_table": "  the same on measured a100-80gb (whole process)",
     "engine_speed10k": "engine, speed-10k (simulated req/s)",

@@ -6,9 +6,10 @@
   and decode with GQA, RMSNorm, rotary, SiLU-and-multiply, residual add, KV-cache writes,
   sampling);
 * :mod:`calibrate.comm` times all-reduce over ``torch.distributed`` (NCCL on GPUs, gloo on CPU);
-* :mod:`calibrate.runner` times the grid (warm-up, CUDA events or the thread CPU clock, repeats,
-  rotated inputs), keeps resumable partial results and writes ``ops.csv`` + ``profile.yaml``
-  (``source: measured``);
+* :mod:`calibrate.timing` times one kernel on the device (warm-up, CUDA events or the thread CPU
+  clock, repeats, rotated inputs);
+* :mod:`calibrate.runner` times the grid, keeps resumable partial results and writes ``ops.csv`` +
+  ``profile.yaml`` (``source: measured``);
 * :mod:`calibrate.importers` converts Vidur's and AIConfigurator's measurements into
   ``source: imported`` profiles (pandas only, no torch).
 

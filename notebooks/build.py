@@ -143,7 +143,7 @@ Each trace is compared with its **Poisson twin**: the same requests, in the same
 lengths, arriving as a Poisson stream of the same mean rate (`studies.poisson_twin`). Both are
 replayed against the same deployment, so any difference is the arrival pattern alone. Then the
 simulator searches, for each stream, the fewest replicas that hold the p99 SLOs
-(`studies.min_replicas`: doubling, then bisection)."""),
+(the planner's `min_replicas`: doubling, then bisection)."""),
     new_code_cell(SETUP + '''
 from pathlib import Path
 import pandas as pd

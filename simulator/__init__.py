@@ -15,7 +15,7 @@ streamlit or plotly. The sub-packages read in the order a run flows through them
 
 The public names below are imported on first use (PEP 562), so that ``import simulator.cli``
 (``llmplan --help``) does not pay for pandas, scipy and the engine, and the ``llmplan`` command's
-:mod:`simulator.launch` can take charge of a Ctrl-C before the slow imports start.
+entry point (:func:`simulator.cli.main`) can take charge of a Ctrl-C before the slow imports start.
 """
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def test_passes_alternate_order_resume_and_merge_into_one_row_per_benchmark(tmp_
     count every call of both."""
     from dataclasses import replace
 
-    from calibrate.runner import QUICK_TIMING
+    from calibrate.timing import QUICK_TIMING
 
     out, labels = tmp_path / "run", []
     two = replace(QUICK_TIMING, passes=2)
@@ -245,7 +245,7 @@ def test_missing_torch_names_the_extra_to_install(tmp_path: Path) -> None:
 
 def test_all_reduce_over_gloo_between_two_cpu_processes() -> None:
     from calibrate.comm import time_all_reduce
-    from calibrate.runner import QUICK_TIMING
+    from calibrate.timing import QUICK_TIMING
 
     times = time_all_reduce([4096, 1 << 20], 2, torch.device("cpu"), "fp32", QUICK_TIMING)
     # Sizes are not compared: on two shared cores, two gloo processes wait on the scheduler more
@@ -267,9 +267,9 @@ def test_quick_gpu_calibration(tmp_path: Path) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="times float8 GEMMs on CUDA; no CUDA device here. "
                     "CI is CPU-only: run `pytest -m gpu` on a GPU machine")
 def test_quick_gpu_fp8_gemm_calibration(tmp_path: Path) -> None:
-    from calibrate.runner import _fp8_supported
+    from calibrate.timing import fp8_supported
 
-    if not _fp8_supported(torch.device("cuda")):
+    if not fp8_supported(torch.device("cuda")):
         pytest.skip("this GPU has no float8 GEMMs (needs Hopper, Ada or newer)")
     path = run_calibration(tmp_path / "fp8", "llama-3-8b", device="cuda", dtype="fp8", quick=True)
     table = pd.read_csv(path.parent / "ops.csv")
@@ -287,7 +287,7 @@ def test_gpu_timer_excludes_launch_gaps_and_sees_big_gemms() -> None:
     import time
 
     from calibrate.grid import BenchSpec
-    from calibrate.runner import GPU_TIMING, time_kernel
+    from calibrate.timing import GPU_TIMING, time_kernel
 
     dev = torch.device("cuda")
     spec = BenchSpec("residual_add", {"tokens": 1, "width": 4096})

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from simulator import MODEL_PRESETS, available_profiles, load_scenario, simulate
-from simulator.cli import PlainProgress, jsonable, package_version
+from simulator.cli.commands import package_version
+from simulator.cli.support import PlainProgress, jsonable
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/chat-h100.yaml"

@@ -394,7 +394,7 @@ def test_simulate_out_refuses_existing_results_and_writes_whole_with_force(tmp_p
 def test_a_failed_write_leaves_no_partial_simulate_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write error after the first file (a full disk) is one error naming --out, and the folder is not
     created at all: no truncated requests.csv beside a missing summary.json."""
-    from simulator import cli
+    from simulator.cli import runs
 
     result = simulate(scenario_from_dict(base()))
     calls = []
@@ -403,9 +403,9 @@ def test_a_failed_write_leaves_no_partial_simulate_output(tmp_path: Path, monkey
         calls.append(path)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli, "write_csv", failing)
+    monkeypatch.setattr(runs, "write_csv", failing)
     with pytest.raises(ScenarioError, match=r"cannot write the results \(No space left"):
-        cli.write_outputs(result, {}, tmp_path / "run")
+        runs.write_outputs(result, {}, tmp_path / "run")
     assert calls and list(tmp_path.iterdir()) == []
 
 
@@ -426,14 +426,14 @@ def test_csv_cells_are_neutralised_everywhere() -> None:
 def test_tier_names_in_requests_csv_are_neutralised(tmp_path: Path) -> None:
     """A name starting a formula is written as text; a name with a control character (a carriage return
     split the CSV's rows) is refused where it is read."""
-    from simulator import cli
+    from simulator.cli import runs
 
     data = base()
     data["workload"]["tiers"] = [{"name": "\r=3+4", "share": 0.5}, {"name": "@batch", "share": 0.5}]
     raises(lambda: scenario_from_dict(data), "workload.tiers.0.name = '\\r=3+4'", "control characters")
     data["workload"]["tiers"][0]["name"] = "=3+4"
     result = simulate(scenario_from_dict(data))
-    cli.write_outputs(result, {}, tmp_path / "run")
+    runs.write_outputs(result, {}, tmp_path / "run")
     back = pd.read_csv(tmp_path / "run" / "requests.csv")
     assert len(back) == 20
     assert set(back["tier"]) == {"'=3+4", "'@batch"}

@@ -20,8 +20,8 @@ from simulator.planner.fleet_hours import (
     check_shape,
     fleet_day,
 )
-from simulator.planner.run import _candidates_frame
 from simulator.planner.search import search_replicas
+from simulator.planner.tables import candidates_frame
 
 STEP = (0.5,) * 12 + (1.0,) * 12  # hours 0-11 at half the peak, 12-23 at the peak
 
@@ -336,7 +336,7 @@ def test_autoscaler_capped_below_the_peak_is_infeasible():
 def test_extra_search_keys_pass_through_to_the_candidates_file():
     loaded = load_plan(base_plan(failover="none"))
     rows = [dict(search_replicas(t), extra_flag=True, extra_count=3) for t in build_tasks(loaded)]
-    frame = _candidates_frame(loaded, copy.deepcopy(rows))
+    frame = candidates_frame(loaded, copy.deepcopy(rows))
     assert list(frame.columns[-2:]) == ["extra_flag", "extra_count"] and frame["extra_count"].tolist() == [3, 3]
     assert not math.isnan(frame["gpu_hours"].iloc[0])
 

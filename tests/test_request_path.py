@@ -20,7 +20,7 @@ from test_theory import erlang_c_wait
 
 from simulator import ScenarioError, simulate
 from simulator.cluster.request_path import fcfs_departures, zipf_prompts
-from simulator.report.studies import min_replicas
+from simulator.planner.replica_search import min_replicas
 from simulator.scenario.config import PromptPopularityConfig
 
 LIGHT = {"num_requests": 2000, "workload.arrival.rate_per_s": 1.0}

@@ -24,7 +24,7 @@ def _modules_after(code: str) -> set[str]:
 
 def test_the_cli_imports_no_heavy_module_until_a_command_needs_it():
     """``llmplan --help`` only builds the command tree: pandas, scipy, the engine stay unloaded."""
-    loaded = _modules_after("import simulator.cli")
+    loaded = _modules_after("import simulator.cli.commands")
     assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}
 
 
@@ -644,7 +644,7 @@ def test_modules_load_with_the_collector_paused_and_are_frozen_after():
     left alive and restores the collector's state (enabled or not) even when an import fails."""
     import gc
 
-    from simulator.startup import loading_modules
+    from simulator.cli.startup import loading_modules
 
     was, kept = gc.isenabled(), []
     try:
@@ -666,7 +666,7 @@ def test_a_process_main_ends_with_its_objects_frozen_and_its_exit_status():
     freezes what is alive, so the interpreter's exit has no collection left to make."""
     import gc
 
-    from simulator.startup import run_to_exit
+    from simulator.cli.startup import run_to_exit
 
     kept: list[list[int]] = []
 

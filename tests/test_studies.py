@@ -1,7 +1,7 @@
-"""The study functions behind the notebooks (``simulator/studies.py``): knees against queueing
+"""The study functions behind the notebooks (``simulator/report/studies.py``): knees against queueing
 closed forms, burstiness statistics against Poisson and periodic streams, trace replay round trips,
-the replica search against a brute-force scan, speculative sweeps against the closed form, and the
-profile cross-check against the README's table."""
+the replica search (``simulator/planner/replica_search.py``) against a brute-force scan, speculative
+sweeps against the closed form, and the profile cross-check against the README's table."""
 from __future__ import annotations
 
 import math
@@ -13,6 +13,7 @@ import pytest
 from conftest import make_scenario
 
 from simulator import ScenarioError, simulate
+from simulator.planner.replica_search import meets_slo, min_replicas
 from simulator.report import studies
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,17 +174,17 @@ def _overloaded():
 
 def test_min_replicas_agrees_with_a_linear_scan():
     sc = _overloaded()
-    n, table = studies.min_replicas(sc, max_replicas=16)
-    scan = [studies.meets_slo(simulate(sc.with_overrides({"deployment.replicas": k}))) for k in range(1, 9)]
+    n, table = min_replicas(sc, max_replicas=16)
+    scan = [meets_slo(simulate(sc.with_overrides({"deployment.replicas": k}))) for k in range(1, 9)]
     assert n == 1 + scan.index(True)
     assert table.set_index("replicas").loc[n, "meets_slo"] and n >= 4          # 300 / 80 -> at least 4
-    none, _ = studies.min_replicas(sc, max_replicas=2)
+    none, _ = min_replicas(sc, max_replicas=2)
     assert none is None
 
 
 def test_meets_slo_needs_thresholds():
     with pytest.raises(ScenarioError, match="no SLO thresholds"):
-        studies.meets_slo(simulate(make_scenario(num_requests=20)))
+        meets_slo(simulate(make_scenario(num_requests=20)))
 
 
 def test_burstiness_cost_compares_trace_and_twin_at_the_same_deployment():

@@ -6,7 +6,8 @@
 """
 from simulator.planner.capacity import CapacityBound, capacity_bound
 from simulator.planner.config import LoadedPlan, PlanConfig, load_plan
-from simulator.planner.run import HOURS_PER_QUARTER, WORKSHEET_COLUMNS, PlanProgress, PlanResult, build_tasks, plan
+from simulator.planner.run import HOURS_PER_QUARTER, PlanProgress, PlanResult, build_tasks, plan
+from simulator.planner.tables import WORKSHEET_COLUMNS
 from simulator.planner.worksheet import spreadsheet_safe, write_worksheets
 
 __all__ = ["HOURS_PER_QUARTER", "WORKSHEET_COLUMNS", "CapacityBound", "LoadedPlan", "PlanConfig", "PlanProgress",

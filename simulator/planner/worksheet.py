@@ -75,7 +75,7 @@ def write_worksheets(result, out: Path, *, force: bool = False,   # PlanResult
     """Write the CSVs and the assumptions file next to each other; all or nothing (see the module docstring).
 
     ``worksheet.csv`` is the finance summary (``result.summary``: each number column at fixed decimals,
-    :func:`simulator.planner.run.finance_decimals`) and ``worksheet-totals.csv`` its totals;
+    :func:`simulator.planner.tables.finance_decimals`) and ``worksheet-totals.csv`` its totals;
     ``worksheet-candidates.csv`` has every engineering column of every candidate (6 significant digits);
     ``worksheet-assumptions.yaml`` what they rest on; ``worksheet-delta.csv``, with ``delta``, the changes
     from an earlier plan (:mod:`simulator.planner.compare`). ``extra`` (path relative to the folder -> text,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator import load_scenario, simulate
-from simulator.cli import jsonable
+from simulator.cli.support import jsonable
 from simulator.metrics import itl_samples
 
 HERE = Path(__file__).resolve().parent

@@ -1,6 +1,6 @@
 """What every ``llmplan`` command shares: the consoles, one-line errors (:func:`guarded`), plain progress
-lines for logs, option checks and JSON-safe values. Command modules (``simulator.cli``,
-``simulator.cli_studies``, ``simulator.importers.commands``) import from here, never from each other."""
+lines for logs, option checks, percentages and JSON-safe values. The command modules of
+:mod:`simulator.cli` import from here, never from each other."""
 from __future__ import annotations
 
 import math
@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from simulator.arguments import check_name
+from simulator.cli.startup import Terminated
 from simulator.errors import ScenarioError
 from simulator.output import check_path_name
-from simulator.startup import Terminated
 
 
 def _console(stderr: bool = False) -> Console:
@@ -112,6 +112,11 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             _fail(f"internal error: {type(exc).__name__}: {exc} (set LLMPLAN_DEBUG=1 for the traceback)", code=1)
     return wrapper
+
+
+def percent(x: Any) -> str:
+    """A fraction as a percentage with one decimal (``12.3%``), or ``-`` when there is none."""
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.1f}%"
 
 
 def jsonable(obj: Any) -> Any:

@@ -1,9 +1,9 @@
-"""A Ctrl-C during start-up handled like one later (used by :mod:`simulator.launch` and by
-``python -m simulator.cli``).
+"""A Ctrl-C during start-up handled like one later (used by :func:`simulator.cli.main`, the ``llmplan``
+command and ``python -m simulator.cli``).
 
 Importing the CLI takes about a second (pandas, scipy, pydantic). A Ctrl-C in that second used to
 print a traceback of whichever import it hit; here it prints ``error: interrupted`` and exits with
-status 130, as an interrupt of a running command does (:func:`simulator.cli.guarded`). This module
+status 130, as an interrupt of a running command does (:func:`simulator.cli.support.guarded`). This module
 imports nothing heavy, and the package's ``__init__`` imports its names lazily, so the guard is in
 place before the imports start.
 """
@@ -43,7 +43,7 @@ def guard_startup() -> Callable[[], None]:
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, ``timeout``, a CI job cancelled) during a command: raised like a Ctrl-C, so the
     same clean-up runs (a plan's worker processes are ended, a half-written output folder removed),
-    and the command exits with status 143 (:func:`simulator.cli.guarded`)."""
+    and the command exits with status 143 (:func:`simulator.cli.support.guarded`)."""
 
 
 def _terminated(signum: int, frame: Any) -> None:

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from simulator.cli_support import PlainProgress, err_console, jsonable, out_console
+from simulator.cli.support import PlainProgress, err_console, jsonable, out_console
 from simulator.errors import ScenarioError
 from simulator.output import check_output_folder, output_folder, write_csv
 from simulator.report.analysis import KPI, display_digits, max_load_meeting_slo, run_kpis
