@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
+from simulator.cost.base import BatchShape, CostModel, DecodeSteps, StepTime, VerifyStep, verify_step_fn
 
 
 @dataclass(frozen=True)
@@ -136,19 +136,23 @@ class CudaGraphPadded:
         return t + self.extra(num_decodes)[3] if 0 < num_decodes <= self._max else t
 
     def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
-        inner_fn = getattr(self.inner, "decode_step_fn", None)
-        real = inner_fn(num_decodes) if inner_fn is not None else None
+        real = self.inner.decode_step_fn(num_decodes)
         if real is None or not 0 < num_decodes <= self._max:
             return real
         pad = self.extra(num_decodes)[3]
         return lambda s: real(s) + pad
 
+    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
+        return None                     # built from decode_step_fn (the padding added per step)
+
+    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
+        return None                     # decode_step_fn adds the padding after the wrapped step
+
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         """The wrapped model's ``(a, b)`` with the padding added to ``a`` (None where it has none)."""
         if num_decodes in self._affine:
             return self._affine[num_decodes]
-        inner = getattr(self.inner, "decode_affine", None)
-        got = inner(num_decodes) if inner is not None else None
+        got = self.inner.decode_affine(num_decodes)
         if got is not None and 0 < num_decodes <= self._max:
             got = (got[0] + self.extra(num_decodes)[3], got[1])
         self._affine[num_decodes] = got

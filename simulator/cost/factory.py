@@ -9,7 +9,7 @@ import numpy as np
 from simulator.cost import analytic as _analytic  # noqa: F401  (registers constant, roofline)
 from simulator.cost import kernel_table as _kernel_table  # noqa: F401  (registers kernel_table)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
-from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
+from simulator.cost.base import COST_MODELS, BatchShape, CostModel, DecodeSteps, StepTime, VerifyStep, verify_step_fn
 from simulator.cost.cuda_graph import CudaGraphPadded, CudaGraphPadding
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism
@@ -78,11 +78,19 @@ class AsyncScheduled:
                    self._cpu_s(num_decodes, num_decodes))
 
     def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
-        inner_fn = getattr(self.inner, "decode_step_fn", None)
-        gpu = inner_fn(num_decodes) if inner_fn is not None else None
+        gpu = self.inner.decode_step_fn(num_decodes)
         if gpu is None:
             return None
         cpu = self._cpu_s(num_decodes, num_decodes)
         return lambda s: max(gpu(s), cpu)
+
+    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
+        return None                     # built from decode_step_fn (max with the CPU time per step)
+
+    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
+        return None                     # max(GPU, CPU) is not fixed + slope * s
+
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        return None                     # max(GPU, CPU) is not affine: runs are summed step by step
 
 

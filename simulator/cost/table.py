@@ -42,6 +42,7 @@ from simulator.cost.op_table import (
     prefill_roof,
     read_table,
 )
+from simulator.cost.piecewise_decode import PiecewiseDecode
 from simulator.errors import ScenarioError
 from simulator.scenario.models import DTYPE_BYTES, ModelSpec
 from simulator.scenario.profiles import HardwareProfile
@@ -315,10 +316,9 @@ class TableCostModel:
         (the same float, tested)."""
         got = self._attn_fns.get(n)
         if got is None:
-            scalar_fn = getattr(self._decode, "scalar_fn", None)
-            layers = self.L
-            if scalar_fn is not None:
-                attn = scalar_fn(n)
+            decode, layers = self._decode, self.L
+            if isinstance(decode, PiecewiseDecode):
+                attn = decode.scalar_fn(n)
                 got = self._attn_fns[n] = lambda s: layers * attn(float(s))
             else:
                 got = self._attn_fns[n] = lambda s: float(self._decode_attn(n, s))
@@ -404,11 +404,11 @@ class TableCostModel:
         attention has no such scalar form)."""
         got = self._step_fns.get(num_decodes)
         if got is None:
-            scalar_fn = getattr(self._decode, "scalar_fn", None)
-            if scalar_fn is None:
+            decode = self._decode
+            if not isinstance(decode, PiecewiseDecode):
                 return None
             lin, elem, comm, overhead = self._decode_fixed(num_decodes)
-            attn, layers = scalar_fn(num_decodes), self.L
+            attn, layers = decode.scalar_fn(num_decodes), self.L
             got = self._step_fns[num_decodes] = lambda s: lin + layers * attn(s) + elem + comm + overhead
         return got
 
@@ -417,12 +417,15 @@ class TableCostModel:
         where the decode attention inlines its own (measured tables); None elsewhere."""
         got = self._steps_fns.get(num_decodes)
         if got is None:
-            steps_fn = getattr(self._decode, "steps_fn", None)
-            if steps_fn is None:
+            decode = self._decode
+            if not isinstance(decode, PiecewiseDecode):
                 return None
             lin, elem, comm, overhead = self._decode_fixed(num_decodes)
-            got = self._steps_fns[num_decodes] = steps_fn(num_decodes, self.L, lin, elem, comm, overhead)
+            got = self._steps_fns[num_decodes] = decode.steps_fn(num_decodes, self.L, lin, elem, comm, overhead)
         return got
+
+    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
+        return None                     # decode_step_fn's attention is a table, not fixed + slope * s
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         # Element for element the same float operations as step_time_s(BatchShape.decode(n, s)).

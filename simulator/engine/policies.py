@@ -43,8 +43,6 @@ class ChunkedPrefillScheduler(Scheduler):
     """Sarathi-Serve / vLLM v1 chunked prefill (see module docstring)."""
 
     splits_prompts: ClassVar[bool] = True
-    own_steps_gate: str | None = "num_prefilling"
-    """:meth:`advance_steps` plans mixed steps only while a prompt is being prefilled."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
         super().__init__(config, kv, table)

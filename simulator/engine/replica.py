@@ -17,7 +17,9 @@ import simpy
 
 from simulator.cost.base import CostModel
 from simulator.engine.deadlines import DEADLINE_EPS_S, Deadlines
-from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
+from simulator.engine.decode_run import DecodePrices, DecodeRun
+from simulator.engine.output import SchedulerOutput
+from simulator.engine.scheduler import Scheduler
 
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.request import RequestTable
@@ -69,7 +71,10 @@ class Replica:
         self.on_finish = on_finish
         """Called as ``on_finish(ids, at)`` with the requests that ended at step end ``at``."""
         self.fast_forward = fast_forward
-        self.decode_runs = fast_forward and scheduler.supports_decode_runs
+        """Whether steps that end before the next event are applied without waiting for it (decode
+        runs, the policy's own steps); False: one event per step (verification)."""
+        self.prices = DecodePrices(cost)
+        """The cost model's decode-run prices, derived once (:mod:`simulator.engine.decode_run`)."""
         self.deadlines: Deadlines | None = None
         """Timeouts and queue-delay shedding (``simulator.engine.deadlines``); None when both are off."""
         self._idle: simpy.Event | None = None
@@ -81,10 +86,6 @@ class Replica:
         """A decode run applied when the clock passed the next event, which the next one may follow on from."""
         self._run_in_flight: tuple[float, DecodeRun] | None = None
         """The decode run (and its start) that the engine waits on, applied only when it ends."""
-        self._own_steps = getattr(scheduler, "advance_steps", None) if fast_forward else None
-        """The policy's fast path for single steps that end before the next event (``_fast_steps``)."""
-        self._own_gate: str | None = getattr(scheduler, "own_steps_gate", None)
-        """An attribute of the scheduler that is falsy while its fast path has nothing to plan."""
         self._log_step = steps.step_logger(index)
         self.arrivals: OwnArrivals | None = None
         """This replica's own arrivals, when it queues them itself (delivered whenever it wakes;
@@ -155,7 +156,7 @@ class Replica:
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
         env, sched = self.env, self.scheduler
-        own, gate, arrivals, solo = self._own_steps, self._own_gate, self.arrivals, self.solo
+        fast, arrivals, solo = self.fast_forward, self.arrivals, self.solo
         clock = env.now          # the environment's clock, or (solo) the one it would show
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
@@ -188,7 +189,7 @@ class Replica:
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
-                if own is not None and sched.n and (gate is None or getattr(sched, gate)):
+                if fast and sched.n:     # the policy's own steps first (none for continuous batching)
                     end, done, crossing_end = self._fast_steps(t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
                         if solo:
@@ -253,8 +254,7 @@ class Replica:
         sched = self.scheduler
         if sched.sort_pending or self.on_step_planned is not None:
             return t, [], None
-        assert self._own_steps is not None
-        end, done, crossing_end = self._own_steps(t, horizon, self.cost, self._log_step)
+        end, done, crossing_end = sched.advance_steps(t, horizon, self.cost, self._log_step)
         if crossing_end is not None:
             self.planned_until = crossing_end
         elif end != t:
@@ -263,18 +263,18 @@ class Replica:
 
     def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput | None, float, Any]:
         """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
-        sched, cost = self.scheduler, self.cost
+        sched, prices = self.scheduler, self.prices
         prev, self._continue_from = self._continue_from, None
-        if not sched.waiting and not sched.sort_pending and self.decode_runs:
+        if not sched.waiting and not sched.sort_pending and self.fast_forward:
             run = None
             if prev is not None and not prev.finishes and sched.n == prev.num_seqs - prev.num_padded:
                 # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch
                 # as it was: the next run follows on from ``prev`` without re-reading the batch.
-                run = sched.plan_decode_continuation(prev, t, horizon, cost)
-            elif sched.tracks_batch and sched.n:
+                run = sched.plan_decode_continuation(prev, t, horizon, prices)
+            elif sched.n:
                 # Nobody waits: the next step is the batch's decodes, a run read off the tracked batch
                 # (after a step that admitted, finishes, aborts) without building the step's plan.
-                run = sched.plan_tracked_run(t, horizon, cost)
+                run = sched.plan_tracked_run(t, horizon, prices)
             if run is not None:
                 self.steps.add_run(self.index, t, run, 0)
                 self.planned_until = t + run.total_s
@@ -282,14 +282,15 @@ class Replica:
         if sched.sort_pending:
             sched.sort_rows()
         out = sched.schedule(t)
-        if out.is_pure_decode and self.decode_runs:
-            run = sched.plan_decode_run(out, t, horizon, cost)
-            self.steps.add_run(self.index, t, run, len(sched.waiting))
-            self.planned_until = t + run.total_s
-            return out, t + run.total_s, run
+        if out.is_pure_decode and self.fast_forward:
+            planned = sched.plan_decode_run(out, t, horizon, prices)
+            if planned is not None:
+                self.steps.add_run(self.index, t, planned, len(sched.waiting))
+                self.planned_until = t + planned.total_s
+                return out, t + planned.total_s, planned
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-        duration = cost.step_time_s(out.batch_shape()) + out.extra_s
+        duration = self.cost.step_time_s(out.batch_shape()) + out.extra_s
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
         self.planned_until = t + duration
         if self.on_step_planned is not None:
