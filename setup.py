@@ -26,6 +26,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     "simulator/engine/request.py",
     "simulator/engine/kv_cache.py",
+    "simulator/workload/block_hashes.py",
     "simulator/engine/prefix_cache.py",
     "simulator/engine/output.py",
     "simulator/engine/request_queue.py",
