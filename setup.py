@@ -31,6 +31,7 @@ COMPILED = [
     "simulator/engine/output.py",
     "simulator/engine/request_queue.py",
     "simulator/engine/decode_run.py",
+    "simulator/engine/swap.py",
     "simulator/engine/scheduler.py",
     "simulator/engine/policies.py",
     "simulator/engine/disaggregated.py",

@@ -30,7 +30,6 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import ClassVar, cast
 
 import numpy as np
@@ -42,6 +41,7 @@ from simulator.engine.output import SchedulerOutput
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.request_queue import PriorityWaitingQueue
 from simulator.engine.steplog import StepLogger
+from simulator.engine.swap import SwapSpace
 from simulator.registry import Registry
 from simulator.scenario.config import SchedulerConfig
 
@@ -355,25 +355,15 @@ class Scheduler:
         Returns None, changing nothing, when those blocks are not free (``schedule`` preempts).
         """
         kv = self.kv
-        planned = self.follow_on(prev, kv.num_free_blocks, kv.num_used_blocks, now, next_event_time, prices)
-        if planned is None:
-            return None
-        ok = kv.allocate(planned[0])
-        assert ok
-        return planned[1]
-
-    def follow_on(self, prev: DecodeRun, free_blocks: int, used_blocks: int, now: float, next_event_time: float,
-                  prices: DecodePrices) -> tuple[int, DecodeRun] | None:
-        """:meth:`plan_decode_continuation` without touching the cache: the blocks the run's first
-        step allocates and the run, given the KV cache's free and used blocks when ``prev`` has
-        been applied (None: those blocks are not free)."""
         n, k = prev.num_seqs - prev.num_padded, prev.num_steps
         residues = turned(prev.residues, k)
         need = residues[0]          # rows whose blocks are exactly full need one more
-        if need > free_blocks:
+        if need > kv.num_free_blocks:
             return None
-        return need, self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
-                                      prev.affine, now, next_event_time, prices, free_blocks - need, used_blocks + need)
+        ok = kv.allocate(need)
+        assert ok
+        return self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
+                                prev.affine, now, next_event_time, prices, kv.num_free_blocks, kv.num_used_blocks)
 
     def plan_tracked_run(self, now: float, next_event_time: float, prices: DecodePrices) -> DecodeRun | None:
         """The run :meth:`schedule` + :meth:`plan_decode_run` would plan now, with nobody waiting
@@ -494,26 +484,18 @@ class Scheduler:
         swap, blocks_for = self.swap, self.kv.blocks_for
         assert swap is not None
         for rid, c in zip(ids, computed, strict=False):
-            blocks = blocks_for(c)
-            if swap.used_blocks + blocks > swap.capacity_blocks:
-                swap.recompute_fallbacks += 1
-                continue
-            swap.used_blocks += blocks
-            swap.swap_outs += 1
-            self._swapped[rid] = c
-            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+            copy_s = swap.copy_out(blocks_for(c))
+            if copy_s >= 0.0:
+                self._swapped[rid] = c
+                out.extra_s += copy_s
 
     def _swap_in(self, rid: int, tokens: int, out: SchedulerOutput) -> None:
         del self._swapped[rid]
         if rid in self._restore_free:
             self._restore_free.discard(rid)
         else:
-            swap = self.swap
-            assert swap is not None
-            blocks = self.kv.blocks_for(tokens)
-            swap.used_blocks -= blocks
-            swap.swap_ins += 1
-            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+            assert self.swap is not None
+            out.extra_s += self.swap.copy_in(self.kv.blocks_for(tokens))
         if out.prefill_context is None:
             out.prefill_context = [0] * len(out.admitted)
         out.prefill_context.append(tokens)
@@ -530,10 +512,7 @@ class Scheduler:
 
     def stats(self) -> dict[str, int]:
         """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
-        if self.swap is None:
-            return {}
-        return {"swap_outs": self.swap.swap_outs, "swap_ins": self.swap.swap_ins,
-                "swap_recompute_fallbacks": self.swap.recompute_fallbacks}
+        return {} if self.swap is None else self.swap.stats()
 
     def _record_finished(self, ids: list[int], now: float) -> None:
         table = self.table
@@ -589,20 +568,6 @@ class Scheduler:
 
     def _rows_leaving(self, rows: list[int]) -> None:
         """Hook: running ``rows`` are about to leave the batch unfinished (policies keep counters)."""
-
-
-@dataclass(slots=True)
-class SwapSpace:
-    """Host memory that preempted requests' KV blocks are copied to (vLLM v0's ``swap_space``)."""
-
-    capacity_blocks: int
-    bytes_per_block: float
-    bandwidth_bytes_per_s: float
-    """Device-host link, one direction (PCIe)."""
-    used_blocks: int = 0
-    swap_outs: int = 0
-    swap_ins: int = 0
-    recompute_fallbacks: int = 0
 
 
 _NO_LIMIT = 1 << 62
