@@ -377,11 +377,11 @@ def test_short_decode_runs_on_floats_are_the_numpy_runs(overrides, monkeypatch):
     """Decode runs of up to ``LIST_STEPS`` steps are priced on plain floats; the run is the same,
     bit for bit, as with every run priced by numpy."""
     from simulator import load_scenario, simulate
-    from simulator.engine import scheduler
+    from simulator.engine import decode_run
 
     sc = load_scenario(SHAREGPT, {"num_requests": 1200, "hardware": "h100-sxm", **overrides})
     fast = simulate(sc)
-    monkeypatch.setattr(scheduler, "LIST_STEPS", 0)
+    monkeypatch.setattr(decode_run, "LIST_STEPS", 0)
     _same_run(fast, simulate(sc))
 
 

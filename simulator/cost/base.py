@@ -98,7 +98,9 @@ class CostModel(Protocol):
     the same shape, bit for bit: the engine mixes them and promises the same run whichever it
     takes (``tests/test_speed.py`` checks each shipped model). The ``*_fn`` and ``decode_affine``
     forms are shortcuts: a model without one returns None and the engine prices those steps with
-    :meth:`decode_run_times` / :meth:`step_time_s`.
+    :meth:`decode_run_times` / :meth:`step_time_s`. A new cost model need only give
+    :meth:`breakdown` and :meth:`step_time_s`: :class:`simulator.cost.derived.BaseCostModel`
+    derives the rest.
     """
 
     def breakdown(self, shape: BatchShape) -> StepTime: ...

@@ -35,11 +35,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, CostModel, DecodeSteps, StepTime, VerifyStep, verify_step_fn
+from simulator.cost.base import BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
+from simulator.cost.derived import BaseCostModel
 from simulator.scenario.cuda_graph import CudaGraphPadding
 
 
-class CudaGraphPadded:
+class CudaGraphPadded(BaseCostModel):
     """``inner`` with CUDA-graph padding (see the module docstring): steps that replay a graph add
     the linear, elementwise and communication time of their padded rows."""
 
@@ -115,12 +116,6 @@ class CudaGraphPadded:
             return real
         pad = self.extra(num_decodes)[3]
         return lambda s: real(s) + pad
-
-    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
-        return None                     # built from decode_step_fn (the padding added per step)
-
-    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
-        return None                     # decode_step_fn adds the padding after the wrapped step
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         """The wrapped model's ``(a, b)`` with the padding added to ``a`` (None where it has none)."""

@@ -9,8 +9,9 @@ import numpy as np
 from simulator.cost import analytic as _analytic  # noqa: F401  (registers constant, roofline)
 from simulator.cost import kernel_table as _kernel_table  # noqa: F401  (registers kernel_table)
 from simulator.cost import table as _table  # noqa: F401  (registers table)
-from simulator.cost.base import COST_MODELS, BatchShape, CostModel, DecodeSteps, StepTime, VerifyStep, verify_step_fn
+from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
 from simulator.cost.cuda_graph import CudaGraphPadded, CudaGraphPadding
+from simulator.cost.derived import BaseCostModel
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import HardwareProfile, Overhead
@@ -45,7 +46,7 @@ def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_
     return AsyncScheduled(inner, overhead) if overlapped else inner
 
 
-class AsyncScheduled:
+class AsyncScheduled(BaseCostModel):
     """A cost model whose CPU overhead overlaps the GPU work (vLLM's async scheduling): a step
     takes ``max(GPU time, CPU overhead)``; the breakdown's ``overhead_s`` is the part the GPU
     time does not hide. Decode runs are summed step by step (``max`` is not affine)."""
@@ -83,14 +84,5 @@ class AsyncScheduled:
             return None
         cpu = self._cpu_s(num_decodes, num_decodes)
         return lambda s: max(gpu(s), cpu)
-
-    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
-        return None                     # built from decode_step_fn (max with the CPU time per step)
-
-    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
-        return None                     # max(GPU, CPU) is not fixed + slope * s
-
-    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
-        return None                     # max(GPU, CPU) is not affine: runs are summed step by step
 
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
+from simulator.cost.derived import BaseCostModel
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
@@ -64,7 +65,7 @@ def _nearest(candidates: pd.DataFrame, cols: list[str], target: list[float]) -> 
 
 
 @register("table")
-class TableCostModel:
+class TableCostModel(BaseCostModel):
     """Per-op table interpolation over one tensor-parallel shard (see module docstring).
 
     Raises:
@@ -423,9 +424,6 @@ class TableCostModel:
             lin, elem, comm, overhead = self._decode_fixed(num_decodes)
             got = self._steps_fns[num_decodes] = decode.steps_fn(num_decodes, self.L, lin, elem, comm, overhead)
         return got
-
-    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
-        return None                     # decode_step_fn's attention is a table, not fixed + slope * s
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         # Element for element the same float operations as step_time_s(BatchShape.decode(n, s)).
