@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -155,36 +155,27 @@ class Replica:
         that ends lets its client send the next one, possibly before the horizon: the horizon is
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
-        env, sched = self.env, self.scheduler
-        fast, arrivals, solo = self.fast_forward, self.arrivals, self.solo
+        env, sched, fast, arrivals = self.env, self.scheduler, self.fast_forward, self.arrivals
         clock = env.now          # the environment's clock, or (solo) the one it would show
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
                 self.deadlines.expire(clock)
             if sched.n == 0:
-                start = sched.batch_start_time(clock) if sched.waiting else math.inf
-                if start > clock:        # idle, or a batching policy waits to fill its batch
-                    if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
-                        start = min(start, self.deadlines.next_deadline())
-                    if arrivals is not None:      # sleep until the next own arrival (or the start)
-                        start = min(start, arrivals.next_time())
-                        if start == math.inf:
-                            if clock > env.now:   # solo: the run ends at this replica's clock
-                                yield env.timeout(clock - env.now)
-                            return
-                        if solo:
-                            clock = clock + (start - clock)   # what env.timeout(start - clock) makes of it
-                        else:
-                            yield env.timeout(start - clock)
-                            clock = env.now
-                        arrivals.deliver(self, clock)
-                        continue
-                    self._idle = env.event()
-                    yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - clock)])
-                    self._idle = None
-                    clock = env.now
+                wake = self._idle_until(clock)
+                if wake is not None:     # idle, or a batching policy waits to fill its batch
+                    if arrivals is None:          # an arrival process wakes it (or the batch start)
+                        self._idle = env.event()
+                        yield self._idle if wake == math.inf else env.any_of([self._idle, env.timeout(wake - clock)])
+                        self._idle = None
+                        clock = env.now
+                    elif wake == math.inf:        # no own arrival left: the run is over
+                        if clock > env.now:       # solo: it ends at this replica's clock
+                            yield env.timeout(clock - env.now)
+                        return
+                    else:                         # sleep until the next own arrival (or the start)
+                        clock = yield from self._sleep(clock, wake)
                     continue
-            now = t = clock
+            t = clock
             horizon = self.next_event_time()
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
@@ -192,13 +183,7 @@ class Replica:
                 if fast and sched.n:     # the policy's own steps first (none for continuous batching)
                     end, done, crossing_end = self._fast_steps(t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
-                        if solo:
-                            clock = now + (crossing_end - now)
-                        else:
-                            yield env.timeout(crossing_end - now)
-                            clock = env.now
-                        if arrivals is not None:
-                            arrivals.deliver(self, clock)
+                        clock = yield from self._sleep(clock, crossing_end)
                         done = sched.apply_planned_step(crossing_end)
                         if done:
                             self.on_finish(done, crossing_end)
@@ -208,41 +193,60 @@ class Replica:
                             self.on_finish(done, end)
                             horizon = min(horizon, self.next_event_time())
                         t = end
-                        if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
+                        if self._drained(t):
                             break
                         continue
-                _out, end, apply = self._plan_step(t, horizon)
-                if end < horizon and self.fast_forward:
+                end, apply = self._plan_step(t, horizon)
+                if end < horizon and fast:
                     if self._apply(apply, end):   # a closed-loop client may now send before the horizon
                         horizon = min(horizon, self.next_event_time())
-                        if isinstance(apply, DecodeRun):
-                            self._continue_from = apply
                     t = end
-                    if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
+                    if self._drained(t):
                         break
                     continue
+                # The step (or run) crosses the horizon: applied once the clock has passed it.
                 if isinstance(apply, DecodeRun):
                     self._run_in_flight = (t, apply)
-                if solo:
-                    clock = now + (end - now)
-                else:
-                    yield env.timeout(end - now)
-                    clock = env.now
-                if arrivals is not None:
-                    arrivals.deliver(self, clock)
+                clock = yield from self._sleep(clock, end)
                 self._run_in_flight = None
                 self._apply(apply, end)
-                if isinstance(apply, DecodeRun):
+                if isinstance(apply, DecodeRun):   # the clock passed an event that left the batch as it was
                     self._continue_from = apply
                 break
             if clock < t:   # the replica emptied mid-horizon: catch the clock up
-                if solo:
-                    clock = clock + (t - clock)
-                else:
-                    yield env.timeout(t - clock)
-                    clock = env.now
-                if arrivals is not None:
-                    arrivals.deliver(self, clock)
+                clock = yield from self._sleep(clock, t)
+
+    def _idle_until(self, clock: float) -> float | None:
+        """With the batch empty at ``clock``: None when the next step starts now, else the instant
+        to wake at (the policy's batch start, a waiting request's deadline, the next own arrival;
+        ``inf``: only an arrival process can wake it)."""
+        sched = self.scheduler
+        start = sched.batch_start_time(clock) if sched.waiting else math.inf
+        if start <= clock:
+            return None
+        if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
+            start = min(start, self.deadlines.next_deadline())
+        if self.arrivals is not None:
+            start = min(start, self.arrivals.next_time())
+        return start
+
+    def _sleep(self, clock: float, until: float):  # a SimPy sub-process generator
+        """Sleep from ``clock`` until ``until`` and return the new clock: a SimPy timeout, or (solo)
+        the clock moved as the timeout would move it; own arrivals up to then are queued."""
+        if self.solo:
+            clock = clock + (until - clock)   # what env.timeout(until - clock) makes of it
+        else:
+            yield self.env.timeout(until - clock)
+            clock = self.env.now
+        if self.arrivals is not None:
+            self.arrivals.deliver(self, clock)
+        return clock
+
+    def _drained(self, t: float) -> bool:
+        """Whether the batch emptied at ``t`` with no step to start then (nobody waits, or the policy
+        waits to fill a batch): the loop goes back to the idle check."""
+        sched = self.scheduler
+        return sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t)
 
     def _fast_steps(self, t: float, horizon: float) -> tuple[float, list[int], float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end
@@ -261,8 +265,9 @@ class Replica:
             self.planned_until = end
         return end, done, crossing_end
 
-    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput | None, float, Any]:
-        """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
+    def _plan_step(self, t: float, horizon: float) -> tuple[float, DecodeRun | SchedulerOutput]:
+        """Schedule the step (or decode run) starting at ``t``; returns its end instant and what
+        :meth:`_apply` applies at that end."""
         sched, prices = self.scheduler, self.prices
         prev, self._continue_from = self._continue_from, None
         if not sched.waiting and not sched.sort_pending and self.fast_forward:
@@ -278,7 +283,7 @@ class Replica:
             if run is not None:
                 self.steps.add_run(self.index, t, run, 0)
                 self.planned_until = t + run.total_s
-                return None, t + run.total_s, run
+                return t + run.total_s, run
         if sched.sort_pending:
             sched.sort_rows()
         out = sched.schedule(t)
@@ -287,7 +292,7 @@ class Replica:
             if planned is not None:
                 self.steps.add_run(self.index, t, planned, len(sched.waiting))
                 self.planned_until = t + planned.total_s
-                return out, t + planned.total_s, planned
+                return t + planned.total_s, planned
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
         duration = self.cost.step_time_s(out.batch_shape()) + out.extra_s
@@ -295,9 +300,9 @@ class Replica:
         self.planned_until = t + duration
         if self.on_step_planned is not None:
             self.on_step_planned(out, t + duration)
-        return out, t + duration, out
+        return t + duration, out
 
-    def _apply(self, plan: Any, end: float) -> int:
+    def _apply(self, plan: DecodeRun | SchedulerOutput, end: float) -> int:
         """Apply a planned step or run ending at ``end``; returns how many requests it finished."""
         sched = self.scheduler
         done = sched.advance_decode(plan, end) if isinstance(plan, DecodeRun) else sched.update_from_output(plan, end)
