@@ -43,7 +43,7 @@ class DecodeRun:
 
     Step ``j`` (0-based) lasts ``a + b * (context_sum + num_seqs * j)`` when the cost model is
     affine in the context (``durations`` is None), else ``durations[j]``. A plain class rather than
-    a dataclass (one is built per run; see :class:`SchedulerOutput`).
+    a dataclass (one is built per run; see :class:`~simulator.engine.output.SchedulerOutput`).
     """
 
     def __init__(self, num_steps: int, num_seqs: int, total_s: float, extra_blocks: int, finishes: bool,

@@ -71,7 +71,7 @@ class BatchingPolicy(Protocol):
 
     @property
     def waiting(self) -> Sized:
-        """The waiting queue (its length is read; ``outstanding_tokens`` iterates it)."""
+        """The waiting queue (the replica reads its length and, for outstanding tokens, its ids)."""
         ...
 
     @property
