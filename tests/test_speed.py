@@ -132,13 +132,12 @@ def test_the_verification_fast_path_is_the_step_by_step_loop(overrides, monkeypa
     ``advance_steps`` on plain lists; the result is the same run, bit for bit, as the
     engine loop planning and applying each of them through ``schedule``/``update_from_output``."""
     from simulator import load_scenario, simulate
-    from simulator.engine.scheduler import Scheduler
     from simulator.engine.speculative import SpeculativeScheduler
 
     sc = load_scenario(SPEED, {"num_requests": 600, **overrides})
     fast = simulate(sc)
     assert fast.engine_stats["num_verify_steps"] > 0
-    monkeypatch.setattr(SpeculativeScheduler, "advance_steps", Scheduler.advance_steps)   # none of its own
+    monkeypatch.setattr(SpeculativeScheduler, "own_steps", lambda self: None)   # no fast path of its own
     _same_run(fast, simulate(sc))
 
 
@@ -172,7 +171,6 @@ def test_the_mixed_step_fast_path_is_the_step_by_step_loop(overrides, monkeypatc
     loop planning and applying each of them through ``schedule``/``update_from_output``."""
     from simulator import load_scenario, simulate
     from simulator.engine.policies import ChunkedPrefillScheduler
-    from simulator.engine.scheduler import Scheduler
 
     sc = load_scenario(SHAREGPT, {**CHUNKED_SHAREGPT, **overrides})
     planned = []
@@ -186,7 +184,7 @@ def test_the_mixed_step_fast_path_is_the_step_by_step_loop(overrides, monkeypatc
     monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", counted)
     fast = simulate(sc)
     assert sum(planned) > 100
-    monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", Scheduler.advance_steps)   # none of its own
+    monkeypatch.setattr(ChunkedPrefillScheduler, "own_steps", lambda self: None)   # no fast path of its own
     slow = simulate(sc)
     _same_run(fast, slow)
     if "num_gpu_blocks_override" in overrides:
@@ -583,7 +581,6 @@ def test_the_policies_fast_paths_are_their_general_steps_on_random_scenarios(cas
 
     from simulator import ScenarioError, simulate
     from simulator.engine.policies import ChunkedPrefillScheduler
-    from simulator.engine.scheduler import Scheduler
     from simulator.engine.speculative import ChunkedSpeculativeScheduler, SpeculativeScheduler
 
     for seed in range(100 * case, 100 * case + 100):   # the first valid draw of this case's seeds
@@ -594,7 +591,7 @@ def test_the_policies_fast_paths_are_their_general_steps_on_random_scenarios(cas
         except ScenarioError:
             continue
     for policy in (ChunkedPrefillScheduler, SpeculativeScheduler, ChunkedSpeculativeScheduler):
-        monkeypatch.setattr(policy, "advance_steps", Scheduler.advance_steps)   # none of their own
+        monkeypatch.setattr(policy, "own_steps", lambda self: None)   # no fast path of their own
     _same_run(fast, simulate(sc))
 
 

@@ -21,9 +21,11 @@ says how long each step takes. The contract has two parts:
   takes none of them gives the same run, only slower. Decode runs (``plan_decode_run`` after a
   pure-decode ``schedule``; ``plan_decode_continuation`` after a run the clock passed;
   ``plan_tracked_run`` with nobody waiting) are applied by ``advance_decode``
-  (:mod:`simulator.engine.decode_run`); a policy's own steps (``advance_steps``: chunked prefill's
-  mixed steps, speculative verification) are planned and applied on its row lists, and the one
-  that crosses the next event is applied by ``apply_planned_step`` when the clock reaches its end.
+  (:mod:`simulator.engine.decode_run`). A policy may also have steps of its own to advance
+  (``own_steps`` returns an :class:`OwnSteps`, asked once per replica; None for continuous
+  batching): chunked prefill's mixed steps and speculative verification are planned and applied on
+  its row lists (``advance_steps``), and the one that crosses the next event is applied by
+  ``apply_planned_step`` when the clock reaches its end.
   Every fast path must give the run the one-step path gives, bit for bit (``tests/test_speed.py``
   checks each against ``fast_forward=False`` and against the path turned off).
 
@@ -43,8 +45,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.decode_run import DecodePrices, DecodeRun
     from simulator.engine.kv_cache import KVCacheManager
     from simulator.engine.output import SchedulerOutput
+    from simulator.engine.policies import ChunkedPrefillScheduler
     from simulator.engine.request import RequestStatus, RequestTable
     from simulator.engine.scheduler import Scheduler
+    from simulator.engine.speculative import SpeculativeScheduler
     from simulator.engine.steplog import StepLogger
 
 
@@ -143,11 +147,20 @@ class FastPaths(Protocol):
         """Apply the planned ``run``, which ended at ``now``; returns the ids of finished requests."""
         ...
 
+    def own_steps(self) -> OwnSteps | None:
+        """The policy's own fast path, or None (asked once, when the replica is built)."""
+        ...
+
+
+class OwnSteps(Protocol):
+    """The steps a policy plans and applies on its own between events (chunked prefill's mixed steps,
+    speculative verification): the optional part of :class:`FastPaths`, held by the replica."""
+
     def advance_steps(self, t: float, horizon: float, cost: CostModel,
                       log: StepLogger) -> tuple[float, list[int], float | None]:
-        """Plan, log and apply the policy's own steps from ``t`` that end before ``horizon``; returns
-        the last one's end (``t``: none), the ids they finished, and the end of the step crossing
-        ``horizon`` when that one was planned too (else None)."""
+        """Plan, log and apply the policy's steps from ``t`` that end before ``horizon``, while
+        nothing else can happen; returns the last one's end (``t``: none), the ids they finished,
+        and the end of the step crossing ``horizon`` when that one was planned too (else None)."""
         ...
 
     def apply_planned_step(self, now: float) -> list[int]:
@@ -155,6 +168,8 @@ class FastPaths(Protocol):
         ...
 
 
-def _conforms(scheduler: Scheduler) -> tuple[BatchingPolicy, FastPaths]:
-    """For mypy: the scheduler (and so every policy, its subclasses) keeps both parts of the contract."""
-    return scheduler, scheduler
+def _conforms(scheduler: Scheduler, chunked: ChunkedPrefillScheduler,
+              speculative: SpeculativeScheduler) -> tuple[BatchingPolicy, FastPaths, OwnSteps, OwnSteps]:
+    """For mypy: the scheduler (and so every policy, its subclasses) keeps both parts of the
+    contract, and the policies with steps of their own keep :class:`OwnSteps`."""
+    return scheduler, scheduler, chunked, speculative

@@ -187,6 +187,10 @@ class ChunkedPrefillScheduler(Scheduler):
         self._apply_rows(out.row_tokens, now)
         return self._finish(now)
 
+    def own_steps(self) -> ChunkedPrefillScheduler:
+        """Itself: its mixed steps (:meth:`advance_steps`, :meth:`apply_planned_step`)."""
+        return self
+
     def advance_steps(self, t: float, horizon: float, cost: Any,
                       log: StepLogger) -> tuple[float, list[int], float | None]:
         """Plan and apply consecutive mixed steps from ``t`` (the prefilling rows' next chunks and a

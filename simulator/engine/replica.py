@@ -22,6 +22,7 @@ from simulator.engine.output import SchedulerOutput
 from simulator.engine.scheduler import Scheduler
 
 if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.interface import OwnSteps
     from simulator.engine.request import RequestTable
     from simulator.engine.steplog import StepLog
 
@@ -75,6 +76,8 @@ class Replica:
         runs, the policy's own steps); False: one event per step (verification)."""
         self.prices = DecodePrices(cost)
         """The cost model's decode-run prices, derived once (:mod:`simulator.engine.decode_run`)."""
+        self._own_steps: OwnSteps | None = scheduler.own_steps() if fast_forward else None
+        """The policy's own fast path (chunked prefill's mixed steps, speculative verification), if any."""
         self.deadlines: Deadlines | None = None
         """Timeouts and queue-delay shedding (``simulator.engine.deadlines``); None when both are off."""
         self._idle: simpy.Event | None = None
@@ -155,7 +158,7 @@ class Replica:
         that ends lets its client send the next one, possibly before the horizon: the horizon is
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
-        env, sched, fast, arrivals = self.env, self.scheduler, self.fast_forward, self.arrivals
+        env, sched, fast, own, arrivals = self.env, self.scheduler, self.fast_forward, self._own_steps, self.arrivals
         clock = env.now          # the environment's clock, or (solo) the one it would show
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
@@ -180,11 +183,11 @@ class Replica:
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
-                if fast and sched.n:     # the policy's own steps first (none for continuous batching)
-                    end, done, crossing_end = self._fast_steps(t, horizon)
+                if own is not None and sched.n:     # the policy's own steps first
+                    end, done, crossing_end = self._fast_steps(own, t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
                         clock = yield from self._sleep(clock, crossing_end)
-                        done = sched.apply_planned_step(crossing_end)
+                        done = own.apply_planned_step(crossing_end)
                         if done:
                             self.on_finish(done, crossing_end)
                         break
@@ -248,7 +251,7 @@ class Replica:
         sched = self.scheduler
         return sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t)
 
-    def _fast_steps(self, t: float, horizon: float) -> tuple[float, list[int], float | None]:
+    def _fast_steps(self, own: OwnSteps, t: float, horizon: float) -> tuple[float, list[int], float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end
         before ``horizon`` and change nothing outside the batch: ``advance_steps``, speculative
         decoding's verification steps and chunked prefill's mixed steps); returns the last one's end
@@ -258,7 +261,7 @@ class Replica:
         sched = self.scheduler
         if sched.sort_pending or self.on_step_planned is not None:
             return t, [], None
-        end, done, crossing_end = sched.advance_steps(t, horizon, self.cost, self._log_step)
+        end, done, crossing_end = own.advance_steps(t, horizon, self.cost, self._log_step)
         if crossing_end is not None:
             self.planned_until = crossing_end
         elif end != t:

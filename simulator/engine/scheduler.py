@@ -30,20 +30,21 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable
-from typing import ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
-from simulator.cost.base import CostModel
 from simulator.engine.decode_run import DecodePrices, DecodeRun, plan_run, turned
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.output import SchedulerOutput
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.request_queue import PriorityWaitingQueue
-from simulator.engine.steplog import StepLogger
 from simulator.engine.swap import SwapSpace
 from simulator.registry import Registry
 from simulator.scenario.config import SchedulerConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.interface import OwnSteps
 
 _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
                                int(RequestStatus.FINISHED_LENGTH_CAPPED))
@@ -395,21 +396,11 @@ class Scheduler:
         return plan_run(n, self.pad_rows, residues, k_fin, k_cap, ctx1, affine, now, next_event_time, prices,
                         free, used)
 
-    def advance_steps(self, t: float, horizon: float, cost: CostModel,
-                      log: StepLogger) -> tuple[float, list[int], float | None]:
-        """Plan and apply, on the row lists, the steps from ``t`` that this policy can plan and apply
-        on its own before ``horizon`` (the steps decode runs do not cover: chunked prefill's mixed
-        steps, speculative verification); returns the last one's end (``t`` when there was none),
-        the ids it finished, and the end of the step after them when that one was planned too (it
-        crosses ``horizon``; :meth:`apply_planned_step` applies it at its end), else None.
-        Continuous batching has none: its steps between events are decode runs."""
-        return t, [], None
-
-    def apply_planned_step(self, now: float) -> list[int]:
-        """Apply the step :meth:`advance_steps` planned across its horizon, ending ``now``; returns
-        the ids of requests that finished. Called only after ``advance_steps`` returned that step's
-        end, which this class never does."""
-        raise RuntimeError("apply_planned_step without a step planned by advance_steps")
+    def own_steps(self) -> OwnSteps | None:
+        """The policy's own fast path for steps that decode runs do not cover (:class:`OwnSteps`),
+        asked once per replica; None: continuous batching has none (its steps between events are
+        decode runs)."""
+        return None
 
     def advance_decode(self, run: DecodeRun, now: float) -> list[int]:
         """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""

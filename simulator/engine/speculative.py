@@ -278,6 +278,10 @@ class SpeculativeScheduler(Scheduler):
         self.k = spec.num_speculative_tokens
         self.proposal_time_s = proposal_time_s
 
+    def own_steps(self) -> SpeculativeScheduler:
+        """Itself: its verification steps (:meth:`advance_steps`, :meth:`apply_planned_step`)."""
+        return self
+
     def advance_steps(self, t: float, horizon: float, cost: Any,
                       log: StepLogger) -> tuple[float, list[int], float | None]:
         """Verification steps on lists while nothing else can happen (:meth:`Speculation.advance_steps`)."""
