@@ -26,8 +26,9 @@ says how long each step takes. The contract has two parts:
   batching): chunked prefill's mixed steps and speculative verification are planned and applied on
   its row lists (``advance_steps``), and the one that crosses the next event is applied by
   ``apply_planned_step`` when the clock reaches its end.
-  Every fast path must give the run the one-step path gives, bit for bit (``tests/test_speed.py``
-  checks each against ``fast_forward=False`` and against the path turned off).
+  Every fast path must give the run the one-step path gives: bit for bit against that path turned
+  off (``tests/test_speed.py``), and against ``fast_forward=False`` up to the rounding of a run's
+  end, the sum of its steps (``tests/test_benchmark_modes.py``).
 
 :class:`~simulator.engine.scheduler.Scheduler` implements both (its fast paths: decode runs, and no
 own steps); the policies (:mod:`~simulator.engine.policies`, :mod:`~simulator.engine.speculative`,
