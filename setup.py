@@ -26,7 +26,12 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     "simulator/engine/request.py",
     "simulator/engine/kv_cache.py",
+    "simulator/workload/block_hashes.py",
     "simulator/engine/prefix_cache.py",
+    "simulator/engine/output.py",
+    "simulator/engine/request_queue.py",
+    "simulator/engine/decode_run.py",
+    "simulator/engine/swap.py",
     "simulator/engine/scheduler.py",
     "simulator/engine/policies.py",
     "simulator/engine/disaggregated.py",

@@ -12,8 +12,8 @@ from conftest import make_scenario
 
 from simulator import load_scenario, simulate
 from simulator.cluster.routing import make_router
-from simulator.engine.prefix_cache import prefix_block_hashes
 from simulator.scenario.config import AffinityConfig
+from simulator.workload.block_hashes import prefix_block_hashes
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-prefix-h100.yaml"
 

@@ -18,8 +18,9 @@ from conftest import make_scenario
 from simulator import simulate
 from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
-from simulator.engine.prefix_cache import BlockHashes, PrefixCachingKVManager
+from simulator.engine.prefix_cache import PrefixCachingKVManager
 from simulator.run.resolve import resolve
+from simulator.workload.block_hashes import BlockHashes
 
 CHUNKED = {"scheduler.policy": "chunked_prefill", "scheduler.enable_prefix_caching": True}
 SPEC = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6}}

@@ -160,3 +160,34 @@ def test_batch_shape_is_the_cost_models_one_input():
     cm = roofline()
     assert cm.decode_step_time_s(8, 800) == pytest.approx(cm.step_time_s(BatchShape.decode(8, 800)),
                                                           rel=1e-12)
+
+
+def test_a_cost_model_that_gives_only_its_step_time_runs_the_engine(monkeypatch):
+    """A new cost model implements ``breakdown`` and ``step_time_s`` (``BaseCostModel`` derives the
+    decode forms): the engine runs it with decode runs priced step by step (several steps per
+    step-log entry), and fast-forward gives the run one event per step gives (the same requests and
+    tokens; instants to float rounding, a run's end being the sum of its steps)."""
+    from simulator import load_scenario, simulate
+    from simulator.cost.derived import BaseCostModel
+    from simulator.run import simulate as simulate_module
+
+    class StepTimeOnly(BaseCostModel):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def breakdown(self, shape):
+            return self.inner.breakdown(shape)
+
+        def step_time_s(self, shape):
+            return self.inner.breakdown(shape).total_s
+
+    make = simulate_module.make_cost_model
+    monkeypatch.setattr(simulate_module, "make_cost_model", lambda *a, **k: StepTimeOnly(make(*a, **k)))
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "benchmarks" / "scenarios" / "speed-10k.yaml",
+                       {"num_requests": 300})
+    fast, slow = simulate(sc), simulate(sc, fast_forward=False)
+    assert fast.step_log.num_steps > fast.step_log.num_entries
+    times = ["first_scheduled_time", "first_token_time", "finish_time"]
+    np.testing.assert_allclose(fast.requests[times].to_numpy(), slow.requests[times].to_numpy(), rtol=0, atol=1e-9)
+    for col in ("status", "num_preemptions", "num_output_tokens"):
+        assert (fast.requests[col] == slow.requests[col]).all(), col

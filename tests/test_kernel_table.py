@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
-from simulator.cost.kernel_table import KernelTableCostModel, _isotonic, monotone_table
-from simulator.cost.op_table import file_sha256, read_table
+from simulator.cost.kernel_table import KernelTableCostModel
+from simulator.cost.op_table import _isotonic, file_sha256, monotone_table, read_table
 from simulator.scenario.models import MODEL_PRESETS
 from simulator.scenario.profiles import load_profile
 from simulator.scenario.quantization import resolve_precision
@@ -289,7 +289,7 @@ def test_decode_runs_equal_single_steps_bit_for_bit(profile: str, kv: str) -> No
     rows = rows[(rows["family"] == "attn_decode") & (rows["dtype"] == "bf16") & (rows["num_heads"] == 32)
                 & (rows["num_kv_heads"] == 8) & (rows["head_dim"] == 128)]
     curves = DecodeCurves.fit(rows)
-    from simulator.cost.kernel_table import PiecewiseDecode
+    from simulator.cost.piecewise_decode import PiecewiseDecode
 
     flat = PiecewiseDecode(curves, 1.0)
     s = np.geomspace(3.0, 5e6, 400)

@@ -23,8 +23,9 @@ from test_errors import assert_one_error_line, minimal, run_cli
 from simulator import ScenarioError, scenario_from_dict, simulate
 from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
-from simulator.engine.prefix_cache import BlockHashes, PrefixCachingKVManager
+from simulator.engine.prefix_cache import PrefixCachingKVManager
 from simulator.run.resolve import resolve
+from simulator.workload.block_hashes import BlockHashes
 
 DATA = Path(__file__).parent / "data"
 MOONCAKE = DATA / "mooncake_conversation_excerpt.jsonl"

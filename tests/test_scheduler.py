@@ -103,6 +103,7 @@ def test_preemption_keeps_the_largest_feasible_prefix():
 def test_decode_run_matches_single_steps():
     """plan_decode_run advances k identical steps: same tokens, blocks and finish as k single steps."""
     from simulator.cost.analytic import ConstantCostModel
+    from simulator.engine.decode_run import DecodePrices
     from simulator.scenario.profiles import HardwareProfile
 
     cost = ConstantCostModel(HardwareProfile(cost_model="constant", step_time_s=0.5))
@@ -111,7 +112,7 @@ def test_decode_run_matches_single_steps():
     step(a, 0.0)
     step(b, 0.0)
     out = a.schedule(1.0)
-    run = a.plan_decode_run(out, 1.0, np.inf, cost)
+    run = a.plan_decode_run(out, 1.0, np.inf, DecodePrices(cost))
     assert run.num_steps == 3 and run.finishes            # request 2 has 3 tokens left
     assert run.total_s == 1.5
     a.advance_decode(run, 2.5)
@@ -126,12 +127,13 @@ def test_decode_run_matches_single_steps():
 
 def test_decode_run_stops_at_the_step_in_which_the_next_arrival_falls():
     from simulator.cost.analytic import ConstantCostModel
+    from simulator.engine.decode_run import DecodePrices
     from simulator.scenario.profiles import HardwareProfile
 
     cost = ConstantCostModel(HardwareProfile(cost_model="constant", step_time_s=0.5))
     s = make_scheduler([4], [100])
     step(s, 0.0)
-    run = s.plan_decode_run(s.schedule(1.0), 1.0, 2.2, cost)   # steps end 1.5, 2.0, 2.5
+    run = s.plan_decode_run(s.schedule(1.0), 1.0, 2.2, DecodePrices(cost))   # steps end 1.5, 2.0, 2.5
     assert run.num_steps == 3 and not run.finishes
 
 

@@ -137,7 +137,7 @@ def test_the_verification_fast_path_is_the_step_by_step_loop(overrides, monkeypa
     sc = load_scenario(SPEED, {"num_requests": 600, **overrides})
     fast = simulate(sc)
     assert fast.engine_stats["num_verify_steps"] > 0
-    monkeypatch.setattr(SpeculativeScheduler, "advance_steps", None)
+    monkeypatch.setattr(SpeculativeScheduler, "own_steps", lambda self: None)   # no fast path of its own
     _same_run(fast, simulate(sc))
 
 
@@ -184,7 +184,7 @@ def test_the_mixed_step_fast_path_is_the_step_by_step_loop(overrides, monkeypatc
     monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", counted)
     fast = simulate(sc)
     assert sum(planned) > 100
-    monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", None)
+    monkeypatch.setattr(ChunkedPrefillScheduler, "own_steps", lambda self: None)   # no fast path of its own
     slow = simulate(sc)
     _same_run(fast, slow)
     if "num_gpu_blocks_override" in overrides:
@@ -259,7 +259,8 @@ def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
     import numpy as np
 
     from simulator import load_scenario, simulate
-    from simulator.engine.scheduler import Scheduler, _turned
+    from simulator.engine.decode_run import turned
+    from simulator.engine.scheduler import Scheduler
 
     sc = load_scenario(SHAREGPT, {**MANY, **overrides})
     checked = []
@@ -268,7 +269,7 @@ def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
         n, bs = self.n, self.block_size
         if self._tracked and n:
             residues = np.bincount(np.asarray(self.computed_tokens()) % bs, minlength=bs).tolist()
-            assert _turned(self._residues_at_phase, self._phase_computed) == residues
+            assert turned(self._residues_at_phase, self._phase_computed) == residues
             assert self._min_remaining() == min(self.remaining_tokens())
             checked.append(n)
 
@@ -283,7 +284,7 @@ def test_the_tracked_batch_is_the_batch(overrides, monkeypatch):
 
     def untracked(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        self._tracked = self.tracks_batch = False     # plan_tracked_run reads the tracked batch
+        self._tracked = False     # plan_tracked_run reads the tracked batch
     monkeypatch.setattr(Scheduler, "__init__", untracked)
     _same_run(tracked, simulate(sc))
 
@@ -297,14 +298,14 @@ def test_a_tabulated_run_reuses_the_durations_that_found_its_horizon(overrides, 
     the step that crosses the next arrival; the run is the same, bit for bit, as with the durations
     computed again."""
     from simulator import load_scenario, simulate
-    from simulator.engine import scheduler
+    from simulator.engine import decode_run
 
     sc = load_scenario(SHAREGPT, {"num_requests": 1500, "hardware": "h100-sxm", **overrides})
-    monkeypatch.setattr(scheduler, "LIST_STEPS", 0)                   # every run priced with numpy
+    monkeypatch.setattr(decode_run, "LIST_STEPS", 0)                  # every run priced with numpy
     fast = simulate(sc)
     assert fast.step_log.num_steps > fast.step_log.num_entries       # decode runs of several steps
-    steps_to_reach = scheduler._steps_to_reach
-    monkeypatch.setattr(scheduler, "_steps_to_reach", lambda *args: (steps_to_reach(*args)[0], None))
+    steps_to_reach = decode_run.steps_to_reach
+    monkeypatch.setattr(decode_run, "steps_to_reach", lambda *args: (steps_to_reach(*args)[0], None))
     _same_run(fast, simulate(sc))
 
 
@@ -313,7 +314,7 @@ def test_numpy_sum_adds_as_numpy_does():
     total is the float ``np.sum`` gives for the same durations."""
     import numpy as np
 
-    from simulator.engine.scheduler import numpy_sum
+    from simulator.engine.decode_run import numpy_sum
 
     rng = np.random.default_rng(3)
     for n in [*range(1, 300), 511, 1024, 2049]:
@@ -332,7 +333,7 @@ def test_a_decode_step_on_floats_is_the_numpy_step(engine):
 
     from simulator import load_scenario
     from simulator.cost.factory import make_cost_model
-    from simulator.engine import scheduler
+    from simulator.engine.decode_run import DecodePrices
     from simulator.run.resolve import resolve
     from simulator.scenario.parallel import Parallelism
 
@@ -349,9 +350,9 @@ def test_a_decode_step_on_floats_is_the_numpy_step(engine):
         assert [cost.decode_step_time_s(n, int(c)) for c in ctx] == [fn(float(c)) for c in ctx]
         # The run pricing the scheduler uses (the table's inlined steps without wrappers), across
         # breakpoints: the same floats, stopped at the first step whose running sum reaches delta.
-        steps = scheduler._decode_steps_fn(cost, n)
+        steps = DecodePrices(cost).steps(n)
         assert steps is not None
-        assert engine is not None or getattr(cost, "decode_steps_fn", None) is not None
+        assert engine is not None or cost.decode_steps_fn(n) is not None
         for ctx1 in (0, n, 50 * n, 999 * n, 20000 * n):
             k = 64 if n < 300 else 16
             ctxs = ctx1 + n * np.arange(k, dtype=np.float64)
@@ -374,11 +375,11 @@ def test_short_decode_runs_on_floats_are_the_numpy_runs(overrides, monkeypatch):
     """Decode runs of up to ``LIST_STEPS`` steps are priced on plain floats; the run is the same,
     bit for bit, as with every run priced by numpy."""
     from simulator import load_scenario, simulate
-    from simulator.engine import scheduler
+    from simulator.engine import decode_run
 
     sc = load_scenario(SHAREGPT, {"num_requests": 1200, "hardware": "h100-sxm", **overrides})
     fast = simulate(sc)
-    monkeypatch.setattr(scheduler, "LIST_STEPS", 0)
+    monkeypatch.setattr(decode_run, "LIST_STEPS", 0)
     _same_run(fast, simulate(sc))
 
 
@@ -589,9 +590,8 @@ def test_the_policies_fast_paths_are_their_general_steps_on_random_scenarios(cas
             break
         except ScenarioError:
             continue
-    monkeypatch.setattr(ChunkedPrefillScheduler, "advance_steps", None)
-    monkeypatch.setattr(SpeculativeScheduler, "advance_steps", None)
-    monkeypatch.setattr(ChunkedSpeculativeScheduler, "advance_steps", None)
+    for policy in (ChunkedPrefillScheduler, SpeculativeScheduler, ChunkedSpeculativeScheduler):
+        monkeypatch.setattr(policy, "own_steps", lambda self: None)   # no fast path of their own
     _same_run(fast, simulate(sc))
 
 

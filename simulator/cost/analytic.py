@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, StepTime, VerifyStep, register
+from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism, collective_link, stage_links
@@ -80,6 +80,18 @@ class ConstantCostModel:
 
     def decode_affine(self, num_decodes: int) -> tuple[float, float]:
         return self.step_s, 0.0
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
+        return None                     # runs are affine (decode_affine): no step-by-step pricing
+
+    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
+        return None
+
+    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
+        return None
+
+    def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
+        return None                     # step_time_s is already a few operations
 
 
 class RooflineCostModel:
@@ -256,6 +268,9 @@ class RooflineCostModel:
         where a subclass's decode steps are not affine in it)."""
         fixed, slope = self.decode_step_terms(num_decodes)
         return lambda s: fixed + slope * s
+
+    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
+        return None                     # built from decode_step_fn (runs are affine here anyway)
 
     def decode_step_terms(self, num_decodes: int) -> tuple[float, float]:
         """``(fixed, slope)``: :meth:`decode_step_fn` computes ``fixed + slope * s``, these float

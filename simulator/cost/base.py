@@ -88,7 +88,20 @@ class BatchShape:
 
 
 class CostModel(Protocol):
-    """What the engine asks of a cost model: the duration of a step of a given :class:`BatchShape`."""
+    """What the engine asks of a cost model: the duration of a step of a given :class:`BatchShape`.
+
+    The engine calls :meth:`step_time_s` for every step it plans one by one, :meth:`breakdown`
+    where the parts are shown (the step log's stage breakdown, CUDA-graph padding, MTP proposals),
+    and the decode forms below for runs of pure-decode steps
+    (:mod:`simulator.engine.decode_run`, which derives its prices from them once per cost model)
+    and for speculative verification. Every form must give the float :meth:`step_time_s` gives for
+    the same shape, bit for bit: the engine mixes them and promises the same run whichever it
+    takes (``tests/test_speed.py`` checks each shipped model). The ``*_fn`` and ``decode_affine``
+    forms are shortcuts: a model without one returns None and the engine prices those steps with
+    :meth:`decode_run_times` / :meth:`step_time_s`. A new cost model need only give
+    :meth:`breakdown` and :meth:`step_time_s`: :class:`simulator.cost.derived.BaseCostModel`
+    derives the rest.
+    """
 
     def breakdown(self, shape: BatchShape) -> StepTime: ...
 
@@ -107,9 +120,31 @@ class CostModel(Protocol):
         decode_context_tokens))`` (same as ``decode_run_times`` for one entry)."""
         ...
 
-    # Optional: ``decode_affine(num_decodes) -> (a, b) | None``: (a, b) when a pure-decode step takes
-    # exactly ``a + b * decode_context_tokens`` seconds (the engine then plans decode runs in closed
-    # form), None when it does not (the engine sums ``decode_run_times``).
+    def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
+        """``(a, b)`` when a pure-decode step of ``num_decodes`` requests takes exactly ``a + b *
+        decode_context_tokens`` seconds (the engine then plans decode runs in closed form), else None."""
+        ...
+
+    def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
+        """:meth:`decode_step_time_s` at ``num_decodes`` as a function of the context sum on plain
+        floats (short decode runs, draft proposals), or None."""
+        ...
+
+    def decode_steps_fn(self, num_decodes: int) -> DecodeSteps | None:
+        """:meth:`decode_step_fn`'s steps in one function (:data:`DecodeSteps`), where the model
+        inlines them; None: the engine builds them from :meth:`decode_step_fn`."""
+        ...
+
+    def decode_step_terms(self, num_decodes: int) -> tuple[float, float] | None:
+        """``(fixed, slope)`` where :meth:`decode_step_fn` computes ``fixed + slope * s``, these
+        float operations (a caller summing many steps inlines them), else None."""
+        ...
+
+    def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
+        """A speculative verification step's duration (:data:`VerifyStep`) with the terms that
+        depend only on the batch size computed once, or None (:func:`verify_step_fn` falls back
+        to :meth:`step_time_s`)."""
+        ...
 
 
 DecodeSteps = Callable[[int, int, float], tuple[list[float], bool]]
@@ -146,8 +181,7 @@ depend only on the batch size computed once (or None); :func:`verify_step_fn` fa
 
 def verify_step_fn(cost: CostModel, num_seqs: int, num_query_tokens: int) -> VerifyStep:
     """``cost``'s :data:`VerifyStep` for ``num_seqs`` requests of ``num_query_tokens`` query tokens."""
-    own = getattr(cost, "verify_step_fn", None)
-    fn = own(num_seqs, num_query_tokens) if own is not None else None
+    fn = cost.verify_step_fn(num_seqs, num_query_tokens)
     if fn is not None:
         return fn
     q, sampled, step_time_s = [num_query_tokens] * num_seqs, num_seqs * num_query_tokens, cost.step_time_s

@@ -7,7 +7,7 @@ most the largest captured size runs the graph of the next size at or above it, t
 padding, and a larger step runs eagerly. Which steps may replay a graph depends on the engine: vLLM
 v1 pads any step by its total token count (full graphs for pure-decode batches, piecewise graphs for
 the others, ``vllm/v1/cudagraph_dispatcher.py``); vLLM 0.6, SGLang's decode graphs and TensorRT-LLM
-pad pure-decode steps only (:attr:`CudaGraphPadding.prefill_steps`).
+pad pure-decode steps only (:attr:`~simulator.scenario.cuda_graph.CudaGraphPadding.prefill_steps`).
 
 What the padded rows cost, and what they do not:
 
@@ -30,42 +30,17 @@ context, so decode runs stay affine where the wrapped model's are.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from simulator.cost.base import BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
+from simulator.cost.derived import BaseCostModel
+from simulator.scenario.cuda_graph import CudaGraphPadding
 
 
-@dataclass(frozen=True)
-class CudaGraphPadding:
-    """The captured sizes (ascending, distinct, at least one) and whether steps with prompt tokens
-    replay graphs too (``prefill_steps``) or only pure-decode steps do."""
-
-    capture_sizes: tuple[int, ...]
-    prefill_steps: bool = False
-
-    def __post_init__(self) -> None:
-        sizes = self.capture_sizes
-        if not sizes or sizes[0] < 1 or any(b <= a for a, b in itertools.pairwise(sizes)):
-            raise ValueError(f"capture sizes must be ascending, distinct and >= 1, got {sizes}")
-
-    @property
-    def max_capture_size(self) -> int:
-        return self.capture_sizes[-1]
-
-    def padded(self, num_tokens: int) -> int:
-        """The captured size a step of ``num_tokens`` tokens runs at (itself above the largest)."""
-        if num_tokens > self.capture_sizes[-1] or num_tokens <= 0:
-            return num_tokens
-        return self.capture_sizes[bisect.bisect_left(self.capture_sizes, num_tokens)]
-
-
-class CudaGraphPadded:
+class CudaGraphPadded(BaseCostModel):
     """``inner`` with CUDA-graph padding (see the module docstring): steps that replay a graph add
     the linear, elementwise and communication time of their padded rows."""
 
@@ -136,8 +111,7 @@ class CudaGraphPadded:
         return t + self.extra(num_decodes)[3] if 0 < num_decodes <= self._max else t
 
     def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
-        inner_fn = getattr(self.inner, "decode_step_fn", None)
-        real = inner_fn(num_decodes) if inner_fn is not None else None
+        real = self.inner.decode_step_fn(num_decodes)
         if real is None or not 0 < num_decodes <= self._max:
             return real
         pad = self.extra(num_decodes)[3]
@@ -147,8 +121,7 @@ class CudaGraphPadded:
         """The wrapped model's ``(a, b)`` with the padding added to ``a`` (None where it has none)."""
         if num_decodes in self._affine:
             return self._affine[num_decodes]
-        inner = getattr(self.inner, "decode_affine", None)
-        got = inner(num_decodes) if inner is not None else None
+        got = self.inner.decode_affine(num_decodes)
         if got is not None and 0 < num_decodes <= self._max:
             got = (got[0] + self.extra(num_decodes)[3], got[1])
         self._affine[num_decodes] = got

@@ -11,6 +11,7 @@ from simulator.cost import kernel_table as _kernel_table  # noqa: F401  (registe
 from simulator.cost import table as _table  # noqa: F401  (registers table)
 from simulator.cost.base import COST_MODELS, BatchShape, CostModel, StepTime, VerifyStep, verify_step_fn
 from simulator.cost.cuda_graph import CudaGraphPadded, CudaGraphPadding
+from simulator.cost.derived import BaseCostModel
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism
 from simulator.scenario.profiles import HardwareProfile, Overhead
@@ -45,7 +46,7 @@ def make_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_
     return AsyncScheduled(inner, overhead) if overlapped else inner
 
 
-class AsyncScheduled:
+class AsyncScheduled(BaseCostModel):
     """A cost model whose CPU overhead overlaps the GPU work (vLLM's async scheduling): a step
     takes ``max(GPU time, CPU overhead)``; the breakdown's ``overhead_s`` is the part the GPU
     time does not hide. Decode runs are summed step by step (``max`` is not affine)."""
@@ -78,8 +79,7 @@ class AsyncScheduled:
                    self._cpu_s(num_decodes, num_decodes))
 
     def decode_step_fn(self, num_decodes: int) -> Callable[[float], float] | None:
-        inner_fn = getattr(self.inner, "decode_step_fn", None)
-        gpu = inner_fn(num_decodes) if inner_fn is not None else None
+        gpu = self.inner.decode_step_fn(num_decodes)
         if gpu is None:
             return None
         cpu = self._cpu_s(num_decodes, num_decodes)

@@ -373,3 +373,44 @@ def fit_summary(loo: pd.DataFrame) -> pd.DataFrame:
             rows.append({"family": fam, "points": len(e), "median_abs_error": float(np.median(e)),
                          "p90_abs_error": float(np.percentile(e, 90)), "max_abs_error": float(e.max())})
     return pd.DataFrame(rows, columns=["family", "points", "median_abs_error", "p90_abs_error", "max_abs_error"])
+
+
+def _isotonic(y: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``y`` in least squares (pool adjacent violators)."""
+    vals: list[float] = []
+    counts: list[int] = []
+    for v in y.tolist():
+        vals.append(v)
+        counts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            n = counts[-2] + counts[-1]
+            vals[-2:] = [(vals[-2] * counts[-2] + vals[-1] * counts[-1]) / n]
+            counts[-2:] = [n]
+    return np.repeat(vals, counts)
+
+
+#: The size each family's time must not fall along, and the shape columns that hold it fixed.
+_MONOTONE = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
+             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens"}
+
+
+def monotone_table(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each curve made non-decreasing along its size (GEMM rows ``m``, elementwise and
+    prefill tokens, all-reduce bytes) by isotonic regression of log time: a larger batch never
+    runs faster because of measurement noise or a kernel-heuristic dip (the ``table`` model's decode
+    curves get the same guarantee along the context). The pooled points average their neighbours,
+    so a dip costs its neighbours a little instead of lifting the whole curve to a peak."""
+    out = df.copy()
+    shape = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
+             "world_size", "num_experts", "top_k", "weight_bits"]
+    for fam, size in _MONOTONE.items():
+        sel = out[out["family"] == fam].sort_values(size, kind="stable")
+        if sel.empty:
+            continue
+        keys = [c for c in shape if c != size]
+        log_s = np.log(sel["median_s"].to_numpy(np.float64))
+        fitted = np.empty_like(log_s)
+        for rows in sel.groupby(keys, sort=False).indices.values():   # each curve's rows, by size
+            fitted[rows] = np.exp(_isotonic(log_s[rows]))
+        out.loc[sel.index, "median_s"] = fitted
+    return out

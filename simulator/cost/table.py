@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
+from simulator.cost.derived import BaseCostModel
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
@@ -42,6 +43,7 @@ from simulator.cost.op_table import (
     prefill_roof,
     read_table,
 )
+from simulator.cost.piecewise_decode import PiecewiseDecode
 from simulator.errors import ScenarioError
 from simulator.scenario.models import DTYPE_BYTES, ModelSpec
 from simulator.scenario.profiles import HardwareProfile
@@ -63,7 +65,7 @@ def _nearest(candidates: pd.DataFrame, cols: list[str], target: list[float]) -> 
 
 
 @register("table")
-class TableCostModel:
+class TableCostModel(BaseCostModel):
     """Per-op table interpolation over one tensor-parallel shard (see module docstring).
 
     Raises:
@@ -315,10 +317,9 @@ class TableCostModel:
         (the same float, tested)."""
         got = self._attn_fns.get(n)
         if got is None:
-            scalar_fn = getattr(self._decode, "scalar_fn", None)
-            layers = self.L
-            if scalar_fn is not None:
-                attn = scalar_fn(n)
+            decode, layers = self._decode, self.L
+            if isinstance(decode, PiecewiseDecode):
+                attn = decode.scalar_fn(n)
                 got = self._attn_fns[n] = lambda s: layers * attn(float(s))
             else:
                 got = self._attn_fns[n] = lambda s: float(self._decode_attn(n, s))
@@ -404,11 +405,11 @@ class TableCostModel:
         attention has no such scalar form)."""
         got = self._step_fns.get(num_decodes)
         if got is None:
-            scalar_fn = getattr(self._decode, "scalar_fn", None)
-            if scalar_fn is None:
+            decode = self._decode
+            if not isinstance(decode, PiecewiseDecode):
                 return None
             lin, elem, comm, overhead = self._decode_fixed(num_decodes)
-            attn, layers = scalar_fn(num_decodes), self.L
+            attn, layers = decode.scalar_fn(num_decodes), self.L
             got = self._step_fns[num_decodes] = lambda s: lin + layers * attn(s) + elem + comm + overhead
         return got
 
@@ -417,11 +418,11 @@ class TableCostModel:
         where the decode attention inlines its own (measured tables); None elsewhere."""
         got = self._steps_fns.get(num_decodes)
         if got is None:
-            steps_fn = getattr(self._decode, "steps_fn", None)
-            if steps_fn is None:
+            decode = self._decode
+            if not isinstance(decode, PiecewiseDecode):
                 return None
             lin, elem, comm, overhead = self._decode_fixed(num_decodes)
-            got = self._steps_fns[num_decodes] = steps_fn(num_decodes, self.L, lin, elem, comm, overhead)
+            got = self._steps_fns[num_decodes] = decode.steps_fn(num_decodes, self.L, lin, elem, comm, overhead)
         return got
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:

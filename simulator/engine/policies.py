@@ -43,8 +43,6 @@ class ChunkedPrefillScheduler(Scheduler):
     """Sarathi-Serve / vLLM v1 chunked prefill (see module docstring)."""
 
     splits_prompts: ClassVar[bool] = True
-    own_steps_gate: str | None = "num_prefilling"
-    """:meth:`advance_steps` plans mixed steps only while a prompt is being prefilled."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
         super().__init__(config, kv, table)
@@ -188,6 +186,10 @@ class ChunkedPrefillScheduler(Scheduler):
             return super().update_from_output(out, now)
         self._apply_rows(out.row_tokens, now)
         return self._finish(now)
+
+    def own_steps(self) -> ChunkedPrefillScheduler:
+        """Itself: its mixed steps (:meth:`advance_steps`, :meth:`apply_planned_step`)."""
+        return self
 
     def advance_steps(self, t: float, horizon: float, cost: Any,
                       log: StepLogger) -> tuple[float, list[int], float | None]:

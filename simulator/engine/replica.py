@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
 from simulator.cost.base import CostModel
 from simulator.engine.deadlines import DEADLINE_EPS_S, Deadlines
-from simulator.engine.scheduler import DecodeRun, Scheduler, SchedulerOutput
+from simulator.engine.decode_run import DecodePrices, DecodeRun
+from simulator.engine.output import SchedulerOutput
+from simulator.engine.scheduler import Scheduler
 
 if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.interface import OwnSteps
     from simulator.engine.request import RequestTable
     from simulator.engine.steplog import StepLog
 
@@ -69,7 +72,12 @@ class Replica:
         self.on_finish = on_finish
         """Called as ``on_finish(ids, at)`` with the requests that ended at step end ``at``."""
         self.fast_forward = fast_forward
-        self.decode_runs = fast_forward and scheduler.supports_decode_runs
+        """Whether steps that end before the next event are applied without waiting for it (decode
+        runs, the policy's own steps); False: one event per step (verification)."""
+        self.prices = DecodePrices(cost)
+        """The cost model's decode-run prices, derived once (:mod:`simulator.engine.decode_run`)."""
+        self._own_steps: OwnSteps | None = scheduler.own_steps() if fast_forward else None
+        """The policy's own fast path (chunked prefill's mixed steps, speculative verification), if any."""
         self.deadlines: Deadlines | None = None
         """Timeouts and queue-delay shedding (``simulator.engine.deadlines``); None when both are off."""
         self._idle: simpy.Event | None = None
@@ -81,10 +89,6 @@ class Replica:
         """A decode run applied when the clock passed the next event, which the next one may follow on from."""
         self._run_in_flight: tuple[float, DecodeRun] | None = None
         """The decode run (and its start) that the engine waits on, applied only when it ends."""
-        self._own_steps = getattr(scheduler, "advance_steps", None) if fast_forward else None
-        """The policy's fast path for single steps that end before the next event (``_fast_steps``)."""
-        self._own_gate: str | None = getattr(scheduler, "own_steps_gate", None)
-        """An attribute of the scheduler that is falsy while its fast path has nothing to plan."""
         self._log_step = steps.step_logger(index)
         self.arrivals: OwnArrivals | None = None
         """This replica's own arrivals, when it queues them itself (delivered whenever it wakes;
@@ -154,51 +158,36 @@ class Replica:
         that ends lets its client send the next one, possibly before the horizon: the horizon is
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
-        env, sched = self.env, self.scheduler
-        own, gate, arrivals, solo = self._own_steps, self._own_gate, self.arrivals, self.solo
+        env, sched, fast, own, arrivals = self.env, self.scheduler, self.fast_forward, self._own_steps, self.arrivals
         clock = env.now          # the environment's clock, or (solo) the one it would show
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
                 self.deadlines.expire(clock)
             if sched.n == 0:
-                start = sched.batch_start_time(clock) if sched.waiting else math.inf
-                if start > clock:        # idle, or a batching policy waits to fill its batch
-                    if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
-                        start = min(start, self.deadlines.next_deadline())
-                    if arrivals is not None:      # sleep until the next own arrival (or the start)
-                        start = min(start, arrivals.next_time())
-                        if start == math.inf:
-                            if clock > env.now:   # solo: the run ends at this replica's clock
-                                yield env.timeout(clock - env.now)
-                            return
-                        if solo:
-                            clock = clock + (start - clock)   # what env.timeout(start - clock) makes of it
-                        else:
-                            yield env.timeout(start - clock)
-                            clock = env.now
-                        arrivals.deliver(self, clock)
-                        continue
-                    self._idle = env.event()
-                    yield self._idle if start == math.inf else env.any_of([self._idle, env.timeout(start - clock)])
-                    self._idle = None
-                    clock = env.now
+                wake = self._idle_until(clock)
+                if wake is not None:     # idle, or a batching policy waits to fill its batch
+                    if arrivals is None:          # an arrival process wakes it (or the batch start)
+                        self._idle = env.event()
+                        yield self._idle if wake == math.inf else env.any_of([self._idle, env.timeout(wake - clock)])
+                        self._idle = None
+                        clock = env.now
+                    elif wake == math.inf:        # no own arrival left: the run is over
+                        if clock > env.now:       # solo: it ends at this replica's clock
+                            yield env.timeout(clock - env.now)
+                        return
+                    else:                         # sleep until the next own arrival (or the start)
+                        clock = yield from self._sleep(clock, wake)
                     continue
-            now = t = clock
+            t = clock
             horizon = self.next_event_time()
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
             while True:
-                if own is not None and sched.n and (gate is None or getattr(sched, gate)):
-                    end, done, crossing_end = self._fast_steps(t, horizon)
+                if own is not None and sched.n:     # the policy's own steps first
+                    end, done, crossing_end = self._fast_steps(own, t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
-                        if solo:
-                            clock = now + (crossing_end - now)
-                        else:
-                            yield env.timeout(crossing_end - now)
-                            clock = env.now
-                        if arrivals is not None:
-                            arrivals.deliver(self, clock)
-                        done = sched.apply_planned_step(crossing_end)
+                        clock = yield from self._sleep(clock, crossing_end)
+                        done = own.apply_planned_step(crossing_end)
                         if done:
                             self.on_finish(done, crossing_end)
                         break
@@ -207,43 +196,62 @@ class Replica:
                             self.on_finish(done, end)
                             horizon = min(horizon, self.next_event_time())
                         t = end
-                        if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
+                        if self._drained(t):
                             break
                         continue
-                _out, end, apply = self._plan_step(t, horizon)
-                if end < horizon and self.fast_forward:
+                end, apply = self._plan_step(t, horizon)
+                if end < horizon and fast:
                     if self._apply(apply, end):   # a closed-loop client may now send before the horizon
                         horizon = min(horizon, self.next_event_time())
-                        if isinstance(apply, DecodeRun):
-                            self._continue_from = apply
                     t = end
-                    if sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t):
+                    if self._drained(t):
                         break
                     continue
+                # The step (or run) crosses the horizon: applied once the clock has passed it.
                 if isinstance(apply, DecodeRun):
                     self._run_in_flight = (t, apply)
-                if solo:
-                    clock = now + (end - now)
-                else:
-                    yield env.timeout(end - now)
-                    clock = env.now
-                if arrivals is not None:
-                    arrivals.deliver(self, clock)
+                clock = yield from self._sleep(clock, end)
                 self._run_in_flight = None
                 self._apply(apply, end)
-                if isinstance(apply, DecodeRun):
+                if isinstance(apply, DecodeRun):   # the clock passed an event that left the batch as it was
                     self._continue_from = apply
                 break
             if clock < t:   # the replica emptied mid-horizon: catch the clock up
-                if solo:
-                    clock = clock + (t - clock)
-                else:
-                    yield env.timeout(t - clock)
-                    clock = env.now
-                if arrivals is not None:
-                    arrivals.deliver(self, clock)
+                clock = yield from self._sleep(clock, t)
 
-    def _fast_steps(self, t: float, horizon: float) -> tuple[float, list[int], float | None]:
+    def _idle_until(self, clock: float) -> float | None:
+        """With the batch empty at ``clock``: None when the next step starts now, else the instant
+        to wake at (the policy's batch start, a waiting request's deadline, the next own arrival;
+        ``inf``: only an arrival process can wake it)."""
+        sched = self.scheduler
+        start = sched.batch_start_time(clock) if sched.waiting else math.inf
+        if start <= clock:
+            return None
+        if self.deadlines is not None and sched.waiting:   # a waiting request may give up first
+            start = min(start, self.deadlines.next_deadline())
+        if self.arrivals is not None:
+            start = min(start, self.arrivals.next_time())
+        return start
+
+    def _sleep(self, clock: float, until: float):  # a SimPy sub-process generator
+        """Sleep from ``clock`` until ``until`` and return the new clock: a SimPy timeout, or (solo)
+        the clock moved as the timeout would move it; own arrivals up to then are queued."""
+        if self.solo:
+            clock = clock + (until - clock)   # what env.timeout(until - clock) makes of it
+        else:
+            yield self.env.timeout(until - clock)
+            clock = self.env.now
+        if self.arrivals is not None:
+            self.arrivals.deliver(self, clock)
+        return clock
+
+    def _drained(self, t: float) -> bool:
+        """Whether the batch emptied at ``t`` with no step to start then (nobody waits, or the policy
+        waits to fill a batch): the loop goes back to the idle check."""
+        sched = self.scheduler
+        return sched.n == 0 and (not sched.waiting or sched.batch_start_time(t) > t)
+
+    def _fast_steps(self, own: OwnSteps, t: float, horizon: float) -> tuple[float, list[int], float | None]:
         """Apply the steps from ``t`` that the scheduler can plan and apply on its own (they end
         before ``horizon`` and change nothing outside the batch: ``advance_steps``, speculative
         decoding's verification steps and chunked prefill's mixed steps); returns the last one's end
@@ -253,50 +261,51 @@ class Replica:
         sched = self.scheduler
         if sched.sort_pending or self.on_step_planned is not None:
             return t, [], None
-        assert self._own_steps is not None
-        end, done, crossing_end = self._own_steps(t, horizon, self.cost, self._log_step)
+        end, done, crossing_end = own.advance_steps(t, horizon, self.cost, self._log_step)
         if crossing_end is not None:
             self.planned_until = crossing_end
         elif end != t:
             self.planned_until = end
         return end, done, crossing_end
 
-    def _plan_step(self, t: float, horizon: float) -> tuple[SchedulerOutput | None, float, Any]:
-        """Schedule the step (or decode run) starting at ``t``; returns its plan and end instant."""
-        sched, cost = self.scheduler, self.cost
+    def _plan_step(self, t: float, horizon: float) -> tuple[float, DecodeRun | SchedulerOutput]:
+        """Schedule the step (or decode run) starting at ``t``; returns its end instant and what
+        :meth:`_apply` applies at that end."""
+        sched, prices = self.scheduler, self.prices
         prev, self._continue_from = self._continue_from, None
-        if not sched.waiting and not sched.sort_pending and self.decode_runs:
+        if not sched.waiting and not sched.sort_pending and self.fast_forward:
             run = None
             if prev is not None and not prev.finishes and sched.n == prev.num_seqs - prev.num_padded:
                 # The event that ended ``prev`` (an arrival sent elsewhere, most often) left this batch
                 # as it was: the next run follows on from ``prev`` without re-reading the batch.
-                run = sched.plan_decode_continuation(prev, t, horizon, cost)
-            elif sched.tracks_batch and sched.n:
+                run = sched.plan_decode_continuation(prev, t, horizon, prices)
+            elif sched.n:
                 # Nobody waits: the next step is the batch's decodes, a run read off the tracked batch
                 # (after a step that admitted, finishes, aborts) without building the step's plan.
-                run = sched.plan_tracked_run(t, horizon, cost)
+                run = sched.plan_tracked_run(t, horizon, prices)
             if run is not None:
                 self.steps.add_run(self.index, t, run, 0)
                 self.planned_until = t + run.total_s
-                return None, t + run.total_s, run
+                return t + run.total_s, run
         if sched.sort_pending:
             sched.sort_rows()
         out = sched.schedule(t)
-        if out.is_pure_decode and self.decode_runs:
-            run = sched.plan_decode_run(out, t, horizon, cost)
-            self.steps.add_run(self.index, t, run, len(sched.waiting))
-            self.planned_until = t + run.total_s
-            return out, t + run.total_s, run
+        if out.is_pure_decode and self.fast_forward:
+            planned = sched.plan_decode_run(out, t, horizon, prices)
+            if planned is not None:
+                self.steps.add_run(self.index, t, planned, len(sched.waiting))
+                self.planned_until = t + planned.total_s
+                return t + planned.total_s, planned
         if out.num_decode == 0 and not out.admitted:
             raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
-        duration = cost.step_time_s(out.batch_shape()) + out.extra_s
+        duration = self.cost.step_time_s(out.batch_shape()) + out.extra_s
         self.steps.add_step(self.index, t, duration, out, sched.kv.num_used_blocks, len(sched.waiting))
         self.planned_until = t + duration
         if self.on_step_planned is not None:
             self.on_step_planned(out, t + duration)
-        return out, t + duration, out
+        return t + duration, out
 
-    def _apply(self, plan: Any, end: float) -> int:
+    def _apply(self, plan: DecodeRun | SchedulerOutput, end: float) -> int:
         """Apply a planned step or run ending at ``end``; returns how many requests it finished."""
         sched = self.scheduler
         done = sched.advance_decode(plan, end) if isinstance(plan, DecodeRun) else sched.update_from_output(plan, end)

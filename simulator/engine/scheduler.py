@@ -28,158 +28,26 @@ caching the same calls share blocks, so the scheduler never asks which cache it 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, DecodeSteps, decode_steps_from
+from simulator.engine.decode_run import DecodePrices, DecodeRun, plan_run, turned
 from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.output import SchedulerOutput
 from simulator.engine.request import RequestStatus, RequestTable
+from simulator.engine.request_queue import PriorityWaitingQueue
+from simulator.engine.swap import SwapSpace
 from simulator.registry import Registry
 from simulator.scenario.config import SchedulerConfig
 
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.interface import OwnSteps
+
 _RUNNING, _PREEMPTED, _DONE = (int(RequestStatus.RUNNING), int(RequestStatus.PREEMPTED),
                                int(RequestStatus.FINISHED_LENGTH_CAPPED))
-
-
-class SchedulerOutput:
-    """The plan of one engine step (vLLM's ``SchedulerOutput``, reduced to what costs time).
-
-    Rows ``[0, num_decode)`` of the running batch decode one token each; ``admitted`` requests
-    were appended after them and prefill ``admitted_tokens`` tokens each from scratch.
-
-    A plain class rather than a dataclass: the compiled engine builds one per step, and a
-    dataclass's generated ``__init__`` would run as Python there.
-    """
-
-    def __init__(self, num_decode: int = 0, decode_context_sum: int = 0) -> None:
-        self.num_decode = num_decode
-        self.decode_context_sum = decode_context_sum
-        """Tokens the decoding requests attend over (cached tokens + the new one, summed)."""
-        self.admitted: list[int] = []
-        self.admitted_tokens: list[int] = []
-        self.admitted_first: list[int] = []
-        """Admitted requests that have not produced a token yet (their first token ends this step)."""
-        self.preempted: list[int] = []
-        self.decode_ids: list[int] | None = None
-        """Ids of the decoding rows: its first ``num_decode`` entries (it may be the running batch's own
-        list of ids: valid until the step is applied)."""
-        self.residues: list[int] | None = None
-        """Histogram of decoding rows' ``num_computed_tokens % block_size`` before the step."""
-        self.prefill_context: list[int] | None = None
-        """Cached tokens each ``admitted`` entry's new tokens attend over (None: all zero)."""
-        self.num_partial = 0
-        """``admitted`` entries whose prompt is not finished by this step (chunked prefill): no token."""
-        self.cost_shape: BatchShape | None = None
-        """What the cost model is charged for, when not the scheduled tokens themselves (padded slots
-        of a static batch, speculative verification); see :meth:`batch_shape`."""
-        self.row_tokens: list[int] | None = None
-        """Tokens scheduled per running row, for policies whose rows are not decodes-then-prefills."""
-        self.decode_budget_tokens: int | None = None
-        """Budget the decoding rows take, when not one token each (speculative verification)."""
-        self.extra_s = 0.0
-        """Time the step spends outside the target's forward pass (a draft model's proposals)."""
-
-    def __repr__(self) -> str:
-        return (f"SchedulerOutput(num_decode={self.num_decode}, admitted={self.admitted}, "
-                f"admitted_tokens={self.admitted_tokens}, preempted={self.preempted})")
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(self.admitted_tokens)
-
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        return self.num_decode + self.num_prefill_tokens
-
-    def decoding_ids(self) -> list[int]:
-        """Ids of the step's decoding rows (``decode_ids``' first ``num_decode`` entries)."""
-        return self.decode_ids[:self.num_decode] if self.decode_ids is not None else []
-
-    @property
-    def num_scheduled_tokens(self) -> dict[int, int]:
-        """Request id -> tokens scheduled this step (vLLM's field of the same name)."""
-        out = {int(r): 1 for r in self.decoding_ids()}
-        out.update(zip(self.admitted, self.admitted_tokens, strict=True))
-        return out
-
-    @property
-    def is_pure_decode(self) -> bool:
-        return not self.admitted and not self.preempted and self.num_decode > 0
-
-    def batch_shape(self) -> BatchShape:
-        """What the cost model is charged for this step (``CostModel.step_time_s``'s input):
-        ``cost_shape`` when a policy set one, else the decodes and the admitted entries' tokens
-        over their cached context; every decode and every finished prompt samples a token."""
-        if self.cost_shape is not None:
-            return self.cost_shape
-        k = len(self.admitted)
-        context = self.prefill_context if self.prefill_context is not None else [0] * k
-        n = self.num_decode
-        return BatchShape(self.admitted_tokens, context, n, self.decode_context_sum, n + k - self.num_partial)
-
-
-class DecodeRun:
-    """``num_steps`` consecutive pure-decode steps of ``num_seqs`` requests, planned as one event.
-
-    Step ``j`` (0-based) lasts ``a + b * (context_sum + num_seqs * j)`` when the cost model is
-    affine in the context (``durations`` is None), else ``durations[j]``. A plain class rather than
-    a dataclass (one is built per run; see :class:`SchedulerOutput`).
-    """
-
-    def __init__(self, num_steps: int, num_seqs: int, total_s: float, extra_blocks: int, finishes: bool,
-                 kv_used_first: int, residues: list[int], context_sum: int, affine: tuple[float, float] | None,
-                 durations: np.ndarray | list[float] | None, num_padded: int = 0, steps_to_finish: int = 0) -> None:
-        self.num_steps = num_steps
-        self.num_seqs = num_seqs
-        self.total_s = total_s
-        self.extra_blocks = extra_blocks
-        """Blocks allocated by steps 2..num_steps (step 1's were allocated by ``schedule``)."""
-        self.finishes = finishes
-        """Whether some request emits its last token in the last step."""
-        self.kv_used_first = kv_used_first
-        self.residues = residues
-        self.context_sum = context_sum
-        self.affine = affine
-        self.durations = durations
-        self.num_padded = num_padded
-        """Of ``num_seqs``, slots that compute but emit nothing (finished requests of a static batch)."""
-        self.steps_to_finish = steps_to_finish
-        """Steps until the first running request emits its last token, counted from the run's start."""
-
-    def __repr__(self) -> str:
-        return (f"DecodeRun(num_steps={self.num_steps}, num_seqs={self.num_seqs}, total_s={self.total_s!r}, "
-                f"finishes={self.finishes})")
-
-    def durations_s(self) -> np.ndarray:
-        if self.durations is not None:
-            return np.asarray(self.durations, dtype=np.float64)
-        a, b = self.affine  # type: ignore[misc]
-        return a + b * (self.context_sum + self.num_seqs * np.arange(self.num_steps, dtype=np.float64))
-
-    def kv_blocks_used(self) -> np.ndarray:
-        return self.kv_used_first + blocks_needed_by_steps(self.residues, self.num_steps)
-
-
-def blocks_needed_by_steps(residues: list[int], num_steps: int) -> np.ndarray:
-    """New blocks allocated by steps 2..j of a decode run, for j = 1..num_steps (0 for j = 1).
-
-    Step j needs a block for every row whose cached count before the run, ``c``, has
-    ``(c + j - 1) % block_size == 0``; ``residues`` is the histogram of ``c % block_size``.
-    """
-    bs = len(residues)
-    j = np.arange(2, num_steps + 1)
-    return np.concatenate(([0], np.cumsum(np.asarray(residues, dtype=np.int64)[(1 - j) % bs])))
-
-
-def _turned(residues: list[int], steps: int) -> list[int]:
-    """The residue histogram after every row cached ``steps`` more tokens (a new list)."""
-    s = steps % len(residues)
-    return residues[-s:] + residues[:-s] if s else list(residues)
 
 
 class Scheduler:
@@ -193,11 +61,11 @@ class Scheduler:
     """
 
     splits_prompts: ClassVar[bool] = False
-    """Whether a prompt may be computed over several steps (else it must fit one step's budget)."""
+    """Whether a prompt may be computed over several steps (else it must fit one step's budget):
+    what the policy declares for the scenario's checks (``run.resolve``), not an engine path."""
     uses_token_budget: ClassVar[bool] = True
-    """Whether ``max_num_batched_tokens`` limits a step (request-level batching prefills whole batches)."""
-    supports_decode_runs: ClassVar[bool] = True
-    """Whether pure-decode steps are deterministic, so that runs of them can be advanced at once."""
+    """Whether ``max_num_batched_tokens`` limits a step (request-level batching prefills whole
+    batches): declared for the scenario's checks, and the budget :meth:`_schedule_waiting` admits to."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable) -> None:
         self.config = config
@@ -241,9 +109,9 @@ class Scheduler:
         # steps; untracked schedulers keep both at zero). In the same frame the batch's residue
         # histogram and its smallest remaining output are kept up to date as rows come and leave
         # (leaving rows are struck from the heap lazily), instead of being read from the arrays.
-        self._tracked = self.tracks_batch = type(self) is Scheduler
-        """``tracks_batch``: whether the replica may plan decode runs with :meth:`plan_tracked_run`
-        (this class's rows only: policies keep padded or partial rows)."""
+        self._tracked = type(self) is Scheduler
+        """Whether the batch is tracked, and :meth:`plan_tracked_run` plans from it (this class's
+        rows only: policies keep padded or partial rows)."""
         self._phase_computed = 0
         self._residues_at_phase = [0] * self.block_size
         self._phase_remaining = 0
@@ -329,7 +197,7 @@ class Scheduler:
         n, bs = self.n, self.block_size
         residues: list[int] | None
         if self._tracked:
-            residues = _turned(self._residues_at_phase, self._phase_computed)
+            residues = turned(self._residues_at_phase, self._phase_computed)
         else:
             residues = [0] * bs
             for c in self.num_computed_tokens:
@@ -456,7 +324,8 @@ class Scheduler:
             else:
                 self.table.first_token_time[first] = now
 
-    def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float, cost: Any) -> DecodeRun:
+    def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float,
+                        prices: DecodePrices) -> DecodeRun | None:
         """Plan as many pure-decode steps as can run before anything changes the batch.
 
         ``out`` is the (already allocated) first step. The run stops at the first of: the step in
@@ -465,19 +334,20 @@ class Scheduler:
         scheduler would only see that arrival at the following step boundary anyway. Waiting
         requests cannot be admitted during the run: the budget and seat count are unchanged and
         free blocks only shrink, so the step-by-step scheduler would make the same decisions.
+        Returns None when the policy's pure-decode steps are not all alike (speculative decoding
+        draws each step's outcome): the replica then runs ``out`` as one step.
         """
         n = out.num_decode
         nc = n + self.pad_rows      # rows that compute: padded slots of a static batch do too
-        decode_affine = getattr(cost, "decode_affine", None)
-        affine = decode_affine(nc) if decode_affine is not None else None
+        affine = prices.affine(nc)
         ctx1 = out.decode_context_sum + (self.pad_context + self.pad_rows if self.pad_rows else 0)
         k_fin = self._min_remaining() if self._tracked else min(self.num_remaining_tokens)
         residues = cast(list, out.residues)   # set: a pure-decode step
-        return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, cost,
+        return self._decode_run(n, residues, k_fin, ctx1, affine, now, next_event_time, prices,
                                 self.kv.num_free_blocks, self.kv.num_used_blocks)
 
     def plan_decode_continuation(self, prev: DecodeRun, now: float, next_event_time: float,
-                                 cost: Any) -> DecodeRun | None:
+                                 prices: DecodePrices) -> DecodeRun | None:
         """The run :meth:`schedule` + :meth:`plan_decode_run` would plan right after ``prev`` was
         applied, when nothing else changed the batch since (same rows, nobody waiting, ``prev``
         finished no request): the next step's blocks are allocated as :meth:`_schedule_running`
@@ -486,95 +356,51 @@ class Scheduler:
         Returns None, changing nothing, when those blocks are not free (``schedule`` preempts).
         """
         kv = self.kv
-        planned = self.follow_on(prev, kv.num_free_blocks, kv.num_used_blocks, now, next_event_time, cost)
-        if planned is None:
-            return None
-        ok = kv.allocate(planned[0])
-        assert ok
-        return planned[1]
-
-    def follow_on(self, prev: DecodeRun, free_blocks: int, used_blocks: int, now: float, next_event_time: float,
-                  cost: Any) -> tuple[int, DecodeRun] | None:
-        """:meth:`plan_decode_continuation` without touching the cache: the blocks the run's first
-        step allocates and the run, given the KV cache's free and used blocks when ``prev`` has
-        been applied (None: those blocks are not free)."""
         n, k = prev.num_seqs - prev.num_padded, prev.num_steps
-        residues = _turned(prev.residues, k)
+        residues = turned(prev.residues, k)
         need = residues[0]          # rows whose blocks are exactly full need one more
-        if need > free_blocks:
+        if need > kv.num_free_blocks:
             return None
-        return need, self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
-                                      prev.affine, now, next_event_time, cost, free_blocks - need, used_blocks + need)
+        ok = kv.allocate(need)
+        assert ok
+        return self._decode_run(n, residues, prev.steps_to_finish - k, prev.context_sum + prev.num_seqs * k,
+                                prev.affine, now, next_event_time, prices, kv.num_free_blocks, kv.num_used_blocks)
 
-    def plan_tracked_run(self, now: float, next_event_time: float, cost: Any) -> DecodeRun | None:
+    def plan_tracked_run(self, now: float, next_event_time: float, prices: DecodePrices) -> DecodeRun | None:
         """The run :meth:`schedule` + :meth:`plan_decode_run` would plan now, with nobody waiting
         (so the step is the running batch's decodes), from the tracked batch's residues, context and
         smallest remaining output, without building the step's :class:`SchedulerOutput`: after a step
         that admitted requests, a run that finished some, or aborts. Returns None, changing nothing,
-        when the first step's blocks are not free (``schedule`` preempts)."""
+        when the first step's blocks are not free (``schedule`` preempts), or when the batch is not
+        tracked (a policy's rows)."""
+        if not self._tracked:
+            return None
         n = self.n
-        residues = _turned(self._residues_at_phase, self._phase_computed)
+        residues = turned(self._residues_at_phase, self._phase_computed)
         need = residues[0]          # rows whose blocks are exactly full need one more
         kv = self.kv
         if need > kv.num_free_blocks:
             return None
         ok = kv.allocate(need)
         assert ok
-        decode_affine = getattr(cost, "decode_affine", None)
-        return self._decode_run(n, residues, self._min_remaining(), self.context_total + n,
-                                decode_affine(n) if decode_affine is not None else None, now, next_event_time,
-                                cost, kv.num_free_blocks, kv.num_used_blocks)
+        return self._decode_run(n, residues, self._min_remaining(), self.context_total + n, prices.affine(n), now,
+                                next_event_time, prices, kv.num_free_blocks, kv.num_used_blocks)
 
     def _decode_run(self, n: int, residues: list[int], k_fin: int, ctx1: int, affine: tuple[float, float] | None,
-                    now: float, next_event_time: float, cost: Any, free: int, used: int) -> DecodeRun:
-        """The run of ``n`` decoding rows (``residues``: their ``num_computed_tokens % block_size``
-        histogram; ``k_fin``: steps until one finishes; ``ctx1``: the first step's context sum)
-        starting at ``now``, its first step's blocks allocated (``free``, ``used``: the cache's
-        blocks then); see :meth:`plan_decode_run`."""
-        bs = self.block_size
-        nc = n + self.pad_rows
-        k = k_fin
+                    now: float, next_event_time: float, prices: DecodePrices, free: int, used: int) -> DecodeRun:
+        """:func:`~simulator.engine.decode_run.plan_run` for this batch (its padded slots, and the
+        end of a multi-step run)."""
+        k_cap = k_fin
         if self.num_scheduler_steps > 1:             # a multi-step run ends at its last step
-            k = min(k, self.num_scheduler_steps - self.steps_into_run)
-        durations: np.ndarray | list[float] | None = None
-        steps_fn = None
-        if affine is None:       # a short run is priced on plain floats, a long one with numpy
-            steps_fn = _decode_steps_fn(cost, nc)
-        if next_event_time != np.inf and k > 1:
-            if steps_fn is not None:
-                reach, durations = _list_steps_to_reach(next_event_time - now, steps_fn, cost, nc, ctx1, k)
-            else:
-                reach, durations = _steps_to_reach(next_event_time - now, affine, cost, nc, ctx1, k)
-            k = min(k, reach)
-        if k > 1 and n * (-(-(k - 1) // bs)) > free:     # every row's blocks for k - 1 more tokens
-            # The KV cache may run out during the run: find the last step whose blocks fit.
-            prefix = np.concatenate(([0], np.cumsum(residues[::-1])))   # steps 2, 3, ... in order
-            q, r = divmod(free, n)
-            within = int(np.searchsorted(prefix, r, side="right")) - 1
-            k = min(k, 1 + q * bs + within)
-        extra = 0
-        if k > 1:
-            # Steps 2..k: every full period of block_size steps allocates one block per row; the
-            # remaining t steps allocate for the rows whose residues come first in step order.
-            periods, t = divmod(k - 1, bs)
-            extra = periods * n + (sum(residues[bs - t:]) if t else 0)
-        if affine is not None:
-            a, b = affine
-            total = k * a + b * (k * ctx1 + nc * k * (k - 1) / 2.0)
-            durations = None
-        else:
-            # The first k of the durations summed to find the horizon's step, if there are (a cost
-            # model's decode_run_times is element for element: a step's duration is its context's).
-            if durations is None or len(durations) < k:
-                if steps_fn is not None and k <= LIST_STEPS:
-                    durations = steps_fn(ctx1, k, math.inf)[0]
-                else:
-                    durations = cost.decode_run_times(nc, ctx1 + nc * np.arange(k, dtype=np.float64))
-            else:
-                durations = durations[:k]
-            total = float(durations.sum()) if isinstance(durations, np.ndarray) else numpy_sum(durations)
-        return DecodeRun(k, nc, total, extra, k == k_fin, used, residues, ctx1, affine, durations, self.pad_rows,
-                         k_fin)
+            k_cap = min(k_cap, self.num_scheduler_steps - self.steps_into_run)
+        return plan_run(n, self.pad_rows, residues, k_fin, k_cap, ctx1, affine, now, next_event_time, prices,
+                        free, used)
+
+    def own_steps(self) -> OwnSteps | None:
+        """The policy's own fast path for steps that decode runs do not cover (:class:`OwnSteps`),
+        asked once per replica; None: continuous batching has none (its steps between events are
+        decode runs)."""
+        return None
 
     def advance_decode(self, run: DecodeRun, now: float) -> list[int]:
         """Apply a planned decode run ending at ``now``; returns the ids of finished requests."""
@@ -649,26 +475,18 @@ class Scheduler:
         swap, blocks_for = self.swap, self.kv.blocks_for
         assert swap is not None
         for rid, c in zip(ids, computed, strict=False):
-            blocks = blocks_for(c)
-            if swap.used_blocks + blocks > swap.capacity_blocks:
-                swap.recompute_fallbacks += 1
-                continue
-            swap.used_blocks += blocks
-            swap.swap_outs += 1
-            self._swapped[rid] = c
-            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+            copy_s = swap.copy_out(blocks_for(c))
+            if copy_s >= 0.0:
+                self._swapped[rid] = c
+                out.extra_s += copy_s
 
     def _swap_in(self, rid: int, tokens: int, out: SchedulerOutput) -> None:
         del self._swapped[rid]
         if rid in self._restore_free:
             self._restore_free.discard(rid)
         else:
-            swap = self.swap
-            assert swap is not None
-            blocks = self.kv.blocks_for(tokens)
-            swap.used_blocks -= blocks
-            swap.swap_ins += 1
-            out.extra_s += blocks * swap.bytes_per_block / swap.bandwidth_bytes_per_s
+            assert self.swap is not None
+            out.extra_s += self.swap.copy_in(self.kv.blocks_for(tokens))
         if out.prefill_context is None:
             out.prefill_context = [0] * len(out.admitted)
         out.prefill_context.append(tokens)
@@ -685,10 +503,7 @@ class Scheduler:
 
     def stats(self) -> dict[str, int]:
         """Policy-specific counters, summed over replicas into ``SimulationResult.engine_stats``."""
-        if self.swap is None:
-            return {}
-        return {"swap_outs": self.swap.swap_outs, "swap_ins": self.swap.swap_ins,
-                "swap_recompute_fallbacks": self.swap.recompute_fallbacks}
+        return {} if self.swap is None else self.swap.stats()
 
     def _record_finished(self, ids: list[int], now: float) -> None:
         table = self.table
@@ -744,161 +559,6 @@ class Scheduler:
 
     def _rows_leaving(self, rows: list[int]) -> None:
         """Hook: running ``rows`` are about to leave the batch unfinished (policies keep counters)."""
-
-
-@dataclass(slots=True)
-class SwapSpace:
-    """Host memory that preempted requests' KV blocks are copied to (vLLM v0's ``swap_space``)."""
-
-    capacity_blocks: int
-    bytes_per_block: float
-    bandwidth_bytes_per_s: float
-    """Device-host link, one direction (PCIe)."""
-    used_blocks: int = 0
-    swap_outs: int = 0
-    swap_ins: int = 0
-    recompute_fallbacks: int = 0
-
-
-class PriorityWaitingQueue:
-    """The waiting queue under ``scheduling_policy: priority``: a heap on (priority, arrival time),
-    as vLLM's; it offers the deque operations the schedulers use."""
-
-    def __init__(self, table: RequestTable) -> None:
-        self._table = table
-        self._heap: list[tuple[int, float, int]] = []
-
-    def _key(self, rid: int) -> tuple[int, float, int]:
-        return int(self._table.priority[rid]), float(self._table.arrival_time[rid]), int(rid)
-
-    def append(self, rid: int) -> None:
-        heapq.heappush(self._heap, self._key(rid))
-
-    def appendleft(self, rid: int) -> None:
-        """A preempted request goes back by its key, ahead of later arrivals."""
-        self.append(rid)
-
-    def extendleft(self, rids: Iterable[int]) -> None:
-        for rid in rids:
-            self.append(rid)
-
-    def popleft(self) -> int:
-        return heapq.heappop(self._heap)[2]
-
-    def remove(self, rid: int) -> None:
-        self._heap.remove(self._key(rid))
-        heapq.heapify(self._heap)
-
-    def __getitem__(self, index: int) -> int:
-        if index != 0:
-            raise IndexError("only the head of a priority queue can be read")
-        return self._heap[0][2]
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def __bool__(self) -> bool:
-        return bool(self._heap)
-
-    def __iter__(self) -> Iterator[int]:
-        return (key[2] for key in sorted(self._heap))
-
-
-def _steps_to_reach(delta: float, affine: tuple[float, float] | None, cost: Any, n: int, ctx1: int,
-                    k_cap: int) -> tuple[int, np.ndarray | None]:
-    """Smallest step count k (<= k_cap) whose cumulative duration reaches ``delta`` seconds, and,
-    for a cost model that is not affine, the durations of at least k steps it summed (else None)."""
-    if delta <= 0:
-        return 1, None
-    if affine is not None:
-        a, b = affine
-        a1 = a + b * ctx1                   # first step
-        if b == 0 or n == 0:
-            k = math.ceil(delta / a1)
-        else:
-            # cum(k) = k a1 + b n k (k - 1) / 2 >= delta  (quadratic in k)
-            c2 = b * n / 2.0
-            c1 = a1 - c2
-            k = math.ceil((-c1 + math.sqrt(c1 * c1 + 4 * c2 * delta)) / (2 * c2))
-        # Guard the floating-point edge: step back while k - 1 steps already reach delta. Clamp first: a
-        # far-off delta (k ~ 1e300) would otherwise step back one at a time, forever, once k - 1 == k in floats.
-        k = min(k, k_cap)
-        while k > 1 and (k - 1) * a1 + b * n * (k - 1) * (k - 2) / 2.0 >= delta:
-            k -= 1
-        return max(1, min(k, k_cap)), None
-    first = cost.decode_step_time_s(n, ctx1)
-    k_guess = min(k_cap, int(delta / first) + 2)
-    durations = cost.decode_run_times(n, ctx1 + n * np.arange(k_guess, dtype=np.float64))
-    return min(k_guess, int(np.searchsorted(np.cumsum(durations), delta)) + 1), durations
-
-
-LIST_STEPS = 64
-"""Decode runs of at most this many steps are priced on Python floats (``decode_steps_fn``), longer
-ones with numpy (``decode_run_times``); both give the same floats."""
-
-
-def _decode_steps_fn(cost: Any, num_decodes: int) -> DecodeSteps | None:
-    """The cost model's pure-decode steps on plain floats (``decode_steps_fn``, else built from its
-    ``decode_step_fn``), or None when it has neither."""
-    steps_of = getattr(cost, "decode_steps_fn", None)
-    steps = steps_of(num_decodes) if steps_of is not None else None
-    if steps is None:
-        step_of = getattr(cost, "decode_step_fn", None)
-        step = step_of(num_decodes) if step_of is not None else None
-        steps = decode_steps_from(step, num_decodes) if step is not None else None
-    return steps
-
-
-def _list_steps_to_reach(delta: float, steps_fn: DecodeSteps, cost: Any, n: int, ctx1: int,
-                         k_cap: int) -> tuple[int, np.ndarray | list[float] | None]:
-    """:func:`_steps_to_reach` for a cost model that is not affine, one step at a time on plain
-    floats while that takes at most :data:`LIST_STEPS` steps: the same step count, and the same
-    durations (a running sum in the order ``np.cumsum`` adds)."""
-    if delta <= 0:
-        return 1, None
-    durations, reached = steps_fn(ctx1, min(k_cap, LIST_STEPS), delta)
-    if reached:
-        return len(durations), durations
-    if k_cap <= LIST_STEPS:
-        return k_cap, durations
-    return _steps_to_reach(delta, None, cost, n, ctx1, k_cap)
-
-
-def numpy_sum(values: list[float]) -> float:
-    """``float(np.sum(values))`` on a list, without building the array: numpy's pairwise
-    summation, the same additions in the same order (a run's total must not depend on whether
-    its durations were priced with numpy or on floats)."""
-    return _pairwise_sum(values, 0, len(values))
-
-
-def _pairwise_sum(a: list[float], lo: int, n: int) -> float:
-    # numpy's pairwise_sum (numpy/_core/src/umath/loops_utils.h.src): plain below 8 values, eight
-    # accumulators up to its block of 128, halves (rounded to a multiple of 8) above.
-    if n < 8:
-        res = -0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    if n <= 128:
-        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
-        i, end = lo + 8, lo + n - n % 8
-        while i < end:
-            r0 += a[i]
-            r1 += a[i + 1]
-            r2 += a[i + 2]
-            r3 += a[i + 3]
-            r4 += a[i + 4]
-            r5 += a[i + 5]
-            r6 += a[i + 6]
-            r7 += a[i + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for i in range(end, lo + n):
-            res += a[i]
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise_sum(a, lo, n2) + _pairwise_sum(a, lo + n2, n - n2)
 
 
 _NO_LIMIT = 1 << 62

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, VerifyStep, verify_step_fn
+from simulator.cost.base import BatchShape, CostModel, VerifyStep, verify_step_fn
+from simulator.engine.decode_run import DecodePrices, DecodeRun
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import ChunkedPrefillScheduler
 from simulator.engine.request import RequestTable
@@ -67,22 +68,20 @@ def mtp_proposal(cost: Any, k: int, num_layers: int) -> Callable[[int, int], flo
     return mtp
 
 
-def draft_proposal(draft_cost: Any, k: int) -> Callable[[int, int], float]:
+def draft_proposal(draft_cost: CostModel, k: int) -> Callable[[int, int], float]:
     """``draft`` proposals: ``k`` sequential decode steps of the draft model (``draft_cost``) over
     the batch, without a second CPU overhead (the drafter runs inside the engine step)."""
     by_n: dict[int, tuple[float, Callable[[float], float], tuple[float, float] | None]] = {}
     """Pure functions of the batch size: the draft's CPU overhead, its decode step as a function of the
     context, and that step's ``(fixed, slope)`` where it is ``fixed + slope * s`` (``decode_step_terms``)."""
-    terms_of = getattr(draft_cost, "decode_step_terms", None)
 
     def draft(n: int, ctx: int) -> float:     # k sequential draft decode steps, no second CPU overhead
         got = by_n.get(n)
         if got is None:
-            fn_of = getattr(draft_cost, "decode_step_fn", None)
-            step = fn_of(n) if fn_of is not None else None
+            step = draft_cost.decode_step_fn(n)
             got = by_n[n] = (draft_cost.breakdown(BatchShape.decode(n, 0)).overhead_s,
                              step or partial(draft_cost.decode_step_time_s, n),
-                             terms_of(n) if terms_of is not None and step is not None else None)
+                             draft_cost.decode_step_terms(n) if step is not None else None)
         overhead, step, terms = got
         total = 0.0                           # sum() of the k steps, added in order (0 + x is 0.0 + x)
         if terms is not None:                 # step(s) inlined: the same float operations
@@ -270,9 +269,6 @@ class Speculation:
 class SpeculativeScheduler(Scheduler):
     """Continuous batching whose decode steps propose and verify ``k`` tokens per request."""
 
-    supports_decode_runs: ClassVar[bool] = False
-    own_steps_gate: str | None = None
-    """:meth:`advance_steps` is tried whenever requests run."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
                  spec: SpeculativeConfig, rng: np.random.Generator,
@@ -282,6 +278,10 @@ class SpeculativeScheduler(Scheduler):
         self.k = spec.num_speculative_tokens
         self.proposal_time_s = proposal_time_s
 
+    def own_steps(self) -> SpeculativeScheduler:
+        """Itself: its verification steps (:meth:`advance_steps`, :meth:`apply_planned_step`)."""
+        return self
+
     def advance_steps(self, t: float, horizon: float, cost: Any,
                       log: StepLogger) -> tuple[float, list[int], float | None]:
         """Verification steps on lists while nothing else can happen (:meth:`Speculation.advance_steps`)."""
@@ -289,6 +289,12 @@ class SpeculativeScheduler(Scheduler):
 
     def apply_planned_step(self, now: float) -> list[int]:
         return self.spec.apply_planned_step(now)
+
+    def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float,
+                        prices: DecodePrices) -> DecodeRun | None:
+        """None: each verification step draws its outcome, so no two steps are known alike
+        (:meth:`advance_steps` is the fast path instead)."""
+        return None
 
     def stats(self) -> dict[str, int]:
         return self.spec.stats()
@@ -350,9 +356,6 @@ class SpeculativeScheduler(Scheduler):
 class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
     """Chunked prefill whose decoding requests propose and verify up to ``k`` tokens per step."""
 
-    supports_decode_runs: ClassVar[bool] = False
-    own_steps_gate: str | None = None
-    """:meth:`advance_steps` is tried whenever requests run (chunked prefill's gate does not apply)."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, table: RequestTable, *,
                  spec: SpeculativeConfig, rng: np.random.Generator,
@@ -371,6 +374,12 @@ class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
 
     def apply_planned_step(self, now: float) -> list[int]:
         return self.spec.apply_planned_step(now)
+
+    def plan_decode_run(self, out: SchedulerOutput, now: float, next_event_time: float,
+                        prices: DecodePrices) -> DecodeRun | None:
+        """None: each verification step draws its outcome, so no two steps are known alike
+        (:meth:`advance_steps` is the fast path instead)."""
+        return None
 
     def stats(self) -> dict[str, int]:
         return self.spec.stats()

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from simulator.engine.scheduler import DecodeRun, SchedulerOutput
+    from simulator.engine.decode_run import DecodeRun
+    from simulator.engine.output import SchedulerOutput
 
 ENTRY_FIELDS = 12
 """Numbers per entry: start, steps, replica, seqs, prefill tokens, decodes, waiting, KV blocks used

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.cost.cuda_graph import CudaGraphPadding
 from simulator.errors import ScenarioError
 from simulator.registry import Registry
+from simulator.scenario.cuda_graph import CudaGraphPadding
 
 GIB = 2**30
 MIB = 2**20

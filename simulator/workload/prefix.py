@@ -1,6 +1,6 @@
 """Workload structure that prefix caching can exploit: shared system prompts, multi-turn
 sessions and the Mooncake trace's ``hash_ids``, turned into per-request block identities
-(:class:`simulator.engine.prefix_cache.BlockHashes`).
+(:class:`simulator.workload.block_hashes.BlockHashes`).
 
 * ``workload.prefix``: a fraction ``share`` of requests (of sessions' first turns) start with
   one of ``num_prefixes`` system prompts of ``prefix_tokens`` tokens, drawn with the ``prefix``
@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 
 from simulator.cluster.network import SEND_DELAY_S
-from simulator.engine.prefix_cache import (
+from simulator.errors import ScenarioError
+from simulator.scenario.config import Scenario, TraceArrival
+from simulator.workload.block_hashes import (
     BlockHashes,
     fresh_block_hashes,
     mooncake_block_hashes,
     prefix_block_hashes,
     session_block_hashes,
 )
-from simulator.errors import ScenarioError
-from simulator.scenario.config import Scenario, TraceArrival
 from simulator.workload.lengths import make_length
 
 

@@ -48,7 +48,7 @@ class Workload:
     max_tokens: np.ndarray        # int64 output tokens the request will generate
     rejected: np.ndarray          # bool: refused at arrival (over_length: reject)
     tier: np.ndarray | None = None  # int16 index into workload.tiers (None: no tiers)
-    block_hashes: Any = None      # prefix_cache.BlockHashes when prefix caching (or prefix routing) is on
+    block_hashes: Any = None      # block_hashes.BlockHashes when prefix caching (or prefix routing) is on
     session: np.ndarray | None = None  # int64 session of each request (its first turn's index); None: no sessions
     prompt_id: np.ndarray | None = None  # int64 distinct prompt each request asks (workload.prompt_popularity)
     think_time: np.ndarray | None = None  # float64 s a closed-loop client pauses after each request ends (else None)
