@@ -207,5 +207,5 @@ def test_the_published_moe_table_in_the_docs_is_what_the_script_prints() -> None
     for point in mod.POINTS:
         pred = mod.predict(point)
         row = next(line for line in docs.splitlines() if line.startswith(f"| {point['model']} (")
-                   and f"| {point['tp']} x {point['gpu']} |" in line and f"{point['published']:,.1f}" in line)
-        assert f"| {pred:,.1f} | {pred / point['published'] - 1:+.0%} |" in row
+                   and f"| {point['tp']} x {point['gpu']} |" in line and f"| {point['published']:,.2f} " in line)
+        assert f"| {pred:,.2f} | {pred / point['published'] - 1:+.0%} |" in row
