@@ -17,10 +17,10 @@ How each point is simulated (assumptions where the source is silent are marked i
 * ``output_tok_s``: every request sent at once (``vllm bench serve`` at an infinite rate), the
   metric is the output tokens over the time to the last completion, as that tool reports it.
 
-Every point runs the ``vllm-v1`` preset with chunked prefill and one batch limit, 256 sequences.
-``vllm serve`` 0.10-0.11 defaults to 1,024 on GPUs of 70 GiB or more other than the A100; the limit
-stays the one the first points were simulated with, because choosing it after seeing the errors
-would be fitting (docs/hardware-profiles.md notes it). A model that is not a preset
+Every point runs the ``vllm-v1`` preset with chunked prefill and the preset's scheduler defaults for
+its GPU (``max_num_seqs`` 1,024 and a token budget of 8,192 on GPUs of 70 GiB or more other than the
+A100, 256 and 2,048 otherwise: what ``vllm serve`` 0.10-0.11 uses when, as in every source here, the
+serve command does not set them). A model that is not a preset
 carries its ``config.json`` dimensions inline (``model_spec``).
 """
 from __future__ import annotations
@@ -186,8 +186,8 @@ def predict(point: dict[str, Any], suffix: str = "") -> float:
         "engine": {"preset": "vllm-v1", "async_scheduling": bool(point.get("async"))},
         "workload.arrival": {"process": "closed_loop", "concurrency": clients, "think_time_s": 0},
         "workload.prompt_tokens": lengths["prompt_tokens"], "workload.output_tokens": lengths["output_tokens"],
-        "scheduler.max_model_len": point.get("max_model_len", 16384), "scheduler.max_num_seqs": 256,
-        "scheduler.policy": "chunked_prefill",
+        # the scheduler as `vllm serve` sets it: the preset's batch limits for this GPU, chunked prefill
+        "scheduler": {"policy": "chunked_prefill", "max_model_len": point.get("max_model_len", 16384)},
         "slo": {"ttft_p99_ms": 1e7, "tpot_p99_ms": 1e7}}
     req = simulate(load_scenario(BASE, overrides)).requests
     req = req[req["finish_time"].notna()]
