@@ -48,7 +48,7 @@ def test_trace_format_names_are_the_registered_readers() -> None:
 
 def test_whole_prompt_policies_are_the_engine_classes_that_never_split_a_prompt() -> None:
     engine = {name for name, cls in POLICIES.items() if cls.uses_token_budget and not cls.splits_prompts}
-    assert WHOLE_PROMPT_POLICIES == engine
+    assert engine == WHOLE_PROMPT_POLICIES
 
 
 def test_validation_reads_no_profile_and_loading_fills_the_preset(monkeypatch) -> None:
