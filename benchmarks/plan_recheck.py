@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.planner import build_tasks, load_plan, plan
 from simulator.planner.search import evaluate
-from simulator.scenario.config import _set_dotted, parse_overrides
 from simulator.scenario.files import read_yaml
+from simulator.scenario.overrides import parse_overrides, set_dotted
 
 
 def load(plan_path: str, overrides: list[str]):
@@ -39,7 +39,7 @@ def load(plan_path: str, overrides: list[str]):
     path = Path(plan_path)
     data = read_yaml(path, plan_path, what="a plan file")
     for key, value in parse_overrides(overrides).items():
-        _set_dotted(data, key, value)
+        set_dotted(data, key, value)
     return load_plan(data, base_dir=path.resolve().parent)
 
 

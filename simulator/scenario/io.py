@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.scenario.config import EmpiricalLength, Scenario, TraceArrival, scenario_from_dict
+from simulator.scenario.config import Scenario, scenario_from_dict
 from simulator.scenario.files import check_size, decode_text, parse_csv, parse_yaml, text_lines
 from simulator.scenario.profiles import available_profiles
+from simulator.scenario.workload import EmpiricalLength, TraceArrival
 
 #: Largest scenario file accepted from an upload (a scenario is a few hundred bytes; traces are
 #: referenced by path, never uploaded inline).
@@ -36,7 +37,9 @@ def scenario_key(scenario: Scenario) -> str:
 
 
 def scenario_from_key(key: str) -> Scenario:
-    """Inverse of :func:`scenario_key`."""
+    """Inverse of :func:`scenario_key`. A key writes out every field of a loaded scenario, the engine
+    preset's scheduler values included, so validating it is the whole of loading it: nothing is left
+    for :mod:`simulator.scenario.defaults` to fill in."""
     return Scenario.model_validate_json(key)
 
 

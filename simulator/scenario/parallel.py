@@ -35,7 +35,7 @@ class Parallelism:
 
     @classmethod
     def of(cls, deployment: Any) -> Parallelism:
-        """The split a :class:`~simulator.scenario.config.DeploymentConfig` asks for."""
+        """The split a :class:`~simulator.scenario.deployment.DeploymentConfig` asks for."""
         return cls(deployment.tensor_parallel_size, deployment.pipeline_parallel_size,
                    deployment.expert_parallel_size)
 
