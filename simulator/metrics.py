@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cluster.extension import MeasuredRun
 from simulator.critical_values import binom_ppf, t_ppf
 from simulator.engine.speculative import expected_tokens_per_step
 from simulator.errors import ScenarioError
-from simulator.run.extension import MeasuredRun
 from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
 from simulator.slo import has_objectives, judge, per_request_limits_s, sorted_quantile, stability, tasks
 from simulator.steady_state import SteadyState, detect
@@ -37,7 +37,7 @@ from simulator.steady_state import SteadyState, detect
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from simulator.run.extension import SummaryBlock
+    from simulator.cluster.extension import SummaryBlock
     from simulator.run.records import FrozenStepLog, SimulationResult
     from simulator.run.resolve import ResolvedSystem
 
@@ -290,7 +290,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
 def _extension_blocks(result: SimulationResult, section: str, measured: np.ndarray,
                       in_window: np.ndarray) -> dict[str, Any]:
     """The blocks of one section that the run's extensions add, in the run's order
-    (:class:`simulator.run.extension.SummaryBlock`)."""
+    (:class:`simulator.cluster.extension.SummaryBlock`)."""
     blocks: list[SummaryBlock] = [b for b in result.summary_blocks if b.section == section]
     if not blocks:
         return {}

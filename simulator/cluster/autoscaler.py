@@ -24,18 +24,20 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import pandas as pd
 import simpy
 
-from simulator.run.extension import MeasuredRun, RunExtension, SummaryBlock
+from simulator.cluster.extension import MeasuredRun, RunExtension, SummaryBlock
 from simulator.scenario.config import AutoscalerConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd  # the run's frames; this module loads without pandas
 
 
 class Autoscaler(RunExtension):
-    """The run's autoscaler (a :class:`~simulator.run.extension.RunExtension`): its ticks bound the
+    """The run's autoscaler (a :class:`~simulator.cluster.extension.RunExtension`): its ticks bound the
     replicas' decode runs, and it reports the ``autoscaler`` block of the summary."""
 
     timed: ClassVar[bool] = True

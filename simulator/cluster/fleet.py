@@ -14,14 +14,16 @@ Client-perceived TTFT and E2E add the RTT to the region actually used (see
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from simulator.cluster.extension import MeasuredRun, Records, RunExtension, SummaryBlock, as_frame
 from simulator.cluster.network import client_overhead_s
-from simulator.run.extension import MeasuredRun, Records, RunExtension, SummaryBlock, as_frame
 from simulator.scenario.config import FleetConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd  # the run's frames; this module loads without pandas
 
 
 class GeoRouter(RunExtension):

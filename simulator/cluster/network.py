@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.run.extension import Records, RunExtension, as_frame
+from simulator.cluster.extension import Records, RunExtension, as_frame
 
 SEND_DELAY_S = (0.5e-6, 1e-6)
 """A closed-loop request (a client's next request, a closed session's next turn) reaches the engine

@@ -14,14 +14,16 @@ request longer than that is handled by ``workload.over_length`` even if it would
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from simulator.cluster.extension import MeasuredRun, Records, RunExtension, SummaryBlock, as_frame
 from simulator.errors import ScenarioError, check_unique_names
-from simulator.run.extension import MeasuredRun, Records, RunExtension, SummaryBlock, as_frame
 from simulator.scenario.config import PoolConfig, Scenario
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd  # the run's frames; this module loads without pandas
 
 POOL_FIELDS = {"model": "model", "hardware": "hardware", "deployment.tensor_parallel_size": "tensor_parallel_size",
                "deployment.quantization": "quantization", "deployment.kv_cache_dtype": "kv_cache_dtype",
@@ -176,6 +178,8 @@ class PoolRouter(RunExtension):
         return int(a + (self.routers[p].route(rid, replicas[a:b]) if b - a > 1 else 0))
 
     def add_columns(self, records: Records) -> pd.DataFrame:
+        import pandas as pd
+
         requests = as_frame(records)
         requests["pool"] = pd.Categorical.from_codes(self.pool_of, self.names)
         return requests

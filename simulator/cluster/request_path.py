@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from simulator.run.extension import MeasuredRun, Records, Run, RunExtension, SummaryBlock, as_frame
+from simulator.cluster.extension import MeasuredRun, Records, Run, RunExtension, SummaryBlock, as_frame
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
+from simulator.cluster.extension import Records, Run, RunExtension, as_frame
 from simulator.engine.deadlines import undelivered
 from simulator.engine.request import RequestStatus
-from simulator.run.extension import Records, Run, RunExtension, as_frame
 from simulator.scenario.config import ClosedLoopArrival
 from simulator.workload.traffic import SEND_DELAY_S, Workload
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cluster.extension import Records, SummaryBlock
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.steplog import ENTRY_FIELDS
-from simulator.run.extension import Records, SummaryBlock
 from simulator.run.resolve import ResolvedSystem
 from simulator.scenario.config import Scenario
 
@@ -205,7 +205,7 @@ class SimulationResult:
     prefix_cache: dict[str, int] | None = None
     """Prefix-cache counters summed over replicas (None when prefix caching is off)."""
     summary_blocks: tuple[SummaryBlock, ...] = ()
-    """The summary blocks the run's extensions add (:class:`simulator.run.extension.RunExtension`)."""
+    """The summary blocks the run's extensions add (:class:`simulator.cluster.extension.RunExtension`)."""
 
     @property
     def requests(self) -> pd.DataFrame:

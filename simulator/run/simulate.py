@@ -5,7 +5,7 @@ end) hands each request to the run, which routes it to one replica's waiting que
 runs its own engine loop (:mod:`simulator.engine.replica`). The replicas and the router come from
 the deployment's shape (:mod:`simulator.run.topology`); every optional part of the run (the
 request path, client networks, regions, pools, the autoscaler, closed loops) is an extension the
-run calls at fixed moments (:class:`simulator.run.extension.RunExtension`). Randomness comes from
+run calls at fixed moments (:class:`simulator.cluster.extension.RunExtension`). Randomness comes from
 one ``SeedSequence`` spawned into independent streams (arrivals, prompt lengths, output lengths,
 routing), so the same seed gives the same numbers bit for bit, and changing one stream's
 distribution leaves the others' draws unchanged.
@@ -24,6 +24,7 @@ import simpy
 
 import simulator.metrics as metrics  # a run's summary is computed by metrics.summarize
 from simulator.arguments import check_callback, check_flag, check_seed
+from simulator.cluster.extension import Records, RunExtension
 from simulator.cluster.network import NetworkLatencies, network_from_config
 from simulator.cluster.request_path import RequestPath, plan_request_path
 from simulator.engine.deadlines import queue_is_full
@@ -32,7 +33,6 @@ from simulator.engine.replica import OwnArrivals
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.steplog import StepLog
 from simulator.run.clients import make_clients
-from simulator.run.extension import Records, RunExtension
 from simulator.run.records import FrozenStepLog, SimulationResult, request_columns
 from simulator.run.resolve import ResolvedSystem, check_scenario, resolve, spawn_rngs
 from simulator.run.topology import Wiring, build_topology

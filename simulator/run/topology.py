@@ -13,7 +13,7 @@ One builder per deployment shape, chosen by :func:`build_topology`:
 
 A builder gets a :class:`Wiring` (how to build a replica and a router for this run) and returns a
 :class:`Topology`: the replicas, the ones arrivals go to, how a request picks one, and the
-extensions the shape adds to the run (:class:`simulator.run.extension.RunExtension`: a region or
+extensions the shape adds to the run (:class:`simulator.cluster.extension.RunExtension`: a region or
 pool column, the autoscaler's ticks and summary, the routers' counters). Replicas are built in
 index order, each registering its engine loop with the environment, so a shape's build order is
 its event order.
@@ -28,6 +28,7 @@ import numpy as np
 import simpy
 
 from simulator.cluster.autoscaler import Autoscaler
+from simulator.cluster.extension import Fixed, RunExtension, SummaryBlock
 from simulator.cluster.fleet import GeoRouter
 from simulator.cluster.pools import PoolRouter, assign_pools
 from simulator.cluster.routing import make_router
@@ -49,7 +50,6 @@ from simulator.engine.speculative import (
     no_proposal,
 )
 from simulator.engine.steplog import StepLog
-from simulator.run.extension import Fixed, RunExtension, SummaryBlock
 from simulator.run.resolve import ResolvedSystem
 from simulator.scenario.config import Scenario
 from simulator.scenario.parallel import Parallelism

@@ -13,6 +13,10 @@ how far it may go (:meth:`RunExtension.horizon`, for ``timed`` extensions), requ
 (:meth:`RunExtension.finished`), the records are built (:meth:`RunExtension.engine_columns`, then
 the client's view, then :meth:`RunExtension.add_columns`), and the result keeps what the summary
 needs (:meth:`RunExtension.summary_blocks`).
+
+The protocol lives in ``cluster`` because most features that implement it do (the request path,
+the network, regions, pools, the autoscaler); the run (:mod:`simulator.run`) builds on it, and
+this module imports nothing of the simulator at run time.
 """
 from __future__ import annotations
 
