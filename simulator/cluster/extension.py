@@ -77,7 +77,7 @@ class RunExtension(Protocol):
     * :meth:`add_columns` after the client's view: columns it adds (a region, a pool, network
       latencies), or rows it drops (requests a closed loop never sent). Both column hooks take
       and return records (columns or a frame); one that needs a frame converts them with
-      :func:`simulator.run.records.as_frame`.
+      :func:`as_frame`.
     * :meth:`summary_blocks` once, after the columns: the blocks the run's summary adds. They are
       kept in the result and computed on first use of the summary (maybe never), so they must not
       hold the run (its environment or replicas): a block keeps only what it reads.

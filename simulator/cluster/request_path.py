@@ -20,6 +20,7 @@ token pace) after the post stages.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -289,13 +290,14 @@ def _mean(x: pd.Series) -> float | None:
 
 
 def plan_request_path(scenario: Any, workload: Any,
-                      rngs: dict[str, np.random.Generator]) -> tuple[np.ndarray, RequestPath | None]:
-    """Engine arrival instants of the requests ``workload`` sends, and the run's :class:`RequestPath`
-    (None when the scenario has no stages, response cache or coalescing: nothing changes then)."""
+                      rngs: dict[str, np.random.Generator]) -> tuple[Any, RequestPath | None]:
+    """The workload ``workload`` as the engine sees it (each request's arrival instant at the
+    engine) and the run's :class:`RequestPath` (None when the scenario has no stages, response cache
+    or coalescing: nothing changes then)."""
     sc = scenario
     arrival = workload.arrival_time
     if sc.pipeline is None and sc.response_cache is None and sc.coalescing is None:
-        return arrival, None
+        return workload, None
     rng = rngs[STAGE_STREAM]
     engine = through_stages(sc.pipeline.pre, arrival, rng) if sc.pipeline is not None else arrival.copy()
     semantic = None
@@ -303,4 +305,5 @@ def plan_request_path(scenario: Any, workload: Any,
         engine = engine + sc.response_cache.lookup_ms / 1000.0
         if sc.response_cache.kind == "semantic":
             semantic = rng.random(len(arrival)) < sc.response_cache.hit_rate
-    return engine, RequestPath(sc, arrival, engine, workload.prompt_id, semantic, rng)
+    return (dataclasses.replace(workload, arrival_time=engine),
+            RequestPath(sc, arrival, engine, workload.prompt_id, semantic, rng))

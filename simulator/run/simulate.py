@@ -12,7 +12,6 @@ distribution leaves the others' draws unchanged.
 """
 from __future__ import annotations
 
-import dataclasses
 import gc
 import math
 import time
@@ -67,10 +66,8 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         scenario = scenario.model_copy(update={"seed": seed})
     system = resolve(scenario)
     rngs = spawn_rngs(scenario.seed)
-    workload = generate_workload(scenario, system.max_model_len, rngs)
-    engine_arrival, path = plan_request_path(scenario, workload, rngs)   # stages, response cache, coalescing
-    if path is not None:
-        workload = dataclasses.replace(workload, arrival_time=engine_arrival)
+    # the workload as the engine sees it, through the stages, response cache and coalescing
+    workload, path = plan_request_path(scenario, generate_workload(scenario, system.max_model_len, rngs), rngs)
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
     run = _Run(env, scenario, system, workload, _request_table(scenario, workload), steps, rngs, on_progress,
