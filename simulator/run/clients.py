@@ -99,7 +99,7 @@ class ClosedLoopClients(RunExtension):
         self.total = len(table)
         self.num_sent = 0
         self.replicas: Sequence[Replica] = ()
-        """Every replica of the run (set by the run once built), for :meth:`horizon`."""
+        """Every replica of the run (set by :meth:`drive`), for :meth:`replica_horizon`."""
         self._arrivals: list[float] = []
         for _ in range(min(cfg.concurrency, self.total)):
             self._send_at(0.0, 0.0)

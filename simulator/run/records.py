@@ -196,9 +196,9 @@ class SimulationResult:
     summarize: Callable[[SimulationResult], dict[str, Any]] = field(repr=False)
     """How :attr:`summary` is computed (:func:`simulator.metrics.summarize`, which reads these records:
     given by the run, so that this module does not import it)."""
-    num_replicas: int = 1
+    num_replicas: int
     """Replicas provisioned: every region's, pool's, prefill and decode replica; the autoscaler's ceiling."""
-    num_gpus: int = 1
+    num_gpus: int
     """GPUs those replicas hold."""
     engine_stats: dict[str, float] = field(default_factory=dict)
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
