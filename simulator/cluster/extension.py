@@ -30,8 +30,6 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from simulator.engine.request import RequestTable
-
 Records = Any
 """Request records: a run's :class:`simulator.run.records.RequestColumns` or a request frame (both
 read as ``records[name]``)."""
@@ -40,7 +38,9 @@ read as ``records[name]``)."""
 class Run(Protocol):
     """What a run shows its extensions: its request table and its ways to end requests."""
 
-    table: RequestTable
+    table: Any
+    """The run's :class:`simulator.engine.request.RequestTable` (not imported here: the engine's
+    modules import the workload's, which import the cluster's)."""
 
     def finish(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
         """Requests ``ids`` ended at instant ``at``: count them and call every extension's
