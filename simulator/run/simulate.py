@@ -78,8 +78,9 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     top = run.topology
     return SimulationResult(
         scenario, records, FrozenStepLog(*steps.freeze()), system, float(env.now), time.perf_counter() - wall0,
-        metrics.summarize, len(top.replicas), top.num_gpus, top.engine_stats(), prefix_cache_counters(top.replicas),
-        tuple(block for ext in run.extensions for block in ext.summary_blocks()))
+        summarize=metrics.summarize, num_replicas=len(top.replicas), num_gpus=top.num_gpus,
+        engine_stats=top.engine_stats(), prefix_cache=prefix_cache_counters(top.replicas),
+        summary_blocks=tuple(block for ext in run.extensions for block in ext.summary_blocks()))
 
 
 def _request_table(scenario: Scenario, workload: Workload) -> RequestTable:
