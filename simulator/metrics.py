@@ -26,15 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cluster.extension import MeasuredRun
 from simulator.critical_values import binom_ppf, t_ppf
+from simulator.engine.speculative import expected_tokens_per_step
 from simulator.errors import ScenarioError
 from simulator.scenario.config import ClosedLoopArrival, OfflineArrival
-from simulator.slo import has_objectives, judge, per_request_limits_s, sorted_quantile, stability
+from simulator.slo import has_objectives, judge, per_request_limits_s, sorted_quantile, stability, tasks
 from simulator.steady_state import SteadyState, detect
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from simulator.cluster.extension import SummaryBlock
     from simulator.run.records import FrozenStepLog, SimulationResult
     from simulator.run.resolve import ResolvedSystem
 
@@ -199,8 +202,9 @@ def slo_thresholds_s(slo: Any) -> dict[str, float]:
 def summarize(result: SimulationResult) -> dict[str, Any]:
     """The run's JSON summary (the CLI's ``--json`` output; see the README for every key).
 
-    The common part reads the request columns as arrays; tiers, sessions, the request path, regions
-    and pools read the request frame."""
+    The common part reads the request columns as arrays; tiers, sessions and the blocks the run's
+    extensions add (``result.summary_blocks``: the request path, regions, pools with the measured
+    requests; routing counters and the autoscaler after the run's totals) read the request frame."""
     sc, req, steps = result.scenario, result.records, result.step_log.columns()
     arrival = sc.workload.arrival
     sessions = sc.workload.sessions
@@ -261,14 +265,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     if "session" in req:
         summary["tasks"] = _tasks_summary(result.requests, (start, end),
                                           sessions.loop if sessions is not None else "open")
-    if result.request_path is not None:
-        summary["request_path"] = result.request_path.summary(result.requests, in_window)
-    if "region" in req:   # scenario.fleet: per-region breakdown
-        from simulator.cluster.fleet import fleet_summary
-        summary["fleet"] = fleet_summary(result.requests, measured)
-    if "pool" in req:   # deployment.pools: per-pool breakdown
-        from simulator.cluster.pools import pools_summary
-        summary["pools"] = pools_summary(sc, [s for _, s in result.system.pools], result.requests, measured)
+    summary.update(_extension_blocks(result, "requests", measured, in_window))
     summary["batch"] = batch_summary(result.step_log, result.system)
     if isinstance(arrival, OfflineArrival | ClosedLoopArrival):
         summary["benchmark"] = _benchmark_summary(arrival, steps, (start, end), len(sent))
@@ -285,13 +282,25 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     if sc.speculative_config is not None:
         summary["speculative"] = _speculative_summary(sc.speculative_config, result.engine_stats)
     summary["sim_time_s"] = result.sim_time_s
+    summary.update(_extension_blocks(result, "run", measured, in_window))
+    summary["wall_s"] = result.wall_s
     return summary
+
+
+def _extension_blocks(result: SimulationResult, section: str, measured: np.ndarray,
+                      in_window: np.ndarray) -> dict[str, Any]:
+    """The blocks of one section that the run's extensions add, in the run's order
+    (:class:`simulator.cluster.extension.SummaryBlock`)."""
+    blocks: list[SummaryBlock] = [b for b in result.summary_blocks if b.section == section]
+    if not blocks:
+        return {}
+    run = MeasuredRun(result.requests, measured, in_window, result.sim_time_s)
+    return {block.key: block.compute(run) for block in blocks}
 
 
 def _tasks_summary(req: pd.DataFrame, window: tuple[float, float], loop: str) -> dict[str, Any]:
     """Sessions (agent tasks) that started in the window: outcomes, calls and the task TTUA of the
     completed ones (:func:`simulator.slo.tasks`)."""
-    from simulator.slo import tasks
     t = tasks(req)
     t = t[((t["start_s"] >= window[0]) & (t["start_s"] <= window[1])).to_numpy()]
     outcome = t["outcome"]
@@ -337,18 +346,9 @@ def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
     """GPU count and the model-level levers as served (quantization, KV dtype, TP, PP, EP)."""
     sc, system = result.scenario, result.system
     dep, p, plan = sc.deployment, system.precision, system.kv_plan
-    replicas = dep.replicas
-    if sc.scheduler.policy == "disaggregated" and dep.prefill_replicas and dep.decode_replicas:
-        replicas = dep.prefill_replicas + dep.decode_replicas
-    elif sc.fleet is not None:
-        replicas = sum(r.replicas for r in sc.fleet.regions)
-    elif dep.autoscaler is not None:      # provisioned ceiling; the autoscaler's own stats say how many ran
-        replicas = dep.autoscaler.max_replicas
-    num_gpus = replicas * dep.gpus_per_replica
-    if dep.pools is not None:             # model routing: the sum over pools (each its own TP)
-        from simulator.cluster.pools import pool_tp
-        replicas = sum(pl.replicas for pl in dep.pools)
-        num_gpus = sum(pl.replicas * pool_tp(sc, pl) for pl in dep.pools)
+    # As provisioned: every region's, pool's (each its own TP), prefill and decode replica, the
+    # autoscaler's ceiling (its own block says how many ran).
+    replicas, num_gpus = result.num_replicas, result.num_gpus
     # Pipeline and expert parallelism are listed only when used (the summary of a TP-only run is unchanged).
     split = {f"{kind}_parallel_size": size for kind, size in (("pipeline", dep.pipeline_parallel_size),
                                                               ("expert", dep.expert_parallel_size)) if size > 1}
@@ -377,8 +377,6 @@ def _prefix_cache_summary(counters: dict[str, int] | None) -> dict[str, Any] | N
 
 
 def _speculative_summary(spec: Any, stats: dict[str, float]) -> dict[str, Any]:
-    from simulator.engine.speculative import expected_tokens_per_step
-
     proposed, steps = stats.get("num_draft_tokens", 0), stats.get("num_verify_steps", 0)
     return {
         "method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
@@ -405,12 +403,7 @@ def batch_summary(step_log: FrozenStepLog, system: ResolvedSystem) -> dict[str, 
     """The summary's ``batch`` part of a run (its step log and resolved system): steps, the running
     batch (mean weighted by step time, and max), busy time and the KV cache's usage (under ``kv``)."""
     steps = step_log.columns()
-    blocks: Any = system.kv_plan.num_gpu_blocks
-    if system.pools:   # each replica's usage against its own pool's KV cache
-        blocks = np.repeat([s.kv_plan.num_gpu_blocks for _, s in system.pools],
-                           [sub.deployment.replicas for sub, _ in system.pools]
-                           )[steps["replica"].astype(np.int64)]
-    return _batch_summary(steps, blocks)
+    return _batch_summary(steps, system.num_gpu_blocks_of(steps["replica"]))
 
 
 def _batch_summary(steps: Mapping[str, np.ndarray], num_gpu_blocks: Any) -> dict[str, Any]:

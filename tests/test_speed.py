@@ -406,7 +406,7 @@ def test_round_robin_replicas_plan_decode_runs_up_to_their_own_next_arrival(over
 
     sc = load_scenario(SHAREGPT, {**RR, **overrides})
     own = simulate(sc)
-    monkeypatch.setattr(sim_module._Run, "_routes_ahead", lambda self, router, path: False)
+    monkeypatch.setattr(sim_module._Run, "_routes_ahead", lambda self, router: False)
     cut = simulate(sc)
     slow = simulate(sc, fast_forward=False)
     assert own.step_log.num_entries < cut.step_log.num_entries
@@ -446,7 +446,7 @@ def test_replicas_that_take_their_own_arrivals_run_as_with_an_arrival_process(ov
     monkeypatch.setattr(sim_module._Run, "_plan_own_arrivals", recorded)
     own = simulate(sc)
     assert delivered == [True]
-    monkeypatch.setattr(sim_module._Run, "_replicas_take_arrivals", lambda self, router, path: False)
+    monkeypatch.setattr(sim_module._Run, "_replicas_take_arrivals", lambda self, router: False)
     sent = simulate(sc)
     _same_run(own, sent)
     assert own.sim_time_s == sent.sim_time_s

@@ -23,16 +23,26 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import pandas as pd
 import simpy
 
+from simulator.cluster.extension import MeasuredRun, RunExtension, SummaryBlock
 from simulator.scenario.config import AutoscalerConfig
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd  # the run's frames; this module loads without pandas
 
-class Autoscaler:
+
+class Autoscaler(RunExtension):
+    """The run's autoscaler (a :class:`~simulator.cluster.extension.RunExtension`): its ticks bound the
+    replicas' decode runs, and it reports the ``autoscaler`` block of the summary."""
+
+    timed: ClassVar[bool] = True
+    """Its ticks read the replicas' state: they are events for the engines' decode runs, like arrivals."""
+
     def __init__(self, env: simpy.Environment, cfg: AutoscalerConfig, weights_bytes_per_gpu: float,
                  replicas: Sequence[Any], is_done: Callable[[], bool]) -> None:
         self.env, self.cfg, self.replicas, self.is_done = env, cfg, replicas, is_done
@@ -97,7 +107,27 @@ class Autoscaler:
         yield self.env.timeout(self.cold_start_s)
         self.warm += 1
 
-    # -- reporting -------------------------------------------------------------------------------
+    # -- the run's hooks -------------------------------------------------------------------------
+    def horizon(self) -> float:
+        return self.next_tick
+
+    def summary_blocks(self) -> Sequence[SummaryBlock]:
+        return (SummaryBlock("autoscaler", "run", ScalingLog(self.cold_start_s, self.timeline, self.ramps)),)
+
+
+@dataclass(frozen=True)
+class ScalingLog:
+    """What the autoscaler did (the summary's ``autoscaler`` block), kept without the run."""
+
+    cold_start_s: float
+    timeline: list[tuple[float, int, int]]
+    """(instant, active, starting) after every change."""
+    ramps: list[list[Any]]
+    """[start, end] of each interval with a replica starting (end None: still starting at the end)."""
+
+    def __call__(self, run: MeasuredRun) -> dict[str, Any]:
+        return self.summary(run.requests, run.measured, run.sim_time_s)
+
     def summary(self, requests: pd.DataFrame, measured: np.ndarray, end_time: float) -> dict[str, Any]:
         t = np.array([e[0] for e in self.timeline] + [end_time])
         held = np.array([e[1] + e[2] for e in self.timeline], dtype=float)

@@ -14,17 +14,21 @@ Client-perceived TTFT and E2E add the RTT to the region actually used (see
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from simulator.cluster.extension import MeasuredRun, Records, RunExtension, SummaryBlock, as_frame
 from simulator.cluster.network import client_overhead_s
 from simulator.scenario.config import FleetConfig
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd  # the run's frames; this module loads without pandas
 
-class GeoRouter:
-    """A router over all replicas of all regions (the :class:`simulator.cluster.router.Router` protocol)."""
+
+class GeoRouter(RunExtension):
+    """A router over all replicas of all regions (the :class:`simulator.cluster.router.Router` protocol),
+    and the run's extension for regions: the request columns and the summary's ``fleet`` block."""
 
     def __init__(self, fleet: FleetConfig, make_router: Callable[[np.random.Generator], Any], num_requests: int,
                  routing_rng: np.random.Generator, network_rng: np.random.Generator,
@@ -72,8 +76,9 @@ class GeoRouter:
         a, b = self.offsets[chosen], self.offsets[chosen + 1]
         return int(a + self.routers[chosen].route(rid, replicas[a:b]))
 
-    def add_columns(self, requests: pd.DataFrame) -> None:
+    def add_columns(self, records: Records) -> pd.DataFrame:
         """``client``, ``region``, ``rtt_s``, ``new_connection``, ``client_ttft_s``, ``client_e2e_s``."""
+        requests = as_frame(records)
         names = np.array([*self.names, "(rejected)"], dtype=object)
         clients = np.array([c.name for c in self.fleet.clients], dtype=object)
         region = self.region.astype(np.int64)
@@ -85,6 +90,15 @@ class GeoRouter:
         requests["new_connection"] = self.new_connection
         requests["client_ttft_s"] = requests["ttft_s"].to_numpy() + extra
         requests["client_e2e_s"] = requests["e2e_s"].to_numpy() + extra
+        return requests
+
+    def summary_blocks(self) -> Sequence[SummaryBlock]:
+        return (SummaryBlock("fleet", "requests", fleet_block),)
+
+
+def fleet_block(run: MeasuredRun) -> dict[str, Any]:
+    """The summary's ``fleet`` block: :func:`fleet_summary` of the measured requests."""
+    return fleet_summary(run.requests, run.measured)
 
 
 def fleet_summary(requests: pd.DataFrame, measured_mask: np.ndarray) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.cluster.extension import Records, RunExtension, as_frame
+
 SEND_DELAY_S = (0.5e-6, 1e-6)
 """A closed-loop request (a client's next request, a closed session's next turn) reaches the engine
 between these many seconds after it is sent (uniform, drawn per request: a network's jitter). With a
@@ -101,6 +103,19 @@ def network_from_clients(clients: Sequence[tuple[str, float, float]], setup_roun
                          keepalive_reuse: float) -> ClientNetwork:
     """Build from ``(name, share, rtt_s)`` tuples."""
     return ClientNetwork(tuple(ClientPopulation(n, s, r) for n, s, r in clients), setup_round_trips, keepalive_reuse)
+
+
+class NetworkLatencies(RunExtension):
+    """The run's extension for ``network``: the client-perceived latency columns
+    (:func:`add_client_latencies`), drawn after the run from the run's ``network`` stream."""
+
+    def __init__(self, network: ClientNetwork, rng: np.random.Generator) -> None:
+        self.network, self.rng = network, rng
+
+    def add_columns(self, records: Records) -> Records:
+        requests = as_frame(records)
+        add_client_latencies(requests, self.network, self.rng)
+        return requests
 
 
 def network_from_config(cfg) -> ClientNetwork:  # simulator.scenario.config.NetworkConfig

@@ -14,13 +14,16 @@ request longer than that is handled by ``workload.over_length`` even if it would
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from simulator.cluster.extension import MeasuredRun, Records, RunExtension, SummaryBlock, as_frame
 from simulator.errors import ScenarioError, check_unique_names
 from simulator.scenario.config import PoolConfig, Scenario
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd  # the run's frames; this module loads without pandas
 
 POOL_FIELDS = {"model": "model", "hardware": "hardware", "deployment.tensor_parallel_size": "tensor_parallel_size",
                "deployment.quantization": "quantization", "deployment.kv_cache_dtype": "kv_cache_dtype",
@@ -153,13 +156,16 @@ def assign_pools(scenario: Scenario, num_prompt_tokens: np.ndarray, tier: np.nda
     return targets[tier.astype(np.int64)]
 
 
-class PoolRouter:
+class PoolRouter(RunExtension):
     """A router over all replicas of all pools (the :class:`simulator.cluster.router.Router` protocol):
-    the request's pool by the rules, then the pool's own router over that pool's replicas."""
+    the request's pool by the rules, then the pool's own router over that pool's replicas. As the
+    run's extension for pools, it adds the ``pool`` column and the summary's ``pools`` block
+    (``systems``: each pool's resolved system)."""
 
     def __init__(self, scenario: Scenario, pool_of: np.ndarray, make_router: Callable[[np.random.Generator], Any],
-                 routing_rng: np.random.Generator) -> None:
+                 routing_rng: np.random.Generator, systems: Sequence[Any]) -> None:
         assert scenario.deployment.pools is not None
+        self.scenario, self.systems = scenario, list(systems)
         self.names = [p.name for p in scenario.deployment.pools]
         sizes = [p.replicas for p in scenario.deployment.pools]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
@@ -171,8 +177,25 @@ class PoolRouter:
         a, b = self.offsets[p], self.offsets[p + 1]
         return int(a + (self.routers[p].route(rid, replicas[a:b]) if b - a > 1 else 0))
 
-    def add_columns(self, requests: pd.DataFrame) -> None:
+    def add_columns(self, records: Records) -> pd.DataFrame:
+        import pandas as pd
+
+        requests = as_frame(records)
         requests["pool"] = pd.Categorical.from_codes(self.pool_of, self.names)
+        return requests
+
+    def summary_blocks(self) -> Sequence[SummaryBlock]:
+        return (SummaryBlock("pools", "requests", PoolsBlock(self.scenario, self.systems)),)
+
+
+class PoolsBlock:
+    """The summary's ``pools`` block: :func:`pools_summary` of the measured requests."""
+
+    def __init__(self, scenario: Scenario, systems: Sequence[Any]) -> None:
+        self.scenario, self.systems = scenario, systems
+
+    def __call__(self, run: MeasuredRun) -> dict[str, Any]:
+        return pools_summary(self.scenario, self.systems, run.requests, run.measured)
 
 
 def pools_summary(scenario: Scenario, systems: Sequence[Any], requests: pd.DataFrame,

@@ -20,11 +20,15 @@ token pace) after the post stages.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
+from simulator.cluster.extension import MeasuredRun, Records, Run, RunExtension, SummaryBlock, as_frame
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -114,13 +118,20 @@ def zipf_prompts(cfg: Any, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), cfg.distinct_prompts - 1)
 
 
-class RequestPath:
-    """Per-run state: engine arrival instants, the cache and the in-flight prompts."""
+class RequestPath(RunExtension):
+    """Per-run state: engine arrival instants, the cache and the in-flight prompts.
+
+    As the run's extension it answers cache hits and holds back coalesced requests when they are
+    sent, hands a leader's answer to its followers when it ends, measures the records from the
+    send instant, and reports the summary's ``request_path`` block."""
+
+    sees_sends: ClassVar[bool] = True
+    """The cache and coalescing decide at each send whether the request reaches an engine."""
 
     def __init__(self, scenario: Any, sent: np.ndarray, engine_arrival: np.ndarray, prompt_id: np.ndarray | None,
                  semantic_hit: np.ndarray | None, rng: np.random.Generator) -> None:
         self.scenario = scenario
-        self.sent = sent
+        self.send_time = sent
         self.engine_arrival = engine_arrival
         self.prompt_id = prompt_id
         self.semantic_hit = semantic_hit
@@ -188,8 +199,49 @@ class RequestPath:
                 self._answers.popitem(last=False)
         return self.followers.pop(rid, [])
 
+    # -- the run's hooks ----------------------------------------------------------------------------
+    def sent(self, run: Run, rid: int, now: float) -> bool:
+        """A cache hit is answered now; a request sharing an identical prompt in flight waits for it."""
+        if self.cached(rid, now):
+            run.answer(rid, now)
+            return True
+        return self.leader_of(rid, now) is not None
+
+    def finished(self, run: Run, ids: Sequence[int] | np.ndarray, at: float) -> int:
+        """Coalesced requests get their leader's answer (or its fate) when it ends; a completed
+        answer is stored in an exact response cache."""
+        if self.prompt_id is None:
+            return 0
+        table = run.table
+        for rid in list(ids):
+            rid = int(rid)
+            followers = self.ended(rid, bool(run.completed(rid) and table.replica[rid] >= 0), at)
+            if not followers:
+                continue
+            f = np.asarray(followers, dtype=np.int64)
+            table.status[f] = table.status[rid]
+            table.replica[f] = table.replica[rid]
+            table.num_output_tokens[f] = table.num_output_tokens[rid]
+            table.first_scheduled_time[f] = table.arrival_time[f]
+            table.first_token_time[f] = np.maximum(table.first_token_time[rid], table.arrival_time[f])
+            table.finish_time[f] = table.finish_time[rid]
+            run.finish(f, at)
+        return 0
+
+    def engine_columns(self, records: Records) -> pd.DataFrame:
+        requests = as_frame(records)
+        self.measure_from_send(requests)
+        return requests
+
+    def summary_blocks(self) -> Sequence[SummaryBlock]:
+        return (SummaryBlock("request_path", "requests", self.block),)
+
+    def block(self, run: MeasuredRun) -> dict[str, Any]:
+        """The summary's ``request_path`` block, over the requests sent in the measurement window."""
+        return self.summary(run.requests, run.in_window)
+
     # -- after the run ------------------------------------------------------------------------------
-    def add_columns(self, req: pd.DataFrame) -> None:
+    def measure_from_send(self, req: pd.DataFrame) -> None:
         """Measure from the send instant, add the post stages, TTUA and the path's columns."""
         sc = self.scenario
         completed = (req["status"] == "finished_length_capped").to_numpy()
@@ -201,15 +253,15 @@ class RequestPath:
             idx = np.flatnonzero(served)
             post[idx] = through_stages(stages, finish[idx], self.rng) - finish[idx]
         req["engine_arrival_time"] = self.engine_arrival
-        req["pre_s"] = self.engine_arrival - self.sent
+        req["pre_s"] = self.engine_arrival - self.send_time
         req["post_s"] = post
         req["response_cache_hit"] = self.hit
         if self.coalesce_window_s is not None:
             req["coalesced_into"] = self.coalesced_into
-        req["arrival_time"] = self.sent
+        req["arrival_time"] = self.send_time
         req["queue_delay_s"] = req["first_scheduled_time"] - self.engine_arrival
-        req["ttft_s"] = req["first_token_time"] - self.sent
-        req["e2e_s"] = np.where(completed, finish + post, finish) - self.sent
+        req["ttft_s"] = req["first_token_time"] - self.send_time
+        req["e2e_s"] = np.where(completed, finish + post, finish) - self.send_time
         req.loc[self.hit, "tpot_s"] = np.nan                       # a cached answer has no token pace
         req.loc[self.hit, "queue_delay_s"] = 0.0
 
@@ -238,13 +290,14 @@ def _mean(x: pd.Series) -> float | None:
 
 
 def plan_request_path(scenario: Any, workload: Any,
-                      rngs: dict[str, np.random.Generator]) -> tuple[np.ndarray, RequestPath | None]:
-    """Engine arrival instants of the requests ``workload`` sends, and the run's :class:`RequestPath`
-    (None when the scenario has no stages, response cache or coalescing: nothing changes then)."""
+                      rngs: dict[str, np.random.Generator]) -> tuple[Any, RequestPath | None]:
+    """The workload ``workload`` as the engine sees it (each request's arrival instant at the
+    engine) and the run's :class:`RequestPath` (None when the scenario has no stages, response cache
+    or coalescing: nothing changes then)."""
     sc = scenario
     arrival = workload.arrival_time
     if sc.pipeline is None and sc.response_cache is None and sc.coalescing is None:
-        return arrival, None
+        return workload, None
     rng = rngs[STAGE_STREAM]
     engine = through_stages(sc.pipeline.pre, arrival, rng) if sc.pipeline is not None else arrival.copy()
     semantic = None
@@ -252,4 +305,5 @@ def plan_request_path(scenario: Any, workload: Any,
         engine = engine + sc.response_cache.lookup_ms / 1000.0
         if sc.response_cache.kind == "semantic":
             semantic = rng.random(len(arrival)) < sc.response_cache.hit_rate
-    return engine, RequestPath(sc, arrival, engine, workload.prompt_id, semantic, rng)
+    return (dataclasses.replace(workload, arrival_time=engine),
+            RequestPath(sc, arrival, engine, workload.prompt_id, semantic, rng))

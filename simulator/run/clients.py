@@ -21,7 +21,7 @@ completions. Requests arrive in request-id order.
 **Exactness with fast-forward.** A replica applies decode steps ahead of the clock while nothing
 outside it can act before they end (:mod:`simulator.engine.replica`). Here the only outside
 events are clients waking up, and a client wakes only after some request ended. So the horizon a
-replica may run to (:meth:`ClosedLoopClients.horizon`) is the earliest of the pending wake-ups and,
+replica may run to (:meth:`ClosedLoopClients.replica_horizon`) is the earliest of the pending wake-ups and,
 for every *other* replica holding requests, the end of the step it is in (none of its requests can
 end sooner) plus the shortest possible think time and delay; the replica re-reads it after each of
 its own completions. With one replica decode runs are as long as in an open loop; with several and no
@@ -32,27 +32,53 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
+from simulator.cluster.extension import Records, Run, RunExtension, as_frame
 from simulator.engine.deadlines import undelivered
 from simulator.engine.request import RequestStatus
-from simulator.workload.traffic import SEND_DELAY_S
+from simulator.scenario.config import ClosedLoopArrival
+from simulator.workload.traffic import SEND_DELAY_S, Workload
 
 COMPLETED = int(RequestStatus.FINISHED_LENGTH_CAPPED)
 
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.replica import Replica
     from simulator.engine.request import RequestTable
-    from simulator.scenario.config import ClosedLoopArrival
+    from simulator.scenario.config import Scenario
 
 
-class ClosedLoopClients:
+def make_clients(env: simpy.Environment, scenario: Scenario, workload: Workload, table: RequestTable,
+                 send: Callable[[int], None], stop_time: float) -> ClosedLoopClients | ClosedSessions | None:
+    """The run's closed loop, which sends requests as earlier ones end (None: arrivals are open).
+
+    ``send(rid)`` delivers request ``rid`` to the run at the clock's instant."""
+    arrival, sessions = scenario.workload.arrival, scenario.workload.sessions
+    if isinstance(arrival, ClosedLoopArrival):   # requests are sent as earlier ones end
+        assert workload.think_time is not None and workload.send_delay is not None   # drawn for a closed loop
+        return ClosedLoopClients(env, arrival, table, workload.think_time, workload.send_delay, send,
+                                 send_until_s=scenario.duration_s, stop_time=stop_time)
+    if workload.turn_gap is not None and sessions is not None:   # later turns are sent as answers end
+        min_gap = (sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
+        return ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap, send,
+                              stop_time=stop_time, timeout_s=scenario.client.timeout_s)
+    return None
+
+
+def _drive(loop: ClosedLoopClients | ClosedSessions, replicas: Sequence[Replica]) -> None:
+    loop.replicas = replicas
+    for r in replicas:
+        r.next_event_time = partial(loop.replica_horizon, r)
+
+
+class ClosedLoopClients(RunExtension):
     """The clients of a closed loop: when each sends, and how far replicas may run ahead.
 
-    State: ``sent`` (requests arrived so far: ids ``0 .. sent - 1``) and a heap of the instants at
+    State: ``num_sent`` (requests arrived so far: ids ``0 .. num_sent - 1``) and a heap of the instants at
     which the requests freed clients have sent will arrive. One is pushed when a request ends
     (:meth:`ended`), none for a send at or after ``send_until_s`` (``duration_s``); when it fires
     the next request id arrives, unless all have. Ends may be reported out of time order (a replica
@@ -71,9 +97,9 @@ class ClosedLoopClients:
         self.send_until_s = math.inf if send_until_s is None else send_until_s
         self.stop_time = stop_time
         self.total = len(table)
-        self.sent = 0
+        self.num_sent = 0
         self.replicas: Sequence[Replica] = ()
-        """Every replica of the run (set by the run once built), for :meth:`horizon`."""
+        """Every replica of the run (set by :meth:`drive`), for :meth:`replica_horizon`."""
         self._arrivals: list[float] = []
         for _ in range(min(cfg.concurrency, self.total)):
             self._send_at(0.0, 0.0)
@@ -89,10 +115,10 @@ class ClosedLoopClients:
         # Events fire in time order, so the earliest pending arrival is this one (its exact value,
         # not the clock's now + delay, becomes the arrival time).
         t = heapq.heappop(self._arrivals)
-        if self.sent == self.total:
+        if self.num_sent == self.total:
             return
-        rid = self.sent
-        self.sent += 1
+        rid = self.num_sent
+        self.num_sent += 1
         self.table.arrival_time[rid] = t
         self.send(rid)
 
@@ -105,16 +131,28 @@ class ClosedLoopClients:
             self._send_at(at + float(think[rid]), delay)
         return 0
 
-    def horizon(self, replica: Replica) -> float:
+    # -- the run's hooks (a closed loop is the run's arrival source and an extension) -------------
+    def drive(self, replicas: Sequence[Replica]) -> None:
+        """Take over ``replicas``' horizon: a decode run ends where a client may next send."""
+        _drive(self, replicas)
+
+    def finished(self, run: Run, ids: Sequence[int] | np.ndarray, at: float) -> int:
+        return self.ended(ids, at)
+
+    def add_columns(self, records: Records) -> Records:
+        """Requests never sent are not part of the run."""
+        return records if self.num_sent == self.total else as_frame(records).iloc[:self.num_sent].copy()
+
+    def replica_horizon(self, replica: Replica) -> float:
         """The earliest instant at which a request can reach any replica, as ``replica`` sees it now
         (the closed loop's ``next_event_time``; see the module docstring)."""
-        if self.sent == self.total:
+        if self.num_sent == self.total:
             return self.stop_time
         t = self._arrivals[0] if self._arrivals else math.inf
         return min(t, _next_send_elsewhere(self.replicas, replica, self.env.now, self.min_pause_s), self.stop_time)
 
 
-class ClosedSessions:
+class ClosedSessions(RunExtension):
     """Sessions whose next turn waits for the previous answer (``workload.sessions.loop: closed``):
     agent tasks, or chat users who read the answer before they type.
 
@@ -189,7 +227,19 @@ class ClosedSessions:
                 abandoned += end - rid - 1
         return abandoned
 
-    def horizon(self, replica: Replica) -> float:
+    # -- the run's hooks (the closed sessions are the run's arrival source and an extension) -------
+    def drive(self, replicas: Sequence[Replica]) -> None:
+        """Take over ``replicas``' horizon: a decode run ends where a session may next send."""
+        _drive(self, replicas)
+
+    def finished(self, run: Run, ids: Sequence[int] | np.ndarray, at: float) -> int:
+        return self.ended(ids, at)
+
+    def add_columns(self, records: Records) -> Records:
+        """Turns never sent (their session failed, or the run ended first) are not part of the run."""
+        return records if self.arrived.all() else as_frame(records)[self.arrived].copy()
+
+    def replica_horizon(self, replica: Replica) -> float:
         """The earliest instant at which a request can reach any replica, as ``replica`` sees it now."""
         t = self._arrivals[0][0] if self._arrivals else math.inf
         return min(t, _next_send_elsewhere(self.replicas, replica, self.env.now, self.min_gap_s), self.stop_time)

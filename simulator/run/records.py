@@ -6,12 +6,13 @@ planner's judge) never imports pandas.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.cluster.extension import Records, SummaryBlock
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.steplog import ENTRY_FIELDS
 from simulator.run.resolve import ResolvedSystem
@@ -179,9 +180,10 @@ class RequestColumns(Mapping[str, np.ndarray]):
 class SimulationResult:
     """What a run produced: one row per request, one row per engine step, and the summary.
 
-    ``requests`` and ``steps`` are DataFrames built on first access, from the request columns and
-    the compact step log (a 100k-request run has millions of steps; the summary and the planner
-    never need the step frame), and so is ``summary``.
+    Complete when built: ``requests`` and ``steps`` are DataFrames built on first access, from the
+    request columns and the compact step log (a 100k-request run has millions of steps; the
+    summary and the planner never need the step frame), and so is ``summary``, from the fields
+    below.
     """
 
     scenario: Scenario
@@ -191,16 +193,19 @@ class SimulationResult:
     system: ResolvedSystem
     sim_time_s: float
     wall_s: float
-    summary_parts: dict[str, Any] = field(default_factory=dict, repr=False)
-    """Summary keys the run supplies itself (routing and autoscaler counters, ``wall_s``), appended
-    to :attr:`summary`."""
+    summarize: Callable[[SimulationResult], dict[str, Any]] = field(repr=False)
+    """How :attr:`summary` is computed (:func:`simulator.metrics.summarize`, which reads these records:
+    given by the run, so that this module does not import it)."""
+    num_replicas: int
+    """Replicas provisioned: every region's, pool's, prefill and decode replica; the autoscaler's ceiling."""
+    num_gpus: int
+    """GPUs those replicas hold."""
     engine_stats: dict[str, float] = field(default_factory=dict)
     """Policy counters summed over replicas (speculative decoding's proposals and acceptances)."""
     prefix_cache: dict[str, int] | None = None
     """Prefix-cache counters summed over replicas (None when prefix caching is off)."""
-    request_path: Any = None
-    """The run's :class:`simulator.cluster.request_path.RequestPath` (None without stages, response
-    cache or coalescing)."""
+    summary_blocks: tuple[SummaryBlock, ...] = ()
+    """The summary blocks the run's extensions add (:class:`simulator.cluster.extension.RunExtension`)."""
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -215,15 +220,11 @@ class SimulationResult:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """The run's JSON summary (:func:`simulator.metrics.summarize` plus :attr:`summary_parts`),
-        computed on first use: a caller that reads only the request frame (the planner's judge)
-        never pays for it."""
+        """The run's JSON summary (:attr:`summarize`), computed on first use: a caller that reads
+        only the request frame (the planner's judge) never pays for it."""
         summary = self.__dict__.get("_summary")
         if summary is None:
-            from simulator.metrics import summarize
-            summary = summarize(self)
-            summary.update(self.summary_parts)
-            self.__dict__["_summary"] = summary
+            summary = self.__dict__["_summary"] = self.summarize(self)
         return summary
 
     @property
@@ -233,10 +234,6 @@ class SimulationResult:
             frame = self.step_log.to_frame()
             self.__dict__["_steps_frame"] = frame
         return frame
-
-
-Records = Any
-"""Request records: a run's :class:`RequestColumns` or a request frame (both read as ``records[name]``)."""
 
 
 def select_rows(records: Records, mask: np.ndarray) -> Records:

@@ -46,6 +46,14 @@ class ResolvedSystem:
     """The engine's CUDA-graph padding (``engine.cuda_graph`` over the preset's capture); None: no
     step is padded (no ``engine:``, eager, or an engine that pads nothing by default)."""
 
+    def num_gpu_blocks_of(self, replica: np.ndarray) -> Any:
+        """The KV-cache size (blocks) of each replica in ``replica`` (replica indices): with
+        ``deployment.pools`` each its own pool's; otherwise the one plan's, as a scalar."""
+        if not self.pools:
+            return self.kv_plan.num_gpu_blocks
+        return np.repeat([s.kv_plan.num_gpu_blocks for _, s in self.pools],
+                         [sub.deployment.replicas for sub, _ in self.pools])[replica.astype(np.int64)]
+
 
 def resolve_model(ref: str | ModelSpec) -> ModelSpec:
     if isinstance(ref, ModelSpec):

@@ -1,54 +1,43 @@
 """``simulate(scenario)``: build a fresh serving system from a scenario, run it, return records.
 
-Wiring (one region): an arrival process walks the pre-drawn workload and hands each request to
-the router, which puts it in one replica's waiting queue; each replica runs its own engine loop
-(:mod:`simulator.engine.replica`). Randomness comes from one ``SeedSequence`` spawned into independent
-streams (arrivals, prompt lengths, output lengths, routing), so the same seed gives the same
-numbers bit for bit, and changing one stream's distribution leaves the others' draws unchanged.
+Wiring: an arrival source (the pre-drawn open-loop arrivals, or a closed loop that sends as requests
+end) hands each request to the run, which routes it to one replica's waiting queue; each replica
+runs its own engine loop (:mod:`simulator.engine.replica`). The replicas and the router come from
+the deployment's shape (:mod:`simulator.run.topology`); every optional part of the run (the
+request path, client networks, regions, pools, the autoscaler, closed loops) is an extension the
+run calls at fixed moments (:class:`simulator.cluster.extension.RunExtension`). Randomness comes from
+one ``SeedSequence`` spawned into independent streams (arrivals, prompt lengths, output lengths,
+routing), so the same seed gives the same numbers bit for bit, and changing one stream's
+distribution leaves the others' draws unchanged.
 """
 from __future__ import annotations
 
-import dataclasses
 import gc
 import math
 import time
-from collections.abc import Callable, Sequence
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import simpy
 
+import simulator.metrics as metrics  # a run's summary is computed by metrics.summarize
 from simulator.arguments import check_callback, check_flag, check_seed
+from simulator.cluster.extension import Records, RunExtension
+from simulator.cluster.network import NetworkLatencies, network_from_config
 from simulator.cluster.request_path import RequestPath, plan_request_path
-from simulator.cluster.routing import make_router
-from simulator.cost.base import CostModel
-from simulator.cost.factory import make_cost_model
-from simulator.engine.deadlines import Deadlines, queue_is_full
-from simulator.engine.disaggregated import DisaggregatedFleet
-from simulator.engine.kv_cache import KVCacheManager
-from simulator.engine.policies import POLICIES  # the registry, with every policy registered
-from simulator.engine.prefix_cache import PrefixCachingKVManager, prefix_cache_counters
-from simulator.engine.replica import OwnArrivals, Replica
+from simulator.engine.deadlines import queue_is_full
+from simulator.engine.prefix_cache import prefix_cache_counters
+from simulator.engine.replica import OwnArrivals
 from simulator.engine.request import RequestStatus, RequestTable
-from simulator.engine.scheduler import SwapSpace
-from simulator.engine.speculative import (
-    ChunkedSpeculativeScheduler,
-    SpeculativeScheduler,
-    draft_proposal,
-    mtp_proposal,
-    no_proposal,
-)
 from simulator.engine.steplog import StepLog
-from simulator.metrics import summarize  # noqa: F401  (imported with the engine: a run's summary needs it)
-from simulator.run.clients import ClosedLoopClients, ClosedSessions
-from simulator.run.records import FrozenStepLog, RequestColumns, SimulationResult, request_columns
+from simulator.run.clients import make_clients
+from simulator.run.records import FrozenStepLog, SimulationResult, request_columns
 from simulator.run.resolve import ResolvedSystem, check_scenario, resolve, spawn_rngs
-from simulator.scenario.config import ClosedLoopArrival, Scenario
-from simulator.scenario.parallel import Parallelism
-from simulator.scenario.profiles import GIB
+from simulator.run.topology import Wiring, build_topology
+from simulator.scenario.config import Scenario
 from simulator.workload.levers import apply_client_view
-from simulator.workload.traffic import SEND_DELAY_S, Workload, generate_workload
+from simulator.workload.traffic import Workload, generate_workload
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -77,201 +66,107 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         scenario = scenario.model_copy(update={"seed": seed})
     system = resolve(scenario)
     rngs = spawn_rngs(scenario.seed)
-    workload = generate_workload(scenario, system.max_model_len, rngs)
-    engine_arrival, path = plan_request_path(scenario, workload, rngs)   # stages, response cache, coalescing
-    if path is not None:
-        workload = dataclasses.replace(workload, arrival_time=engine_arrival)
+    # the workload as the engine sees it, through the stages, response cache and coalescing
+    workload, path = plan_request_path(scenario, generate_workload(scenario, system.max_model_len, rngs), rngs)
+    env = simpy.Environment()
+    steps = StepLog(scenario.scheduler.block_size)
+    run = _Run(env, scenario, system, workload, _request_table(scenario, workload), steps, rngs, on_progress,
+               fast_forward, path)   # registers the processes
+    with _collector_paused():
+        env.run(until=scenario.max_sim_time_s)
+        records = run.records()
+    top = run.topology
+    return SimulationResult(
+        scenario, records, FrozenStepLog(*steps.freeze()), system, float(env.now), time.perf_counter() - wall0,
+        summarize=metrics.summarize, num_replicas=len(top.replicas), num_gpus=top.num_gpus,
+        engine_stats=top.engine_stats(), prefix_cache=prefix_cache_counters(top.replicas),
+        summary_blocks=tuple(block for ext in run.extensions for block in ext.summary_blocks()))
+
+
+def _request_table(scenario: Scenario, workload: Workload) -> RequestTable:
     table = RequestTable(workload)
     if scenario.workload.tiers is not None:
         table.priority = np.array([t.priority for t in scenario.workload.tiers], dtype=np.int64)[table.tier]
-    env = simpy.Environment()
-    steps = StepLog(scenario.scheduler.block_size)
-    # _Run registers the processes.
-    run = _Run(env, scenario, system, workload, table, steps, rngs, on_progress, fast_forward, path)
-    # The run allocates many small objects (step-log tuples, SimPy events) but no lasting reference
-    # cycles, so the cyclic collector's repeated scans of the growing logs are pure overhead (12%
-    # of a 100k-request run). Pause it for the run and restore the caller's setting.
+    return table
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The run allocates many small objects (step-log tuples, SimPy events) but no lasting reference
+    cycles, so the cyclic collector's repeated scans of the growing logs are pure overhead (12% of
+    a 100k-request run). Pause it for the run and restore the caller's setting."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        env.run(until=scenario.max_sim_time_s)
-        records: RequestColumns | Any = request_columns(table, scenario)
-        if path is not None:
-            records = records.to_frame()
-            path.add_columns(records)
-        result = SimulationResult(scenario, apply_client_view(records, scenario),
-                                  FrozenStepLog(*steps.freeze()), system, float(env.now), time.perf_counter() - wall0)
-        result.request_path = path
-        result.prefix_cache = prefix_cache_counters(run.replicas)
-        for source in [r.scheduler for r in run.replicas] + ([run.fleet] if run.fleet is not None else []):
-            for name, value in source.stats().items():
-                result.engine_stats[name] = result.engine_stats.get(name, 0) + value
-        if scenario.network is not None:
-            from simulator.cluster.network import add_client_latencies, network_from_config
-            add_client_latencies(result.requests, network_from_config(scenario.network), rngs["network"])
-        if run.geo is not None:
-            run.geo.add_columns(result.requests)
-        if run.pool_router is not None:
-            run.pool_router.add_columns(result.requests)
-        if isinstance(run.clients, ClosedLoopClients) and run.clients.sent < len(table):
-            result.requests = result.requests.iloc[:run.clients.sent].copy()   # requests never sent are not
-        elif isinstance(run.clients, ClosedSessions) and not run.clients.arrived.all():   # part of the run
-            result.requests = result.requests[run.clients.arrived].copy()
+        yield
     finally:
         if gc_was_enabled:
             gc.enable()
-    routing = _routing_counters(run.routers)
-    if routing is not None:
-        result.summary_parts["routing"] = routing
-    if run.autoscaler is not None:
-        from simulator.metrics import in_measurement_window
-        req = result.requests
-        in_window = in_measurement_window(req, scenario.warmup_s, scenario.cooldown_s, scenario.workload.arrival,
-                                          scenario.workload.sessions)
-        measured = in_window & np.asarray(req["status"] == "finished_length_capped")
-        result.summary_parts["autoscaler"] = run.autoscaler.summary(req, measured, result.sim_time_s)
-    result.wall_s = time.perf_counter() - wall0
-    result.summary_parts["wall_s"] = result.wall_s   # the summary itself is computed on first use
-    return result
 
 
-def _levers_on(dep: Any) -> bool:
-    return dep.quantization not in (None, "none") or dep.kv_cache_dtype != "auto"
-
-
-def _routing_counters(routers: list[Any]) -> dict[str, int] | None:
-    """Affinity routers' counters summed over the run's routers (None for stateless routers)."""
-    out: dict[str, int] = {}
-    for r in routers:
-        if hasattr(r, "stats"):
-            for k, v in r.stats().items():
-                out[k] = out.get(k, 0) + v
-    return out or None
+def run_extensions(scenario: Scenario, path: RequestPath | None,
+                   rngs: dict[str, np.random.Generator]) -> list[RunExtension]:
+    """The run's own extensions, before the topology's: the request path, then the client network."""
+    out: list[RunExtension] = []
+    if path is not None:
+        out.append(path)
+    if scenario.network is not None:
+        out.append(NetworkLatencies(network_from_config(scenario.network), rngs["network"]))
+    return out
 
 
 class _Run:
-    """The live objects of one simulation: arrivals, router, replicas and progress."""
+    """The live objects of one simulation: arrival source, topology, extensions and progress."""
 
     def __init__(self, env: simpy.Environment, scenario: Scenario, system: ResolvedSystem, workload: Workload,
                  table: RequestTable, steps: StepLog, rngs: dict[str, np.random.Generator],
                  on_progress: ProgressCallback | None, fast_forward: bool, path: RequestPath | None = None) -> None:
-        self.env, self.table = env, table
-        self.path = path
-        times = workload.arrival_time
-        self.order: list[int] | None = None
-        """Request ids in the order they reach the engine, when processing stages reorder them."""
-        if path is not None and len(times) > 1 and bool((np.diff(times) < 0).any()):
-            order = np.argsort(times, kind="stable")
-            self.order, times = order.tolist(), times[order]
-        # Python floats, not numpy scalars: every SimPy and engine time sum derives from these.
-        self.times: list[float] = times.tolist()
-        self.total = len(workload)
-        self.next_index = 0
-        self.done = 0
+        self.env, self.scenario, self.table = env, scenario, table
+        self.times, self.order = _engine_order(workload.arrival_time, path)
+        self.total, self.next_index, self.done = len(workload), 0, 0
         self.on_progress = on_progress
         self.progress_every = max(1, self.total // 200)
         self._next_report = self.progress_every
-        self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else np.inf
-        dep, sch = scenario.deployment, scenario.scheduler
-        self.scenario_deployment = dep
-        cost: CostModel = make_cost_model(system.profile, system.model, dep.tensor_parallel_size,
-                                          system.precision if _levers_on(dep) else None, Parallelism.of(dep),
-                                          system.cuda_graph)
-        proposal = _proposal_time(scenario, system, cost)
-        self.fleet: DisaggregatedFleet | None = None
-        self.pool_router = None
-        self.routers: list[Any] = []
-        """Every router built for this run (affinity routers report counters)."""
-        self.geo = None
-        self.autoscaler = None
-        if sch.policy == "disaggregated":
-            def make_replica(index: int, cls: type, horizon: Callable[[], float]) -> Replica:
-                return Replica(env, index, _make_scheduler(scenario, system, table, rngs, proposal, cls), cost,
-                               steps, horizon, self._finished, fast_forward)
-            self.fleet = DisaggregatedFleet(env, scenario, system, table, make_replica,
-                                            lambda: self._router(rngs["routing"]), self.next_event_time)
-            self.replicas = self.fleet.replicas
-            self.entry = self.fleet.prefill              # arrivals go to the prefill pool
-            self.router = self.fleet.prefill_router
-        else:
-            self.router = self._router(rngs["routing"])
-            num_replicas = dep.replicas
-            if scenario.fleet is not None:   # several regions: a geo router over per-region routers
-                from simulator.cluster.fleet import GeoRouter
-                self.geo = GeoRouter(scenario.fleet, self._router, self.total, rngs["routing"], rngs["network"],
-                                     lambda: float(env.now))
-                self.router, num_replicas = self.geo, self.geo.num_replicas
-            if dep.autoscaler is not None:
-                num_replicas = dep.autoscaler.max_replicas
-            if system.pools:   # model routing: each pool's replicas with its own model, cost and KV plan
-                from simulator.cluster.pools import PoolRouter, assign_pools
-                self.pool_router = PoolRouter(scenario, assign_pools(scenario, table.num_prompt_tokens, table.tier),
-                                              self._router, rngs["routing"])
-                self.router = self.pool_router
-                self.replicas = []
-                for sub, sub_system in system.pools:
-                    sub_cost = make_cost_model(sub_system.profile, sub_system.model,
-                                               sub.deployment.tensor_parallel_size,
-                                               sub_system.precision if _levers_on(sub.deployment) else None,
-                                               Parallelism.of(sub.deployment), sub_system.cuda_graph)
-                    sub_proposal = _proposal_time(sub, sub_system, sub_cost)
-                    self.replicas += [
-                        Replica(env, len(self.replicas) + i,
-                                _make_scheduler(sub, sub_system, table, rngs, sub_proposal), sub_cost, steps,
-                                self.next_event_time, self._finished, fast_forward)
-                        for i in range(sub.deployment.replicas)]
-            else:
-                self.replicas = [
-                    Replica(env, i, _make_scheduler(scenario, system, table, rngs, proposal), cost, steps,
-                            self.next_event_time, self._finished, fast_forward)
-                    for i in range(num_replicas)]
-            self.entry = self.replicas
-            if dep.autoscaler is not None:   # replicas [0, active) take requests; the rest start on demand
-                from simulator.cluster.autoscaler import Autoscaler
-                self.autoscaler = Autoscaler(env, dep.autoscaler, system.kv_plan.weights_bytes, self.replicas,
-                                             lambda: self.next_index >= self.total and self.done >= self.total)
-        self.scenario = scenario
+        self.stop_time = scenario.max_sim_time_s if scenario.max_sim_time_s is not None else math.inf
         self.shed_when_full = scenario.admission.max_queue_len is not None
-        for r in self.replicas:
-            r.deadlines = Deadlines.for_scenario(scenario, r.scheduler, table, self._finished)
         self.any_rejected = bool(table.rejected_at_arrival.any())
-        self.clients: ClosedLoopClients | ClosedSessions | None = None
-        arrival, sessions = scenario.workload.arrival, scenario.workload.sessions
-        if isinstance(arrival, ClosedLoopArrival):   # requests are sent as earlier ones end
-            assert workload.think_time is not None and workload.send_delay is not None   # drawn for a closed loop
-            self.clients = ClosedLoopClients(env, arrival, table, workload.think_time, workload.send_delay,
-                                             self._send, send_until_s=scenario.duration_s, stop_time=self.stop_time)
-        elif workload.turn_gap is not None and sessions is not None:   # later turns are sent as answers end
-            min_gap = (sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
-            self.clients = ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap,
-                                          self._send, stop_time=self.stop_time, timeout_s=scenario.client.timeout_s)
-        self._own_arrivals: list[OwnArrivals] | None = None
-        if self.clients is not None:
-            self.clients.replicas = self.replicas
+        self.topology = build_topology(Wiring(env, scenario, system, table, steps, rngs, fast_forward, self.finish,
+                                              self.next_event_time, self.is_done))
+        self.replicas, self.entry, self.route = self.topology.replicas, self.topology.entry, self.topology.route
+        clients = make_clients(env, scenario, workload, table, self._send, self.stop_time)
+        self.extensions: list[RunExtension] = [*run_extensions(scenario, path, rngs), *self.topology.extensions,
+                                               *([clients] if clients is not None else [])]
+        """Every extension, in call order."""
+        timed = [ext for ext in self.extensions if ext.timed]
+        if timed:   # their instants (an autoscaler's ticks) read the replicas' state: events too
             for r in self.replicas:
-                r.next_event_time = partial(self.clients.horizon, r)
-        elif fast_forward and self._replicas_take_arrivals(dep.router, path):
+                r.next_event_time = self._timed_horizon(timed)
+        self._senders = [ext for ext in self.extensions if ext.sees_sends]
+        self._watched = bool(timed or self._senders)
+        self._own_arrivals: list[OwnArrivals] | None = None
+        if clients is not None:
+            clients.drive(self.replicas)
+        elif fast_forward and self._replicas_take_arrivals(scenario.deployment.router):
             self._plan_own_arrivals(workload.rejected, deliver=True)
         else:
             env.process(self.arrivals())
-            if fast_forward and self._routes_ahead(dep.router, path):
+            if fast_forward and self._routes_ahead(scenario.deployment.router):
                 self._plan_own_arrivals(workload.rejected)
 
-    def _routes_ahead(self, router: str, path: RequestPath | None) -> bool:
+    def _routes_ahead(self, router: str) -> bool:
         """Whether every replica's arrivals are known before the run: round-robin routing of
-        pre-drawn open-loop arrivals, with nothing that decides a request's fate on the way
-        (request path) or reads or resizes the pool (fleets, pools, the autoscaler)."""
-        return (router == "round_robin" and len(self.replicas) > 1 and path is None and self.fleet is None
-                and self.geo is None and self.pool_router is None and self.autoscaler is None)
+        pre-drawn open-loop arrivals over a fixed set of replicas (:attr:`Topology.fixed`: no
+        regions, pools, autoscaler or prefill/decode split), with no extension that acts on a send
+        (the request path) or at instants of its own."""
+        return router == "round_robin" and len(self.replicas) > 1 and self.topology.fixed and not self._watched
 
-    def _replicas_take_arrivals(self, router: str, path: RequestPath | None) -> bool:
-        """Whether each replica can take its own arrivals itself, with no arrival process: one replica,
-        or round-robin routing (:meth:`_routes_ahead`), of open-loop arrivals that nothing refuses,
-        sheds or cuts short (no rejected request, no ``admission.max_queue_len``, no
-        ``max_sim_time_s``)."""
-        return ((len(self.replicas) == 1 or self._routes_ahead(router, path)) and path is None
-                and self.fleet is None and self.geo is None and self.pool_router is None
-                and self.autoscaler is None and not self.any_rejected and not self.shed_when_full
+    def _replicas_take_arrivals(self, router: str) -> bool:
+        """Whether each replica can take its own arrivals itself, with no arrival process: one replica
+        of a fixed topology, or round-robin routing (:meth:`_routes_ahead`), of open-loop arrivals
+        that nothing watches, refuses, sheds or cuts short (no extension acting on sends, no rejected
+        request, no ``admission.max_queue_len``, no ``max_sim_time_s``)."""
+        return ((len(self.replicas) == 1 or self._routes_ahead(router)) and self.topology.fixed
+                and not self._watched and not self.any_rejected and not self.shed_when_full
                 and self.stop_time == math.inf)
 
     def _plan_own_arrivals(self, rejected: np.ndarray, deliver: bool = False) -> None:
@@ -301,20 +196,24 @@ class _Run:
                 r.arrivals = own
                 r.solo = n == 1
 
-    def _router(self, rng: np.random.Generator) -> Any:
-        dep = self.scenario_deployment
-        router = make_router(dep.router, rng, self.table, dep.affinity)
-        self.routers.append(router)
-        return router
-
     def next_event_time(self) -> float:
         """Instant of the next arrival not yet delivered (or the stop time), for decode runs."""
-        if self.autoscaler is not None:   # its ticks read the replicas' state: they are events too
-            nxt = self.times[self.next_index] if self.next_index < self.total else np.inf
-            return min(float(nxt), self.stop_time, self.autoscaler.next_tick)
         if self.next_index < self.total:
             return min(float(self.times[self.next_index]), self.stop_time)
         return self.stop_time
+
+    def _timed_horizon(self, timed: list[RunExtension]) -> Callable[[], float]:
+        """The next arrival or the earliest instant a timed extension acts at, whichever is first."""
+        def horizon() -> float:
+            t = self.next_event_time()
+            for ext in timed:
+                t = min(t, ext.horizon())
+            return t
+        return horizon
+
+    def is_done(self) -> bool:
+        """Whether every request has been sent and has ended."""
+        return self.next_index >= self.total and self.done >= self.total
 
     def arrivals(self):  # SimPy process
         """Walk the pre-drawn arrival instants (every process but the closed loop)."""
@@ -327,105 +226,70 @@ class _Run:
             self._send(i if order is None else order[i])
 
     def _send(self, rid: int) -> None:
-        """Request ``rid`` arrives now: refuse it, route it, shed it, or queue it at a replica."""
-        env, table, replicas = self.env, self.table, self.entry
+        """Request ``rid`` arrives now: refuse it, hand it to an extension, route it, shed it, or
+        queue it at a replica."""
+        env, table = self.env, self.table
         if self.any_rejected and table.rejected_at_arrival[rid]:
             table.status[rid] = RequestStatus.FINISHED_REJECTED
-            self._finished((rid,), env.now)
+            self.finish((rid,), env.now)
             return
-        if self.path is not None:
-            if self.path.cached(rid, env.now):       # answered by the response cache
-                now = env.now
-                table.status[rid] = RequestStatus.FINISHED_LENGTH_CAPPED
-                table.first_scheduled_time[rid] = table.first_token_time[rid] = table.finish_time[rid] = now
-                table.num_output_tokens[rid] = table.max_tokens[rid]
-                table.replica[rid] = -1
-                self._finished((rid,), now)
+        for ext in self._senders:
+            if ext.sent(self, rid, env.now):
                 return
-            if self.path.leader_of(rid, env.now) is not None:   # shares an identical prompt in flight
-                return
-        if self.autoscaler is not None:
-            i = self.router.route(rid, replicas[: self.autoscaler.active]) if self.autoscaler.active > 1 else 0
-        else:
-            i = self.router.route(rid, replicas) if len(replicas) > 1 or self.geo is not None else 0
+        i = self.route(rid)
         table.replica[rid] = i
         if self._own_arrivals is not None:
             self._own_arrivals[i].next += 1
-        if self.shed_when_full and queue_is_full(self.scenario, replicas[i].scheduler):
+        replica = self.entry[i]
+        if self.shed_when_full and queue_is_full(self.scenario, replica.scheduler):
             table.status[rid] = RequestStatus.FINISHED_SHED     # fast rejection, counted
             table.finish_time[rid] = env.now
-            self._finished((rid,), env.now)
+            self.finish((rid,), env.now)
             return
-        replicas[i].add_request(rid)
+        replica.add_request(rid)
 
-    def _finished(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
-        """Requests ``ids`` ended at instant ``at`` (>= now): progress, and closed-loop clients."""
+    def finish(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
+        """Requests ``ids`` ended at instant ``at`` (>= now): progress, and the extensions' hooks."""
         self.done += len(ids)
-        if self.path is not None and self.path.prompt_id is not None:
-            self._release_followers(ids, at)
-        if self.clients is not None:
-            self.done += self.clients.ended(ids, at)   # turns a failed session will never send
+        for ext in self.extensions:
+            never_sent = ext.finished(self, ids, at)   # it may end more requests first (coalesced ones)
+            self.done += never_sent                    # e.g. turns a failed session will never send
         if self.on_progress is not None and (self.done >= self._next_report or self.done == self.total):
             self._next_report = self.done + self.progress_every
             self.on_progress(self.done, self.total)
 
+    def answer(self, rid: int, at: float) -> None:
+        """Request ``rid`` was answered at ``at`` without reaching an engine (a response cache):
+        completed, with all its tokens, on no replica."""
+        table = self.table
+        table.status[rid] = RequestStatus.FINISHED_LENGTH_CAPPED
+        table.first_scheduled_time[rid] = table.first_token_time[rid] = table.finish_time[rid] = at
+        table.num_output_tokens[rid] = table.max_tokens[rid]
+        table.replica[rid] = -1
+        self.finish((rid,), at)
 
-    def _release_followers(self, ids: Sequence[int] | np.ndarray, at: float) -> None:
-        """Coalesced requests get their leader's answer (or its fate) when it ends; a completed
-        answer is stored in an exact response cache."""
-        table, path = self.table, self.path
-        assert path is not None
-        for rid in list(ids):
-            rid = int(rid)
-            completed = table.status[rid] == RequestStatus.FINISHED_LENGTH_CAPPED
-            followers = path.ended(rid, bool(completed and table.replica[rid] >= 0), at)
-            if not followers:
-                continue
-            f = np.asarray(followers, dtype=np.int64)
-            table.status[f] = table.status[rid]
-            table.replica[f] = table.replica[rid]
-            table.num_output_tokens[f] = table.num_output_tokens[rid]
-            table.first_scheduled_time[f] = table.arrival_time[f]
-            table.first_token_time[f] = np.maximum(table.first_token_time[rid], table.arrival_time[f])
-            table.finish_time[f] = table.finish_time[rid]
-            self._finished(f, at)
+    def completed(self, rid: int) -> bool:
+        """Whether request ``rid`` ended with all its tokens."""
+        return bool(self.table.status[rid] == RequestStatus.FINISHED_LENGTH_CAPPED)
 
-
-def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
-                    rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
-                    cls: type | None = None):
-    cfg = scenario.scheduler
-    kv: KVCacheManager
-    if cfg.enable_prefix_caching and not getattr(cls, "receives_kv", False):
-        kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
-    else:
-        kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
-    if scenario.speculative_config is not None:
-        assert proposal_time_s is not None   # _proposal_time gives one whenever speculation is on
-        spec_cls = ChunkedSpeculativeScheduler if cfg.policy == "chunked_prefill" else SpeculativeScheduler
-        # Each replica draws acceptances from its own child stream (spawned in replica order), so
-        # the draws do not depend on how the replicas' events interleave.
-        sched = spec_cls(cfg, kv, table, spec=scenario.speculative_config, rng=rngs["speculative"].spawn(1)[0],
-                         proposal_time_s=proposal_time_s)
-    else:
-        sched = (cls or POLICIES[cfg.policy])(cfg, kv, table)
-    if cfg.preemption_mode == "swap":
-        per_block = system.kv_plan.kv_bytes_per_block
-        assert system.profile.host_link_bandwidth_bytes_per_s is not None   # resolve() checks it for swap
-        sched.swap = SwapSpace(int(cfg.swap_space_gib * GIB // per_block), per_block,
-                               float(system.profile.host_link_bandwidth_bytes_per_s))
-    return sched
+    def records(self) -> Records:
+        """The finished run's request records: the engine's, corrected by the extensions, as the
+        client sees them, with the extensions' columns."""
+        records: Records = request_columns(self.table, self.scenario)
+        for ext in self.extensions:
+            records = ext.engine_columns(records)
+        records = apply_client_view(records, self.scenario)
+        for ext in self.extensions:
+            records = ext.add_columns(records)
+        return records
 
 
-def _proposal_time(scenario: Scenario, system: ResolvedSystem, cost: CostModel) -> Callable[[int, int], float] | None:
-    """Seconds one step spends proposing ``k`` tokens for ``n`` requests with context sum ``ctx``."""
-    spec = scenario.speculative_config
-    if spec is None:
-        return None
-    k, tp = spec.num_speculative_tokens, scenario.deployment.tensor_parallel_size
-    if spec.method == "ngram":
-        return no_proposal
-    if spec.method == "mtp":
-        return mtp_proposal(cost, k, system.model.num_layers)
-    assert system.draft_model is not None   # resolved for method draft
-    return draft_proposal(make_cost_model(system.profile, system.draft_model, tp), k)
+def _engine_order(arrival_time: np.ndarray, path: RequestPath | None) -> tuple[list[float], list[int] | None]:
+    """The instants requests reach the engine, in time order, and the request ids in that order
+    (None: in id order), when processing stages reorder them. Python floats, not numpy scalars:
+    every SimPy and engine time sum derives from these."""
+    times, order = arrival_time, None
+    if path is not None and len(times) > 1 and bool((np.diff(times) < 0).any()):
+        ids = np.argsort(times, kind="stable")
+        order, times = ids.tolist(), times[ids]
+    return times.tolist(), order
