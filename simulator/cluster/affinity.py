@@ -45,7 +45,7 @@ def _least_outstanding(replicas: Sequence[ReplicaView]) -> tuple[int, int]:
     return best, int(best_load or 0)
 
 
-class _Affinity:
+class AffinityRouter:
     """Shared parts: the bound request table, the guard and the counters."""
 
     def __init__(self, rng: np.random.Generator) -> None:
@@ -71,7 +71,7 @@ class _Affinity:
 
 
 @register("session_affinity")
-class SessionAffinity(_Affinity):
+class SessionAffinity(AffinityRouter):
     """Every turn of a session to the replica its previous turn went to (load guard permitting)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
@@ -94,7 +94,7 @@ class SessionAffinity(_Affinity):
 
 
 @register("prefix_affinity")
-class PrefixAffinity(_Affinity):
+class PrefixAffinity(AffinityRouter):
     """To the replica that was sent the longest matching prompt prefix (load guard permitting)."""
 
     def __init__(self, rng: np.random.Generator) -> None:

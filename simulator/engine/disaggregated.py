@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -66,9 +66,6 @@ class PrefillScheduler(Scheduler):
 
 class DecodeScheduler(Scheduler):
     """Continuous batching whose new requests bring their KV (admitted without a prefill)."""
-
-    receives_kv: ClassVar[bool] = True
-    """Its requests arrive with their KV: with prefix caching on, the cache lives in the prefill pool."""
 
     def expect_kv(self, rid: int, tokens: int) -> None:
         """``rid``'s KV for ``tokens`` tokens has arrived: admit it with one decode token."""

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from simulator.cluster.affinity import AffinityRouter
 from simulator.cluster.autoscaler import Autoscaler
 from simulator.cluster.extension import Fixed, RunExtension, SummaryBlock
 from simulator.cluster.fleet import GeoRouter
@@ -35,7 +36,7 @@ from simulator.cluster.routing import make_router
 from simulator.cost.base import CostModel
 from simulator.cost.factory import make_cost_model
 from simulator.engine.deadlines import Deadlines
-from simulator.engine.disaggregated import DisaggregatedFleet
+from simulator.engine.disaggregated import DecodeScheduler, DisaggregatedFleet
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.engine.prefix_cache import PrefixCachingKVManager
@@ -221,7 +222,7 @@ class RoutingCounters(RunExtension):
     def summary_blocks(self) -> Sequence[SummaryBlock]:
         out: dict[str, int] = {}
         for r in self.routers:
-            if hasattr(r, "stats"):
+            if isinstance(r, AffinityRouter):       # the stateless routers decide nothing worth counting
                 for k, v in r.stats().items():
                     out[k] = out.get(k, 0) + v
         return (SummaryBlock("routing", "run", Fixed(out)),) if out else ()
@@ -241,7 +242,10 @@ def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTa
                     cls: type | None = None) -> Any:
     cfg = scenario.scheduler
     kv: KVCacheManager
-    if cfg.enable_prefix_caching and not getattr(cls, "receives_kv", False):
+    # a disaggregated decode replica receives its requests' KV: with prefix caching on, the cache is the
+    # prefill pool's
+    receives_kv = cls is not None and issubclass(cls, DecodeScheduler)
+    if cfg.enable_prefix_caching and not receives_kv:
         kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
     else:
         kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
