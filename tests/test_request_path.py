@@ -19,9 +19,10 @@ from conftest import make_scenario
 from test_theory import erlang_c_wait
 
 from simulator import ScenarioError, simulate
-from simulator.cluster.request_path import fcfs_departures, zipf_prompts
+from simulator.cluster.request_path import fcfs_departures
 from simulator.planner.replica_search import min_replicas
 from simulator.scenario.config import PromptPopularityConfig
+from simulator.workload.traffic import zipf_prompts
 
 LIGHT = {"num_requests": 2000, "workload.arrival.rate_per_s": 1.0}
 

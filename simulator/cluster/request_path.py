@@ -110,14 +110,6 @@ def stage_workers_text(scenario: Any, rate_per_s: float) -> str | None:
     return ";".join(f"{st.name}={stage_workers_needed(rate_per_s, st.latency_ms.mean_ms / 1000.0)}" for st in stages)
 
 
-def zipf_prompts(cfg: Any, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Which of ``cfg.distinct_prompts`` prompts each of ``n`` requests asks (Zipf popularity)."""
-    k = np.arange(1, cfg.distinct_prompts + 1, dtype=float)
-    weights = k ** -cfg.zipf_s
-    cdf = np.cumsum(weights / weights.sum())
-    return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), cfg.distinct_prompts - 1)
-
-
 class RequestPath(RunExtension):
     """Per-run state: engine arrival instants, the cache and the in-flight prompts.
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cluster.network import SEND_DELAY_S
 from simulator.errors import ScenarioError
 from simulator.scenario.config import Scenario, TraceArrival
 from simulator.workload.block_hashes import (
@@ -33,6 +32,7 @@ from simulator.workload.block_hashes import (
     session_block_hashes,
 )
 from simulator.workload.lengths import make_length
+from simulator.workload.send_delay import SEND_DELAY_S
 
 
 def shape_prefixes(scenario: Scenario, arrivals: Any, times: np.ndarray, prompt: np.ndarray, output: np.ndarray,

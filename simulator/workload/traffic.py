@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cluster.network import SEND_DELAY_S
 from simulator.errors import ScenarioError
 from simulator.registry import Registry
 from simulator.scenario.config import (
@@ -36,6 +35,7 @@ from simulator.scenario.config import (
 from simulator.scenario.limits import MAX_NUM_REQUESTS, MAX_TIME_S
 from simulator.workload.lengths import Empirical, Fixed, make_length
 from simulator.workload.levers import cap_lengths
+from simulator.workload.send_delay import SEND_DELAY_S
 from simulator.workload.traces import load_trace  # used here; notebooks and tests import it from here too
 
 
@@ -274,7 +274,6 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
         else:
             output = output_dist.sample(n, rngs["output"])
         if wl.prompt_popularity is not None:     # identical prompts: one length per distinct prompt
-            from simulator.cluster.request_path import zipf_prompts
             prompt_id = zipf_prompts(wl.prompt_popularity, n, rngs["popularity"])
             prompt = prompt_dist.sample(wl.prompt_popularity.distinct_prompts, rngs["popularity"])[prompt_id]
         if scenario.client.max_prompt_tokens is None and scenario.client.max_tokens is None:
@@ -346,3 +345,11 @@ def _check_static_max(wl: Any, prompt_dist: Any, output_dist: Any, max_model_len
         if cap is not None and not isinstance(dist, Empirical) and cap >= max_model_len:
             raise ScenarioError(f"{field}.max" if not isinstance(dist, Fixed) else f"{field}.value", cap,
                                 f"must be below max_model_len={max_model_len} (prompt + output must fit)")
+
+
+def zipf_prompts(cfg: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Which of ``cfg.distinct_prompts`` prompts each of ``n`` requests asks (Zipf popularity)."""
+    k = np.arange(1, cfg.distinct_prompts + 1, dtype=float)
+    weights = k ** -cfg.zipf_s
+    cdf = np.cumsum(weights / weights.sum())
+    return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), cfg.distinct_prompts - 1)
