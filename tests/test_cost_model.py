@@ -169,7 +169,7 @@ def test_a_cost_model_that_gives_only_its_step_time_runs_the_engine(monkeypatch)
     tokens; instants to float rounding, a run's end being the sum of its steps)."""
     from simulator import load_scenario, simulate
     from simulator.cost.derived import BaseCostModel
-    from simulator.run import simulate as simulate_module
+    from simulator.run import topology as topology_module
 
     class StepTimeOnly(BaseCostModel):
         def __init__(self, inner):
@@ -181,8 +181,8 @@ def test_a_cost_model_that_gives_only_its_step_time_runs_the_engine(monkeypatch)
         def step_time_s(self, shape):
             return self.inner.breakdown(shape).total_s
 
-    make = simulate_module.make_cost_model
-    monkeypatch.setattr(simulate_module, "make_cost_model", lambda *a, **k: StepTimeOnly(make(*a, **k)))
+    make = topology_module.make_cost_model
+    monkeypatch.setattr(topology_module, "make_cost_model", lambda *a, **k: StepTimeOnly(make(*a, **k)))
     sc = load_scenario(Path(__file__).resolve().parent.parent / "benchmarks" / "scenarios" / "speed-10k.yaml",
                        {"num_requests": 300})
     fast, slow = simulate(sc), simulate(sc, fast_forward=False)
