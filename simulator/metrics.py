@@ -431,3 +431,28 @@ def summarize_replications(summaries: Sequence[dict[str, Any]], metric: str, sta
     mean = float(xs.mean())
     half = float(t_ppf(0.975, n - 1) * xs.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
+
+
+#: Summary keys a sweep row keeps: (metric, statistic).
+SWEEP_METRICS = (("e2e_s", "mean"), ("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p99"),
+                 ("e2e_s", "p50"), ("e2e_s", "p99"), ("queue_delay_s", "p99"))
+
+
+def summary_row(result: SimulationResult) -> dict[str, Any]:
+    """The flat numbers one run contributes to a study or sweep table (seconds; ``*_p99_s`` etc.).
+
+    Latency columns describe the completed requests; ``slo_met``, ``slo_attainment`` and
+    ``goodput_rps`` are the one judge's (:mod:`simulator.slo`: every arrival counts, dropped ones as
+    misses; ``None`` without an SLO); ``stable`` is the stability test's verdict.
+    """
+    s = result.summary
+    row: dict[str, Any] = {f"{m.removesuffix('_s')}_{q}_s": s[m][q] for m, q in SWEEP_METRICS}
+    slo = s.get("slo") or {}
+    row.update(throughput_rps=s["throughput"]["requests_per_s"],
+               output_tokens_per_s=s["throughput"]["output_tokens_per_s"],
+               goodput_rps=s.get("goodput_requests_per_s"), slo_attainment=s.get("slo_attainment"),
+               slo_met=slo.get("passed"), stable=(s.get("stability") or {}).get("stable"),
+               completed=s["requests"]["completed"], rejected=s["requests"]["rejected"],
+               dropped=slo.get("dropped"), preemptions=s["requests"]["preemptions"],
+               mean_batch=s["batch"]["mean_num_seqs"], wall_s=result.wall_s)
+    return row

@@ -66,3 +66,35 @@ def test_validation_reads_no_profile_and_loading_fills_the_preset(monkeypatch) -
     assert sc.scheduler.max_num_seqs == 64 and sc.scheduler.model_fields_set == {"max_num_seqs"}
     switched = sc.with_overrides({"engine": "sglang"})
     assert switched.scheduler.block_size == 1 and switched.scheduler.model_fields_set == {"max_num_seqs"}
+
+
+#: The simulator's layers, lowest first, as docs/design.md draws them: a module imports only from its own
+#: layer or below. ``run.simulate -> metrics`` is the one import back up (the run hands the summary
+#: function to its result; ``metrics`` reads the run's records and knows no feature).
+LAYERS = (("errors", "registry", "arguments", "critical_values", "output", "native"), ("scenario",), ("workload",),
+          ("cost",), ("engine",), ("cluster",), ("capabilities",), ("run",), ("metrics", "slo", "steady_state"),
+          ("planner",), ("report",), ("importers",), ("cli",))
+UPWARD_ALLOWED = {("simulator.run.simulate", "metrics")}
+
+
+def test_every_import_runs_down_the_layers_but_the_one_the_design_names() -> None:
+    rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    root = SCENARIO.parent
+    up, unplaced = [], []
+    for path in sorted(root.rglob("*.py")):
+        if "_compiled" in path.parts:
+            continue
+        rel = path.relative_to(root.parent).with_suffix("")
+        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        layer = module.split(".")[1] if "." in module else None
+        if layer is None:
+            continue
+        if layer not in rank:
+            unplaced.append(module)
+            continue
+        for name in _imports(path):
+            target = name.split(".")[1] if name.startswith("simulator.") else None
+            if target in rank and rank[target] > rank[layer] and (module, target) not in UPWARD_ALLOWED:
+                up.append(f"{module} -> {name}")
+    assert not unplaced, f"modules in no layer (add them to LAYERS and docs/design.md): {unplaced}"
+    assert not up, f"imports running back up the layers: {up}"

@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 
 from simulator.errors import ScenarioError
+from simulator.metrics import summary_row
 from simulator.planner.search import minimal_count
-from simulator.report.analysis import summary_row
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
 from simulator.scenario.config import Scenario

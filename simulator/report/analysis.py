@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError
-from simulator.metrics import in_measurement_window, slo_thresholds_s
+from simulator.metrics import SWEEP_METRICS, in_measurement_window, slo_thresholds_s, summary_row  # noqa: F401
 from simulator.run.records import SimulationResult
 from simulator.run.simulate import simulate
 from simulator.scenario.config import ClosedLoopArrival, GammaArrival, OfflineArrival, PoissonArrival, Scenario
@@ -330,31 +330,6 @@ SweepProgress = Callable[[int, int, int, int], None]
 
 LOAD_AXES = ("rate", "concurrency")
 """What a load sweep varies: the open-loop arrival rate, or a closed loop's number of clients."""
-
-
-#: Summary keys a sweep row keeps: (metric, statistic).
-SWEEP_METRICS = (("e2e_s", "mean"), ("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p99"),
-                 ("e2e_s", "p50"), ("e2e_s", "p99"), ("queue_delay_s", "p99"))
-
-
-def summary_row(result: SimulationResult) -> dict[str, Any]:
-    """The flat numbers one run contributes to a study or sweep table (seconds; ``*_p99_s`` etc.).
-
-    Latency columns describe the completed requests; ``slo_met``, ``slo_attainment`` and
-    ``goodput_rps`` are the one judge's (:mod:`simulator.slo`: every arrival counts, dropped ones as
-    misses; ``None`` without an SLO); ``stable`` is the stability test's verdict.
-    """
-    s = result.summary
-    row: dict[str, Any] = {f"{m.removesuffix('_s')}_{q}_s": s[m][q] for m, q in SWEEP_METRICS}
-    slo = s.get("slo") or {}
-    row.update(throughput_rps=s["throughput"]["requests_per_s"],
-               output_tokens_per_s=s["throughput"]["output_tokens_per_s"],
-               goodput_rps=s.get("goodput_requests_per_s"), slo_attainment=s.get("slo_attainment"),
-               slo_met=slo.get("passed"), stable=(s.get("stability") or {}).get("stable"),
-               completed=s["requests"]["completed"], rejected=s["requests"]["rejected"],
-               dropped=slo.get("dropped"), preemptions=s["requests"]["preemptions"],
-               mean_batch=s["batch"]["mean_num_seqs"], wall_s=result.wall_s)
-    return row
 
 
 def load_sweep(scenario: Scenario, rates_per_s: Sequence[float],
