@@ -55,7 +55,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from calibrate.fit import FitSettings, errors, replay_scenario, run_fit  # noqa: E402
+from calibrate.fit import DEFAULT_MAX_EVALS, FitSettings, errors, replay_scenario, run_fit  # noqa: E402
 from calibrate.observe import Lengths, Load, observe  # noqa: E402
 from simulator import simulate  # noqa: E402
 from simulator.scenario.models import MODEL_PRESETS  # noqa: E402
@@ -379,7 +379,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/llmplan-vllm"))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="scale every load's request count")
-    ap.add_argument("--max-evals", type=int, default=40)
+    ap.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS)
     ap.add_argument("--kv-space-gib", type=int, default=1)
     ap.add_argument("--small-kv-blocks", type=int, default=24,
                     help="KV blocks of the second server, for the preempting load (0: skip it)")

@@ -269,6 +269,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     summary["batch"] = batch_summary(result.step_log, result.system)
     if isinstance(arrival, OfflineArrival | ClosedLoopArrival):
         summary["benchmark"] = _benchmark_summary(arrival, steps, (start, end), len(sent))
+        summary["benchmark"]["every_request"] = every_request_summary(req, steps, finished)
     plan = result.system.kv_plan
     summary["kv_cache"] = {"num_gpu_blocks": plan.num_gpu_blocks, "block_size": plan.block_size,
                            "weights_bytes_per_gpu": plan.weights_bytes,
@@ -331,6 +332,35 @@ def _benchmark_summary(arrival: Any, steps: Mapping[str, np.ndarray], window: tu
         out.update(concurrency=num_requests, makespan_s=window[1])
     out["mean_running_batch"] = float(np.average(np.asarray(steps["num_seqs"])[keep], weights=d)) \
         if d.sum() > 0 else None
+    return out
+
+
+def every_request_summary(req: Mapping[str, Any], steps: Mapping[str, np.ndarray],
+                          finished: np.ndarray) -> dict[str, Any]:
+    """The run as ``vllm bench serve``, GenAI-Perf and InferenceX summarise a benchmark: every
+    completed request counts, the start-up wave included (in a closed loop every client sends at
+    once, so the first requests queue behind each other's prefills), and throughput is completed
+    requests and output tokens over the time from the first send to the last completion. Beside
+    the steady-state summary, which measures a closed loop once every client has had an answer; a
+    published benchmark's TTFT tail is this one's."""
+    sent = np.asarray(req["arrival_time"], dtype=float)
+    finish = np.asarray(req["finish_time"], dtype=float)[finished]
+    first = float(sent.min()) if len(sent) else 0.0
+    last = float(finish.max()) if len(finish) else first
+    span = last - first
+    out: dict[str, Any] = {"window_s": [first, last], "completed": int(finished.sum())}
+    out["requests_per_s"] = float(finished.sum() / span) if span > 0 else None
+    out["output_tokens_per_s"] = float(np.asarray(req["num_output_tokens"])[finished].sum() / span) \
+        if span > 0 else None
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        out[metric] = describe(np.asarray(req[metric], dtype=float)[finished])
+    values, weights = itl_samples(steps)
+    itl: dict[str, Any] = {"mean": float(np.average(values, weights=weights)) if len(values) else None}
+    if len(values):
+        itl.update({f"p{p}": q for p, q in zip(PERCENTILES, weighted_quantiles(values, weights,
+                                                                               [p / 100 for p in PERCENTILES]),
+                                               strict=True)})
+    out["itl_s"] = itl
     return out
 
 

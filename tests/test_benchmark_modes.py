@@ -239,3 +239,22 @@ def test_table_output_never_crashes(tmp_path, change, expect):
     result = CliRunner().invoke(app, ["simulate", str(path), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert expect in result.output
+
+
+def test_every_request_summary_counts_the_start_up_wave_as_benchmark_clients_do() -> None:
+    """``benchmark.every_request``: every completed request from the first send to the last completion
+    (vllm bench serve's and GenAI-Perf's summary), beside the steady window that starts once every
+    client has had an answer: the first wave queues behind each other's prefills, so its TTFT tail is
+    longer than the steady one's."""
+
+    r = simulate(load_scenario("examples/closed-loop-h100.yaml", {"num_requests": 600}))
+    s, req = r.summary, r.requests
+    every = s["benchmark"]["every_request"]
+    done = req[req["status"] == "finished_length_capped"]
+    assert every["completed"] == len(done) == 600 > s["requests"]["measured"]
+    span = done["finish_time"].max() - req["arrival_time"].min()
+    assert every["requests_per_s"] == pytest.approx(600 / span)
+    assert every["output_tokens_per_s"] == pytest.approx(done["num_output_tokens"].sum() / span)
+    assert every["ttft_s"]["p99"] == pytest.approx(float(np.quantile(done["ttft_s"], 0.99)), rel=0.02)
+    assert every["ttft_s"]["p99"] > 2 * s["ttft_s"]["p99"]          # the start-up wave
+    assert every["itl_s"]["p99"] >= s["itl_s"]["p99"]

@@ -69,9 +69,10 @@ def calibrate(
                                          "engine, scheduler and deployment are the observed server's settings."),
     engine: str | None = typer.Option(None, "--engine", help="With --from-observation: engine preset (vllm-v1, "
                                       "sglang, ...), over the --scenario's."),
-    fit: str = typer.Option("step_s,kernel_scale", "--fit", help="With --from-observation: the costs fitted, "
-                            "from step_s, kernel_scale, per_seq_s."),
-    max_evals: int = typer.Option(60, "--max-evals", help="With --from-observation: most simulations of each run."),
+    fit: str | None = typer.Option(None, "--fit", help="With --from-observation: the costs fitted, comma-"
+                                   "separated (default step_s,kernel_scale,frontend_s; per_seq_s may be added)."),
+    max_evals: int | None = typer.Option(None, "--max-evals", help="With --from-observation: most simulations "
+                                         "of each run (default 150: three costs need about that many)."),
 ) -> None:
     """Time real torch kernels over the model's shapes and write a measured hardware profile, or, with
     --from-observation, fit a profile's costs to a real engine's observed runs (source: fitted).
@@ -80,14 +81,14 @@ def calibrate(
     timed during a noisy stretch are timed again, and a machine that stays noisy is refused (exit 2)."""
     # Options of one mode given in the other are refused, not ignored (None or a default: not given).
     fitting = {"--hardware": hardware, "--scenario": scenario, "--engine": engine,
-               "--fit": None if fit == "step_s,kernel_scale" else fit,
-               "--max-evals": None if max_evals == 60 else max_evals}
+               "--fit": fit,
+               "--max-evals": max_evals}
     timing = {"--device": None if device == "auto" else device, "--tp": None if tp == 1 else tp, "--dtype": dtype,
               "--quick": quick or None, "--max-tokens": max_tokens, "--max-seqs": max_seqs,
               "--max-context": max_context, "--threads": threads, "--memory-limit-gib": memory_limit_gib,
               "--fresh": fresh or None, "--clock": None if clock == "auto" else clock}
     if from_observation or holdout:
-        from calibrate.fit import FitSettings, format_report, run_fit
+        from calibrate.fit import DEFAULT_MAX_EVALS, DEFAULT_PARAMETERS, FitSettings, format_report, run_fit
 
         if not from_observation:
             raise ScenarioError("--holdout", [str(h) for h in holdout or []], "needs --from-observation runs to fit on")
@@ -97,7 +98,9 @@ def calibrate(
                                 "--from-observation (a fit to observed runs)")
         check_profile_out(out, force)
         doc = run_fit(FitSettings(tuple(map(str, from_observation)), model, hardware, tuple(map(str, holdout or ())),
-                                  str(scenario) if scenario else None, engine, tuple(fit.split(",")), max_evals, name),
+                                  str(scenario) if scenario else None, engine,
+                                  tuple(fit.split(",")) if fit is not None else DEFAULT_PARAMETERS,
+                                  max_evals if max_evals is not None else DEFAULT_MAX_EVALS, name),
                       out, log=lambda m: err_console.print(escape(m), highlight=False),
                       command="llmplan " + " ".join(sys.argv[1:]))
         for line in format_report(doc):

@@ -192,6 +192,15 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
         batch = bench["mean_running_batch"]
         out_console.print(f"benchmark: {load}; mean running batch {'-' if batch is None else f'{batch:.1f}'} seqs; "
                           f"measured over {tp['window_s'][0]:.2f}-{tp['window_s'][1]:.2f} s")
+        every = bench.get("every_request")
+        if every:
+            def ms(block: dict[str, Any], p: str) -> str:
+                return _num(None if block.get(p) is None else 1000 * block[p], ".1f")
+            out_console.print(
+                f"every request (as vllm bench serve counts them, start-up included): {every['completed']} completed, "
+                f"{_num(every['requests_per_s'], '.2f')} req/s, {_num(every['output_tokens_per_s'], ',.0f')} output "
+                f"tok/s; TTFT p50/p99 {ms(every['ttft_s'], 'p50')}/{ms(every['ttft_s'], 'p99')} ms, TPOT p50/p99 "
+                f"{ms(every['tpot_s'], 'p50')}/{ms(every['tpot_s'], 'p99')} ms, ITL p99 {ms(every['itl_s'], 'p99')} ms")
     out_console.print(
         f"throughput: {_num(tp['requests_per_s'], '.2f')} req/s, {_num(tp['output_tokens_per_s'], ',.0f')} "
         "output tok/s  |  "

@@ -53,15 +53,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def make_clients(env: simpy.Environment, scenario: Scenario, workload: Workload, table: RequestTable,
-                 send: Callable[[int], None], stop_time: float) -> ClosedLoopClients | ClosedSessions | None:
+                 send: Callable[[int], None], stop_time: float,
+                 frontend_s: float = 0.0) -> ClosedLoopClients | ClosedSessions | None:
     """The run's closed loop, which sends requests as earlier ones end (None: arrivals are open).
 
-    ``send(rid)`` delivers request ``rid`` to the run at the clock's instant."""
+    ``send(rid)`` delivers request ``rid`` to the run at the clock's instant; ``frontend_s``: the
+    engine's front end, between a send and the engine (already in ``workload``'s send delays and
+    turn gaps; a closed loop's first requests wait for it here)."""
     arrival, sessions = scenario.workload.arrival, scenario.workload.sessions
     if isinstance(arrival, ClosedLoopArrival):   # requests are sent as earlier ones end
         assert workload.think_time is not None and workload.send_delay is not None   # drawn for a closed loop
         return ClosedLoopClients(env, arrival, table, workload.think_time, workload.send_delay, send,
-                                 send_until_s=scenario.duration_s, stop_time=stop_time)
+                                 send_until_s=scenario.duration_s, stop_time=stop_time, first_delay_s=frontend_s)
     if workload.turn_gap is not None and sessions is not None:   # later turns are sent as answers end
         min_gap = (sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
         return ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap, send,
@@ -87,7 +90,7 @@ class ClosedLoopClients(RunExtension):
 
     def __init__(self, env: simpy.Environment, cfg: ClosedLoopArrival, table: RequestTable,
                  think_time_s: np.ndarray, send_delay_s: np.ndarray, send: Callable[[int], None], *,
-                 send_until_s: float | None, stop_time: float) -> None:
+                 send_until_s: float | None, stop_time: float, first_delay_s: float = 0.0) -> None:
         self.env = env
         self.table = table
         self.think_time_s, self.send_delay_s = think_time_s, send_delay_s
@@ -102,7 +105,7 @@ class ClosedLoopClients(RunExtension):
         """Every replica of the run (set by :meth:`drive`), for :meth:`replica_horizon`."""
         self._arrivals: list[float] = []
         for _ in range(min(cfg.concurrency, self.total)):
-            self._send_at(0.0, 0.0)
+            self._send_at(0.0, first_delay_s)
 
     def _send_at(self, t: float, delay: float) -> None:
         """A client sends at ``t``: its request (the next id) arrives at ``t + delay``."""

@@ -16,7 +16,7 @@ from simulator.engine.kv_cache import KVCachePlan, plan_kv_cache
 from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.errors import ScenarioError
 from simulator.scenario.config import Scenario
-from simulator.scenario.engines import resolve_cuda_graph
+from simulator.scenario.engines import ENGINE_PRESETS, resolve_cuda_graph
 from simulator.scenario.models import MODEL_PRESETS, ModelSpec
 from simulator.scenario.parallel import Parallelism, check_parallelism
 from simulator.scenario.profiles import HardwareProfile, load_profile
@@ -45,6 +45,13 @@ class ResolvedSystem:
     cuda_graph: CudaGraphPadding | None = None
     """The engine's CUDA-graph padding (``engine.cuda_graph`` over the preset's capture); None: no
     step is padded (no ``engine:``, eager, or an engine that pads nothing by default)."""
+
+    @property
+    def frontend_s(self) -> float:
+        """The front end's time per request (:mod:`simulator.cluster.frontend`): the overhead's
+        ``frontend_s``, which :func:`resolve` filled from the engine preset where neither the
+        profile nor ``engine.overhead`` gives one; 0 where none does."""
+        return self.profile.overhead.frontend_s or 0.0
 
     def num_gpu_blocks_of(self, replica: np.ndarray) -> Any:
         """The KV-cache size (blocks) of each replica in ``replica`` (replica indices): with
@@ -181,10 +188,15 @@ def _engine_overhead(scenario: Scenario, profile: HardwareProfile) -> HardwarePr
     """The profile with the engine's CPU overhead: ``engine.overhead`` when given (the engine's,
     not the GPU's), under multi-step scheduling the per-step part paid once per run of
     ``num_scheduler_steps`` steps (spread over the steps), overlapped with the GPU work under
-    ``engine.async_scheduling`` (or the preset's overlap scheduler: ``sglang``, ``trtllm``)."""
+    ``engine.async_scheduling`` (or the preset's overlap scheduler: ``sglang``, ``trtllm``); its
+    front end the engine preset's measured one where the overhead gives none."""
     overhead = profile.overhead
     if scenario.engine is not None and scenario.engine.overhead is not None:
         overhead = scenario.engine.overhead
+    if overhead.frontend_s is None and scenario.engine is not None:
+        preset_frontend_s = ENGINE_PRESETS[scenario.engine.preset].frontend_s
+        if preset_frontend_s is not None:
+            overhead = overhead.model_copy(update={"frontend_s": preset_frontend_s})
     steps = scenario.scheduler.num_scheduler_steps
     if steps > 1:
         overhead = overhead.model_copy(update={"step_s": overhead.step_s / steps})

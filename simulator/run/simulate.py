@@ -24,6 +24,7 @@ import simpy
 import simulator.metrics as metrics  # a run's summary is computed by metrics.summarize
 from simulator.arguments import check_callback, check_flag, check_seed
 from simulator.cluster.extension import Records, RunExtension
+from simulator.cluster.frontend import FrontEnd, with_frontend
 from simulator.cluster.network import NetworkLatencies, network_from_config
 from simulator.cluster.request_path import RequestPath, plan_request_path
 from simulator.engine.deadlines import queue_is_full
@@ -66,8 +67,9 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
         scenario = scenario.model_copy(update={"seed": seed})
     system = resolve(scenario)
     rngs = spawn_rngs(scenario.seed)
-    # the workload as the engine sees it, through the stages, response cache and coalescing
-    workload, path = plan_request_path(scenario, generate_workload(scenario, system.max_model_len, rngs), rngs)
+    # the workload as the engine sees it: behind the front end, through the stages, response cache and coalescing
+    workload = with_frontend(generate_workload(scenario, system.max_model_len, rngs), system.frontend_s)
+    workload, path = plan_request_path(scenario, workload, rngs)
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
     run = _Run(env, scenario, system, workload, _request_table(scenario, workload), steps, rngs, on_progress,
@@ -104,12 +106,15 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def run_extensions(scenario: Scenario, path: RequestPath | None,
+def run_extensions(scenario: Scenario, system: ResolvedSystem, path: RequestPath | None,
                    rngs: dict[str, np.random.Generator]) -> list[RunExtension]:
-    """The run's own extensions, before the topology's: the request path, then the client network."""
+    """The run's own extensions, before the topology's: the request path, the engine's front end
+    (after the path: it moves the send the path measures from), then the client network."""
     out: list[RunExtension] = []
     if path is not None:
         out.append(path)
+    if system.frontend_s > 0:
+        out.append(FrontEnd(system.frontend_s))
     if scenario.network is not None:
         out.append(NetworkLatencies(network_from_config(scenario.network), rngs["network"]))
     return out
@@ -133,8 +138,9 @@ class _Run:
         self.topology = build_topology(Wiring(env, scenario, system, table, steps, rngs, fast_forward, self.finish,
                                               self.next_event_time, self.is_done))
         self.replicas, self.entry, self.route = self.topology.replicas, self.topology.entry, self.topology.route
-        clients = make_clients(env, scenario, workload, table, self._send, self.stop_time)
-        self.extensions: list[RunExtension] = [*run_extensions(scenario, path, rngs), *self.topology.extensions,
+        clients = make_clients(env, scenario, workload, table, self._send, self.stop_time, system.frontend_s)
+        self.extensions: list[RunExtension] = [*run_extensions(scenario, system, path, rngs),
+                                               *self.topology.extensions,
                                                *([clients] if clients is not None else [])]
         """Every extension, in call order."""
         timed = [ext for ext in self.extensions if ext.timed]

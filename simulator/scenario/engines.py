@@ -59,6 +59,12 @@ class EnginePreset:
     """The engine's CUDA-graph capture (None: not known; only ``engine.cuda_graph.capture_sizes`` pads)."""
     async_scheduling: bool = False
     """The engine overlaps its CPU work with the GPU by default (``engine.async_scheduling`` left out)."""
+    frontend_s: float | None = None
+    """The engine's front end per request as a client times it (:mod:`simulator.cluster.frontend`):
+    a measured figure, used where neither the profile's overhead nor ``engine.overhead`` gives
+    ``frontend_s``; None: not measured, no front end."""
+    frontend_source: str = ""
+    """Where :attr:`frontend_s` was measured, and how (for the docs)."""
 
 
 ENGINE_PRESETS: Registry[EnginePreset] = Registry("engine preset", "engine.preset")

@@ -86,6 +86,12 @@ class Overhead(Frozen):
     per_token_s: FiniteFloat = Field(default=0.0, ge=0)
     """Extra cost per token computed in the step (input preparation, gathers, cache copies); 0
     unless measured on a real engine (``llmplan validate`` fits it)."""
+    frontend_s: FiniteFloat | None = Field(default=None, ge=0, le=60)
+    """The engine's front end per request, outside the engine loop: the API server's HTTP handling,
+    chat template, tokenisation and streaming as a client times them. Added to every request's
+    TTFT and E2E (the request reaches the engine that much after it is sent). None: the engine
+    preset's measured figure (``docs/engines.md``), 0 where it has none. ``llmplan calibrate
+    --from-observation --fit ...,frontend_s`` fits it to a real engine's runs."""
     async_scheduling: bool = False
     """The CPU work of a step overlaps the GPU work of the previous one (vLLM's
     ``--async-scheduling``; set through ``engine.async_scheduling``): a step takes the longer of
