@@ -50,8 +50,10 @@ def test_response_time_law_constant_cost_model():
     s = simulate(sc).summary
     assert response_time_law(s, 0.05) == pytest.approx(12, rel=0.02)
     assert s["queue_delay_s"]["mean"] > 0.01                                # seats are the bottleneck
+    every = s["benchmark"].pop("every_request")
     assert s["benchmark"] == {"mode": "closed_loop", "concurrency": 12, "think_time_s": 0.05,
                               "think_time_dist": "fixed", "mean_running_batch": pytest.approx(8, rel=0.05)}
+    assert every["completed"] == s["requests"]["completed"]
     assert s["stability"]["stable"] is True and "closed loop" in s["stability"]["reason"]
 
 

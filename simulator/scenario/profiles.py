@@ -91,7 +91,7 @@ class Overhead(Frozen):
     chat template, tokenisation and streaming as a client times them. Added to every request's
     TTFT and E2E (the request reaches the engine that much after it is sent). None: the engine
     preset's measured figure (``docs/engines.md``), 0 where it has none. ``llmplan calibrate
-    --from-observation --fit ...,frontend_s`` fits it to a real engine's runs."""
+    --from-observation`` fits it to a real engine's runs."""
     async_scheduling: bool = False
     """The CPU work of a step overlaps the GPU work of the previous one (vLLM's
     ``--async-scheduling``; set through ``engine.async_scheduling``): a step takes the longer of
