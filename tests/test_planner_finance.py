@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -286,3 +287,18 @@ def test_cli_plan_compare_writes_the_delta(tmp_path):
     assert (tmp_path / "b" / "worksheet-assumptions.yaml").is_file()
     bad = run(app, ["plan", b, "--out", str(tmp_path / "c"), "--compare", str(tmp_path / "none")])
     assert bad.exit_code == 2 and "error: --compare = " in bad.output and not (tmp_path / "c").exists()
+
+
+def test_a_candidates_serving_id_does_not_depend_on_the_folder_it_was_read_from(tmp_path) -> None:
+    """The same plan in two checkouts serves with the same candidates: ``plan --compare`` across them
+    must not see every candidate as changed (the id once hashed the scenario's absolute folder)."""
+    from simulator.planner.assumptions import serving_config_id
+    from simulator.scenario.config import load_scenario
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "chat.yaml").write_text(Path("examples/chat-h100.yaml").read_text())
+    ids = {serving_config_id(load_scenario(d / "chat.yaml")) for d in (a, b)}
+    assert len(ids) == 1
+    assert serving_config_id(load_scenario(a / "chat.yaml", {"deployment.tensor_parallel_size": 2})) not in ids

@@ -20,11 +20,14 @@ FAILOVER_RULES = {
 
 def serving_config_id(sc: Scenario) -> str:
     """A short digest of a candidate's serving scenario (traffic left out): equal when nothing a cell serves
-    with changed, so a plan-to-plan comparison can tell a changed candidate from a renamed one."""
+    with changed, so a plan-to-plan comparison can tell a changed candidate from a renamed one. The folder
+    the scenario was read from (``base_dir``) is left out too: the same plan in another checkout, or on
+    another machine, serves with the same candidates."""
     import hashlib
     import json
 
-    data = sc.model_dump(mode="json", exclude_none=True, exclude={"workload", "name", "seed", "num_requests"})
+    data = sc.model_dump(mode="json", exclude_none=True, exclude={"workload", "name", "seed", "num_requests",
+                                                                "base_dir"})
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
