@@ -11,14 +11,15 @@ What it does (``make validate-vllm`` runs the full form):
    tokenizer (benchmarks/vllm/build_model.py, in the vLLM venv);
 2. serves it with ``vllm serve`` (V1 engine, fp32, chunked prefill and prefix caching on, block size 128,
    eager: no torch.compile) and reads the KV-cache size from its log;
-3. per repeat (fresh seeds, so the prefix cache never remembers an earlier run), observes with
-   ``llmplan observe``'s code: an offline burst (its throughput is the saturation S), Poisson loads at
-   0.3, 0.6 and 0.9 S, a closed loop of 8 clients and a prefix-sharing Poisson load at 0.6 S;
-4. fits ``step_s`` and ``kernel_scale`` on the 0.3 S and offline runs (``calibrate --from-observation``'s
-   code, base profile ``cpu-amd-epyc-tiny-llama``) and predicts the others (held out);
-5. then serves the model again with a KV cache of ``--small-kv-blocks`` blocks and, per repeat, observes
-   16 closed-loop clients with longer answers on it (requests outgrow the cache and are preempted),
-   predicted with that repeat's fitted profile (held out);
+3. after a 32-request warm-up burst that is not judged, per repeat (fresh seeds, so the prefix cache
+   never remembers an earlier run) observes with ``llmplan observe``'s code: an offline burst (its
+   throughput is the saturation S), Poisson loads at 0.3, 0.6 and 0.9 S, a closed loop of 8 clients and
+   a prefix-sharing Poisson load at 0.6 S;
+4. then serves the model again with a KV cache of ``--small-kv-blocks`` blocks and, per repeat, observes
+   16 closed-loop clients with longer answers on it (requests outgrow the cache and are preempted);
+5. only then (every observation on a machine that runs nothing else) fits ``step_s``, ``kernel_scale``
+   and ``frontend_s`` per repeat on the 0.3 S and offline runs (``calibrate --from-observation``'s code,
+   base profile ``cpu-amd-epyc-tiny-llama``) and predicts the others, the preempting load on its KV size;
 6. prints the median over repeats of each error (simulated / observed - 1: throughput, TTFT/TPOT/E2E
    p50 and p99, E2E p90, inter-token latency p50 and p99) beside the observed run-to-run spread, and
    writes everything (with each run's engine-side mean TTFT from vLLM's own metrics, the time outside
@@ -221,8 +222,12 @@ def engine_sections(served: Path) -> dict:
     return {k: v for k, v in data.items() if k in ("engine", "scheduler")}
 
 
-def full(args: argparse.Namespace, server: Server, work: Path, served: Path) -> dict:
-    rows: list[dict] = []
+def observe_repeats(args: argparse.Namespace, server: Server, work: Path) -> list[dict[str, Path]]:
+    """Every repeat's runs on the main server, after one warm-up burst that is not judged (the first
+    steps after start-up carry one-off costs). Nothing else runs meanwhile: the fits come after."""
+    observe(server.url, Load("offline", 32, PROMPT, OUTPUT, seed=int(time.time()) % 997, token_ids=TOKEN_IDS),
+            work / "warm.json", model=MODEL)
+    out = []
     for rep in range(args.repeats):
         seed = 1000 * (rep + 1) + int(time.time()) % 997      # fresh prompts: no prefix-cache hit across runs
         rdir = work / f"repeat-{rep}"
@@ -237,23 +242,45 @@ def full(args: argparse.Namespace, server: Server, work: Path, served: Path) -> 
             paths[name] = rdir / f"{name}.json"
             observe(server.url, load, paths[name], model=MODEL)
             print(f"  observed {name}: {observed_stats(paths[name])}", flush=True)
-        fit_dir = rdir / "fit"
-        doc = run_fit(FitSettings(observations=tuple(str(paths[k]) for k in FIT_ON), model=MODEL,
-                                  holdout=tuple(str(p) for k, p in paths.items() if k not in FIT_ON),
+        out.append(paths)
+    return out
+
+
+def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed: list[dict[str, Path]],
+                    small_kv_blocks: int | None) -> list[dict]:
+    """Per repeat: fit on :data:`FIT_ON`, predict the rest (and the preempting load on its own KV size)."""
+    rows: list[dict] = []
+    sections = engine_sections(served)
+    small = {**sections, "scheduler": {**sections["scheduler"], "num_gpu_blocks_override": small_kv_blocks}}
+    for rep, paths in enumerate(observed):
+        main = {k: p for k, p in paths.items() if k != "preempt-16"}
+        fit_dir = work / f"repeat-{rep}" / "fit"
+        doc = run_fit(FitSettings(observations=tuple(str(main[k]) for k in FIT_ON), model=MODEL,
+                                  holdout=tuple(str(p) for k, p in main.items() if k not in FIT_ON),
                                   scenario=str(served), max_evals=args.max_evals, name="vllm-cpu-tiny-llama",
                                   device=cpu_name()), fit_dir, log=lambda m: print("  " + m, flush=True),
                       command=" ".join(sys.argv))
         errs = {**doc["fit_error"], **doc["holdout_error"]}
-        sections = engine_sections(served)
+        sat = observed_stats(paths["offline"])["throughput_rps"]
         for name, p in paths.items():
             obs = read_observation(str(p))
-            itl = itl_errors(obs, replay(obs, fit_dir, sections))
-            rows.append({"repeat": rep, "load": name, "fitted_on": name in FIT_ON, "observed": observed_stats(p),
-                         "error": {**errs[str(p)], **itl}, "parameters": doc["parameters"], "saturation_rps": sat})
+            sim = replay(obs, fit_dir, small if name == "preempt-16" else sections)
+            row = {"repeat": rep, "load": name, "fitted_on": name in FIT_ON, "observed": observed_stats(p),
+                   "parameters": doc["parameters"], "saturation_rps": sat}
+            if name == "preempt-16":
+                req = sim.requests.sort_values("request_id").reset_index(drop=True)   # type: ignore[attr-defined]
+                row["simulated"] = {"preemptions": int(sim.summary["requests"].get("preemptions", 0))}  # type: ignore[attr-defined]
+                row["kv_blocks"] = small_kv_blocks
+                row["error"] = {**errors(req, obs), **itl_errors(obs, sim)}
+                print(f"  preempt (repeat {rep}): preemptions {row['observed'].get('preemptions')} observed, "
+                      f"{row['simulated']['preemptions']} simulated", flush=True)
+            else:
+                row["error"] = {**errs[str(p)], **itl_errors(obs, sim)}
+            rows.append(row)
         shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
         shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
                         ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
-    return {"rows": rows}
+    return rows
 
 
 def itl_errors(obs: Observation, sim: object) -> dict[str, float]:
@@ -284,32 +311,22 @@ def replay(obs: Observation, profile: Path, sections: dict) -> object:
 PREEMPT_CLIENTS, PREEMPT_OUTPUT, PREEMPT_REQUESTS = 16, Lengths(96, 320), 96
 
 
-def preempting(args: argparse.Namespace, model_dir: Path, work: Path, served: Path, rows: list[dict]) -> dict:
-    """Each repeat's fitted profile (held out) against a server whose KV cache is ``args.small_kv_blocks``."""
+def observe_preempting(args: argparse.Namespace, model_dir: Path, work: Path,
+                       observed: list[dict[str, Path]]) -> dict:
+    """Each repeat's preempting load on a second server whose KV cache is ``args.small_kv_blocks``."""
     server = Server(args.vllm_venv, model_dir, work / "server-small-kv.log", args.kv_space_gib,
                     num_blocks=args.small_kv_blocks)
     try:
         start_s = server.wait()
         blocks = server.kv_blocks()
         print(f"small-KV server after {start_s:.0f} s; KV blocks {blocks}", flush=True)
-        sections = engine_sections(served)
-        sections["scheduler"] = {**sections["scheduler"], "num_gpu_blocks_override": blocks or args.small_kv_blocks}
-        for rep in range(args.repeats):
-            rdir = work / f"repeat-{rep}"
+        for rep, paths in enumerate(observed):
             seed = 7000 + 1000 * rep + int(time.time()) % 997
-            path = rdir / "preempt.json"
+            path = work / f"repeat-{rep}" / "preempt.json"
             observe(server.url, Load("closed", PREEMPT_REQUESTS, PROMPT, PREEMPT_OUTPUT, seed=seed,
                                      concurrency=PREEMPT_CLIENTS, token_ids=TOKEN_IDS), path, model=MODEL)
-            obs = read_observation(str(path))
-            sim = replay(obs, rdir / "fit", sections)
-            req = sim.requests.sort_values("request_id").reset_index(drop=True)   # type: ignore[attr-defined]
-            stats = observed_stats(path)
-            stats_sim = {"preemptions": int(sim.summary["requests"].get("preemptions", 0))}  # type: ignore[attr-defined]
-            print(f"  observed preempt (repeat {rep}): {stats}; simulated preemptions {stats_sim['preemptions']}",
-                  flush=True)
-            rows.append({"repeat": rep, "load": "preempt-16", "fitted_on": False, "observed": stats,
-                         "simulated": stats_sim, "error": {**errors(req, obs), **itl_errors(obs, sim)},
-                         "kv_blocks": blocks})
+            paths["preempt-16"] = path
+            print(f"  observed preempt (repeat {rep}): {observed_stats(path)}", flush=True)
     finally:
         server.stop()
     return {"small_kv_blocks": blocks, "small_kv_start_s": start_s}
@@ -410,11 +427,15 @@ def main() -> None:
         version = server.version()       # asked while it serves
         print(f"vllm {version} serving at {server.url} after {start_s:.0f} s; KV blocks {blocks}", flush=True)
         served = served_scenario(args.work / "served.yaml", blocks)
-        result = quick(args, server, args.work) if args.quick else full(args, server, args.work, served)
+        if args.quick:
+            result = quick(args, server, args.work)
+        else:
+            observed = observe_repeats(args, server, args.work)
     finally:
         server.stop()
-    if not args.quick and args.small_kv_blocks:
-        result.update(preempting(args, model_dir, args.work, served, result["rows"]))
+    if not args.quick:      # every observation first, on a quiet machine; then the fits' simulations
+        result = observe_preempting(args, model_dir, args.work, observed) if args.small_kv_blocks else {}
+        result["rows"] = fit_and_predict(args, args.work, served, observed, result.get("small_kv_blocks"))
     doc = {"command": " ".join(sys.argv), "vllm_version": version, "serve": server.cmd[1:],
            "kv_blocks": blocks, "start_s": start_s, "load_average_before": load_before,
            "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),
