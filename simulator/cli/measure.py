@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -23,6 +25,18 @@ from simulator.cli.support import (
 )
 from simulator.errors import ScenarioError
 from simulator.output import check_output_folder
+
+
+@contextmanager
+def _needs_torch(command: str) -> Iterator[None]:
+    """Imports of ``llmplan COMMAND``'s torch code: without torch, one line naming the extra to install."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name == "torch" or "torch" in str(exc):
+            _fail(f"torch is not installed: `llmplan {command}` needs the calibrate extra "
+                  "(pip install -e .[calibrate])")
+        raise
 
 
 @guarded
@@ -109,13 +123,8 @@ def calibrate(
     given = [k for k, v in fitting.items() if v is not None]
     if given:
         raise ScenarioError(given[0], fitting[given[0]], "applies to a fit (--from-observation OBS) only")
-    try:
+    with _needs_torch("calibrate"):
         from calibrate.runner import run_calibration
-    except ModuleNotFoundError as exc:
-        if exc.name == "torch" or "torch" in str(exc):
-            _fail("torch is not installed: `llmplan calibrate` needs the calibrate extra "
-                  "(pip install -e .[calibrate])")
-        raise
     for flag, value in (("--tp", tp), ("--max-tokens", max_tokens), ("--max-seqs", max_seqs),
                         ("--max-context", max_context), ("--threads", threads)):
         at_least(flag, value, 1)
@@ -254,13 +263,8 @@ def validate(
     force: bool = typer.Option(False, "--force", help="Replace the results already in --out."),
 ) -> None:
     """Run a real torch serving engine and the simulator on the same requests; compare tails."""
-    try:
+    with _needs_torch("validate"):
         from calibrate.validate import ValidateSettings, check_settings, format_table, run_validation
-    except ModuleNotFoundError as exc:
-        if exc.name == "torch" or "torch" in str(exc):
-            _fail("torch is not installed: `llmplan validate` needs the calibrate extra "
-                  "(pip install -e .[calibrate])")
-        raise
     try:
         fractions = tuple(float(x) for x in loads.split(",") if x.strip())
     except ValueError:
