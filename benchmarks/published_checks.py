@@ -275,7 +275,7 @@ def latency_table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['deployment']} | {r['effective_prompt_tokens']:.0f} "
                      f"| {r['published_ttft_p99_ms']:.0f} / {a['ttft_p99_ms']:.0f} "
                      f"| {r['published_tpot_p99_ms']:.0f} / {a['tpot_p99_ms']:.0f} "
-                     f"| {'–' if little is None else f'{little:.0f}'} / {a['batching_factor']:.0f} |")
+                     f"| {'–' if little is None else f'{little:.0f}'} / {float(a['batching_factor']):.0f} |")
     return "\n".join(lines)
 
 
