@@ -1,6 +1,8 @@
 """Shared fixtures: tiny scenarios and hand-built schedulers (CPU only, no torch)."""
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,19 @@ from simulator.engine.request import RequestTable
 from simulator.engine.scheduler import Scheduler
 from simulator.scenario.config import SchedulerConfig
 from simulator.workload.traffic import Workload
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _table_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Checked op tables cached in the session's temporary folder, not the user's (simulator.cost.op_rows);
+    the processes tests start inherit it."""
+    before = os.environ.get("LLMPLAN_CACHE_DIR")
+    os.environ["LLMPLAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("llmplan-cache"))
+    yield
+    if before is None:
+        os.environ.pop("LLMPLAN_CACHE_DIR", None)
+    else:
+        os.environ["LLMPLAN_CACHE_DIR"] = before
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,8 +14,8 @@ from simulator import ScenarioError, load_scenario, simulate
 from simulator.cost.analytic import DENSE_LAYER_KERNELS, MLA_LAYER_KERNELS, MOE_LAYER_KERNELS
 from simulator.cost.base import COST_MODELS, BatchShape
 from simulator.cost.factory import make_cost_model
-from simulator.cost.kernel_table import GeneralKernelTableCostModel, monotone_table
-from simulator.cost.op_table import read_table
+from simulator.cost.kernel_table import GeneralKernelTableCostModel
+from simulator.cost.op_table import monotone_table, read_table
 from simulator.scenario.models import MODEL_PRESETS
 from simulator.scenario.profiles import load_profile
 from simulator.scenario.quantization import resolve_precision

@@ -199,7 +199,7 @@ def gemm_compaction_errors(full: pd.DataFrame, table: pd.DataFrame, peaks: dict[
             pts = g.groupby("tokens")["median_s"].median()
             curves[(n, k)] = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(),
                                       gemm_roof(n, k, peak, bandwidth, eb))
-        shapes = pd.DataFrame(list(curves), columns=["n", "k"])
+        shapes = np.array(list(curves), dtype=[("n", np.int64), ("k", np.int64)])
         errs: dict[str, list[float]] = {"thinned_m": [], "scaled_shape": []}
         for (n, k), g in f.groupby(["n", "k"]):
             m, t = g["tokens"].to_numpy(np.float64), g["median_s"].to_numpy(np.float64)

@@ -28,20 +28,21 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from simulator.cost.analytic import window_pairs
 from simulator.cost.base import DecodeSteps, register
+from simulator.cost.op_rows import load_rows
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
     LogCurve,
+    OpRows,
     compatible_dtype,
-    monotone_table,
+    points,
     prefill_roof,
-    read_table,
 )
 from simulator.cost.piecewise_decode import PiecewiseDecode
 from simulator.cost.table import Fn, TableCostModel, _nearest
@@ -49,9 +50,6 @@ from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
-
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
 
 Roof = Callable[[Any], Any]
 """Roofline time of a GEMM as a function of its rows ``m`` (a float or an array of them)."""
@@ -68,10 +66,11 @@ def _gemm_roof(n: float, k: float, peak: float, bw: float, weight_bytes: float, 
 
 
 @functools.lru_cache(maxsize=8)
-def _monotone_table(path: str, sha256: str | None, schema: int) -> pd.DataFrame:
+def _monotone_table(path: str, sha256: str | None, schema: int) -> OpRows:
     """A profile's table read, checked and made monotone once per process (the planner builds a
-    cost model per simulation; the rows never change while the checksum does not)."""
-    return monotone_table(read_table(path, sha256=sha256, schema=schema))
+    cost model per simulation; the rows never change while the checksum does not), through the
+    per-user cache of :mod:`simulator.cost.op_rows`."""
+    return load_rows(path, sha256=sha256, schema=schema, monotone=True)
 
 
 @functools.lru_cache(maxsize=64)
@@ -138,10 +137,10 @@ class KernelTableCostModel(TableCostModel):
 
     # -- row selection --------------------------------------------------------------------------------
     @staticmethod
-    def _activation_dtype(df: pd.DataFrame, model: ModelSpec, p: Precision) -> str:
+    def _activation_dtype(df: OpRows, model: ModelSpec, p: Precision) -> str:
         """The table's dtype for 16-bit (activation) rows: the model's own, else one of its width."""
         want = p.attention_dtype if p.attention_dtype in ("bf16", "fp16", "fp32") else "bf16"
-        dtypes = sorted(set(df["dtype"].astype(str)))
+        dtypes = sorted(set(df["dtype"].tolist()))
         usable = [d for d in dtypes if d == want] or [d for d in dtypes if compatible_dtype(d, want)]
         if not dtypes:
             return want
@@ -150,42 +149,42 @@ class KernelTableCostModel(TableCostModel):
                                 f"serve the model in one of {', '.join(dtypes)}")
         return usable[0]
 
-    def _rows(self, df: pd.DataFrame, *, op: str | None = None, family: str | None = None,
-              dtype: str | None = None) -> pd.DataFrame:
+    def _rows(self, df: OpRows, *, op: str | None = None, family: str | None = None,
+              dtype: str | None = None) -> OpRows:
         """Rows of ``op`` (or ``family``) in ``dtype`` (default: the activation dtype), else in a
         dtype of the same width (an fp16 elementwise table serves a bf16 model)."""
         sel = df[df["op"] == op] if op is not None else df[df["family"] == family]
         want = dtype or self.dtype
         exact = sel[sel["dtype"] == want]
-        if not exact.empty:
+        if exact.size:
             return exact
-        alike = sel[sel["dtype"].map(lambda d: compatible_dtype(str(d), want))]
-        return alike[alike["dtype"] == alike["dtype"].iloc[0]] if not alike.empty else exact
+        alike = sel[np.array([compatible_dtype(str(d), want) for d in sel["dtype"]], dtype=bool)]
+        return alike[alike["dtype"] == alike["dtype"][0]] if alike.size else exact
 
     # -- GEMMs ----------------------------------------------------------------------------------------
-    def _curve(self, rows: pd.DataFrame, n: float, k: float,
+    def _curve(self, rows: OpRows, n: float, k: float,
                roof_of: Callable[[float, float], Roof]) -> tuple[Fn, str]:
         """A measured GEMM curve over ``m`` for ``n x k``: the shape's own rows, else the nearest
         measured shape's scaled by the roofline ratio of the two shapes."""
         exact = rows[(rows["n"] == round(n)) & (rows["k"] == round(k))]
         label = "measured"
         n0, k0 = n, k
-        if exact.empty:
+        if exact.size == 0:
             near = _nearest(rows, ["n", "k"], [n, k])
             n0, k0 = float(near["n"]), float(near["k"])
             exact = rows[(rows["n"] == near["n"]) & (rows["k"] == near["k"])]
             label = f"scaled from {int(n0)}x{int(k0)}"
-        pts = exact.groupby("tokens")["median_s"].median()
+        pts = points(exact)
         base = roof_of(n0, k0)
-        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base)
+        curve = LogCurve(*pts, base)
         if (n0, k0) == (n, k):
             return curve.scalar, label
         target = roof_of(n, k)
         return (lambda m: curve.scalar(m) * float(target(m) / base(m))), label
 
-    def _sixteen_bit_gemm(self, gemm: pd.DataFrame, op: str, n: float, k: float) -> Fn:
+    def _sixteen_bit_gemm(self, gemm: OpRows, op: str, n: float, k: float) -> Fn:
         rows = self._rows(gemm, family="gemm")
-        if rows.empty:
+        if rows.size == 0:
             self._need_roofline("gemm")
             eff = self.profile.efficiency
             self.sources[op] = "roofline (profile efficiencies)"
@@ -196,7 +195,7 @@ class KernelTableCostModel(TableCostModel):
         self.sources[op] = label
         return fn
 
-    def _layer_gemm(self, gemm: pd.DataFrame, op: str, n: float, k: float) -> Fn:
+    def _layer_gemm(self, gemm: OpRows, op: str, n: float, k: float) -> Fn:
         """A layer GEMM at the deployment's precision (module docstring)."""
         p = self.precision
         if p.linear_weight_bytes == _ACT:
@@ -206,7 +205,7 @@ class KernelTableCostModel(TableCostModel):
         in_bytes = 1.0 if w8a8 else _ACT
         if w8a8:
             own = gemm[gemm["dtype"] == p.compute_dtype]
-            if not own.empty:
+            if own.size:
                 fn, label = self._curve(own, n, k, lambda a, b: _gemm_roof(a, b, peak, self.bw, 1.0, 1.0))
                 self.sources[op] = f"{label} ({p.compute_dtype})"
                 return fn
@@ -217,8 +216,8 @@ class KernelTableCostModel(TableCostModel):
         return lambda m: fn16(m) * float(roofq(m) / roof16(m))
 
     # -- elementwise: a fixed kernel latency where the table has no rows --------------------------------
-    def _elementwise_fn(self, rows: pd.DataFrame, op: str, width: float) -> Fn:
-        if not rows.empty:
+    def _elementwise_fn(self, rows: OpRows, op: str, width: float) -> Fn:
+        if rows.size:
             return super()._elementwise_fn(rows, op, width)
         self._need_roofline(op)
         eff = self.profile.efficiency
@@ -227,7 +226,7 @@ class KernelTableCostModel(TableCostModel):
         return lambda t: lat + rate * t
 
     # -- attention at the KV-cache dtype ----------------------------------------------------------------
-    def _prefill_fn(self, rows: pd.DataFrame) -> Callable[[int, int], float]:
+    def _prefill_fn(self, rows: OpRows) -> Callable[[int, int], float]:
         """Prefill attention per layer. A table measured without cached prefixes (AIConfigurator's,
         context 0 only) times a chunk of ``q`` tokens after ``c`` cached ones as the no-prefix
         prompt with the same causal work (``L (L + 1) / 2 = q c + q (q + 1) / 2`` pairs), at that
@@ -235,16 +234,16 @@ class KernelTableCostModel(TableCostModel):
         profile's fitted ``attention_memory`` bandwidth. (The roofline ratio from ``c = 0``, the
         ``table`` model's rule, would carry a short chunk's low efficiency to a long context: 5x
         too slow for a 512-token chunk after 5,000 cached tokens.)"""
-        if rows.empty or set(rows["context"].unique()) != {0}:
+        if rows.size == 0 or set(rows["context"].tolist()) != {0}:
             return super()._prefill_fn(rows)
         rows = rows[rows["batch"] == 1] if (rows["batch"] == 1).any() else rows
         sel, ratio, label = self._head_rows(rows, "q")
         self.sources["attn_prefill"] = f"{label} (after cached tokens: the no-prefix length of equal work)"
-        first = sel.iloc[0]
+        first = sel[0]
         roof = prefill_roof(float(first["num_heads"]), float(first["num_kv_heads"]), float(first["head_dim"]),
                             self.peak, self.bw, self.abytes)
-        pts = sel.groupby("tokens")["median_s"].median()
-        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda q: roof(q, 0.0))
+        pts = points(sel)
+        curve = LogCurve(*pts, lambda q: roof(q, 0.0))
         kv_s = (2.0 * self.kv_heads * self.model.head_dim * self.precision.kv_bytes
                 / (self.bw * self.profile.efficiency.attention_memory))
 
@@ -255,26 +254,26 @@ class KernelTableCostModel(TableCostModel):
             return max(curve.scalar(length) * ratio, kv_s * (c + q))
         return fn
 
-    def _prefill_for(self, df: pd.DataFrame, kv_dtype: str) -> Callable[[int, int], float]:
+    def _prefill_for(self, df: OpRows, kv_dtype: str) -> Callable[[int, int], float]:
         rows = self._rows(df, family="attn_prefill", dtype=kv_dtype)
-        if rows.empty and kv_dtype != self.dtype:
+        if rows.size == 0 and kv_dtype != self.dtype:
             rows = self._rows(df, family="attn_prefill")
             fn = self._prefill_fn(rows)
             self.sources["attn_prefill"] += f" ({self.dtype} KV rows; {kv_dtype} KV not measured)"
             return fn
         return self._prefill_fn(rows)
 
-    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, float | np.ndarray], np.ndarray]:
+    def _decode_fn(self, rows: OpRows) -> Callable[[int, float | np.ndarray], np.ndarray]:
         """The ``table`` model's decode curves, through :class:`PiecewiseDecode`."""
-        if rows.empty:
+        if rows.size == 0:
             return super()._decode_fn(rows)
         sel, ratio, label = self._head_rows(rows, "kv")
         self.sources["attn_decode"] = label
         return PiecewiseDecode(DecodeCurves.fit(sel), ratio)
 
-    def _decode_for(self, df: pd.DataFrame, kv_dtype: str) -> Callable[[int, float | np.ndarray], np.ndarray]:
+    def _decode_for(self, df: OpRows, kv_dtype: str) -> Callable[[int, float | np.ndarray], np.ndarray]:
         rows = self._rows(df, family="attn_decode", dtype=kv_dtype)
-        if not rows.empty or kv_dtype == self.dtype:
+        if rows.size or kv_dtype == self.dtype:
             return self._decode_fn(rows)
         ratio = self.precision.kv_bytes / self.abytes
         rows = self._rows(df, family="attn_decode")
@@ -387,7 +386,7 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         self._elem_counts = {op: float(n) for op, n in per_layer.items() if n}
 
     # -- the experts ----------------------------------------------------------------------------------
-    def _moe_fn(self, rows: pd.DataFrame) -> Fn:
+    def _moe_fn(self, rows: OpRows) -> Fn:
         m, p, tp = self.model, self.precision, self.tp
         target = [float(m.expert_intermediate_size), float(m.hidden_size), float(m.num_experts),
                   float(m.num_experts_per_tok), float(tp)]
@@ -396,12 +395,12 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         def roof(shape: list[float], peak: float, wbytes: float) -> Roof:
             return _moe_roof(shape, peak, self.bw, wbytes)
 
-        def curve_of(sel: pd.DataFrame, peak: float, wbytes: float) -> tuple[Fn, str]:
+        def curve_of(sel: OpRows, peak: float, wbytes: float) -> tuple[Fn, str]:
             exact = sel
             for col, v in zip(_MOE_SHAPE, target, strict=True):
                 exact = exact[exact[col] == round(v)]
             label, shape = "measured", target
-            if exact.empty:
+            if exact.size == 0:
                 near = _nearest(sel, _MOE_SHAPE, target)
                 shape = [float(near[c]) for c in _MOE_SHAPE]
                 exact = sel
@@ -409,9 +408,9 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
                     exact = exact[exact[col] == v]
                 label = ("scaled from {}x{}, {} experts top-{}, TP {}".format(*(int(v) for v in (
                     shape[1], shape[0], shape[2], shape[3], shape[4]))))
-            pts = exact.groupby("tokens")["median_s"].median()
+            pts = points(exact)
             base = roof(shape, peak, wbytes)
-            curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base)
+            curve = LogCurve(*pts, base)
             if shape == target:
                 return curve.scalar, label
             goal = roof(target, peak, wbytes)
@@ -419,12 +418,12 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
 
         for dtype in MOE_ROW_DTYPES.get(p.quantization, ()):
             sel = rows[rows["dtype"] == dtype]
-            if not sel.empty:
+            if sel.size:
                 fn, label = curve_of(sel, peak_q, p.linear_weight_bytes)
                 self.sources["moe"] = f"{label} ({dtype})"
                 return fn
         sixteen = rows[rows["dtype"] == "bf16"]
-        if sixteen.empty:
+        if sixteen.size == 0:
             self._need_roofline("moe")
             eff = self.profile.efficiency
             lat = eff.kernel_latency_s
@@ -440,11 +439,11 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         return lambda t: fn16(t) * float(rq(t) / r16(t))
 
     # -- multi-head latent attention ------------------------------------------------------------------
-    def _mla_rows(self, df: pd.DataFrame, family: str) -> tuple[pd.DataFrame, float, str]:
+    def _mla_rows(self, df: OpRows, family: str) -> tuple[OpRows, float, str]:
         """The rows of ``family`` for this deployment's projection bits and KV dtype (else the other
         KV dtype, else the other bits), at this shard's heads (else the nearest, and the ratio)."""
         rows = df[df["family"] == family]
-        if rows.empty:
+        if rows.size == 0:
             raise ScenarioError("hardware", self.profile.name, f"its table has no {family} rows, so "
                                 f"{self.model.name}'s multi-head latent attention is not measured on it; use "
                                 f"the GPU's datasheet profile ({self.profile.name}-datasheet)")
@@ -453,31 +452,31 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         kv = "fp8" if p.kv_bytes == 1.0 else "bf16"
         notes = []
         sel = rows[rows["weight_bits"] == bits]
-        if sel.empty:
+        if sel.size == 0:
             sel = rows[rows["weight_bits"] == rows["weight_bits"].max()]
-            notes.append(f"{int(sel['weight_bits'].iloc[0])}-bit projections; {bits}-bit not measured")
+            notes.append(f"{int(sel['weight_bits'][0])}-bit projections; {bits}-bit not measured")
         own = sel[sel["dtype"] == kv]
-        if own.empty:
-            own = sel[sel["dtype"] == sel["dtype"].iloc[0]]
-            notes.append(f"{own['dtype'].iloc[0]} KV rows; {kv} KV not measured")
+        if own.size == 0:
+            own = sel[sel["dtype"] == sel["dtype"][0]]
+            notes.append(f"{own['dtype'][0]} KV rows; {kv} KV not measured")
         heads = self.model.num_attention_heads / self.tp
         exact = own[own["num_heads"] == round(heads)]
         ratio, label = 1.0, "measured (MLA block)"
-        if exact.empty:
+        if exact.size == 0:
             h0 = float(_nearest(own, ["num_heads"], [heads])["num_heads"])
             exact, ratio = own[own["num_heads"] == h0], heads / h0
             label = f"scaled from {int(h0)} heads (MLA block)"
         return exact, ratio, label + (f" ({'; '.join(notes)})" if notes else "")
 
-    def _mla_prefill_fn(self, df: pd.DataFrame) -> Callable[[int, int], float]:
+    def _mla_prefill_fn(self, df: OpRows) -> Callable[[int, int], float]:
         sel, ratio, label = self._mla_rows(df, "mla_prefill")
         self.sources["attn_prefill"] = label + " (after cached tokens: the no-prefix length of equal work)"
         m = self.model
-        heads = float(sel["num_heads"].iloc[0])
+        heads = float(sel["num_heads"][0])
         width = (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2.0
         roof = prefill_roof(heads, heads, width, self.peak, self.bw, self.abytes)
-        pts = sel.groupby("tokens")["median_s"].median()
-        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda q: roof(q, 0.0))
+        pts = points(sel)
+        curve = LogCurve(*pts, lambda q: roof(q, 0.0))
         kv_s = ((m.kv_lora_rank + m.qk_rope_head_dim) * self.precision.kv_bytes
                 / (self.bw * self.profile.efficiency.attention_memory))
 
@@ -488,7 +487,7 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
             return max(curve.scalar(length) * ratio, kv_s * (c + q))
         return fn
 
-    def _mla_decode_fn(self, df: pd.DataFrame) -> PiecewiseDecode:
+    def _mla_decode_fn(self, df: OpRows) -> PiecewiseDecode:
         sel, ratio, label = self._mla_rows(df, "mla_decode")
         self.sources["attn_decode"] = label
         return PiecewiseDecode(DecodeCurves.fit(sel), ratio)

@@ -46,7 +46,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
     if missing:
         raise ScenarioError(field, str(path), f"table lacks columns {', '.join(missing)} (schema {TABLE_SCHEMA} "
                             f"needs {', '.join(TABLE_COLUMNS)})")
-    unknown = sorted(set(df["op"].astype(str)) - set(OP_FAMILY))
+    unknown = sorted({str(op) for op in df["op"].tolist()} - set(OP_FAMILY))   # an empty cell: "nan"
     if unknown:
         raise ScenarioError(field, str(path), f"unknown ops {', '.join(unknown)}; known: {', '.join(OP_FAMILY)}")
     med = pd.to_numeric(df["median_s"], errors="coerce").to_numpy(dtype=float)
@@ -135,7 +135,7 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
     family = df["op"].astype(str).map(OP_FAMILY).to_numpy()
     for c in SHAPE_COLUMNS:
         values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
-        least = np.where(np.isin(family, _USED_BY.get(c, ())), 1, 0)   # a column the op uses is >= 1, else 0
+        least = np.where(np.isin(family, USED_BY.get(c, ())), 1, 0)   # a column the op uses is >= 1, else 0
         with np.errstate(invalid="ignore"):
             bad = ~np.isfinite(values) | (values % 1 != 0) | (values < least) | (values >= 2**62)
         if bad.any():
@@ -147,8 +147,56 @@ def read_table(path: str | Path, *, sha256: str | None = None, schema: int | Non
     return df
 
 
+OpRows = np.ndarray
+"""A checked table as the cost models read it: a numpy structured array with the text columns ``op``,
+``family`` and ``dtype``, the :data:`SHAPE_COLUMNS` as int64 and ``median_s`` as float64 (the timing
+spread is not used to price a step). ``rows["n"]`` is a column, ``rows[mask]`` the rows where ``mask``
+holds, ``rows[i]`` one row."""
+
+TEXT_COLUMNS = ("op", "family", "dtype")
+
+
+def rows_dtype(text_width: int) -> np.dtype:
+    """The :data:`OpRows` dtype whose text columns hold ``text_width`` characters."""
+    return np.dtype([*((c, f"<U{max(text_width, 1)}") for c in TEXT_COLUMNS), *((c, np.int64) for c in SHAPE_COLUMNS),
+                     ("median_s", np.float64)])
+
+
+def to_rows(df: pd.DataFrame) -> OpRows:
+    """The :data:`OpRows` of a table :func:`read_table` returned (the same values, to the bit)."""
+    text = {c: df[c].astype(str).to_numpy(dtype=str) for c in TEXT_COLUMNS}
+    rows = np.empty(len(df), dtype=rows_dtype(max((a.dtype.itemsize // 4 for a in text.values()), default=1)))
+    for c, a in text.items():
+        rows[c] = a
+    for c in SHAPE_COLUMNS:
+        rows[c] = df[c].to_numpy(np.int64)
+    rows["median_s"] = df["median_s"].to_numpy(np.float64)
+    return rows
+
+
+def median_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``keys`` in ascending order and the median of ``values`` at each: the middle
+    value, or the mean of the two middle ones (pandas' ``groupby(keys).median()``, to the bit)."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    new = np.ones(len(k), dtype=bool)
+    new[1:] = k[1:] != k[:-1]
+    start = np.flatnonzero(new)
+    count = np.diff(np.append(start, len(k)))
+    lo, hi = v[start + (count - 1) // 2], v[start + count // 2]
+    return k[start], np.where(count % 2 == 1, lo, (lo + hi) / 2.0)
+
+
+def points(rows: OpRows, size: str = "tokens") -> tuple[np.ndarray, np.ndarray]:
+    """A curve's measured points: the distinct ``size`` values of ``rows`` (float64, ascending) and the
+    median time at each."""
+    x, t = median_by(rows[size], rows["median_s"])
+    return x.astype(np.float64), t
+
+
 #: The shape columns each op family needs (>= 1); the others are 0 or more.
-_USED_BY: dict[str, tuple[str, ...]] = {
+USED_BY: dict[str, tuple[str, ...]] = {
     "tokens": FAMILIES,
     "n": ("gemm", "moe"), "k": ("gemm", "moe"),
     "batch": ("attn_prefill", "attn_decode", "mla_prefill", "mla_decode"), "context": ("attn_decode", "mla_decode"),
@@ -227,13 +275,18 @@ class DecodeCurves:
     times: tuple[np.ndarray, ...]
 
     @classmethod
-    def fit(cls, rows: pd.DataFrame) -> DecodeCurves:
+    def fit(cls, rows: Any) -> DecodeCurves:
+        """From decode rows: anything whose ``rows["batch"]``, ``rows["context"]`` and ``rows["median_s"]``
+        are columns (:data:`OpRows`, a DataFrame)."""
+        batch, context = np.asarray(rows["batch"]), np.asarray(rows["context"])
+        median = np.asarray(rows["median_s"], dtype=np.float64)
         bs, xs, ts = [], [], []
-        for b, g in rows.groupby("batch"):
-            pts = g.groupby("context")["median_s"].median().sort_index()
+        for b in sorted(set(batch.tolist())):
+            sel = batch == b
+            ctx, t = median_by(context[sel], median[sel])
             bs.append(float(b))
-            xs.append(pts.index.to_numpy(np.float64) * float(b))
-            ts.append(np.maximum.accumulate(pts.to_numpy(np.float64)))
+            xs.append(ctx.astype(np.float64) * float(b))
+            ts.append(np.maximum.accumulate(t))
         return cls(tuple(bs), tuple(xs), tuple(ts))
 
     @staticmethod
@@ -394,23 +447,43 @@ _MONOTONE = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "a
              "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens"}
 
 
-def monotone_table(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with each curve made non-decreasing along its size (GEMM rows ``m``, elementwise and
+_CURVE_KEYS = ("op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim",
+               "width", "world_size", "num_experts", "top_k", "weight_bits")
+"""The shape columns that, less the family's size, pick out one curve."""
+
+
+def monotone_rows(rows: OpRows) -> OpRows:
+    """``rows`` with each curve made non-decreasing along its size (GEMM rows ``m``, elementwise and
     prefill tokens, all-reduce bytes) by isotonic regression of log time: a larger batch never
     runs faster because of measurement noise or a kernel-heuristic dip (the ``table`` model's decode
     curves get the same guarantee along the context). The pooled points average their neighbours,
     so a dip costs its neighbours a little instead of lifting the whole curve to a peak."""
-    out = df.copy()
-    shape = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
-             "world_size", "num_experts", "top_k", "weight_bits"]
+    out = rows.copy()
+    median = out["median_s"]
     for fam, size in _MONOTONE.items():
-        sel = out[out["family"] == fam].sort_values(size, kind="stable")
-        if sel.empty:
+        idx = np.flatnonzero(out["family"] == fam)
+        if not idx.size:
             continue
-        keys = [c for c in shape if c != size]
-        log_s = np.log(sel["median_s"].to_numpy(np.float64))
+        idx = idx[np.argsort(out[size][idx], kind="stable")]        # the family's rows by size, ties in file order
+        keys = [out[c][idx] for c in _CURVE_KEYS if c != size]
+        order = np.lexsort(keys[::-1])                                  # stable: each curve's rows stay by size
+        new = np.zeros(len(idx), dtype=bool)
+        new[0] = True
+        for col in keys:
+            ordered = col[order]
+            new[1:] |= ordered[1:] != ordered[:-1]
+        starts = np.flatnonzero(new).tolist()
+        log_s = np.log(median[idx])
         fitted = np.empty_like(log_s)
-        for rows in sel.groupby(keys, sort=False).indices.values():   # each curve's rows, by size
-            fitted[rows] = np.exp(_isotonic(log_s[rows]))
-        out.loc[sel.index, "median_s"] = fitted
+        for a, b in zip(starts, [*starts[1:], len(idx)], strict=True):
+            curve = order[a:b]
+            fitted[curve] = np.exp(_isotonic(log_s[curve]))
+        median[idx] = fitted
+    return out
+
+
+def monotone_table(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`monotone_rows` of a table read by :func:`read_table`, as a DataFrame."""
+    out = df.copy()
+    out["median_s"] = monotone_rows(to_rows(df))["median_s"]
     return out

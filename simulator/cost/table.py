@@ -27,29 +27,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
 from simulator.cost.derived import BaseCostModel
+from simulator.cost.op_rows import load_rows
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
     DecodeCurves,
     LogCurve,
+    OpRows,
     compatible_dtype,
     gemm_roof,
+    points,
     prefill_pairs,
     prefill_roof,
-    read_table,
 )
 from simulator.cost.piecewise_decode import PiecewiseDecode
 from simulator.errors import ScenarioError
 from simulator.scenario.models import DTYPE_BYTES, ModelSpec
 from simulator.scenario.profiles import HardwareProfile
-
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
 
 #: Elementwise ops per layer (the final RMSNorm adds one more per step).
 PER_LAYER = {"rmsnorm": 2, "rotary": 1, "silu_mul": 1, "residual_add": 2, "kv_write": 1}
@@ -57,11 +56,11 @@ PER_LAYER = {"rmsnorm": 2, "rotary": 1, "silu_mul": 1, "residual_add": 2, "kv_wr
 Fn = Callable[[float], float]
 
 
-def _nearest(candidates: pd.DataFrame, cols: list[str], target: list[float]) -> pd.Series:
-    """The row of ``candidates`` closest to ``target`` in log space over ``cols``."""
-    vals = np.log(np.maximum(candidates[cols].to_numpy(dtype=np.float64), 1.0))
+def _nearest(candidates: OpRows, cols: list[str], target: list[float]) -> np.void:
+    """The row of ``candidates`` closest to ``target`` in log space over ``cols`` (the first of equals)."""
+    vals = np.log(np.maximum(np.stack([candidates[c].astype(np.float64) for c in cols], axis=1), 1.0))
     dist = np.abs(vals - np.log(np.maximum(np.array(target, dtype=np.float64), 1.0))).sum(axis=1)
-    return candidates.iloc[int(np.argmin(dist))]
+    return candidates[int(np.argmin(dist))]
 
 
 @register("table")
@@ -76,9 +75,9 @@ class TableCostModel(BaseCostModel):
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1) -> None:
         assert profile.table is not None
-        df = read_table(profile.table, sha256=profile.table_sha256,
-                        schema=profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
-        dtypes = sorted(set(df["dtype"].astype(str)))
+        df = load_rows(profile.table, sha256=profile.table_sha256,
+                       schema=profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
+        dtypes = sorted(set(df["dtype"].tolist()))
         usable = [d for d in dtypes if d == model.dtype] or [d for d in dtypes if compatible_dtype(d, model.dtype)]
         if not dtypes:
             usable = [model.dtype]      # an empty table: every op falls back to the roofline
@@ -126,7 +125,7 @@ class TableCostModel(BaseCostModel):
         self._attn_fns: dict[int, Callable[[Any], float]] = {}
 
     # -- construction -------------------------------------------------------------------------------
-    def _peaks(self, df: pd.DataFrame) -> tuple[float, float]:
+    def _peaks(self, df: OpRows) -> tuple[float, float]:
         """Peak FLOP/s and bandwidth for roofline ratios and fallbacks: the profile's, else the best
         the table itself shows."""
         p = self.profile
@@ -146,9 +145,9 @@ class TableCostModel(BaseCostModel):
             raise ScenarioError("hardware.table", p.table, f"has no {what} rows and the profile has no "
                                 "peak_flops/memory_bandwidth_bytes_per_s to fall back on")
 
-    def _gemm_fn(self, rows: pd.DataFrame, op: str, n: float, k: float) -> Fn:
+    def _gemm_fn(self, rows: OpRows, op: str, n: float, k: float) -> Fn:
         roof = gemm_roof(n, k, self.peak, self.bw, self.abytes)
-        if rows.empty:
+        if rows.size == 0:
             self._need_roofline("gemm")
             eff = self.profile.efficiency
             self.sources[op] = "roofline"
@@ -156,7 +155,7 @@ class TableCostModel(BaseCostModel):
             return lambda m: lat + max(2.0 * m * n * k / (self.peak * eff.gemm_max * m / (m + eff.gemm_half_tokens)),
                                        (n * k + m * (n + k)) * self.abytes / (self.bw * eff.memory))
         exact = rows[(rows["n"] == round(n)) & (rows["k"] == round(k))]
-        if exact.empty:
+        if exact.size == 0:
             near = _nearest(rows, ["n", "k"], [n, k])
             exact = rows[(rows["n"] == near["n"]) & (rows["k"] == near["k"])]
             n0, k0 = float(near["n"]), float(near["k"])
@@ -165,15 +164,15 @@ class TableCostModel(BaseCostModel):
         else:
             self.sources[op] = "measured"
             base_roof = roof
-        pts = exact.groupby("tokens")["median_s"].median()
-        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base_roof)
+        pts = points(exact)
+        curve = LogCurve(*pts, base_roof)
         if base_roof is roof:
             return curve.scalar
         return lambda m: curve.scalar(m) * float(roof(np.float64(m)) / base_roof(np.float64(m)))
 
-    def _elementwise_fn(self, df: pd.DataFrame, op: str, width: float) -> Fn:
+    def _elementwise_fn(self, df: OpRows, op: str, width: float) -> Fn:
         rows = df[df["op"] == op]
-        if rows.empty:
+        if rows.size == 0:
             self._need_roofline(op)
             self.sources[op] = "roofline"
             rate = 3.0 * width * self.abytes / (self.bw * self.profile.efficiency.memory)
@@ -181,22 +180,22 @@ class TableCostModel(BaseCostModel):
             return (lambda t: lat + rate * t) if lat else (lambda t: rate * t)
         exact = rows[rows["width"] == round(width)]
         scale = 1.0
-        if exact.empty:
+        if exact.size == 0:
             w0 = float(_nearest(rows, ["width"], [width])["width"])
             exact, scale = rows[rows["width"] == w0], width / w0
             self.sources[op] = f"scaled from width {int(w0)}"
         else:
             self.sources[op] = "measured"
-        pts = exact.groupby("tokens")["median_s"].median()
-        curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda x: np.asarray(x, np.float64))
+        pts = points(exact)
+        curve = LogCurve(*pts, lambda x: np.asarray(x, np.float64))
         return (lambda t: curve.scalar(t) * scale) if scale != 1.0 else curve.scalar
 
-    def _head_rows(self, rows: pd.DataFrame, per: str) -> tuple[pd.DataFrame, float, str]:
+    def _head_rows(self, rows: OpRows, per: str) -> tuple[OpRows, float, str]:
         """Rows for this shard's heads, or the nearest measured heads and the ratio to scale by."""
         hd = self.model.head_dim
         exact = rows[(rows["num_heads"] == round(self.heads)) & (rows["num_kv_heads"] == round(self.kv_heads))
                      & (rows["head_dim"] == hd)]
-        if not exact.empty:
+        if exact.size:
             return exact, 1.0, "measured"
         near = _nearest(rows, ["num_heads", "num_kv_heads", "head_dim"], [self.heads, self.kv_heads, hd])
         sel = rows[(rows["num_heads"] == near["num_heads"]) & (rows["num_kv_heads"] == near["num_kv_heads"])
@@ -208,9 +207,9 @@ class TableCostModel(BaseCostModel):
         label = f"scaled from {int(near['num_heads'])}/{int(near['num_kv_heads'])} heads x {int(near['head_dim'])}"
         return sel, ratio, label
 
-    def _prefill_fn(self, rows: pd.DataFrame) -> Callable[[int, int], float]:
+    def _prefill_fn(self, rows: OpRows) -> Callable[[int, int], float]:
         hd, L = self.model.head_dim, 1
-        if rows.empty:
+        if rows.size == 0:
             self._need_roofline("attn_prefill")
             eff = self.profile.efficiency
             self.sources["attn_prefill"] = "roofline"
@@ -221,8 +220,8 @@ class TableCostModel(BaseCostModel):
         rows = rows[rows["batch"] == 1] if (rows["batch"] == 1).any() else rows
         sel, ratio, label = self._head_rows(rows, "q")
         self.sources["attn_prefill"] = label
-        contexts = np.array(sorted(sel["context"].unique()), dtype=np.float64)
-        first = sel.iloc[0]
+        contexts = np.array(sorted(set(sel["context"].tolist())), dtype=np.float64)
+        first = sel[0]
         roof = prefill_roof(float(first["num_heads"]), float(first["num_kv_heads"]), float(first["head_dim"]),
                             self.peak, self.bw, self.abytes)
 
@@ -231,8 +230,8 @@ class TableCostModel(BaseCostModel):
 
         cols = []
         for c in contexts:
-            pts = sel[sel["context"] == c].groupby("tokens")["median_s"].median()
-            cols.append(LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(),
+            pts = points(sel[sel["context"] == c])
+            cols.append(LogCurve(*pts,
                                  lambda q, c=c: roof(q, c)))  # type: ignore[misc]
         lc = np.log1p(contexts)
 
@@ -249,10 +248,10 @@ class TableCostModel(BaseCostModel):
             return t * ratio
         return fn
 
-    def _decode_fn(self, rows: pd.DataFrame) -> Callable[[int, float | np.ndarray], np.ndarray]:
+    def _decode_fn(self, rows: OpRows) -> Callable[[int, float | np.ndarray], np.ndarray]:
         """One layer's decode attention over ``n`` sequences at context sums ``s`` (an array)."""
         hd = self.model.head_dim
-        if rows.empty:
+        if rows.size == 0:
             self._need_roofline("attn_decode")
             eff = self.profile.efficiency
             self.sources["attn_decode"] = "roofline"
@@ -266,16 +265,16 @@ class TableCostModel(BaseCostModel):
         curves = DecodeCurves.fit(sel)
         return lambda n, s: curves(n, s) * ratio
 
-    def _comm_fn(self, rows: pd.DataFrame) -> Fn:
+    def _comm_fn(self, rows: OpRows) -> Fn:
         tp = self.tp
         if tp == 1:
             return lambda nbytes: 0.0
         sel = rows[rows["world_size"] == tp]
-        if not sel.empty:
+        if sel.size:
             self.sources["all_reduce"] = "measured"
-            pts = sel.groupby("message_bytes")["median_s"].median()
-            x0 = float(pts.index.min())
-            curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), lambda v: np.maximum(v, x0))
+            pts = points(sel, "message_bytes")
+            x0 = float(pts[0].min())
+            curve = LogCurve(*pts, lambda v: np.maximum(v, x0))
             return curve.scalar
         ic = self.profile.interconnect
         if ic is None:
