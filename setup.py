@@ -41,6 +41,7 @@ COMPILED = [
     "simulator/engine/replica.py",
     "simulator/cost/base.py",
     "simulator/cost/analytic.py",
+    "simulator/cost/piecewise_decode.py",
 ]
 GROUP = "simulator._compiled.engine"
 """The group's shared library is ``simulator._compiled.engine__mypyc``."""

@@ -15,6 +15,15 @@ from simulator.cost.base import DecodeSteps
 from simulator.cost.op_table import DecodeCurves
 
 
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.union1d(a, b)`` (the sorted distinct values of both) without ``np.unique``, whose first call
+    imports ``numpy.ma`` (8 ms of a simulation's start-up)."""
+    u = np.sort(np.concatenate((a, b)))
+    keep = np.ones(len(u), dtype=bool)
+    keep[1:] = u[1:] != u[:-1]
+    return u[keep]
+
+
 class PiecewiseDecode:
     """:class:`~simulator.cost.op_table.DecodeCurves` (times ``ratio``) flattened, per decode batch
     size, into one piecewise-linear table over the context sum: the breakpoints of the one or two
@@ -38,7 +47,7 @@ class PiecewiseDecode:
             xs = c.sums[i] * (n / bs[i])
         else:
             i = bisect.bisect_right(bs, n) - 1
-            xs = c.sums[i] if n == bs[i] else np.union1d(c.sums[i], c.sums[i + 1])
+            xs = c.sums[i] if n == bs[i] else _union(c.sums[i], c.sums[i + 1])
         ys = c(n, xs) * self.ratio
         slope = float((c(n, 2.0 * xs[-1]) * self.ratio - ys[-1]) / xs[-1])
         got = self._tables[n] = (xs, ys, slope, xs.tolist(), ys.tolist())

@@ -327,15 +327,18 @@ class TableCostModel(BaseCostModel):
     # -- the CostModel interface --------------------------------------------------------------------
     def _terms(self, shape: BatchShape, tokens: int) -> tuple[float, float, float, float, float]:
         """(linear, attention, elementwise, comm, overhead) seconds of a step of ``tokens`` > 0 tokens."""
-        lin, elem, comm = self._per_tokens(tokens)
+        # The caches are read here before the methods that fill them are called (the engine's hot path).
+        lin, elem, comm = self._tok_cache.get(tokens) or self._per_tokens(tokens)
         num_sampled, num_decodes = shape.num_sampled_tokens, shape.num_decodes
         if num_sampled:
-            head, sample = self._per_sampled(num_sampled)
+            head, sample = self._samp_cache.get(num_sampled) or self._per_sampled(num_sampled)
             lin, elem = lin + head, elem + sample
         attn = 0.0
+        pf_cache = self._pf_cache
         for q, c in zip(shape.prefill_tokens, shape.prefill_computed_tokens, strict=False):
             if q:
-                attn += self._prefill_s(q, c)
+                t = pf_cache.get((q, c))
+                attn += self._prefill_s(q, c) if t is None else t
         if num_decodes:
             attn += (self._attn_fns.get(num_decodes) or self._decode_attn_fn(num_decodes))(shape.decode_context_tokens)
         seqs = len(shape.prefill_tokens) + num_decodes
