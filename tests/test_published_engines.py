@@ -1,6 +1,6 @@
 """The published SGLang and TensorRT-LLM points (benchmarks/published_engines.py): every point is
-recorded with its source and builds the scenario it claims, and every point left unchecked is refused
-by the simulator for the reason it gives."""
+recorded with its source and builds the scenario it claims, every point left unchecked is refused by
+the simulator for the reason it gives, and the docs' table is what the script prints."""
 from __future__ import annotations
 
 import importlib.util
@@ -62,3 +62,12 @@ def test_every_unchecked_point_is_refused_for_the_reason_it_gives(point: dict) -
     with pytest.raises(ScenarioError, match=field):
         resolve(MOD.scenario(point))
 
+
+def test_the_published_engines_table_in_the_docs_is_what_the_script_prints() -> None:
+    """docs/hardware-profiles.md's SGLang and TensorRT-LLM rows are recomputed (every prediction, to
+    the printed digit): the table cannot drift from the model."""
+    docs = (ROOT / "docs" / "hardware-profiles.md").read_text().splitlines()
+    for point in MOD.POINTS:
+        pred = None if point.get("not_checked") else MOD.predict(point)
+        row = {**point, "predicted": pred, "error": None if pred is None else pred / point["published"] - 1}
+        assert MOD.row_line(row) in docs, f"{point['name']}: docs row differs from\n{MOD.row_line(row)}"
