@@ -59,6 +59,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from calibrate.engine_steps import LINE, parse_iterations  # noqa: E402
 from calibrate.fit import DEFAULT_MAX_EVALS, FitSettings, errors, replay_scenario, run_fit  # noqa: E402
 from calibrate.observe import Lengths, Load, observe  # noqa: E402
 from simulator import simulate  # noqa: E402
@@ -242,38 +243,39 @@ class EngineLog:
     """The server's log read from where the previous call left it: the engine steps of one run (the
     server logs one line per step under ``--enable-logging-iteration-details``)."""
 
-    LINE = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation "
-                      r"requests, (\d+) generation tokens, iteration elapsed time: ([\d.]+) ms")
-
     def __init__(self, path: Path) -> None:
         self.path, self.offset = path, path.stat().st_size if path.exists() else 0
 
-    def since_last(self) -> dict[str, float]:
-        """The steps logged since the last call: how many, the tokens they computed, and the mean time
-        the engine waited on its model per step (``iteration elapsed time``: the forward pass and
-        sampling, not the scheduler or the output handling)."""
+    def since_last(self, out: Path | None = None) -> None:
+        """Write the step lines logged since the last call to ``out`` (the run's ``.steps.log``)."""
         time.sleep(1.0)                                      # the last steps' lines reach the log
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             text = fh.read().decode(errors="replace")
             self.offset = fh.tell()
-        return iteration_stats(text)
+        if out is not None:
+            out.write_text("".join(m.group(0) + "\n" for m in LINE.finditer(text)))
 
 
-def iteration_stats(text: str) -> dict[str, float]:
-    """``engine_steps``, ``engine_context_tokens``, ``engine_generation_tokens`` and
-    ``engine_execute_mean_ms`` of the iteration lines in ``text`` (empty when there are none)."""
-    rows = np.array([[float(g) for g in m.groups()] for m in EngineLog.LINE.finditer(text)])
+def steps_log(run: Path) -> Path:
+    return run.with_suffix(".steps.log")
+
+
+def engine_steps(run: Path) -> dict[str, float]:
+    """The run's engine steps: how many, the tokens they computed, the mean time the engine waited on
+    its model per step (vLLM's ``iteration elapsed time``); empty without a steps log."""
+    p = steps_log(run)
+    rows = parse_iterations(p.read_text()) if p.exists() else np.zeros((0, 5))
     if not len(rows):
         return {}
-    return {"engine_steps": float(len(rows)), "engine_context_tokens": float(rows[:, 2].sum()),
-            "engine_generation_tokens": float(rows[:, 4].sum()), "engine_execute_mean_ms": float(rows[:, 5].mean())}
+    return {"engine_steps": float(len(rows)), "engine_context_tokens": float(rows[:, 1].sum()),
+            "engine_generation_tokens": float(rows[:, 3].sum()), "engine_execute_mean_ms": float(rows[:, 4].mean())}
 
 
 def observe_repeats(args: argparse.Namespace, server: Server, work: Path) -> list[dict[str, Path]]:
     """Every repeat's runs on one server, after one warm-up burst that is not judged (the first
     steps after start-up carry one-off costs). Nothing else runs meanwhile: the fit comes after.
-    Each run's engine steps (from the server's log) go into ``work/<run>.steps.json``."""
+    Each run's engine steps (its lines of the server's log) go into ``<run>.steps.log``."""
     observe(server.url, Load("offline", 32, PROMPT, OUTPUT, seed=int(time.time()) % 997, token_ids=TOKEN_IDS),
             work / "warm.json", model=MODEL)
     log = EngineLog(server.log_path)
@@ -286,14 +288,14 @@ def observe_repeats(args: argparse.Namespace, server: Server, work: Path) -> lis
         log.since_last()
         observe(server.url, Load("offline", int(200 * args.scale), PROMPT, OUTPUT, seed=seed, token_ids=TOKEN_IDS),
                 off, model=MODEL)
-        off.with_suffix(".steps.json").write_text(json.dumps(log.since_last()))
+        log.since_last(steps_log(off))
         sat = observed_stats(off)["throughput_rps"]
         print(f"repeat {rep}: offline throughput {sat:.2f} req/s (load average {os.getloadavg()[0]:.2f})", flush=True)
         paths = {"offline": off}
         for name, load in loads(sat, seed, args.scale).items():
             paths[name] = rdir / f"{name}.json"
             observe(server.url, load, paths[name], model=MODEL)
-            paths[name].with_suffix(".steps.json").write_text(json.dumps(log.since_last()))
+            log.since_last(steps_log(paths[name]))
             print(f"  observed {name}: {observed_stats(paths[name])}", flush=True)
         out.append(paths)
     return out
@@ -306,8 +308,9 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     sections = engine_sections(served)
     fit_dir = work / "fit"
     fit_paths = tuple(str(paths[k]) for paths in observed for k in FIT_ON)
+    logs = tuple(str(steps_log(Path(p))) for p in fit_paths if steps_log(Path(p)).exists())
     doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, scenario=str(served), max_evals=args.max_evals,
-                              name="vllm-cpu-tiny-llama", device=cpu_name(),
+                              name="vllm-cpu-tiny-llama", device=cpu_name(), engine_steps=logs,
                               holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in FIT_ON)),
                   fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
     errs = {**doc["fit_error"], **doc["holdout_error"]}
@@ -316,8 +319,7 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
         for name, p in paths.items():
             obs = read_observation(str(p))
             sim = replay(obs, fit_dir, sections)
-            steps_path = p.with_suffix(".steps.json")
-            engine = json.loads(steps_path.read_text()) if steps_path.exists() else {}
+            engine = engine_steps(p)
             row = {"repeat": rep, "load": name, "fitted_on": name in FIT_ON,
                    "observed": {**observed_stats(p), **engine}, "parameters": doc["parameters"],
                    "saturation_rps": sat, "error": {**errs[str(p)], **itl_errors(obs, sim)},
@@ -421,8 +423,9 @@ def from_work(work: Path) -> tuple[list[dict[str, Path]], Path, list[str], int |
     facts = json.loads((work / "server.json").read_text())
     observed = []
     for rdir in sorted(work.glob("repeat-*"), key=lambda p: int(p.name.split("-")[1])):
-        paths = {p.stem: p for p in sorted(rdir.glob("*.json")) if not p.name.endswith(".steps.json")}
-        observed.append(paths)
+        found = {p.stem: p for p in rdir.glob("*.json")}
+        order = ["offline", *loads(1.0, 0, 1.0)]                  # the order a run observes them in
+        observed.append(dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)))
     if not observed or any(set(FIT_ON) - set(p) for p in observed):
         sys.exit(f"error: --refit: {work} holds no full run's observations (repeat-N/ with {', '.join(FIT_ON)})")
     return observed, work / "served.yaml", facts["serve"], facts["kv_blocks"], facts["start_s"], facts["version"]
