@@ -153,6 +153,7 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     dep = summary.get("deployment")
     if dep:
         split = (f" x PP {dep['pipeline_parallel_size']}" if "pipeline_parallel_size" in dep else "") + (
+            f" x DP {dep['data_parallel_size']}" if "data_parallel_size" in dep else "") + (
             f", EP {dep['expert_parallel_size']}" if "expert_parallel_size" in dep else "")
         out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']}"
                           f"{split})  "
