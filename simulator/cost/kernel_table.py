@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.cost.analytic import window_pairs
+from simulator.cost.analytic import MOE_LAYER_KERNELS, window_pairs
 from simulator.cost.base import DecodeSteps, register
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
@@ -303,6 +303,8 @@ MOE_ROW_DTYPES: dict[str, tuple[str, ...]] = {
     "int4": ("int4",), "mxfp4": ("mxfp4",), "nvfp4": ("nvfp4", "mxfp4"),
 }
 _MOE_SHAPE = ["n", "k", "num_experts", "top_k", "world_size"]
+#: Kernels of one ``moe`` row (vLLM's fused MoE without the router GEMM, a GEMM row of its own).
+_FUSED_MOE_KERNELS = MOE_LAYER_KERNELS["gemm"] - 1
 
 
 def _moe_roof(shape: list[float], peak: float, bw: float, weight_bytes: float) -> Roof:
@@ -371,16 +373,18 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
       ``decodes x window`` (exact when every context is past the window or none is).
 
     **Expert parallelism** (``expert_parallel_size`` EP = TP, or TP x DP with ``data_parallel_size``
-    DP): the table's MoE rows are measured with the experts' widths split over TP GPUs (AIConfigurator's
-    ``moe_tp_size``; its ``moe_ep_size`` > 1 rows are not in the shipped tables), so a GPU holding
-    ``E / EP`` whole experts is the measured whole-width curve (TP 1) scaled by the ratio of the
-    busiest rank's MoE roofline (:func:`_ep_moe_roof`: ``moe_load_imbalance`` times the mean share of
-    the pairs and of the touched experts) to the measured shape's. Each MoE layer's all-reduce becomes
-    an all-to-all dispatch and a combine, each moving ``T x hidden x act_bytes x (EP - 1) / EP`` bytes
-    per GPU over the interconnect (:func:`~simulator.scenario.parallel.collective_link`; no measured
-    all-to-all rows: priced from the link, as the roofline does). With DP attention ranks the cost
-    model is one rank's: attention, the dense layers, the router and the shared experts over its own
-    ``T`` tokens, the routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one).
+    DP): the table's MoE rows are measured with the experts' widths split over TP GPUs
+    (AIConfigurator's ``moe_tp_size``; its ``moe_ep_size`` > 1 rows are not in the shipped tables),
+    so a GPU holding ``E / EP`` whole experts is the measured whole-width curve (TP 1) scaled by the
+    ratio of the busiest rank's MoE roofline (:func:`_ep_moe_roof`: ``moe_load_imbalance`` times the
+    mean share of the pairs and of the touched experts) to the measured shape's, never below the
+    fused MoE's six kernels at the profile's ``kernel_latency_s`` (the scaling would shrink the
+    launches too). Each MoE layer's all-reduce becomes an all-to-all dispatch and a combine, each
+    moving ``T x hidden x act_bytes x (EP - 1) / EP`` bytes per GPU over the interconnect
+    (:func:`~simulator.scenario.parallel.collective_link`; no measured all-to-all rows: priced from
+    the link, as the roofline does). With DP attention ranks the cost model is one rank's:
+    attention, the dense layers, the router and the shared experts over its own ``T`` tokens, the
+    routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one).
 
     Pipeline parallelism is refused (:mod:`simulator.capabilities`); an MLA model on a table without
     MLA rows is refused with the datasheet profile as the way out.
@@ -437,9 +441,13 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
     def _moe_fn(self, rows: pd.DataFrame) -> Fn:
         """One MoE layer's routed experts over a step's ``T`` tokens; with ``DP`` attention
         data-parallel ranks, the layer's kernel runs over every rank's tokens, ``DP x T``."""
-        fn = self._moe_layer_fn(rows)
-        dp = self.parallel.data
-        return fn if dp == 1 else (lambda t: fn(t * dp))
+        layer = self._moe_layer_fn(rows)
+        if self.parallel.expert == 1:
+            return layer
+        # The scaled curve shrinks with the rank's share of the weights and pairs; its kernels do not.
+        floor = _FUSED_MOE_KERNELS * self.profile.efficiency.kernel_latency_s
+        dp = float(self.parallel.data)
+        return lambda t: max(layer(t * dp), floor)
 
     def _moe_layer_fn(self, rows: pd.DataFrame) -> Fn:
         m, p, tp, par = self.model, self.precision, self.tp, self.parallel
@@ -496,7 +504,7 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
             else:
                 r = _ep_moe_roof(target, peak_q * eff.gemm_max, self.bw * eff.memory, p.linear_weight_bytes, ep, share)
             self.sources["moe"] = "roofline (profile efficiencies + kernel latency)"
-            return lambda t: 6.0 * lat + float(r(t))
+            return lambda t: _FUSED_MOE_KERNELS * lat + float(r(t))
         fn16, label = curve_of(sixteen, self.peak, _ACT)
         if p.linear_weight_bytes == _ACT:
             self.sources["moe"] = label
