@@ -207,3 +207,16 @@ def test_k8s_export_serves_a_dep_replica_with_vllms_flags() -> None:
     dep = DeploymentConfig(tensor_parallel_size=1, data_parallel_size=8, expert_parallel_size=8)
     assert _split_args(dep) == ["--data-parallel-size", "8", "--enable-expert-parallel"]
     assert _split_args(DeploymentConfig(tensor_parallel_size=8)) == []
+
+
+def test_the_capacity_bound_of_a_dep_replica_counts_every_rank() -> None:
+    """The bracket the planner starts from: each rank completes B / (decode run + prefills), the
+    replica DP times that."""
+    from simulator.planner.capacity import capacity_bound
+    sc = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "deployment.data_parallel_size": 4,
+                                 "deployment.expert_parallel_size": 4,
+                                 "workload.prompt_tokens": {"dist": "fixed", "value": 500},
+                                 "workload.output_tokens": {"dist": "fixed", "value": 101}})
+    b = capacity_bound(sc)
+    one_rank = b.batch_size / (100 * b.decode_step_s + b.batch_size * b.prefill_marginal_s)
+    assert b.max_rps_per_replica == pytest.approx(4 * one_rank, rel=1e-12)
