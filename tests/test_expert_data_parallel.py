@@ -220,3 +220,22 @@ def test_the_capacity_bound_of_a_dep_replica_counts_every_rank() -> None:
     b = capacity_bound(sc)
     one_rank = b.batch_size / (100 * b.decode_step_s + b.batch_size * b.prefill_marginal_s)
     assert b.max_rps_per_replica == pytest.approx(4 * one_rank, rel=1e-12)
+
+
+def test_serving_config_id_names_dp_only_when_used() -> None:
+    """A candidate without attention DP keeps the id earlier plans gave it (the field is left out
+    at its default); DEP changes it."""
+    import hashlib
+    import json
+
+    from simulator.planner.assumptions import serving_config_id
+    sc = load_scenario(EXAMPLE)
+    data = sc.model_dump(mode="json", exclude_none=True, exclude={"workload", "name", "seed", "num_requests",
+                                                                "base_dir"})
+    del data["deployment"]["data_parallel_size"]
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    assert serving_config_id(sc) == digest
+    dep = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "deployment.data_parallel_size": 2,
+                                  "deployment.expert_parallel_size": 2})
+    assert serving_config_id(dep) != serving_config_id(dep.with_overrides({"deployment.data_parallel_size": 1,
+                                                                           "deployment.expert_parallel_size": 1}))
