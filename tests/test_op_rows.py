@@ -128,12 +128,15 @@ def corruptions(text: str) -> dict[str, str | bytes]:
             "dtype empty": cell(4, "dtype", ""), "missing column": "\n".join(
                 ",".join(line.split(",")[:-1]) for line in text.splitlines()) + "\n",
             "ragged": head + "\n" + body[0] + ",1\n" + "\n".join(body[1:]) + "\n",
-            "header only": head + "\n", "empty": "", "not utf-8": text.encode("utf-8") + b"\xff\xfe\n"}
+            "header only": head + "\n", "empty": "", "not utf-8": text.encode("utf-8") + b"\xff\xfe\n",
+            "width tab": cell(5, "width", "4096\t"), "median nbsp": cell(2, "median_s", "1e-05\u00a0"),
+            "median underscore": cell(2, "median_s", "1_0")}
 
 
 @pytest.mark.parametrize("kind", ["median 0", "median text", "median empty", "median inf", "tokens 0",
                                   "width fraction", "width 1e300", "width negative", "unknown op", "op nan",
-                                  "dtype empty", "missing column", "ragged", "header only", "empty", "not utf-8"])
+                                  "dtype empty", "missing column", "ragged", "header only", "empty", "not utf-8",
+                                  "width tab", "median nbsp", "median underscore"])
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_bad_table_gets_read_tables_error(tmp_path: Path, kind: str, gz: bool) -> None:
     """Every file the plain reader does not accept goes to read_table: the same error, or the same rows."""

@@ -50,8 +50,9 @@ from simulator.cost.op_table import (
 ROWS_VERSION = 1
 """Bump when what :func:`load_rows` builds from the same bytes changes (the cache keys on it)."""
 
-_ODD = ('"', "\r", " ", "\t", "\ufeff")
-"""Quotes, carriage returns, blanks and a byte-order mark: a table holding one is read by pandas."""
+_ODD = re.compile(r"[^A-Za-z0-9,._+\-\n]")
+"""A character a table written the plain way does not hold: a table with one (quotes, blanks, carriage
+returns, a byte-order mark, other whitespace) is read by pandas."""
 _WORD = re.compile(r"[a-z][a-z0-9_]*")
 _NOT_TEXT = {"nan", "null", "inf", "infinity", "true", "false"}
 """Words pandas reads as something other than the text itself."""
@@ -101,7 +102,7 @@ def _bytes(path: Path) -> bytes | None:
 def _parse(name: str, data: bytes) -> OpRows | None:
     """The rows of a table written the plain way whose checks all pass; None for any other file."""
     text = _text(name, data)
-    if text is None or any(ch in text for ch in _ODD):
+    if text is None or _ODD.search(text):
         return None
     lines = text.split("\n")
     if lines[-1] == "":
