@@ -159,11 +159,12 @@ class KernelTableCostModel(TableCostModel):
               dtype: str | None = None) -> OpRows:
         """Rows of ``op`` (or ``family``) in ``dtype`` (default: the activation dtype), else in a
         dtype of the same width (an fp16 elementwise table serves a bf16 model)."""
-        sel = df[df["op"] == op] if op is not None else df[df["family"] == family]
+        match = df["op"] == op if op is not None else df["family"] == family
         want = dtype or self.dtype
-        exact = sel[sel["dtype"] == want]
+        exact = df[match & (df["dtype"] == want)]
         if exact.size:
             return exact
+        sel = df[match]
         alike = sel[np.array([compatible_dtype(str(d), want) for d in sel["dtype"]], dtype=bool)]
         return alike[alike["dtype"] == alike["dtype"][0]] if alike.size else exact
 
