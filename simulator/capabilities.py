@@ -165,7 +165,7 @@ FEATURES: dict[str, Feature] = {
 
 POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", "pool_sizes",
                    "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools", "multi_step",
-                   "closed_loop", "closed_sessions")
+                   "closed_loop", "closed_sessions", "pipeline_parallel")
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
@@ -193,22 +193,27 @@ _BY_HAND = No("size the pools by hand")
 _ONE_STEP = No("vLLM runs multi-step scheduling with its continuous batching",
                "use scheduler.policy: continuous, or num_scheduler_steps: 1")
 
+_MICRO_BATCHES = ("pipeline_parallel",)
+"""The policies whose batches a pipelined replica keeps in flight (:mod:`simulator.engine.pipeline`)."""
+_NO_MICRO_BATCHES = No("a pipelined replica keeps continuous batches in flight, as vLLM does",
+                       "use scheduler.policy: continuous or chunked_prefill")
+
 POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
-    "continuous": _all_but(POLICY_FEATURES, pool_sizes=No()),
+    "continuous": _all_but(POLICY_FEATURES, also=_MICRO_BATCHES, pool_sizes=No()),
     "chunked_prefill": _all_but(
-        POLICY_FEATURES, pool_sizes=No(),
+        POLICY_FEATURES, also=_MICRO_BATCHES, pool_sizes=No(),
         swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute"),
         multi_step=_ONE_STEP),
     "dynamic": _all_but(
         POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
-        multi_step=_ONE_STEP),
+        multi_step=_ONE_STEP, pipeline_parallel=_NO_MICRO_BATCHES),
     "static": _all_but(
         POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
-        multi_step=_ONE_STEP),
+        multi_step=_ONE_STEP, pipeline_parallel=_NO_MICRO_BATCHES),
     "disaggregated": _all_but(
         POLICY_FEATURES, speculative_decoding=No(), client_timeout=_MOVES,
         queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
-        multi_step=_ONE_STEP,
+        multi_step=_ONE_STEP, pipeline_parallel=No("its prefill and decode pools are not pipelined"),
         closed_loop=No("its KV transfers and the clients' wake-ups are not combined in one decode-run horizon"),
         closed_sessions=No("its KV transfers and the sessions' next turns are not combined in one decode-run "
                            "horizon", "use loop: open")),
@@ -236,7 +241,7 @@ COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
                       mla=_DENSE_OPS, sliding_window=_DENSE_OPS, expert_parallel=_DENSE_OPS,
                       pipeline_parallel=_DENSE_OPS),
     # kernel_table: measured kernels per precision (else the 16-bit rows scaled), MoE and MLA blocks
-    # included; one tensor-parallel group per replica
+    # included; one tensor-parallel group per replica (no pipeline stages)
     "kernel_table": _all_but(COST_MODEL_FEATURES, also=("moe", "mla", "sliding_window"),
                              expert_parallel=_ONE_TP_GROUP, pipeline_parallel=_ONE_TP_GROUP),
 }
@@ -289,6 +294,15 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
               "give each pool its tensor_parallel_size, or serve one model"),
     Exclusion("expert_parallel", "model_pools", "the pools would share one expert split whatever their models",
               "serve one model"),
+    *(Exclusion("pipeline_parallel", other, why, hint) for other, why, hint in (
+        ("speculative_decoding", "a verification step's draws are not kept per batch in flight",
+         "turn one of them off"),
+        ("swap_preemption", "the batches in flight share one KV cache but not its host copies",
+         "use preemption_mode: recompute"),
+        ("multi_step", "each batch in flight is one step", "use num_scheduler_steps: 1"),
+        ("client_timeout", "a request in a batch in flight cannot leave it", "drop client.timeout_s"),
+        ("queue_delay_shedding", "its shedding is checked at the steps of one batch", "use admission.max_queue_len"),
+    )),
 )
 """Features not modelled together, whatever the policy and cost model."""
 

@@ -100,13 +100,23 @@ class CostModel(Protocol):
     forms are shortcuts: a model without one returns None and the engine prices those steps with
     :meth:`decode_run_times` / :meth:`step_time_s`. A new cost model need only give
     :meth:`breakdown` and :meth:`step_time_s`: :class:`simulator.cost.derived.BaseCostModel`
-    derives the rest.
+    derives the rest. A pipelined replica (``pipeline_parallel_size`` > 1) asks :meth:`stage_times_s`
+    for every step instead of :meth:`step_time_s`.
     """
 
     def breakdown(self, shape: BatchShape) -> StepTime: ...
 
     def step_time_s(self, shape: BatchShape) -> float:
         """``breakdown(shape).total_s``, without building the breakdown (the engine's hot path)."""
+        ...
+
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        """What each pipeline stage spends on a step of ``shape``, in stage order: its layers' share
+        of the step, plus (all but the last) the send of the hidden states to the next stage; the
+        first also the step's CPU overhead, the last the LM head. One entry, ``step_time_s(shape)``,
+        for a replica of one stage. The entries add up to ``step_time_s(shape)`` up to rounding: a
+        batch alone traverses every stage, and a pipelined replica keeps up to one batch per stage
+        in flight (:mod:`simulator.engine.pipeline`)."""
         ...
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
