@@ -230,7 +230,7 @@ _OWN_DTYPE = No("it times the model in the dtype it was measured in",
 _DENSE_OPS = No("its per-op tables time a dense model's GEMMs and attention on one tensor-parallel group",
                 "use a roofline profile (e.g. the GPU's datasheet one)")
 
-_ONE_TP_GROUP = No("its measured tables time one tensor-parallel group (no all-to-all or stage-send rows)",
+_ONE_TP_GROUP = No("its measured tables time one tensor-parallel group (no all-to-all rows)",
                   "use a roofline profile (e.g. the GPU's datasheet one)")
 
 COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
@@ -241,9 +241,10 @@ COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
                       mla=_DENSE_OPS, sliding_window=_DENSE_OPS, expert_parallel=_DENSE_OPS,
                       pipeline_parallel=_DENSE_OPS),
     # kernel_table: measured kernels per precision (else the 16-bit rows scaled), MoE and MLA blocks
-    # included; one tensor-parallel group per replica (no pipeline stages)
-    "kernel_table": _all_but(COST_MODEL_FEATURES, also=("moe", "mla", "sliding_window"),
-                             expert_parallel=_ONE_TP_GROUP, pipeline_parallel=_ONE_TP_GROUP),
+    # included; pipeline stages split its layers, their sends priced from the profile's links; no
+    # all-to-all rows
+    "kernel_table": _all_but(COST_MODEL_FEATURES, also=("moe", "mla", "sliding_window", "pipeline_parallel"),
+                             expert_parallel=_ONE_TP_GROUP),
 }
 """A profile's ``cost_model`` -> feature -> ``YES`` or :class:`No` (missing: none supported)."""
 

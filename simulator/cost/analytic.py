@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
+from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register, split_stages
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism, collective_link, stage_layers, stage_links
@@ -535,11 +535,7 @@ class GeneralRooflineCostModel(RooflineCostModel):
         if sampled:
             last += max(self._head_flops_per_row * sampled / self._gemm_rate(sampled),
                         self._head_weight_bytes / self._mem_bw) + self._kernel_latency_s
-        layered = bd.total_s - bd.overhead_s - sum(sends) - last
-        num_layers = self.model.num_layers
-        stages = [layered * n / num_layers + send for n, send in zip(layers, [*sends, last], strict=True)]
-        stages[0] += bd.overhead_s
-        return stages
+        return split_stages(bd.total_s, bd.overhead_s, sends, last, layers)
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         ctx = np.asarray(decode_context_tokens, dtype=np.float64)

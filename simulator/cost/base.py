@@ -157,6 +157,19 @@ class CostModel(Protocol):
         ...
 
 
+def split_stages(total_s: float, overhead_s: float, sends_s: list[float], last_s: float,
+                 layers: list[int]) -> list[float]:
+    """A step of ``total_s`` over pipeline stages of ``layers`` layers each: what is left after the
+    CPU overhead, the stage sends and the last stage's own work (final norm, LM head, sampling) is
+    shared by layers; each stage adds its send to the next (the last, ``last_s``), the first the
+    overhead. The entries add up to ``total_s`` up to rounding."""
+    layered = total_s - overhead_s - sum(sends_s) - last_s
+    num_layers = sum(layers)
+    stages = [layered * n / num_layers + own for n, own in zip(layers, [*sends_s, last_s], strict=True)]
+    stages[0] += overhead_s
+    return stages
+
+
 DecodeSteps = Callable[[int, int, float], tuple[list[float], bool]]
 """``steps(ctx1, k, delta)``: the durations of up to ``k`` pure-decode steps of one batch, the first
 over a context sum of ``ctx1`` and each next over one more token per sequence, priced one by one

@@ -47,6 +47,7 @@ from simulator.cost.piecewise_decode import PiecewiseDecode
 from simulator.cost.table import Fn, TableCostModel, _nearest
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
+from simulator.scenario.parallel import Parallelism, stage_layers, stage_links
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
 
@@ -76,19 +77,23 @@ def _monotone_table(path: str, sha256: str | None, schema: int) -> pd.DataFrame:
 
 @functools.lru_cache(maxsize=64)
 def _cached(profile_json: str, model_json: str, tensor_parallel_size: int,
-            precision: Precision | None) -> KernelTableCostModel:
+            precision: Precision | None, parallel: Parallelism | None = None) -> KernelTableCostModel:
     model = ModelSpec.model_validate_json(model_json)
     general = model.is_moe or model.is_mla or model.num_sliding_layers > 0
     cls = GeneralKernelTableCostModel if general else KernelTableCostModel
-    return cls(HardwareProfile.model_validate_json(profile_json), model, tensor_parallel_size, precision)
+    return cls(HardwareProfile.model_validate_json(profile_json), model, tensor_parallel_size, precision, parallel)
 
 
 @register("kernel_table")
 def kernel_table_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
-                            precision: Precision | None = None) -> KernelTableCostModel:
+                            precision: Precision | None = None,
+                            parallel: Parallelism | None = None) -> KernelTableCostModel:
     """The ``kernel_table`` cost model of ``profile`` for ``model``: one instance per process for
-    equal inputs (its lookups are pure functions of them, and building one reads the table)."""
-    return _cached(profile.model_dump_json(), model.model_dump_json(), tensor_parallel_size, precision)
+    equal inputs (its lookups are pure functions of them, and building one reads the table).
+    ``parallel``: pipeline stages (expert parallelism is refused, :mod:`simulator.capabilities`)."""
+    if parallel is not None and parallel.pipeline == 1:
+        parallel = None          # one stage: the same model as without the split
+    return _cached(profile.model_dump_json(), model.model_dump_json(), tensor_parallel_size, precision, parallel)
 
 
 class KernelTableCostModel(TableCostModel):
@@ -100,7 +105,7 @@ class KernelTableCostModel(TableCostModel):
     """
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
-                 precision: Precision | None = None) -> None:
+                 precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
         assert profile.table is not None
         df = _monotone_table(profile.table, profile.table_sha256,
                              profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
@@ -135,6 +140,20 @@ class KernelTableCostModel(TableCostModel):
         self._decode = self._decode_for(df, kv_dtype)
         self._comm = self._comm_fn(sixteen[sixteen["family"] == "comm"])
         self._init_caches(profile)
+        if parallel is not None and parallel.pipeline > 1:
+            self._init_stages(parallel)
+
+    def _init_stages(self, parallel: Parallelism) -> None:
+        """Pipeline stages: vLLM's split of the layers, and each boundary's send of the hidden states
+        and residual (``2 x hidden x activation bytes`` per token) over the profile's link, as the
+        roofline prices it (:func:`~simulator.scenario.parallel.stage_links`)."""
+        self._stage_layers = stage_layers(self.L, parallel.pipeline)
+        for i, link in enumerate(stage_links(self.profile, parallel)):
+            if link is None:
+                raise ScenarioError("hardware.inter_node", None,
+                                    f"stage boundary {i + 1} of pipeline_parallel_size={parallel.pipeline} leaves "
+                                    "the interconnect's domain and the profile has no inter_node link")
+            self._sends.append((link.latency_s, 2 * self.model.hidden_size * self.abytes / link.bandwidth_bytes_per_s))
 
     # -- row selection --------------------------------------------------------------------------------
     @staticmethod
@@ -345,13 +364,13 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
       no-prefix length with the window's (query, key) pairs, in decode at the context sum capped at
       ``decodes x window`` (exact when every context is past the window or none is).
 
-    Expert and pipeline parallelism are refused (:mod:`simulator.capabilities`); an MLA model on a
+    Expert parallelism is refused (:mod:`simulator.capabilities`); an MLA model on a
     table without MLA rows is refused with the datasheet profile as the way out.
     """
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
-                 precision: Precision | None = None) -> None:
-        super().__init__(profile, model, tensor_parallel_size, precision)
+                 precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
+        super().__init__(profile, model, tensor_parallel_size, precision, parallel)
         assert profile.table is not None
         df = _monotone_table(profile.table, profile.table_sha256,
                              profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
@@ -511,6 +530,8 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
                     elem += self._moe_layers * self._shared_silu(tokens)
                 lin += self._moe_layers * moe
             comm = 2 * self.L * self._comm(tokens * self.model.hidden_size * self.abytes)
+            if self._sends:
+                comm += self._sends_s(tokens)
             got = self._tok_cache[tokens] = (lin, elem, comm)
         return got
 
