@@ -170,3 +170,17 @@ def test_table_cost_model_still_refuses_pipelines():
                                             r"cost models with pipeline parallelism: constant, roofline, kernel_table"):
         resolve(make_scenario(**{"model": "llama-3-8b", "hardware": "h100-sxm-vidur",
                                  "deployment.tensor_parallel_size": 1, "deployment.pipeline_parallel_size": 2}))
+
+
+def test_planner_capacity_estimate_follows_the_pipeline():
+    """The planner's analytic estimate for TP4 x PP2 (micro-batches in flight) is within 15% of the
+    simulated saturation throughput, as the one-stage estimate is of its own."""
+    from simulator.planner.capacity import capacity_bound, saturation_rps
+    for pp in (1, 2):
+        sc = make_scenario(**{"model": "llama-3-70b", "hardware": "h100-sxm-datasheet",
+                              "deployment.tensor_parallel_size": 4, "deployment.pipeline_parallel_size": pp,
+                              "scheduler.max_num_seqs": 256, "scheduler.max_num_batched_tokens": 8192,
+                              "scheduler.max_model_len": 8192,
+                              "workload.prompt_tokens": {"dist": "fixed", "value": 1000},
+                              "workload.output_tokens": {"dist": "fixed", "value": 200}})
+        assert capacity_bound(sc).max_rps_per_replica == pytest.approx(saturation_rps(sc, 2000), rel=0.15)
