@@ -184,3 +184,25 @@ def test_planner_capacity_estimate_follows_the_pipeline():
                               "workload.prompt_tokens": {"dist": "fixed", "value": 1000},
                               "workload.output_tokens": {"dist": "fixed", "value": 200}})
         assert capacity_bound(sc).max_rps_per_replica == pytest.approx(saturation_rps(sc, 2000), rel=0.15)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"deployment.replicas": 3, "deployment.router": "least_outstanding_tokens"},
+    {"deployment.replicas": 2, "deployment.router": "round_robin"},
+    {"scheduler.policy": "chunked_prefill", "scheduler.enable_prefix_caching": True,
+     "scheduler.max_num_batched_tokens": 64, "workload.prefix": {"prefix_tokens": 24, "num_prefixes": 2}},
+    {"workload.arrival": {"process": "closed_loop", "concurrency": 12}, "deployment.replicas": 2},
+    {"scheduler.num_gpu_blocks_override": 8, "scheduler.max_model_len": 128},
+])
+def test_pipelines_with_routers_closed_loops_prefix_caching_and_preemption_finish_every_request(overrides):
+    """Conservation across the features a pipelined replica combines with: every request finishes,
+    each one's tokens come after its arrival, and the step log never holds more than max_num_seqs."""
+    sc = _pp(2, num_requests=400, **{"workload.arrival": {"process": "poisson", "rate_per_s": 40.0}, **overrides})
+    r = simulate(sc)
+    req = r.requests
+    assert r.summary["requests"]["completed"] == len(req) == 400
+    assert (req["first_token_time"] > req["arrival_time"]).all()
+    assert (req["finish_time"] >= req["first_token_time"]).all()
+    assert r.steps["num_seqs"].max() <= 8
+    if "scheduler.num_gpu_blocks_override" in overrides:    # the slots preempt within one shared KV cache
+        assert req["num_preemptions"].sum() > 0

@@ -84,7 +84,8 @@ class Replica:
         """Timeouts and queue-delay shedding (``simulator.engine.deadlines``); None when both are off."""
         self._idle: simpy.Event | None = None
         self.planned_until = 0.0
-        """End of the last step (or run) this replica has planned."""
+        """End of the last step (or run) this replica has planned (pipelined: of the first batch in
+        flight, the first instant one of its requests can end)."""
         self.on_step_planned: Callable[[SchedulerOutput, float], None] | None = None
         """Called with each single step's plan and end instant (disaggregated prefill pools)."""
         self._continue_from: DecodeRun | None = None
@@ -257,6 +258,7 @@ class Replica:
             elif opening and not flights and len(mb.waiting):
                 raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
             wake = flights[0][0] if flights else math.inf
+            self.planned_until = wake if flights else clock   # the first instant a request here can end
             if len(flights) < num and stage_free[0] > clock:
                 wake = min(wake, stage_free[0])
             if arrivals is not None:
@@ -277,16 +279,27 @@ class Replica:
         """Plan a batch at ``clock`` in a slot not in flight and send it down the pipeline; whether
         one was planned (none: no slot has work, or what waits does not fit the free KV blocks)."""
         slots = mb.slots
-        order = [v for v in range(len(slots)) if not in_flight[v] and slots[v].n]
-        for v in range(len(slots)):             # then one slot that admits from the queue
-            if not in_flight[v] and not slots[v].n:
-                order.append(v)
-                break
-        for v in order:
-            if not slots[v].n and not len(mb.waiting):
-                continue
+        tried = [False] * len(slots)
+        admits = True                            # whether an empty slot may still admit from the queue
+        while True:
+            v = -1
+            for u in range(len(slots)):          # a slot with running requests first
+                if not in_flight[u] and not tried[u] and slots[u].n:
+                    v = u
+                    break
+            if v < 0 and admits and len(mb.waiting):   # else an empty one (all alike) admits
+                for u in range(len(slots)):
+                    if not in_flight[u] and not tried[u] and not slots[u].n:
+                        v = u
+                        break
+            if v < 0:
+                return False
+            tried[v] = True
+            empty = not slots[v].n
             out = mb.plan(slots[v], clock)
-            if out.num_decode == 0 and not out.admitted:   # its rows were preempted: nothing to run
+            if out.num_decode == 0 and not out.admitted:   # nothing fits, or its rows were all preempted
+                if empty:
+                    admits = False
                 continue
             stages = self.cost.stage_times_s(out.batch_shape())
             t = clock + (stages[0] + out.extra_s)
@@ -297,9 +310,7 @@ class Replica:
             flights.append((t, v, out))
             in_flight[v] = True
             self.steps.add_step(self.index, clock, t - clock, out, mb.kv.num_used_blocks, len(mb.waiting))
-            self.planned_until = t
             return True
-        return False
 
     def _idle_until(self, clock: float) -> float | None:
         """With the batch empty at ``clock``: None when the next step starts now, else the instant
