@@ -129,11 +129,13 @@ def system_line(sc: Any) -> str:
     p = sysm.profile
     price = f"\\${p.price_per_gpu_hour:.2f}/GPU-h (assumed)" if p.price_per_gpu_hour is not None else "no price"
     dep = sc.deployment
+    dp = dep.data_parallel_size
     split = (f" × PP {dep.pipeline_parallel_size}" if dep.pipeline_parallel_size > 1 else "") + (
-        f", EP {dep.expert_parallel_size}" if dep.expert_parallel_size > 1 else "")
+        f" × DP {dp}" if dp > 1 else "") + (f", EP {dep.expert_parallel_size}" if dep.expert_parallel_size > 1 else "")
+    where = "per replica" if dp == 1 else "per data-parallel rank"
     return (f"**{sysm.model.name}** on **{num_gpus(sc)} × {p.name}** ({p.source}; {dep.replicas} replica(s) "
             f"× TP {dep.tensor_parallel_size}{split}) · KV cache {sysm.kv_plan.num_gpu_blocks:,} blocks × "
-            f"{sysm.kv_plan.block_size} = {sysm.kv_plan.num_token_slots:,} tokens per replica · "
+            f"{sysm.kv_plan.block_size} = {sysm.kv_plan.num_token_slots:,} tokens {where} · "
             f"max_model_len {sysm.max_model_len:,} · {price}")
 
 

@@ -13,18 +13,21 @@ What it does (``make validate-vllm`` runs the full form):
    eager: no torch.compile) and reads the KV-cache size from its log;
 3. after a 32-request warm-up burst that is not judged, per repeat (fresh seeds, so the prefix cache
    never remembers an earlier run) observes with ``llmplan observe``'s code: an offline burst (its
-   throughput is the saturation S), Poisson loads at 0.3, 0.6 and 0.9 S, a closed loop of 8 clients and
-   a prefix-sharing Poisson load at 0.6 S;
-4. then serves the model again with a KV cache of ``--small-kv-blocks`` blocks and, per repeat, observes
-   16 closed-loop clients with longer answers on it (requests outgrow the cache and are preempted);
-5. only then (every observation on a machine that runs nothing else) fits ``step_s``, ``kernel_scale``
-   and ``frontend_s`` per repeat on the 0.3 S and offline runs (``calibrate --from-observation``'s code,
-   base profile ``cpu-amd-epyc-tiny-llama``) and predicts the others, the preempting load on its KV size;
-6. prints the median over repeats of each error (simulated / observed - 1: throughput, TTFT/TPOT/E2E
-   p50 and p99, E2E p90, inter-token latency p50 and p99) beside the observed run-to-run spread, and
-   writes everything (with each run's engine-side mean TTFT from vLLM's own metrics, the time outside
-   the engine, the preemptions observed and simulated, the load averages) to ``--out``; the last
-   repeat's fitted profile goes to ``--out``'s folder as ``vllm-cpu-profile/``.
+   throughput is the saturation S), Poisson loads at 0.3, 0.6 and 0.9 S, a closed loop of 8 clients, a
+   prefix-sharing Poisson load at 0.6 S (two whole blocks shared in each of 4 groups) and a preempting
+   load (a closed loop of ``max_num_seqs`` clients with long answers: the server's ``--kv-blocks``
+   cover every other load but not this one, so running requests outgrow the cache), all on one server
+   (``--enable-logging-iteration-details``: each run's engine steps are counted from its log);
+4. only then (every observation on a machine that runs nothing else) fits ``step_s``, ``kernel_scale``
+   and ``frontend_s`` once, on the 0.3 S and offline runs of every repeat (``calibrate
+   --from-observation``'s code, base profile ``cpu-amd-epyc-tiny-llama``: the engine's speed drifts
+   between repeats, and a user gets one profile for an engine), and replays every run on it;
+5. prints the median over repeats of each error (simulated / observed - 1: throughput, TTFT/TPOT/E2E
+   p50 and p99, E2E p90, inter-token latency p50 and p99, engine steps) beside the observed run-to-run
+   spread, and writes everything (with each run's engine-side mean TTFT from vLLM's own metrics, the
+   time outside the engine, the preemptions and steps observed and simulated, the load averages) to
+   ``--out``; the fitted profile goes to ``--out``'s folder as ``vllm-cpu-profile/``. ``--refit`` fits
+   and predicts again from the observations a full run left in ``--work``, serving nothing.
 
 ``--quick`` (a 32-request warm-up burst, then two loads of ~100 requests against the committed fitted
 profile, no fit: an offline burst and Poisson arrivals at 0.3 S; ``make
@@ -56,6 +59,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from calibrate.engine_steps import LINE, parse_iterations  # noqa: E402
 from calibrate.fit import DEFAULT_MAX_EVALS, FitSettings, errors, replay_scenario, run_fit  # noqa: E402
 from calibrate.observe import Lengths, Load, observe  # noqa: E402
 from simulator import simulate  # noqa: E402
@@ -94,7 +98,7 @@ class Server:
     """``vllm serve`` in its own process group; the KV-cache size read from its log."""
 
     def __init__(self, venv: Path, model_dir: Path, log_path: Path, kv_space_gib: int,
-                 num_blocks: int | None = None) -> None:
+                 num_blocks: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -108,6 +112,7 @@ class Server:
                "--enable-prefix-caching", "--enable-chunked-prefill"]
         if num_blocks is not None:          # a KV cache small enough to preempt
             cmd += ["--num-gpu-blocks-override", str(num_blocks)]
+        cmd += list(extra_args)
         self.cmd = cmd
         self.log = open(log_path, "w")  # noqa: SIM115 (closed by stop())
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -209,9 +214,21 @@ def loads(sat_rps: float, seed: int, scale: float) -> dict[str, Load]:
     out = {f"rate-{f}": Load("poisson", n_for(f * sat_rps), rate_per_s=f * sat_rps, seed=seed + i, **common)
            for i, f in enumerate((0.3, 0.6, 0.9), 1)}
     out["closed-8"] = Load("closed", int(max(60, 200 * scale)), concurrency=8, seed=seed + 4, **common)
-    out["prefix-0.6"] = Load("poisson", n_for(0.6 * sat_rps), rate_per_s=0.6 * sat_rps, prefix_tokens=96,
-                             prefix_groups=4, seed=seed + 5, **common)
+    # two whole blocks shared in each of 4 groups (vLLM caches whole blocks only)
+    out["prefix-0.6"] = Load("poisson", n_for(0.6 * sat_rps), PREFIX_PROMPT, OUTPUT, rate_per_s=0.6 * sat_rps,
+                             prefix_tokens=PREFIX_TOKENS, prefix_groups=4, seed=seed + 5, token_ids=TOKEN_IDS)
+    out["preempt"] = Load("closed", int(max(48, PREEMPT_REQUESTS * scale)), PROMPT, PREEMPT_OUTPUT,
+                          concurrency=SERVE["max_num_seqs"], seed=seed + 6, token_ids=TOKEN_IDS)
     return out
+
+
+#: The prefix-sharing load: prompts of 320-512 tokens whose first two blocks are shared within a group.
+PREFIX_PROMPT, PREFIX_TOKENS = Lengths(320, 512), 2 * SERVE["block_size"]
+#: The preempting load: a closed loop of max_num_seqs clients with long answers (prompt + answer up to
+#: max_model_len, 4 blocks each on average), more than the :data:`KV_BLOCKS` the server has, so running
+#: requests outgrow the cache and are preempted; the other loads need at most 4 blocks x max_num_seqs.
+PREEMPT_OUTPUT, PREEMPT_REQUESTS = Lengths(384, 640), 96
+KV_BLOCKS = 128
 
 
 def engine_sections(served: Path) -> dict:
@@ -222,64 +239,101 @@ def engine_sections(served: Path) -> dict:
     return {k: v for k, v in data.items() if k in ("engine", "scheduler")}
 
 
+class EngineLog:
+    """The server's log read from where the previous call left it: the engine steps of one run (the
+    server logs one line per step under ``--enable-logging-iteration-details``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, path.stat().st_size if path.exists() else 0
+
+    def since_last(self, out: Path | None = None) -> None:
+        """Write the step lines logged since the last call to ``out`` (the run's ``.steps.log``)."""
+        time.sleep(1.0)                                      # the last steps' lines reach the log
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            text = fh.read().decode(errors="replace")
+            self.offset = fh.tell()
+        if out is not None:
+            out.write_text("".join(m.group(0) + "\n" for m in LINE.finditer(text)))
+
+
+def steps_log(run: Path) -> Path:
+    return run.with_suffix(".steps.log")
+
+
+def engine_steps(run: Path) -> dict[str, float]:
+    """The run's engine steps: how many, the tokens they computed, the mean time the engine waited on
+    its model per step (vLLM's ``iteration elapsed time``); empty without a steps log."""
+    p = steps_log(run)
+    rows = parse_iterations(p.read_text()) if p.exists() else np.zeros((0, 5))
+    if not len(rows):
+        return {}
+    return {"engine_steps": float(len(rows)), "engine_context_tokens": float(rows[:, 1].sum()),
+            "engine_generation_tokens": float(rows[:, 3].sum()), "engine_execute_mean_ms": float(rows[:, 4].mean())}
+
+
 def observe_repeats(args: argparse.Namespace, server: Server, work: Path) -> list[dict[str, Path]]:
-    """Every repeat's runs on the main server, after one warm-up burst that is not judged (the first
-    steps after start-up carry one-off costs). Nothing else runs meanwhile: the fits come after."""
+    """Every repeat's runs on one server, after one warm-up burst that is not judged (the first
+    steps after start-up carry one-off costs). Nothing else runs meanwhile: the fit comes after.
+    Each run's engine steps (its lines of the server's log) go into ``<run>.steps.log``."""
     observe(server.url, Load("offline", 32, PROMPT, OUTPUT, seed=int(time.time()) % 997, token_ids=TOKEN_IDS),
             work / "warm.json", model=MODEL)
+    log = EngineLog(server.log_path)
     out = []
     for rep in range(args.repeats):
         seed = 1000 * (rep + 1) + int(time.time()) % 997      # fresh prompts: no prefix-cache hit across runs
         rdir = work / f"repeat-{rep}"
         rdir.mkdir(exist_ok=True)
         off = rdir / "offline.json"
+        log.since_last()
         observe(server.url, Load("offline", int(200 * args.scale), PROMPT, OUTPUT, seed=seed, token_ids=TOKEN_IDS),
                 off, model=MODEL)
+        log.since_last(steps_log(off))
         sat = observed_stats(off)["throughput_rps"]
         print(f"repeat {rep}: offline throughput {sat:.2f} req/s (load average {os.getloadavg()[0]:.2f})", flush=True)
         paths = {"offline": off}
         for name, load in loads(sat, seed, args.scale).items():
             paths[name] = rdir / f"{name}.json"
             observe(server.url, load, paths[name], model=MODEL)
+            log.since_last(steps_log(paths[name]))
             print(f"  observed {name}: {observed_stats(paths[name])}", flush=True)
         out.append(paths)
     return out
 
 
-def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed: list[dict[str, Path]],
-                    small_kv_blocks: int | None) -> list[dict]:
-    """Per repeat: fit on :data:`FIT_ON`, predict the rest (and the preempting load on its own KV size)."""
+def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed: list[dict[str, Path]]) -> list[dict]:
+    """One fit on :data:`FIT_ON` of every repeat (the engine's speed drifts between repeats: one profile
+    for all of them, as a user gets one profile for their engine), then every run replayed on it."""
     rows: list[dict] = []
     sections = engine_sections(served)
-    small = {**sections, "scheduler": {**sections["scheduler"], "num_gpu_blocks_override": small_kv_blocks}}
+    fit_dir = work / "fit"
+    fit_paths = tuple(str(paths[k]) for paths in observed for k in FIT_ON)
+    logs = tuple(str(steps_log(Path(p))) for p in fit_paths if steps_log(Path(p)).exists())
+    doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, scenario=str(served), max_evals=args.max_evals,
+                              name="vllm-cpu-tiny-llama", device=cpu_name(), engine_steps=logs,
+                              holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in FIT_ON)),
+                  fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
+    errs = {**doc["fit_error"], **doc["holdout_error"]}
     for rep, paths in enumerate(observed):
-        main = {k: p for k, p in paths.items() if k != "preempt-16"}
-        fit_dir = work / f"repeat-{rep}" / "fit"
-        doc = run_fit(FitSettings(observations=tuple(str(main[k]) for k in FIT_ON), model=MODEL,
-                                  holdout=tuple(str(p) for k, p in main.items() if k not in FIT_ON),
-                                  scenario=str(served), max_evals=args.max_evals, name="vllm-cpu-tiny-llama",
-                                  device=cpu_name()), fit_dir, log=lambda m: print("  " + m, flush=True),
-                      command=" ".join(sys.argv))
-        errs = {**doc["fit_error"], **doc["holdout_error"]}
         sat = observed_stats(paths["offline"])["throughput_rps"]
         for name, p in paths.items():
             obs = read_observation(str(p))
-            sim = replay(obs, fit_dir, small if name == "preempt-16" else sections)
-            row = {"repeat": rep, "load": name, "fitted_on": name in FIT_ON, "observed": observed_stats(p),
-                   "parameters": doc["parameters"], "saturation_rps": sat}
-            if name == "preempt-16":
-                req = sim.requests.sort_values("request_id").reset_index(drop=True)   # type: ignore[attr-defined]
-                row["simulated"] = {"preemptions": int(sim.summary["requests"].get("preemptions", 0))}  # type: ignore[attr-defined]
-                row["kv_blocks"] = small_kv_blocks
-                row["error"] = {**errors(req, obs), **itl_errors(obs, sim)}
+            sim = replay(obs, fit_dir, sections)
+            engine = engine_steps(p)
+            row = {"repeat": rep, "load": name, "fitted_on": name in FIT_ON,
+                   "observed": {**observed_stats(p), **engine}, "parameters": doc["parameters"],
+                   "saturation_rps": sat, "error": {**errs[str(p)], **itl_errors(obs, sim)},
+                   "simulated": {"preemptions": int(sim.summary["requests"].get("preemptions", 0)),  # type: ignore[attr-defined]
+                                 "steps": len(sim.steps)}}                                            # type: ignore[attr-defined]
+            if engine.get("engine_steps"):
+                row["error"]["steps"] = len(sim.steps) / engine["engine_steps"] - 1.0    # type: ignore[attr-defined]
+            if name == "preempt":
                 print(f"  preempt (repeat {rep}): preemptions {row['observed'].get('preemptions')} observed, "
                       f"{row['simulated']['preemptions']} simulated", flush=True)
-            else:
-                row["error"] = {**errs[str(p)], **itl_errors(obs, sim)}
             rows.append(row)
-        shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
-        shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
-                        ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
+    shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
+    shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
+                    ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
     return rows
 
 
@@ -304,32 +358,6 @@ def replay(obs: Observation, profile: Path, sections: dict) -> object:
     from simulator.run.resolve import model_option
 
     return simulate(replay_scenario(obs, model_option(MODEL), str(profile), sections))
-
-
-#: The preempting load: 16 closed-loop clients with longer answers on a KV cache of ``--small-kv-blocks``
-#: blocks (each request needs up to 6 of 128 tokens), so running requests outgrow it and are preempted.
-PREEMPT_CLIENTS, PREEMPT_OUTPUT, PREEMPT_REQUESTS = 16, Lengths(96, 320), 96
-
-
-def observe_preempting(args: argparse.Namespace, model_dir: Path, work: Path,
-                       observed: list[dict[str, Path]]) -> dict:
-    """Each repeat's preempting load on a second server whose KV cache is ``args.small_kv_blocks``."""
-    server = Server(args.vllm_venv, model_dir, work / "server-small-kv.log", args.kv_space_gib,
-                    num_blocks=args.small_kv_blocks)
-    try:
-        start_s = server.wait()
-        blocks = server.kv_blocks()
-        print(f"small-KV server after {start_s:.0f} s; KV blocks {blocks}", flush=True)
-        for rep, paths in enumerate(observed):
-            seed = 7000 + 1000 * rep + int(time.time()) % 997
-            path = work / f"repeat-{rep}" / "preempt.json"
-            observe(server.url, Load("closed", PREEMPT_REQUESTS, PROMPT, PREEMPT_OUTPUT, seed=seed,
-                                     concurrency=PREEMPT_CLIENTS, token_ids=TOKEN_IDS), path, model=MODEL)
-            paths["preempt-16"] = path
-            print(f"  observed preempt (repeat {rep}): {observed_stats(path)}", flush=True)
-    finally:
-        server.stop()
-    return {"small_kv_blocks": blocks, "small_kv_start_s": start_s}
 
 
 def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
@@ -371,23 +399,36 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
 
 #: The table's columns: each an error (simulated / observed - 1) with the observed spread beside it.
 METRICS = ("throughput", "ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90", "ttft_p99", "tpot_p99", "e2e_p99",
-           "itl_p50", "itl_p99")
+           "itl_p50", "itl_p99", "steps")
 
 
 def table(rows: list[dict]) -> list[dict]:
     """Median over repeats of each error, beside the observed spread ((max - min) / median over repeats)."""
     out = []
-    obs_key = {"throughput": "throughput_rps", **{m: f"{m}_ms" for m in METRICS[1:]}}
+    obs_key = {"throughput": "throughput_rps", "steps": "engine_steps", **{m: f"{m}_ms" for m in METRICS[1:-1]}}
     for load in dict.fromkeys(r["load"] for r in rows):
         rs = [r for r in rows if r["load"] == load]
         row = {"load": load, "fitted_on": rs[0]["fitted_on"], "repeats": len(rs)}
         for m in METRICS:
-            row[m] = statistics.median(r["error"][m] for r in rs)
-            vals = [r["observed"][obs_key[m]] for r in rs]
+            row[m] = statistics.median(r["error"].get(m, math.nan) for r in rs)
+            vals = [r["observed"].get(obs_key[m], math.nan) for r in rs]
             med = statistics.median(vals)
             row[m + "_spread"] = (max(vals) - min(vals)) / med if len(vals) > 1 and med else math.nan
         out.append(row)
     return out
+
+
+def from_work(work: Path) -> tuple[list[dict[str, Path]], Path, list[str], int | None, float, str]:
+    """The observations, served scenario and server facts a full run left in ``work`` (``--refit``)."""
+    facts = json.loads((work / "server.json").read_text())
+    observed = []
+    for rdir in sorted(work.glob("repeat-*"), key=lambda p: int(p.name.split("-")[1])):
+        found = {p.stem: p for p in rdir.glob("*.json")}
+        order = ["offline", *loads(1.0, 0, 1.0)]                  # the order a run observes them in
+        observed.append(dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)))
+    if not observed or any(set(FIT_ON) - set(p) for p in observed):
+        sys.exit(f"error: --refit: {work} holds no full run's observations (repeat-N/ with {', '.join(FIT_ON)})")
+    return observed, work / "served.yaml", facts["serve"], facts["kv_blocks"], facts["start_s"], facts["version"]
 
 
 def main() -> None:
@@ -398,9 +439,11 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="scale every load's request count")
     ap.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS)
     ap.add_argument("--kv-space-gib", type=int, default=1)
-    ap.add_argument("--small-kv-blocks", type=int, default=24,
-                    help="KV blocks of the second server, for the preempting load (0: skip it)")
+    ap.add_argument("--kv-blocks", type=int, default=KV_BLOCKS,
+                    help="the server's KV blocks (--num-gpu-blocks-override): the preempting load outgrows them")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--refit", action="store_true",
+                    help="serve nothing: fit and predict again from the observations already in --work")
     ap.add_argument("--profile", type=Path, default=ROOT / "benchmarks/results/vllm-cpu-profile")
     ap.add_argument("--out", type=Path, default=None,
                     help="default benchmarks/results/vllm-cpu.json (--quick: vllm-cpu-quick.json)")
@@ -420,23 +463,29 @@ def main() -> None:
     assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (
         spec.num_layers, spec.hidden_size, spec.vocab_size), "the built model is not llmplan's tiny-llama"
     load_before = os.getloadavg()
-    server = Server(args.vllm_venv, model_dir, args.work / "server.log", args.kv_space_gib)
-    try:
-        start_s = server.wait()
-        blocks = server.kv_blocks()
-        version = server.version()       # asked while it serves
-        print(f"vllm {version} serving at {server.url} after {start_s:.0f} s; KV blocks {blocks}", flush=True)
-        served = served_scenario(args.work / "served.yaml", blocks)
-        if args.quick:
-            result = quick(args, server, args.work)
-        else:
-            observed = observe_repeats(args, server, args.work)
-    finally:
-        server.stop()
-    if not args.quick:      # every observation first, on a quiet machine; then the fits' simulations
-        result = observe_preempting(args, model_dir, args.work, observed) if args.small_kv_blocks else {}
-        result["rows"] = fit_and_predict(args, args.work, served, observed, result.get("small_kv_blocks"))
-    doc = {"command": " ".join(sys.argv), "vllm_version": version, "serve": server.cmd[1:],
+    if args.refit:
+        observed, served, server_cmd, blocks, start_s, version = from_work(args.work)
+    else:
+        server = Server(args.vllm_venv, model_dir, args.work / "server.log", args.kv_space_gib,
+                        num_blocks=args.kv_blocks, extra_args=("--enable-logging-iteration-details",))
+        server_cmd = server.cmd[1:]
+        try:
+            start_s = server.wait()
+            blocks = server.kv_blocks()
+            version = server.version()       # asked while it serves
+            print(f"vllm {version} serving at {server.url} after {start_s:.0f} s; KV blocks {blocks}", flush=True)
+            served = served_scenario(args.work / "served.yaml", blocks)
+            if args.quick:
+                result = quick(args, server, args.work)
+            else:
+                observed = observe_repeats(args, server, args.work)
+                (args.work / "server.json").write_text(json.dumps({"serve": server_cmd, "kv_blocks": blocks,
+                                                                   "start_s": start_s, "version": version}))
+        finally:
+            server.stop()
+    if not args.quick:      # every observation first, on a quiet machine; then the fit's simulations
+        result = {"rows": fit_and_predict(args, args.work, served, observed)}
+    doc = {"command": " ".join(sys.argv), "vllm_version": version, "serve": server_cmd,
            "kv_blocks": blocks, "start_s": start_s, "load_average_before": load_before,
            "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **result}

@@ -98,6 +98,9 @@ class FitSettings:
     device: str | None = None
     """What the engine ran on (default: the base profile's device)."""
     seed: int = 0
+    engine_steps: tuple[str, ...] = ()
+    """Server logs of the engine's own step times (:mod:`calibrate.engine_steps`): ``kernel_scale``
+    is then regressed on them instead of searched for, and the search fits the other costs."""
 
 
 @dataclass
@@ -109,11 +112,15 @@ class _Problem:
     work: Path
     table: Any = None
     evals: list[dict[str, Any]] = field(default_factory=list)
+    steps_fit: dict[str, Any] | None = None
 
 
 def check(s: FitSettings) -> None:
     if not s.observations:
         raise ScenarioError("--from-observation", None, "give at least one observation file to fit on")
+    if s.engine_steps and "kernel_scale" not in s.parameters:
+        raise ScenarioError("--engine-steps", list(s.engine_steps), "fits kernel_scale from the engine's step "
+                            "times: keep kernel_scale in --fit")
     unknown = [p for p in s.parameters if p not in PARAMETERS]
     if unknown or not s.parameters or len(set(s.parameters)) != len(s.parameters):
         raise ScenarioError("--fit", ",".join(s.parameters), f"a comma-separated subset of {', '.join(PARAMETERS)}, "
@@ -267,6 +274,25 @@ def errors(sim: Any, obs: Observation) -> dict[str, float]:
     return out
 
 
+def _steps_fit(pb: _Problem, s: FitSettings, fit_obs: list[Observation]) -> dict[str, Any]:
+    """``kernel_scale`` (and the execute time per step) regressed on the engine's logged steps, with
+    the base profile's kernels of the served engine (:mod:`calibrate.engine_steps`); a decode's
+    context is the fitting runs' mean prompt plus half their mean answer."""
+    from simulator.run.resolve import resolve
+    from simulator.run.topology import cost_model
+
+    from .engine_steps import fit_kernel_scale, kernel_times_s, read_engine_steps
+
+    steps = read_engine_steps(s.engine_steps)
+    done = [o.completed for o in fit_obs]
+    context = float(np.mean(np.concatenate([d["num_prompt_tokens"].to_numpy(float)
+                                            + d["num_output_tokens"].to_numpy(float) / 2 for d in done])))
+    scenario = replay_scenario(fit_obs[0], pb.model, _scaled(pb, {}, "steps"), pb.base_sections, s.seed)
+    fit = fit_kernel_scale(kernel_times_s(cost_model(scenario, resolve(scenario)), steps, context), steps)
+    fit["decode_context_tokens"] = context
+    return fit
+
+
 def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float = 0.5, max_evals: int = 60,
                 xtol: float = 1e-3, ftol: float = 1e-7) -> tuple[np.ndarray, float, int]:
     """Minimise ``f`` from ``x0`` (standard reflection 1, expansion 2, contraction 0.5, shrink 0.5;
@@ -348,6 +374,14 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
 
         pb.table = read_table(base.table, sha256=base.table_sha256)
     names = list(s.parameters)
+    steps_fit = pb.steps_fit = _steps_fit(pb, s, fit_obs) if s.engine_steps else None
+    fixed: dict[str, float] = {}
+    if steps_fit is not None:
+        fixed["kernel_scale"] = steps_fit["kernel_scale"]
+        names.remove("kernel_scale")
+        log(f"kernel_scale = {fixed['kernel_scale']:.4g} from {steps_fit['steps_used']} of {steps_fit['steps']} "
+            f"engine steps (execute time {1e3 * steps_fit['execute_s']:.3g} ms per step + scaled kernels, "
+            f"R^2 {steps_fit['r2']:.3f})")
     params = [PARAMETERS[n] for n in names]
     lo = np.log([p.lo for p in params])
     hi = np.log([p.hi for p in params])
@@ -356,7 +390,7 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
         log(f"fitting on {o.describe()}")
     try:
         def at(z: np.ndarray) -> dict[str, float]:
-            return {n: float(math.exp(v)) for n, v in zip(names, np.clip(z, lo, hi), strict=True)}
+            return {**fixed, **{n: float(math.exp(v)) for n, v in zip(names, np.clip(z, lo, hi), strict=True)}}
 
         def loss(z: np.ndarray) -> float:
             x = at(z)
@@ -372,7 +406,7 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
             return value
 
         start_loss = loss(x0)
-        z, best, n_evals = nelder_mead(loss, x0, max_evals=s.max_evals)
+        z, best, n_evals = nelder_mead(loss, x0, max_evals=s.max_evals) if names else (x0, start_loss, 1)
         x = at(z)
         log("fitted: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in x.items())
             + f" (loss {start_loss:.4g} at the base profile -> {best:.4g}, {n_evals} evaluations)")
@@ -385,7 +419,7 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
         shutil.rmtree(work, ignore_errors=True)
     profile = _write_profile(pb, x, out, s, fit_obs, held, fit_err, held_err, best, start_loss, n_evals, command)
     doc = {"profile": str(profile), "parameters": x, "loss": best, "loss_at_base": start_loss,
-           "evaluations": pb.evals, "fit_error": fit_err, "holdout_error": held_err,
+           "engine_steps": steps_fit, "evaluations": pb.evals, "fit_error": fit_err, "holdout_error": held_err,
            "runs": [_run_record(o) for o in fit_obs], "holdout_runs": [_run_record(o) for o in held]}
     (out / "fit.json").write_text(json.dumps(doc, indent=1, default=float) + "\n")
     return doc
@@ -441,7 +475,9 @@ def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings,
                          "cost_model": base.cost_model},
         "engine_settings": pb.base_sections,
         "parameters": {n: {"value": v, "unit": PARAMETERS[n].unit, "meaning": PARAMETERS[n].doc} for n, v in x.items()},
-        "fit": {"method": "Nelder-Mead on log parameters, simulation of every run per evaluation",
+        "engine_steps": pb.steps_fit,
+        "fit": {"method": "Nelder-Mead on log parameters, simulation of every run per evaluation"
+                + ("; kernel_scale by least squares on the engine's logged step times" if pb.steps_fit else ""),
                 "objective": "mean over runs of mean over requests of log(sim/obs)^2 for TTFT and TPOT",
                 "loss_at_base": start_loss, "loss": best, "evaluations": n_evals, "seed": s.seed},
         "runs": [_run_record(o) for o in fit_obs],

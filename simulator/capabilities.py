@@ -160,16 +160,18 @@ FEATURES: dict[str, Feature] = {
                                _above_one("expert_parallel_size")),
     "pipeline_parallel": Feature("pipeline parallelism", "deployment.pipeline_parallel_size > 1",
                                  _above_one("pipeline_parallel_size")),
+    "data_parallel": Feature("attention data parallelism", "deployment.data_parallel_size > 1",
+                             _above_one("data_parallel_size"), implies=("expert_parallel",)),
 }
 """Every feature the table speaks of, in the order they are checked."""
 
 POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", "pool_sizes",
                    "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools", "multi_step",
-                   "closed_loop", "closed_sessions", "pipeline_parallel")
+                   "closed_loop", "closed_sessions", "data_parallel", "pipeline_parallel")
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
-ARCHITECTURE_FEATURES = ("expert_parallel", "pipeline_parallel", "moe", "mla", "sliding_window")
+ARCHITECTURE_FEATURES = ("expert_parallel", "data_parallel", "pipeline_parallel", "moe", "mla", "sliding_window")
 """Model shapes and splits a cost model must declare it models (``_all_but(..., also=...)``): a row
 written without them refuses them, so a cost model that times dense operators on one
 tensor-parallel group cannot time an MoE model or a pipeline as if it were one."""
@@ -193,27 +195,30 @@ _BY_HAND = No("size the pools by hand")
 _ONE_STEP = No("vLLM runs multi-step scheduling with its continuous batching",
                "use scheduler.policy: continuous, or num_scheduler_steps: 1")
 
+_DP = ("data_parallel",)
 _MICRO_BATCHES = ("pipeline_parallel",)
 """The policies whose batches a pipelined replica keeps in flight (:mod:`simulator.engine.pipeline`)."""
 _NO_MICRO_BATCHES = No("a pipelined replica keeps continuous batches in flight, as vLLM does",
                        "use scheduler.policy: continuous or chunked_prefill")
 
 POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
-    "continuous": _all_but(POLICY_FEATURES, also=_MICRO_BATCHES, pool_sizes=No()),
+    "continuous": _all_but(POLICY_FEATURES, _DP + _MICRO_BATCHES, pool_sizes=No()),
     "chunked_prefill": _all_but(
-        POLICY_FEATURES, also=_MICRO_BATCHES, pool_sizes=No(),
+        POLICY_FEATURES, _DP + _MICRO_BATCHES, pool_sizes=No(),
         swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute"),
         multi_step=_ONE_STEP),
     "dynamic": _all_but(
-        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
+        POLICY_FEATURES, _DP, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
         multi_step=_ONE_STEP, pipeline_parallel=_NO_MICRO_BATCHES),
     "static": _all_but(
-        POLICY_FEATURES, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
+        POLICY_FEATURES, _DP, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
         multi_step=_ONE_STEP, pipeline_parallel=_NO_MICRO_BATCHES),
     "disaggregated": _all_but(
         POLICY_FEATURES, speculative_decoding=No(), client_timeout=_MOVES,
         queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
-        multi_step=_ONE_STEP, pipeline_parallel=No("its prefill and decode pools are not pipelined"),
+        multi_step=_ONE_STEP, data_parallel=No("a replica's data-parallel ranks are engine loops of one colocated "
+                                               "pool"),
+        pipeline_parallel=No("its prefill and decode pools are not pipelined"),
         closed_loop=No("its KV transfers and the clients' wake-ups are not combined in one decode-run horizon"),
         closed_sessions=No("its KV transfers and the sessions' next turns are not combined in one decode-run "
                            "horizon", "use loop: open")),
@@ -221,8 +226,8 @@ POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
 """``scheduler.policy`` -> feature -> ``YES`` or :class:`No`. A policy missing here (a plug-in
 registered without a row) supports none of :data:`POLICY_FEATURES`."""
 
-COST_MODEL_FEATURES = ("quantization", "kv_cache_dtype", "expert_parallel", "pipeline_parallel", "moe", "mla",
-                       "sliding_window")
+COST_MODEL_FEATURES = ("quantization", "kv_cache_dtype", "data_parallel", "expert_parallel", "pipeline_parallel",
+                       "moe", "mla", "sliding_window")
 """The features whose support depends on the profile's ``cost_model``."""
 
 _OWN_DTYPE = No("it times the model in the dtype it was measured in",
@@ -230,21 +235,19 @@ _OWN_DTYPE = No("it times the model in the dtype it was measured in",
 _DENSE_OPS = No("its per-op tables time a dense model's GEMMs and attention on one tensor-parallel group",
                 "use a roofline profile (e.g. the GPU's datasheet one)")
 
-_ONE_TP_GROUP = No("its measured tables time one tensor-parallel group (no all-to-all rows)",
-                  "use a roofline profile (e.g. the GPU's datasheet one)")
-
 COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
     # constant: fixed step times, whatever the model (the KV plan still follows its bytes)
     "constant": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
     "roofline": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
     "table": _all_but(COST_MODEL_FEATURES, quantization=_OWN_DTYPE, kv_cache_dtype=_OWN_DTYPE, moe=_DENSE_OPS,
                       mla=_DENSE_OPS, sliding_window=_DENSE_OPS, expert_parallel=_DENSE_OPS,
-                      pipeline_parallel=_DENSE_OPS),
+                      data_parallel=_DENSE_OPS, pipeline_parallel=_DENSE_OPS),
     # kernel_table: measured kernels per precision (else the 16-bit rows scaled), MoE and MLA blocks
-    # included; pipeline stages split its layers, their sends priced from the profile's links; no
-    # all-to-all rows
-    "kernel_table": _all_but(COST_MODEL_FEATURES, also=("moe", "mla", "sliding_window", "pipeline_parallel"),
-                             expert_parallel=_ONE_TP_GROUP),
+    # included, experts over EP ranks with the all-to-all priced from the link, pipeline stages
+    # splitting its layers with their sends priced from the profile's links
+    "kernel_table": _all_but(COST_MODEL_FEATURES,
+                             also=("moe", "mla", "sliding_window", "expert_parallel", "data_parallel",
+                                   "pipeline_parallel")),
 }
 """A profile's ``cost_model`` -> feature -> ``YES`` or :class:`No` (missing: none supported)."""
 
@@ -293,8 +296,14 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
               "drop workload.prefix"),
     Exclusion("pipeline_parallel", "model_pools", "a pool sizes its replicas by its tensor-parallel size only",
               "give each pool its tensor_parallel_size, or serve one model"),
+    Exclusion("data_parallel", "model_pools", "the pools would share one split whatever their models",
+              "serve one model"),
     Exclusion("expert_parallel", "model_pools", "the pools would share one expert split whatever their models",
               "serve one model"),
+    *(Exclusion("data_parallel", other, "a replica's data-parallel ranks are modelled for a fixed set of replicas",
+                "fix deployment.replicas") for other in ("autoscaler", "fleet")),
+    Exclusion("data_parallel", "pipeline_parallel", "each data-parallel rank is modelled as one stage",
+              "use one or the other"),
     *(Exclusion("pipeline_parallel", other, why, hint) for other, why, hint in (
         ("speculative_decoding", "a verification step's draws are not kept per batch in flight",
          "turn one of them off"),

@@ -379,9 +379,12 @@ def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
     # As provisioned: every region's, pool's (each its own TP), prefill and decode replica, the
     # autoscaler's ceiling (its own block says how many ran).
     replicas, num_gpus = result.num_replicas, result.num_gpus
-    # Pipeline and expert parallelism are listed only when used (the summary of a TP-only run is unchanged).
+    # Pipeline, expert and data parallelism are listed only when used (the summary of a TP-only run is
+    # unchanged); a replica's data-parallel ranks are engine loops of their own, counted once here.
     split = {f"{kind}_parallel_size": size for kind, size in (("pipeline", dep.pipeline_parallel_size),
-                                                              ("expert", dep.expert_parallel_size)) if size > 1}
+                                                              ("expert", dep.expert_parallel_size),
+                                                              ("data", dep.data_parallel_size)) if size > 1}
+    replicas //= dep.data_parallel_size
     return {
         "num_gpus": num_gpus,
         "deployment": {
@@ -391,8 +394,8 @@ def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
             "compute_dtype": p.compute_dtype if p is not None else system.model.dtype,
             "kv_cache_dtype": p.kv_cache_dtype if p is not None else system.model.dtype,
             "stream": result.scenario.client.stream,
-            # vLLM's "maximum concurrency for max_model_len tokens per request"
-            "max_concurrency": plan.num_token_slots / system.max_model_len,
+            # vLLM's "maximum concurrency for max_model_len tokens per request" (of every data-parallel rank)
+            "max_concurrency": plan.num_token_slots * dep.data_parallel_size / system.max_model_len,
         },
     }
 

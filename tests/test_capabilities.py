@@ -70,6 +70,7 @@ ON: dict[str, dict[str, Any]] = {
     "expert_parallel": {"model": TINY_MOE, "deployment.tensor_parallel_size": 2,
                         "deployment.expert_parallel_size": 2},
     "pipeline_parallel": {"deployment.pipeline_parallel_size": 2},
+    "data_parallel": {"model": TINY_MOE, "deployment.data_parallel_size": 2, "deployment.expert_parallel_size": 2},
 }
 """Settings that turn each feature on in the small test scenario."""
 

@@ -196,3 +196,34 @@ def test_nvfp4_checkpoints_and_flags_read_as_nvfp4(tmp_path: Path) -> None:
     got = import_vllm(["my-org/m", "--quantization", "modelopt_fp4"], model_config=CONFIGS / "qwen2.5-7b-instruct.json",
                       hardware="b200")
     assert yaml.safe_load(got.text)["deployment"]["quantization"] == "nvfp4"
+
+
+def test_data_and_expert_parallel_flags_map_as_vllm_applies_them(tmp_path: Path) -> None:
+    """EP = TP x DP with --enable-expert-parallel (DEP); a dense model's DP ranks are replicas."""
+    dep = import_vllm(["Qwen/Qwen3-30B-A3B", "-tp", "2", "--data-parallel-size", "2", "--enable-expert-parallel"],
+                      hardware="h200", out=tmp_path / "a.yaml")
+    assert dep.scenario["hardware"] == "h200"
+    assert dep.scenario["deployment"] == {"tensor_parallel_size": 2, "data_parallel_size": 2, "expert_parallel_size": 4}
+    ep = import_vllm(["Qwen/Qwen3-30B-A3B", "-tp", "4", "--enable-expert-parallel"], out=tmp_path / "b.yaml")
+    assert ep.scenario["deployment"] == {"tensor_parallel_size": 4, "expert_parallel_size": 4}
+    assert ep.scenario["hardware"] == "h100-sxm"          # the measured tables time expert parallelism
+    dense = import_vllm(["meta-llama/Llama-3.1-8B", "-dp", "4"], out=tmp_path / "c.yaml")
+    assert dense.scenario["deployment"] == {"replicas": 4}
+    (tmp_path / "a.yaml").write_text(dep.text)
+    result = simulate(load_scenario(tmp_path / "a.yaml", {"num_requests": 40, "warmup_s": 0}))
+    assert result.summary["num_gpus"] == 4 and result.summary["deployment"]["data_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["Qwen/Qwen3-30B-A3B", "-dp", "2"], "--data-parallel-size = 2: qwen3-30b-a3b is an MoE model: without "
+     "--enable-expert-parallel"),
+    (["Qwen/Qwen3-30B-A3B", "-dp", "0", "--enable-expert-parallel"], "--data-parallel-size = 0: not valid"),
+    (["meta-llama/Llama-3.1-8B", "-tp", "2", "--enable-expert-parallel"],
+     "--enable-expert-parallel = 2: llama-3.1-8b is a dense model"),
+    (["mistralai/Mixtral-8x7B-v0.1", "-tp", "2", "-dp", "8", "--enable-expert-parallel"],
+     "--enable-expert-parallel = 16: must divide num_experts=8"),
+])
+def test_bad_parallel_flags_name_the_flag_and_what_is_allowed(args: list[str], message: str) -> None:
+    with pytest.raises(ScenarioError) as exc:
+        import_vllm(args, hardware="h200")
+    assert message in str(exc.value) and "\n" not in str(exc.value)

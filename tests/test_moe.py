@@ -281,7 +281,7 @@ def test_infinity_fabric_mesh_gives_a_small_group_fewer_links() -> None:
 def test_expert_parallel_needs_an_moe_model_and_tp_ranks() -> None:
     with pytest.raises(ScenarioError) as info:
         resolve(load_scenario(EXAMPLE, {"deployment.tensor_parallel_size": 2, "deployment.expert_parallel_size": 2}))
-    assert info.value.field == "deployment.expert_parallel_size" and "one tensor-parallel group" in info.value.message
+    assert info.value.field == "deployment.expert_parallel_size" and "dense model" in info.value.message
     with pytest.raises(ScenarioError) as info:
         load_scenario(EXAMPLE, {"model": "mixtral-8x7b", "deployment.tensor_parallel_size": 4,
                                 "deployment.expert_parallel_size": 2})

@@ -87,6 +87,10 @@ def calibrate(
                                    "separated (default step_s,kernel_scale,frontend_s; per_seq_s may be added)."),
     max_evals: int | None = typer.Option(None, "--max-evals", help="With --from-observation: most simulations "
                                          "of each run (default 150: three costs need about that many)."),
+    engine_steps: list[Path] | None = typer.Option(None, "--engine-steps", help="With --from-observation: a "
+                                                   "`vllm serve --enable-logging-iteration-details` log of the "
+                                                   "observed runs; kernel_scale is then regressed on the engine's "
+                                                   "own step times. Repeatable."),
 ) -> None:
     """Time real torch kernels over the model's shapes and write a measured hardware profile, or, with
     --from-observation, fit a profile's costs to a real engine's observed runs (source: fitted).
@@ -96,7 +100,7 @@ def calibrate(
     # Options of one mode given in the other are refused, not ignored (None or a default: not given).
     fitting = {"--hardware": hardware, "--scenario": scenario, "--engine": engine,
                "--fit": fit,
-               "--max-evals": max_evals}
+               "--max-evals": max_evals, "--engine-steps": [str(p) for p in engine_steps] if engine_steps else None}
     timing = {"--device": None if device == "auto" else device, "--tp": None if tp == 1 else tp, "--dtype": dtype,
               "--quick": quick or None, "--max-tokens": max_tokens, "--max-seqs": max_seqs,
               "--max-context": max_context, "--threads": threads, "--memory-limit-gib": memory_limit_gib,
@@ -114,7 +118,8 @@ def calibrate(
         doc = run_fit(FitSettings(tuple(map(str, from_observation)), model, hardware, tuple(map(str, holdout or ())),
                                   str(scenario) if scenario else None, engine,
                                   tuple(fit.split(",")) if fit is not None else DEFAULT_PARAMETERS,
-                                  max_evals if max_evals is not None else DEFAULT_MAX_EVALS, name),
+                                  max_evals if max_evals is not None else DEFAULT_MAX_EVALS, name,
+                                  engine_steps=tuple(map(str, engine_steps or ()))),
                       out, log=lambda m: err_console.print(escape(m), highlight=False),
                       command="llmplan " + " ".join(sys.argv[1:]))
         for line in format_report(doc):

@@ -149,10 +149,12 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
     else:
         out_console.print(f"[bold]{summary['name']}[/]  model={sys_.model.name}  hardware={sys_.profile.name} "
                           f"({sys_.profile.source})  seed={summary['seed']}  "
-                          f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}")
+                          f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}"
+                          + (" per DP rank" if result.scenario.deployment.data_parallel_size > 1 else ""))
     dep = summary.get("deployment")
     if dep:
         split = (f" x PP {dep['pipeline_parallel_size']}" if "pipeline_parallel_size" in dep else "") + (
+            f" x DP {dep['data_parallel_size']}" if "data_parallel_size" in dep else "") + (
             f", EP {dep['expert_parallel_size']}" if "expert_parallel_size" in dep else "")
         out_console.print(f"GPUs: {dep['num_gpus']} ({dep['replicas']} replicas x TP {dep['tensor_parallel_size']}"
                           f"{split})  "

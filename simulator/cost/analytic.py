@@ -330,6 +330,10 @@ class GeneralRooflineCostModel(RooflineCostModel):
       expert; with EP each holds ``E/EP`` whole experts and the busiest rank, with
       ``moe_load_imbalance`` times the mean share of pairs and of touched experts, sets the time.
       The shared experts, the router, the dense layers and attention stay in :meth:`_linear_s`.
+    * **Attention data parallelism** (``data_parallel_size`` DP, EP = TP x DP): the model is one DP
+      rank's: attention, dense layers, shared experts and router over its own ``T`` tokens, the routed
+      experts over the ``DP x T`` tokens of every rank (each assumed as busy as this one), all-to-all
+      over the ``TP x DP`` GPUs of the replica, each GPU sending its rank's ``T`` tokens.
     * **MLA** (:meth:`_init_attention`; vLLM's two forms, ``vllm/v1/attention/backends/mla/common.py``):
       decode attention in the absorbed form vLLM's MLA decode kernels use: each head scores the
       query against the cached latent and rotary key (``2 (kv_lora_rank + qk_rope_head_dim)``
@@ -470,6 +474,7 @@ class GeneralRooflineCostModel(RooflineCostModel):
         if not self._moe_layers or tokens == 0:
             return 0.0
         m = self.model
+        tokens *= self.parallel.data            # every data-parallel rank's tokens reach the experts
         touched = min(self._experts_local,
                       self._expert_share * expected_distinct_experts(tokens, m.num_experts, m.num_experts_per_tok))
         pairs = tokens * m.num_experts_per_tok * self._expert_share

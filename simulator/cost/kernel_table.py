@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.cost.analytic import window_pairs
+from simulator.cost.analytic import MOE_LAYER_KERNELS, window_pairs
 from simulator.cost.base import DecodeSteps, register
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
@@ -47,7 +47,7 @@ from simulator.cost.piecewise_decode import PiecewiseDecode
 from simulator.cost.table import Fn, TableCostModel, _nearest
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
-from simulator.scenario.parallel import Parallelism, stage_layers, stage_links
+from simulator.scenario.parallel import Link, Parallelism, collective_link, stage_layers, stage_links
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
 
@@ -77,11 +77,13 @@ def _monotone_table(path: str, sha256: str | None, schema: int) -> pd.DataFrame:
 
 @functools.lru_cache(maxsize=64)
 def _cached(profile_json: str, model_json: str, tensor_parallel_size: int,
-            precision: Precision | None, parallel: Parallelism | None = None) -> KernelTableCostModel:
+            precision: Precision | None, parallel: Parallelism | None) -> KernelTableCostModel:
     model = ModelSpec.model_validate_json(model_json)
+    profile = HardwareProfile.model_validate_json(profile_json)
     general = model.is_moe or model.is_mla or model.num_sliding_layers > 0
-    cls = GeneralKernelTableCostModel if general else KernelTableCostModel
-    return cls(HardwareProfile.model_validate_json(profile_json), model, tensor_parallel_size, precision, parallel)
+    if general:
+        return GeneralKernelTableCostModel(profile, model, tensor_parallel_size, precision, parallel)
+    return KernelTableCostModel(profile, model, tensor_parallel_size, precision, parallel)
 
 
 @register("kernel_table")
@@ -90,9 +92,8 @@ def kernel_table_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_p
                             parallel: Parallelism | None = None) -> KernelTableCostModel:
     """The ``kernel_table`` cost model of ``profile`` for ``model``: one instance per process for
     equal inputs (its lookups are pure functions of them, and building one reads the table).
-    ``parallel``: pipeline stages (expert parallelism is refused, :mod:`simulator.capabilities`)."""
-    if parallel is not None and parallel.pipeline == 1:
-        parallel = None          # one stage: the same model as without the split
+    ``parallel``: pipeline stages (every model), expert and attention data parallelism (MoE models,
+    the only ones that take them)."""
     return _cached(profile.model_dump_json(), model.model_dump_json(), tensor_parallel_size, precision, parallel)
 
 
@@ -316,6 +317,8 @@ MOE_ROW_DTYPES: dict[str, tuple[str, ...]] = {
     "int4": ("int4",), "mxfp4": ("mxfp4",), "nvfp4": ("nvfp4", "mxfp4"),
 }
 _MOE_SHAPE = ["n", "k", "num_experts", "top_k", "world_size"]
+#: Kernels of one ``moe`` row (vLLM's fused MoE without the router GEMM, a GEMM row of its own).
+_FUSED_MOE_KERNELS = MOE_LAYER_KERNELS["gemm"] - 1
 
 
 def _moe_roof(shape: list[float], peak: float, bw: float, weight_bytes: float) -> Roof:
@@ -332,6 +335,25 @@ def _moe_roof(shape: list[float], peak: float, bw: float, weight_bytes: float) -
         touched = experts * (1.0 - (1.0 - top_k / experts) ** t)
         flops = 2.0 * t * top_k * params
         nbytes = touched * params * weight_bytes + t * top_k * (2.0 * hidden + 3.0 * width) * _ACT
+        return np.maximum(flops / peak, nbytes / bw)
+    return roof
+
+
+def _ep_moe_roof(shape: list[float], peak: float, bw: float, weight_bytes: float, ep: int, share: float) -> Roof:
+    """Roofline time of one MoE layer's routed experts over ``T`` tokens on the busiest of ``ep``
+    expert-parallel GPUs: ``shape``'s whole experts (width ``inter``), ``E / ep`` of them on each GPU,
+    which takes ``share`` of the ``T x top_k`` (token, expert) pairs and of the experts some token
+    goes to (at most its own ``E / ep``)."""
+    inter, hidden, experts, top_k, _ = shape
+    params = 3.0 * hidden * inter
+    local = experts / ep
+
+    def roof(t: Any) -> Any:
+        t = np.asarray(t, dtype=np.float64)
+        touched = np.minimum(local, share * experts * (1.0 - (1.0 - top_k / experts) ** t))
+        pairs = t * top_k * share
+        flops = 2.0 * pairs * params
+        nbytes = touched * params * weight_bytes + pairs * (2.0 * hidden + 3.0 * inter) * _ACT
         return np.maximum(flops / peak, nbytes / bw)
     return roof
 
@@ -364,13 +386,36 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
       no-prefix length with the window's (query, key) pairs, in decode at the context sum capped at
       ``decodes x window`` (exact when every context is past the window or none is).
 
-    Expert parallelism is refused (:mod:`simulator.capabilities`); an MLA model on a
-    table without MLA rows is refused with the datasheet profile as the way out.
+    **Expert parallelism** (``expert_parallel_size`` EP = TP, or TP x DP with ``data_parallel_size``
+    DP): the table's MoE rows are measured with the experts' widths split over TP GPUs
+    (AIConfigurator's ``moe_tp_size``; its ``moe_ep_size`` > 1 rows are not in the shipped tables),
+    so a GPU holding ``E / EP`` whole experts is the measured whole-width curve (TP 1) scaled by the
+    ratio of the busiest rank's MoE roofline (:func:`_ep_moe_roof`: ``moe_load_imbalance`` times the
+    mean share of the pairs and of the touched experts) to the measured shape's, never below the
+    fused MoE's six kernels at the profile's ``kernel_latency_s`` (the scaling would shrink the
+    launches too). Each MoE layer's all-reduce becomes an all-to-all dispatch and a combine, each
+    moving ``T x hidden x act_bytes x (EP - 1) / EP`` bytes per GPU over the interconnect
+    (:func:`~simulator.scenario.parallel.collective_link`; no measured all-to-all rows: priced from
+    the link, as the roofline does). With DP attention ranks the cost model is one rank's:
+    attention, the dense layers, the router and the shared experts over its own ``T`` tokens, the
+    routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one).
+
+    Pipeline stages are :class:`KernelTableCostModel`'s; an MLA model on a table without MLA rows is
+    refused with the datasheet profile as the way out.
     """
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
                  precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
         super().__init__(profile, model, tensor_parallel_size, precision, parallel)
+        self.parallel = parallel or Parallelism(tensor_parallel_size)
+        self._a2a_link: Link | None = None
+        if self.parallel.expert > 1:
+            self._a2a_link = collective_link(profile, self.parallel.expert)
+            if self._a2a_link is None:
+                raise ScenarioError("hardware.inter_node", None,
+                                    f"expert_parallel_size={self.parallel.expert} spans more GPUs than profile "
+                                    f"{profile.name!r}'s interconnect joins and the profile has no inter_node link")
+            self.sources["all_to_all"] = f"{self._a2a_link.name or 'link'} bandwidth and latency (not measured)"
         assert profile.table is not None
         df = _monotone_table(profile.table, profile.table_sha256,
                              profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
@@ -407,12 +452,28 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
 
     # -- the experts ----------------------------------------------------------------------------------
     def _moe_fn(self, rows: pd.DataFrame) -> Fn:
-        m, p, tp = self.model, self.precision, self.tp
+        """One MoE layer's routed experts over a step's ``T`` tokens; with ``DP`` attention
+        data-parallel ranks, the layer's kernel runs over every rank's tokens, ``DP x T``."""
+        layer = self._moe_layer_fn(rows)
+        if self.parallel.expert == 1:
+            return layer
+        # The scaled curve shrinks with the rank's share of the weights and pairs; its kernels do not.
+        floor = _FUSED_MOE_KERNELS * self.profile.efficiency.kernel_latency_s
+        dp = float(self.parallel.data)
+        return lambda t: max(layer(t * dp), floor)
+
+    def _moe_layer_fn(self, rows: pd.DataFrame) -> Fn:
+        m, p, tp, par = self.model, self.precision, self.tp, self.parallel
+        ep = par.expert
+        # With EP the curve to scale is the whole-width one (TP 1) of the model's shape.
         target = [float(m.expert_intermediate_size), float(m.hidden_size), float(m.num_experts),
-                  float(m.num_experts_per_tok), float(tp)]
+                  float(m.num_experts_per_tok), float(tp if ep == 1 else 1)]
         peak_q = float(self.profile.peak_flops_for(p.compute_dtype)) if self.profile.peak_flops else self.peak
+        share = min(m.moe_load_imbalance, ep) / ep
 
         def roof(shape: list[float], peak: float, wbytes: float) -> Roof:
+            if ep > 1 and shape is target:      # the goal: one GPU of the expert-parallel group
+                return _ep_moe_roof(shape, peak, self.bw, wbytes, ep, share)
             return _moe_roof(shape, peak, self.bw, wbytes)
 
         def curve_of(sel: pd.DataFrame, peak: float, wbytes: float) -> tuple[Fn, str]:
@@ -429,9 +490,13 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
                 label = ("scaled from {}x{}, {} experts top-{}, TP {}".format(*(int(v) for v in (
                     shape[1], shape[0], shape[2], shape[3], shape[4]))))
             pts = exact.groupby("tokens")["median_s"].median()
-            base = roof(shape, peak, wbytes)
+            base = _moe_roof(shape, peak, self.bw, wbytes)
             curve = LogCurve(pts.index.to_numpy(np.float64), pts.to_numpy(), base)
-            if shape == target:
+            if ep > 1:
+                local = m.num_experts // ep
+                label += f", one of EP {ep} GPUs ({local} whole expert{'s' if local > 1 else ''}" + (
+                    f", {par.data} data-parallel ranks' tokens)" if par.data > 1 else ")")
+            elif shape == target:
                 return curve.scalar, label
             goal = roof(target, peak, wbytes)
             return (lambda t: curve.scalar(t) * float(goal(t) / base(t))), label
@@ -447,9 +512,12 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
             self._need_roofline("moe")
             eff = self.profile.efficiency
             lat = eff.kernel_latency_s
-            r = _moe_roof(target, peak_q * eff.gemm_max, self.bw * eff.memory, p.linear_weight_bytes)
+            if ep == 1:
+                r = _moe_roof(target, peak_q * eff.gemm_max, self.bw * eff.memory, p.linear_weight_bytes)
+            else:
+                r = _ep_moe_roof(target, peak_q * eff.gemm_max, self.bw * eff.memory, p.linear_weight_bytes, ep, share)
             self.sources["moe"] = "roofline (profile efficiencies + kernel latency)"
-            return lambda t: 6.0 * lat + float(r(t))
+            return lambda t: _FUSED_MOE_KERNELS * lat + float(r(t))
         fn16, label = curve_of(sixteen, self.peak, _ACT)
         if p.linear_weight_bytes == _ACT:
             self.sources["moe"] = label
@@ -529,11 +597,22 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
                     moe += g["shared_gate_up"](tokens) + g["shared_down"](tokens)
                     elem += self._moe_layers * self._shared_silu(tokens)
                 lin += self._moe_layers * moe
-            comm = 2 * self.L * self._comm(tokens * self.model.hidden_size * self.abytes)
+            comm = self._comm_s(tokens)
             if self._sends:
                 comm += self._sends_s(tokens)
             got = self._tok_cache[tokens] = (lin, elem, comm)
         return got
+
+    def _comm_s(self, tokens: int) -> float:
+        """Two all-reduces per layer over the TP group; with EP, each MoE layer's second one an
+        all-to-all dispatch and a combine over the expert-parallel group instead."""
+        nbytes = tokens * self.model.hidden_size * self.abytes
+        link = self._a2a_link
+        if link is None:
+            return 2 * self.L * self._comm(nbytes)
+        ep = self.parallel.expert
+        a2a = link.latency_s + nbytes * (ep - 1) / ep / link.bandwidth_bytes_per_s
+        return (2 * self.L - self._moe_layers) * self._comm(nbytes) + 2 * self._moe_layers * a2a
 
     def _prefill_s(self, q: int, c: int) -> float:
         got = self._pf_cache.get((q, c))

@@ -65,12 +65,14 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
                   block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                   max_num_seqs: int, max_model_len: int, num_gpu_blocks_override: int | None = None,
                   kv_dtype: str | None = None, precision: Precision | None = None,
-                  pipeline_parallel_size: int = 1) -> KVCachePlan:
+                  pipeline_parallel_size: int = 1, data_parallel_size: int = 1) -> KVCachePlan:
     """Derive ``num_gpu_blocks`` (see the module docstring for the formula).
 
     ``precision`` (weight quantization, KV-cache dtype; :mod:`simulator.scenario.quantization`) overrides
     the model's own ``dtype`` for weight, activation and KV bytes. ``pipeline_parallel_size`` splits
-    the layers over stages (the sizes are those of the heaviest stage's GPUs).
+    the layers over stages (the sizes are those of the heaviest stage's GPUs); ``data_parallel_size``
+    (attention data-parallel ranks, with the routed experts split over ``TP x DP`` GPUs) leaves each
+    GPU ``1 / DP`` of its share of the routed experts; the plan is one rank's (each has its own cache).
 
     Raises:
         ScenarioError: the weights do not fit, or the cache cannot hold one ``max_model_len``
@@ -94,7 +96,7 @@ def plan_kv_cache(model: ModelSpec, profile: HardwareProfile, *, tensor_parallel
     if extended:
         lin_b, other_b = ((DTYPE_BYTES[model.dtype], DTYPE_BYTES[model.dtype]) if precision is None
                           else (precision.linear_weight_bytes, precision.other_weight_bytes))
-        weights = stage_weight_bytes(model, lin_b, other_b, tp, pipeline_parallel_size)
+        weights = stage_weight_bytes(model, lin_b, other_b, tp, pipeline_parallel_size, data_parallel_size)
         full_per_token, sliding_per_token = stage_kv_bytes_per_token(model, kv_bytes, tp, pipeline_parallel_size)
         kv_bytes_per_block = block_size * (full_per_token + sliding_per_token)
         activations = (profile.non_torch_memory_bytes
@@ -145,17 +147,19 @@ def _is_extended(model: ModelSpec, pipeline_parallel_size: int) -> bool:
     return model.is_moe or model.is_mla or model.num_sliding_layers > 0 or pipeline_parallel_size > 1
 
 
-def stage_weight_bytes(model: ModelSpec, linear_bytes: float, other_bytes: float, tp: int, pp: int) -> float:
+def stage_weight_bytes(model: ModelSpec, linear_bytes: float, other_bytes: float, tp: int, pp: int,
+                       dp: int = 1) -> float:
     """Weight bytes on one GPU of the heaviest pipeline stage: ``ceil(num_layers / pp)`` layers (MoE
-    layers first, every expert counted, split over the TP ranks; MLA's down-projections and the
-    router whole on every rank) plus the embedding or LM head (both with ``pp`` 1), vocab-split."""
+    layers first, every expert counted, split over the TP ranks, the routed ones over ``TP x dp``
+    with attention data parallelism; MLA's down-projections and the router whole on every rank)
+    plus the embedding or LM head (both with ``pp`` 1), vocab-split."""
     h = model.hidden_size
     replicated = (model.mla_replicated_params if model.is_mla else 0)
     sharded_attention = model.attention_params - replicated
     norms = model.norm_params_per_layer * other_bytes
     dense_layer = ((sharded_attention + 3 * h * model.intermediate_size) * linear_bytes / tp
                    + replicated * linear_bytes + norms)
-    moe_layer = ((sharded_attention + (model.num_experts + model.num_shared_experts) * model.params_per_expert)
+    moe_layer = ((sharded_attention + (model.num_experts / dp + model.num_shared_experts) * model.params_per_expert)
                  * linear_bytes / tp + (replicated + h * model.num_experts) * linear_bytes + norms)
     per_stage = -(-model.num_layers // pp)
     num_moe = min(per_stage, model.num_moe_layers)

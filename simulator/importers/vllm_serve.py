@@ -8,8 +8,8 @@ which flags were ignored (they do not change serving performance) and which were
 No flag is dropped silently.
 
 What ``vllm serve`` does not say is filled in and marked in the file: the hardware (``--hardware``,
-default the H100's measured tables for a dense model, its datasheet roofline for a model those
-tables do not time) and the traffic (``--rate`` Poisson arrivals with chat-like lengths, or
+default the H100's measured tables, its datasheet roofline for pipeline stages, which those tables
+do not time) and the traffic (``--rate`` Poisson arrivals with chat-like lengths, or
 ``--trace`` to replay a request log). The engine is ``vllm-v1``: the flags left out take vLLM v1's
 defaults (chunked prefill, prefix caching, its step budget and batch size).
 """
@@ -122,7 +122,7 @@ FLAGS: dict[str, Flag] = {
     "enable-prefix-caching": Flag("scheduler.enable_prefix_caching", None, "a switch"),
     "tensor-parallel-size": Flag("deployment.tensor_parallel_size", _int, "an integer >= 1"),
     "pipeline-parallel-size": Flag("deployment.pipeline_parallel_size", _int, "an integer >= 1"),
-    "data-parallel-size": Flag("deployment.replicas", _int, "an integer >= 1"),
+    "data-parallel-size": Flag("deployment.data_parallel_size", _int, "an integer >= 1"),
     "enable-expert-parallel": Flag("deployment.expert_parallel_size", None, "a switch"),
     "quantization": Flag("deployment.quantization", str, ", ".join(QUANT_METHODS)),
     "kv-cache-dtype": Flag("deployment.kv_cache_dtype", str, ", ".join(KV_DTYPES)),
@@ -300,18 +300,17 @@ def import_vllm(args: list[str], *, model_config: Path | None = None, hardware: 
         # vLLM without chunked prefill: the step budget holds the longest prompt, max(max_model_len, 2048).
         context = sched.get("max_model_len") or _context(model)
         sched["max_num_batched_tokens"] = max(context, 2048)
-    if dep.pop("_ep", False):
-        dep["expert_parallel_size"] = dep.get("tensor_parallel_size", 1)
     if checkpoint_quant is not None and "quantization" not in dep:
         dep["quantization"] = checkpoint_quant
     from simulator.scenario.models import ModelSpec
 
     spec = MODEL_PRESETS[model] if isinstance(model, str) else ModelSpec(**model)
-    hw = hardware or ("h100-sxm" if not spec.beyond_dense else "h100-sxm-datasheet")
+    _data_parallel(dep, spec)
+    stages = dep.get("pipeline_parallel_size", 1) > 1
+    hw = hardware or ("h100-sxm-datasheet" if stages else "h100-sxm")
     hw_note = (f"hardware: {hw} (--hardware)" if hardware else
                f"hardware: {hw} (not in the vllm flags; --hardware to choose"
-               + ("; the measured tables do not time " + ", ".join(spec.beyond_dense) if spec.beyond_dense else "")
-               + ")")
+               + ("; the measured tables do not time pipeline stages" if stages else "") + ")")
     sc.update({"seed": 0})
     if trace is None:
         sc["num_requests"] = num_requests
@@ -349,6 +348,38 @@ def import_vllm(args: list[str], *, model_config: Path | None = None, hardware: 
         header.append("# NOT MAPPED (not understood; check whether they change performance): " + " ".join(unknown))
     body = yaml.safe_dump(sc, sort_keys=False, default_flow_style=False, width=100)
     return Imported(sc, "\n".join(header) + "\n" + body, ignored, unknown)
+
+
+def _data_parallel(dep: dict[str, Any], spec: Any) -> None:
+    """``--data-parallel-size`` and ``--enable-expert-parallel`` as vLLM applies them
+    (``FusedMoEParallelConfig.make``: EP = TP x DP). A dense model's DP ranks share nothing: they are
+    replicas. An MoE model's DP ranks are one replica's attention data-parallel ranks whose routed
+    experts are split over the TP x DP GPUs: whole experts with ``--enable-expert-parallel``
+    (``deployment.data_parallel_size``, ``expert_parallel_size`` = TP x DP); without it vLLM
+    splits every expert's width TP x DP ways, which is not modelled.
+
+    Raises:
+        ScenarioError: ``--data-parallel-size`` below 1, or above 1 on an MoE model without
+            ``--enable-expert-parallel``.
+    """
+    ep = dep.pop("_ep", False)
+    dp = dep.pop("data_parallel_size", 1)
+    tp = dep.get("tensor_parallel_size", 1)
+    if dp < 1:
+        raise ScenarioError("--data-parallel-size", dp, f"not valid: expected {FLAGS['data-parallel-size'].allowed}")
+    if dp > 1 and not spec.is_moe:
+        dep["replicas"] = dp
+    elif dp > 1 and not ep:
+        raise ScenarioError("--data-parallel-size", dp, f"{spec.name} is an MoE model: without "
+                            "--enable-expert-parallel vLLM splits each expert's width over the tensor_parallel_size "
+                            f"x data_parallel_size = {tp * dp} GPUs behind data-parallel attention, which is not "
+                            "modelled; "
+                            "add --enable-expert-parallel (whole experts over the TP x DP GPUs: DEP), or drop "
+                            "--data-parallel-size and give the replica count")
+    elif dp > 1:
+        dep["data_parallel_size"] = dp
+    if ep:
+        dep["expert_parallel_size"] = tp * (dp if spec.is_moe else 1)
 
 
 def _context(model: Any) -> int:
@@ -395,7 +426,7 @@ def _speculative(cfg: Any, acceptance_rate: float | None) -> dict[str, Any]:
 
 
 #: Scenario fields -> the vLLM flag that set them, to name the flag in a validation error.
-_FIELD_FLAGS = {f.field: f"--{name}" for name, f in FLAGS.items()}
+_FIELD_FLAGS = {f.field: f"--{name}" for name, f in FLAGS.items()} | {"deployment.replicas": "--data-parallel-size"}
 
 
 def _as_flag_error(exc: ScenarioError) -> ScenarioError:

@@ -18,6 +18,11 @@ FAILOVER_RULES = {
 }
 
 
+ADDED_AT_DEFAULT: dict[tuple[str, str], object] = {("deployment", "data_parallel_size"): 1}
+"""Scenario fields added after plans were first written, left out of :func:`serving_config_id` at
+their default, so a candidate that does not use them keeps the id an earlier plan gave it."""
+
+
 def serving_config_id(sc: Scenario) -> str:
     """A short digest of a candidate's serving scenario (traffic left out): equal when nothing a cell serves
     with changed, so a plan-to-plan comparison can tell a changed candidate from a renamed one. The folder
@@ -28,6 +33,9 @@ def serving_config_id(sc: Scenario) -> str:
 
     data = sc.model_dump(mode="json", exclude_none=True, exclude={"workload", "name", "seed", "num_requests",
                                                                 "base_dir"})
+    for (section, key), default in ADDED_AT_DEFAULT.items():
+        if data.get(section, {}).get(key) == default:
+            del data[section][key]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

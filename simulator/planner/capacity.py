@@ -130,7 +130,8 @@ def _steady_rate(req: pd.DataFrame) -> float:
 
 
 def capacity_bound(scenario: Scenario) -> CapacityBound:
-    """Max requests/s one replica of ``scenario`` can complete at its workload's mean lengths."""
+    """Max requests/s one replica of ``scenario`` can complete at its workload's mean lengths (all
+    its attention data-parallel ranks, each a batch of its own: the cost model is one rank's)."""
     system = resolve(scenario)
     wl = scenario.workload
     prompt = make_length(wl.prompt_tokens, scenario, "workload.prompt_tokens").mean
@@ -152,7 +153,7 @@ def capacity_bound(scenario: Scenario) -> CapacityBound:
         with_prefill = cost.step_time_s(BatchShape([p], [0], others, others_ctx, batch))
         without = cost.step_time_s(BatchShape.decode(others, others_ctx)) if others else 0.0
         marginal = max(with_prefill - without, 1e-12)
-    mu = batch / (max(output - 1.0, 0.0) * decode + batch * marginal)
+    mu = scenario.deployment.data_parallel_size * batch / (max(output - 1.0, 0.0) * decode + batch * marginal)
     return CapacityBound(batch, decode, marginal, mu)
 
 

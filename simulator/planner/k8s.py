@@ -124,9 +124,9 @@ def k8s_manifests(loaded: Any, worksheet: Any) -> Export:
             n = int(row["replicas"])
             auto = dep.autoscaler
             floor = auto.min_replicas if auto is not None else n
-            docs.append(_deployment(name, floor, sc, system, dep.tensor_parallel_size * dep.pipeline_parallel_size,
+            docs.append(_deployment(name, floor, sc, system, dep.gpus_per_replica,
                                     dep.quantization, dep.kv_cache_dtype, notes,
-                                    tensor_parallel=dep.tensor_parallel_size))
+                                    tensor_parallel=dep.tensor_parallel_size, split=_split_args(dep)))
             if auto is not None:
                 docs.append(_hpa(name, auto, n, notes))
         header = (f"# llmplan plan {_line(plan_name)}: {_line(quarter)}, region {_line(region)}, candidate "
@@ -140,12 +140,26 @@ def k8s_manifests(loaded: Any, worksheet: Any) -> Export:
     return out
 
 
+def _split_args(dep: Any) -> list[str]:
+    """The ``vllm serve`` flags of the replica's split beyond TP (none for a TP-only replica)."""
+    args: list[str] = []
+    if dep.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(dep.pipeline_parallel_size)]
+    if dep.data_parallel_size > 1:
+        args += ["--data-parallel-size", str(dep.data_parallel_size)]
+    if dep.expert_parallel_size > 1:
+        args += ["--enable-expert-parallel"]
+    return args
+
+
 def _deployment(name: str, replicas: int, sc: Any, system: Any, gpus: int, quantization: str | None,
-                kv_cache_dtype: str, notes: dict[str, str], *, tensor_parallel: int | None = None) -> dict[str, Any]:
+                kv_cache_dtype: str, notes: dict[str, str], *, tensor_parallel: int | None = None,
+                split: list[str] | None = None) -> dict[str, Any]:
     """One engine's Deployment: ``replicas`` pods, each ``gpus`` GPUs, its limits as ``vllm serve`` flags."""
     s = sc.scheduler
     args = ["--model", system.model.name, "--served-model-name", system.model.name,
-            "--tensor-parallel-size", str(tensor_parallel or gpus), "--max-num-seqs", str(s.max_num_seqs),
+            "--tensor-parallel-size", str(tensor_parallel or gpus), *(split or []),
+            "--max-num-seqs", str(s.max_num_seqs),
             "--max-num-batched-tokens", str(s.max_num_batched_tokens), "--block-size", str(s.block_size),
             "--gpu-memory-utilization", _g(s.gpu_memory_utilization)]
     if s.max_model_len is not None:

@@ -48,7 +48,7 @@ def measured_requests(result: SimulationResult) -> pd.DataFrame:
 
 
 def num_gpus(scenario: Scenario) -> int:
-    """GPUs the deployment holds: replicas x tensor-parallel x pipeline-parallel size (summed over
+    """GPUs the deployment holds: replicas x tensor-, pipeline- and data-parallel sizes (summed over
     model pools)."""
     dep = scenario.deployment
     if dep.pools:

@@ -170,7 +170,8 @@ def _resolve_system(scenario: Scenario) -> ResolvedSystem:
                          block_size=sch.block_size, gpu_memory_utilization=sch.gpu_memory_utilization,
                          max_num_batched_tokens=sch.max_num_batched_tokens, max_num_seqs=sch.max_num_seqs,
                          max_model_len=max_model_len, num_gpu_blocks_override=sch.num_gpu_blocks_override,
-                         precision=precision, pipeline_parallel_size=dep.pipeline_parallel_size)
+                         precision=precision, pipeline_parallel_size=dep.pipeline_parallel_size,
+                         data_parallel_size=dep.data_parallel_size)
     draft = None
     if spec is not None and spec.method == "draft":
         assert spec.draft_model is not None   # the config requires it for method draft

@@ -2,7 +2,10 @@
 
 One builder per deployment shape, chosen by :func:`build_topology`:
 
-* :func:`single`: ``deployment.replicas`` replicas behind ``deployment.router``.
+* :func:`single`: ``deployment.replicas`` replicas behind ``deployment.router``; with
+  ``deployment.data_parallel_size`` DP > 1 each replica is DP engine loops (its attention
+  data-parallel ranks), the request going to the rank of the chosen replica with the fewest
+  outstanding (:class:`DataParallelGroup`).
 * :func:`autoscaled`: ``deployment.autoscaler.max_replicas`` replicas, of which the autoscaler's
   active ones take requests (:mod:`simulator.cluster.autoscaler`).
 * :func:`regions`: every region's replicas behind a geo router (``fleet``, :mod:`simulator.cluster.fleet`).
@@ -154,10 +157,52 @@ def build_topology(w: Wiring) -> Topology:
 
 
 def single(w: Wiring) -> Topology:
+    dep = w.scenario.deployment
     router = w.router(w.rngs["routing"])
-    replicas = w.replicas(w.scenario, w.system, 0, w.scenario.deployment.replicas)
-    return Topology(replicas, replicas, _routed(router, replicas), [RoutingCounters(w.routers)],
-                    _schedulers(replicas), len(replicas) * w.scenario.deployment.gpus_per_replica, fixed=True)
+    dp = dep.data_parallel_size
+    replicas = w.replicas(w.scenario, w.system, 0, dep.replicas * dp)
+    num_gpus = dep.replicas * dep.gpus_per_replica
+    if dp == 1:
+        return Topology(replicas, replicas, _routed(router, replicas), [RoutingCounters(w.routers)],
+                        _schedulers(replicas), num_gpus, fixed=True)
+    groups = [DataParallelGroup(replicas[i * dp:(i + 1) * dp]) for i in range(dep.replicas)]
+    pick = _routed(router, groups)
+
+    def route(rid: int) -> int:
+        g = pick(rid)
+        return g * dp + groups[g].least_outstanding()
+    return Topology(replicas, replicas, route, [RoutingCounters(w.routers)], _schedulers(replicas), num_gpus)
+
+
+class DataParallelGroup:
+    """The attention data-parallel ranks of one replica (``deployment.data_parallel_size`` engine
+    loops) as the router sees it: their loads summed. Inside the replica a request goes to the rank
+    with the fewest outstanding requests, ties to the lowest, as vLLM's data-parallel coordinator
+    and SGLang's DP-attention scheduler balance them."""
+
+    def __init__(self, ranks: Sequence[Replica]) -> None:
+        self.ranks = list(ranks)
+
+    @property
+    def num_outstanding(self) -> int:
+        return sum(r.num_outstanding for r in self.ranks)
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(r.num_waiting for r in self.ranks)
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return sum(r.outstanding_tokens for r in self.ranks)
+
+    def least_outstanding(self) -> int:
+        """Index of the rank with the fewest outstanding requests."""
+        best, best_load = 0, self.ranks[0].num_outstanding
+        for i in range(1, len(self.ranks)):
+            load = self.ranks[i].num_outstanding
+            if load < best_load:
+                best, best_load = i, load
+        return best
 
 
 def autoscaled(w: Wiring) -> Topology:
@@ -213,7 +258,7 @@ def disaggregated(w: Wiring) -> Topology:
                     len(replicas) * sc.deployment.gpus_per_replica)
 
 
-def _routed(router: Any, replicas: Sequence[Replica]) -> Callable[[int], int]:
+def _routed(router: Any, replicas: Sequence[Any]) -> Callable[[int], int]:
     """``rid -> replica index`` by ``router`` (no routing decision with one replica)."""
     if len(replicas) == 1:
         return lambda rid: 0

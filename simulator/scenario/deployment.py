@@ -108,7 +108,8 @@ class PoolRoutingConfig(Frozen):
 
 class DeploymentConfig(Frozen):
     replicas: Integer = Field(default=1, ge=1, le=MAX_REPLICAS)
-    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size x pipeline_parallel_size."""
+    """Engine replicas behind the router; GPUs = replicas x tensor_parallel_size x pipeline_parallel_size
+    x data_parallel_size."""
     tensor_parallel_size: Integer = Field(default=1, ge=1)
     pipeline_parallel_size: Integer = Field(default=1, ge=1)
     """Pipeline stages per replica (vLLM ``--pipeline-parallel-size``): the layers are split over
@@ -116,9 +117,15 @@ class DeploymentConfig(Frozen):
     every stage (see ``docs/models.md``)."""
     expert_parallel_size: Integer = Field(default=1, ge=1)
     """GPUs the routed experts of an MoE model are split over, each expert whole on one GPU. As in
-    vLLM (``--enable-expert-parallel``: EP = TP x DP), the expert-parallel ranks are the
-    tensor-parallel ranks of a stage: 1 or ``tensor_parallel_size`` (attention data parallelism,
-    which would make EP larger, is not modelled)."""
+    vLLM (``--enable-expert-parallel``: EP = TP x DP), the expert-parallel ranks are every GPU of a
+    stage: 1 or ``tensor_parallel_size x data_parallel_size``."""
+    data_parallel_size: Integer = Field(default=1, ge=1)
+    """Attention data-parallel ranks per replica (vLLM ``--data-parallel-size`` with
+    ``--enable-expert-parallel``, SGLang ``--enable-dp-attention``; "DEP"), MoE models only: each
+    rank is a ``tensor_parallel_size`` group with its own scheduler, batch (``max_num_seqs``) and KV
+    cache that runs attention and the dense layers; the routed experts are split over all ``TP x
+    DP`` GPUs (``expert_parallel_size`` must be ``TP x DP``). Requests go to the rank with the
+    fewest outstanding. See docs/models.md, "Attention data parallelism (DEP)", for what is modelled."""
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.cluster.router.ROUTERS``)."""
     quantization: str | None = None
@@ -144,17 +151,25 @@ class DeploymentConfig(Frozen):
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs one replica holds: ``tensor_parallel_size x pipeline_parallel_size`` (expert
-        parallelism reuses the tensor-parallel ranks)."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        """GPUs one replica holds: ``tensor_parallel_size x pipeline_parallel_size x
+        data_parallel_size`` (expert parallelism reuses those GPUs)."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     @model_validator(mode="after")
     def _expert_ranks(self) -> DeploymentConfig:
-        ep, tp = self.expert_parallel_size, self.tensor_parallel_size
-        if ep not in (1, tp):
+        ep, tp, dp = self.expert_parallel_size, self.tensor_parallel_size, self.data_parallel_size
+        if dp > 1:
+            if ep != tp * dp:
+                raise FieldError("expert_parallel_size", ep, f"must be tensor_parallel_size x data_parallel_size "
+                                 f"({tp} x {dp} = {tp * dp}) with data_parallel_size {dp}: attention data "
+                                 "parallelism is modelled with the experts split over every GPU of the replica "
+                                 "(vLLM's --enable-expert-parallel); vLLM's default without it (the experts' "
+                                 "widths split TP x DP ways) is not modelled")
+        elif ep not in (1, tp):
             raise FieldError("expert_parallel_size", ep, f"must be 1 or tensor_parallel_size ({tp}): the experts are "
-                             "split over a stage's tensor-parallel ranks, as vLLM's --enable-expert-parallel does "
-                             "(a larger EP needs data-parallel attention, which is not modelled)")
+                             "split over a stage's tensor-parallel ranks, as vLLM's --enable-expert-parallel does; "
+                             "a larger EP needs attention data parallelism: data_parallel_size = "
+                             "expert_parallel_size / tensor_parallel_size")
         return self
 
 

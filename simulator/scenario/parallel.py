@@ -1,15 +1,22 @@
-"""How one replica's GPUs split the model (tensor, pipeline and expert parallelism), and the links
-their collectives run over.
+"""How one replica's GPUs split the model (tensor, pipeline, expert and attention data
+parallelism), and the links their collectives run over.
 
 A replica is ``pipeline_parallel_size`` stages run one after the other, each a group of
-``tensor_parallel_size`` GPUs, so it holds ``TP x PP`` GPUs. Within a stage, attention heads and
+``tensor_parallel_size`` GPUs, so it holds ``TP x PP`` GPUs; with attention data parallelism
+(``data_parallel_size`` DP > 1) it holds DP such groups, ``TP x DP`` GPUs. Within a stage,
+attention heads and
 MLP widths split over the TP ranks (Megatron style: an all-reduce after attention and one after the
 MLP of every layer). An MoE model's routed experts split one of two ways:
 
 * ``expert_parallel_size`` 1: every GPU holds ``1/TP`` of every expert's width (vLLM's default);
 * ``expert_parallel_size`` = TP (vLLM's ``--enable-expert-parallel`` with one data-parallel rank:
   EP = TP x DP): each GPU holds ``num_experts / EP`` whole experts, and the MoE block's all-reduce
-  becomes an all-to-all dispatch of the tokens to their experts' ranks and a combine back.
+  becomes an all-to-all dispatch of the tokens to their experts' ranks and a combine back;
+* ``data_parallel_size`` DP > 1 with ``expert_parallel_size`` = TP x DP (vLLM's ``--data-parallel-size
+  DP --enable-expert-parallel``, SGLang's ``--enable-dp-attention``, "DEP"): each of the DP ranks
+  (a TP group) runs attention, the dense layers and the shared experts on its own batch with its own
+  KV cache; the routed experts are split over all ``TP x DP`` GPUs, and each MoE layer's all-to-all
+  carries every rank's tokens to their experts and back.
 
 GPUs are numbered stage by stage; ``interconnect.domain_gpus`` consecutive GPUs share the fast link
 (NVLink, Infinity Fabric), and a collective or a stage boundary that leaves a domain runs over the
@@ -27,26 +34,28 @@ from simulator.scenario.profiles import HardwareProfile, Interconnect
 
 @dataclass(frozen=True, slots=True)
 class Parallelism:
-    """The split of one replica: TP ranks per stage, PP stages, EP ranks (1 or TP)."""
+    """The split of one replica: TP ranks per stage, PP stages, EP ranks (1, TP, or TP x DP with
+    attention data parallelism), DP attention ranks."""
 
     tensor: int = 1
     pipeline: int = 1
     expert: int = 1
+    data: int = 1
 
     @classmethod
     def of(cls, deployment: Any) -> Parallelism:
         """The split a :class:`~simulator.scenario.deployment.DeploymentConfig` asks for."""
         return cls(deployment.tensor_parallel_size, deployment.pipeline_parallel_size,
-                   deployment.expert_parallel_size)
+                   deployment.expert_parallel_size, deployment.data_parallel_size)
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tensor * self.pipeline
+        return self.tensor * self.pipeline * self.data
 
     @property
     def is_tensor_only(self) -> bool:
-        """No pipeline stages and no expert parallelism (what every cost model handles)."""
-        return self.pipeline == 1 and self.expert == 1
+        """No pipeline stages, no expert or data parallelism (what every cost model handles)."""
+        return self.pipeline == 1 and self.expert == 1 and self.data == 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +113,14 @@ def check_parallelism(model: ModelSpec, profile: HardwareProfile, par: Paralleli
     """Refuse a split the model or the hardware cannot take.
 
     Raises:
-        ScenarioError: expert parallelism on a dense model or with experts that do not divide over
-            the ranks; more stages than layers; a replica larger than the interconnect's domain on a
+        ScenarioError: expert or attention data parallelism on a dense model, experts that do not
+            divide over the ranks; more stages than layers; a replica larger than the interconnect's domain on a
             profile without an ``inter_node`` link (each naming the sizes involved).
     """
+    if par.data > 1 and not model.is_moe:
+        raise ScenarioError("deployment.data_parallel_size", par.data,
+                            f"{model.name} is a dense model (no num_experts): its data-parallel ranks would share "
+                            "nothing, which is deployment.replicas; leave data_parallel_size at 1")
     if par.expert > 1:
         if not model.is_moe:
             raise ScenarioError("deployment.expert_parallel_size", par.expert,
@@ -124,13 +137,21 @@ def check_parallelism(model: ModelSpec, profile: HardwareProfile, par: Paralleli
     ic = profile.interconnect
     if ic is None:
         raise ScenarioError("hardware.interconnect", None,
-                            f"{par.gpus_per_replica} GPUs per replica (tensor_parallel_size {par.tensor} x "
-                            f"pipeline_parallel_size {par.pipeline}) need an interconnect in profile {profile.name!r}")
+                            f"{par.gpus_per_replica} GPUs per replica ({_split(par)}) need an interconnect in "
+                            f"profile {profile.name!r}")
     if par.gpus_per_replica > ic.domain_gpus and profile.inter_node is None:
+        field, value = (("deployment.data_parallel_size", par.data) if par.data > 1 else
+                        ("deployment.pipeline_parallel_size", par.pipeline) if par.pipeline > 1 else
+                        ("deployment.tensor_parallel_size", par.tensor))
         raise ScenarioError(
-            "deployment.pipeline_parallel_size" if par.pipeline > 1 else "deployment.tensor_parallel_size",
-            par.pipeline if par.pipeline > 1 else par.tensor,
-            f"{par.gpus_per_replica} GPUs per replica (tensor_parallel_size {par.tensor} x pipeline_parallel_size "
-            f"{par.pipeline}) span more than the {ic.domain_gpus} GPUs profile {profile.name!r}'s {ic.name} joins "
+            field, value,
+            f"{par.gpus_per_replica} GPUs per replica ({_split(par)}) span more than the {ic.domain_gpus} GPUs "
+            f"profile {profile.name!r}'s {ic.name} joins "
             "(interconnect.domain_gpus), and the profile has no inter_node link; add hardware.inter_node (e.g. "
             "400 Gb/s InfiniBand per GPU: bandwidth_bytes_per_s 5.0e10) or use fewer GPUs per replica")
+
+
+def _split(par: Parallelism) -> str:
+    """``tensor_parallel_size 4 x pipeline_parallel_size 2`` (data_parallel_size when above 1)."""
+    out = f"tensor_parallel_size {par.tensor} x pipeline_parallel_size {par.pipeline}"
+    return out + (f" x data_parallel_size {par.data}" if par.data > 1 else "")

@@ -1,0 +1,139 @@
+"""The engine's own step times (``calibrate --from-observation ... --engine-steps LOG``): vLLM's
+iteration lines parsed, ``kernel_scale`` regressed on them, and the whole fit with them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.engine_steps import EngineSteps, fit_kernel_scale, kernel_times_s, parse_iterations, read_engine_steps
+from calibrate.fit import FitSettings, check, run_fit
+from simulator import ScenarioError, scenario_from_dict, simulate
+from simulator.cost.factory import make_cost_model
+from simulator.run.resolve import model_option
+from simulator.scenario.profiles import load_profile
+
+BASE = "cpu-amd-epyc-tiny-llama"
+SCHEDULER = {"max_num_seqs": 16, "max_num_batched_tokens": 1024, "max_model_len": 1024}
+TRUE_STEP_S, TRUE_SCALE, EXECUTE_S = 0.004, 0.6, 0.0015
+
+
+def line(i: int, cr: int, ct: int, gr: int, ms: float, extra: str = "") -> str:
+    """One step as vLLM 0.32's LoggingStatLogger writes it."""
+    return (f"(APIServer pid=7) INFO 12-06 04:09:42 [loggers.py:199] Engine 000: Iteration({i}): {cr} context "
+            f"requests, {ct} context tokens, {gr} generation requests, {gr} generation tokens, iteration elapsed "
+            f"time: {ms:.2f} ms{extra}, CPU KV cache usage: 0.2%\n")
+
+
+def test_iteration_lines_are_parsed_whatever_surrounds_them() -> None:
+    text = ("INFO starting\n" + line(0, 2, 300, 0, 40.5) + "noise Iteration(x)\n"
+            + line(1, 0, 0, 5, 7.25, " (dummy)") + line(2, 1, 128, 3, 20.0, ", encoder inputs: 1"))
+    rows = parse_iterations(text)
+    assert rows.tolist() == [[2, 300, 0, 0, 40.5], [0, 0, 5, 5, 7.25], [1, 128, 3, 3, 20.0]]
+    assert parse_iterations("no steps here").shape == (0, 5)
+
+
+def test_the_regression_recovers_a_known_scale_and_execute_time_through_outliers() -> None:
+    rng = np.random.default_rng(0)
+    n = 400
+    cr = rng.integers(0, 3, n)
+    gr = np.where(np.arange(n) % 10 == 0, 0, rng.integers(1, 17, n))       # every tenth step a prefill alone
+    cr[gr == 0] = np.maximum(cr[gr == 0], 1)
+    steps = EngineSteps(cr, np.where(cr > 0, rng.integers(32, 1024, n), 0), gr, np.zeros(n), ("x",))
+    cost = make_cost_model(load_profile(BASE), model_option("tiny-llama"), 1)
+    k = kernel_times_s(cost, steps, 300.0)
+    elapsed = (EXECUTE_S + TRUE_SCALE * k) * rng.lognormal(0, 0.03, n)
+    elapsed[:12] += 0.2                                        # pauses: a garbage collection, a descheduled thread
+    fit = fit_kernel_scale(k, EngineSteps(steps.context_requests, steps.context_tokens, steps.generation_requests,
+                                          elapsed, ("x",)))
+    assert fit["kernel_scale"] == pytest.approx(TRUE_SCALE, rel=0.02)
+    assert fit["execute_s"] == pytest.approx(EXECUTE_S, rel=0.1)
+    assert fit["steps"] == n and fit["steps_used"] <= n - 12 and fit["r2"] > 0.95
+    assert set(fit["measured_over_fitted"]) == {"decode", "prefill", "mixed"}
+    assert all(abs(v["median"] - 1) < 0.03 for v in fit["measured_over_fitted"].values())
+
+
+def test_bad_step_logs_are_refused_with_the_flag_that_writes_them(tmp_path: Path) -> None:
+    empty = tmp_path / "server.log"
+    empty.write_text("INFO no iteration lines\n")
+    with pytest.raises(ScenarioError, match="enable-logging-iteration-details") as e:
+        read_engine_steps((str(empty),))
+    assert "--engine-steps" in str(e.value) and "server.log" in str(e.value)
+    with pytest.raises(ScenarioError, match="cannot be read"):
+        read_engine_steps((str(tmp_path / "missing.log"),))
+    few = tmp_path / "few.log"
+    few.write_text("".join(line(i, 0, 0, 4, 7.0) for i in range(5)))
+    steps = read_engine_steps((str(few),))
+    with pytest.raises(ScenarioError, match="at least 10"):
+        fit_kernel_scale(np.full(len(steps), 0.005), steps)
+    same = tmp_path / "same.log"
+    same.write_text("".join(line(i, 0, 0, 4, 7.0 + 0.01 * i) for i in range(30)))
+    steps = read_engine_steps((str(same),))
+    with pytest.raises(ScenarioError, match="different batches"):
+        fit_kernel_scale(np.full(len(steps), 0.005), steps)
+    with pytest.raises(ScenarioError, match="keep kernel_scale in --fit"):
+        check(FitSettings(("a.json",), "tiny-llama", parameters=("step_s",), engine_steps=(str(same),)))
+
+
+def truth(tmp: Path, name: str, requests: list[tuple[float, int, int]]) -> tuple[Path, Path]:
+    """A run of an engine with known costs, simulated: its observation (as `vllm bench serve` writes it)
+    and its server log (one iteration line per step: the step's time less its CPU overhead, plus a
+    constant execute time)."""
+    base = load_profile(BASE)
+    table = pd.read_csv(base.table)
+    for c in ("median_s", "p10_s", "p90_s", "std_s"):
+        table[c] *= TRUE_SCALE
+    table.to_csv(tmp / "true-ops.csv", index=False)
+    hw: dict[str, Any] = base.model_dump(mode="json", exclude_none=True)
+    hw.pop("table_sha256")
+    hw.update(table=str(tmp / "true-ops.csv"), overhead={**hw["overhead"], "step_s": TRUE_STEP_S, "per_seq_s": 0.0})
+    trace = tmp / f"{name}.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 1000 * t, "input_length": p, "output_length": m,
+                                         "hash_ids": []}) + "\n" for t, p, m in requests))
+    r = simulate(scenario_from_dict({"name": name, "model": "tiny-llama", "hardware": hw, "scheduler": SCHEDULER,
+                                     "workload": {"arrival": {"process": "trace", "path": str(trace),
+                                                              "format": "mooncake"}}}))
+    req = r.requests.sort_values("request_id")
+    obs = tmp / f"{name}.json"
+    obs.write_text(json.dumps({
+        "date": "20261206-040000", "backend": "vllm", "model_id": "tiny", "completed": len(req),
+        "input_lens": req["num_prompt_tokens"].tolist(), "output_lens": req["num_output_tokens"].tolist(),
+        "ttfts": req["ttft_s"].tolist(),
+        "itls": [[float(x.tpot_s)] * (int(x.num_output_tokens) - 1) for x in req.itertuples()],
+        "start_times": (100.0 + req["arrival_time"]).tolist(), "errors": [""] * len(req)}))
+    st = r.steps
+    ctx_reqs = st["num_seqs"] - st["num_decode_tokens"]
+    log = tmp / f"{name}.log"
+    log.write_text("".join(line(i, int(c), int(p), int(d), 1e3 * (float(s) - TRUE_STEP_S + EXECUTE_S))
+                           for i, (c, p, d, s) in enumerate(zip(ctx_reqs, st["num_prefill_tokens"],
+                                                                st["num_decode_tokens"], st["duration_s"],
+                                                                strict=True))))
+    return obs, log
+
+
+def test_a_fit_with_the_engine_steps_takes_kernel_scale_from_them(tmp_path: Path) -> None:
+    """Two runs of a known engine: kernel_scale comes from the step log (the search fits step_s only),
+    and both come back."""
+    rng = np.random.default_rng(3)
+    light = [(float(t), int(p), int(m)) for t, p, m in zip(np.cumsum(rng.exponential(0.5, 24)),
+                                                          rng.integers(32, 256, 24), rng.integers(8, 40, 24),
+                                                          strict=True)]
+    heavy = [(0.0, int(p), int(m)) for p, m in zip(rng.integers(32, 256, 24), rng.integers(8, 40, 24), strict=True)]
+    (o1, l1), (o2, l2) = truth(tmp_path, "light", light), truth(tmp_path, "heavy", heavy)
+    scenario = tmp_path / "served.yaml"
+    scenario.write_text(json.dumps({"hardware": BASE, "scheduler": SCHEDULER}))
+    doc = run_fit(FitSettings((str(o1), str(o2)), "tiny-llama", scenario=str(scenario),
+                              parameters=("step_s", "kernel_scale"), max_evals=40, engine_steps=(str(l1), str(l2))),
+                  tmp_path / "fitted", log=lambda m: None)
+    steps = doc["engine_steps"]
+    assert steps["kernel_scale"] == pytest.approx(TRUE_SCALE, rel=0.05)
+    assert steps["execute_s"] == pytest.approx(EXECUTE_S, abs=5e-4)
+    assert doc["parameters"]["kernel_scale"] == steps["kernel_scale"]
+    assert all(set(e) != {"kernel_scale"} for e in doc["evaluations"])
+    assert doc["parameters"]["step_s"] == pytest.approx(TRUE_STEP_S, rel=0.1)
+    prov = load_profile(str(tmp_path / "fitted")).provenance
+    assert prov["engine_steps"]["logs"] == [str(l1), str(l2)] and "logged step times" in prov["fit"]["method"]

@@ -1,0 +1,241 @@
+"""Expert parallelism on the measured default profiles (``kernel_table``) and attention data
+parallelism with expert parallelism (``deployment.data_parallel_size``, "DEP"): the MoE rows scaled
+to one expert-parallel GPU, the all-to-all priced from the link, the DP ranks as engine loops of one
+replica, the GPU count, and the refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator import ScenarioError, load_scenario, resolve, simulate
+from simulator.cost.analytic import roofline_cost_model
+from simulator.cost.factory import make_cost_model
+from simulator.cost.kernel_table import GeneralKernelTableCostModel, _ep_moe_roof, _moe_roof
+from simulator.engine.kv_cache import plan_kv_cache
+from simulator.scenario.deployment import DeploymentConfig
+from simulator.scenario.models import MODEL_PRESETS
+from simulator.scenario.parallel import Parallelism, collective_link
+from simulator.scenario.profiles import load_profile
+from simulator.scenario.quantization import resolve_precision
+
+EXAMPLE = "examples/chat-h100.yaml"
+DEP = "examples/deepseek-v3-dep8-h200.yaml"
+SERVED = {"mixtral-8x7b": None, "qwen3-30b-a3b": None, "gpt-oss-120b": "mxfp4", "deepseek-v3": "fp8"}
+
+
+def kernel_table(profile: str, model: str, tp: int, dp: int = 1, ep: int | None = None) -> GeneralKernelTableCostModel:
+    p, m = load_profile(profile), MODEL_PRESETS[model]
+    par = Parallelism(tp, 1, tp * dp if ep is None else ep, dp)
+    cm = make_cost_model(p, m, tp, resolve_precision(m, p, SERVED[model]), par)
+    assert isinstance(cm, GeneralKernelTableCostModel)
+    return cm
+
+
+# -- the cost model ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("profile", ["h100-sxm", "h200", "b200"])
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b"])
+def test_expert_parallel_reads_the_measured_moe_rows_without_a_fallback(profile: str, model: str) -> None:
+    cm = kernel_table(profile, model, 4)
+    assert cm.sources["moe"].startswith("measured, one of EP 4 GPUs")
+    assert "not measured" in cm.sources["all_to_all"]
+    assert 0 < cm.decode_step_time_s(32, 32 * 1000) < 1.0
+
+
+def test_the_expert_parallel_curve_is_the_whole_width_rows_times_the_roofline_ratio() -> None:
+    """Qwen3-30B-A3B on h200 at EP 4: the TP-1 rows of its own shape (measured), scaled per token
+    count by the busiest GPU's MoE roofline (32 of 128 experts) over the whole layer's."""
+    cm, one = kernel_table("h200", "qwen3-30b-a3b", 4), kernel_table("h200", "qwen3-30b-a3b", 1, ep=1)
+    m = MODEL_PRESETS["qwen3-30b-a3b"]
+    shape = [float(m.expert_intermediate_size), float(m.hidden_size), 128.0, 8.0, 1.0]
+    floor = 6 * load_profile("h200").efficiency.kernel_latency_s        # the fused MoE's kernels
+    for t in (1, 16, 256, 4096):
+        ratio = float(_ep_moe_roof(shape, cm.peak, cm.bw, 2.0, 4, 0.25)(t) / _moe_roof(shape, cm.peak, cm.bw, 2.0)(t))
+        assert cm._moe(t) == pytest.approx(max(one._moe(t) * ratio, floor), rel=1e-12)
+        assert cm._moe(t) < one._moe(t)
+    assert cm._moe(1) == pytest.approx(floor)           # one token: a few experts' weights, six launches
+
+
+def test_ep_roof_at_one_rank_is_the_tp_one_roof() -> None:
+    shape = [768.0, 2048.0, 128.0, 8.0, 1.0]
+    t = np.array([1.0, 64.0, 8192.0])
+    np.testing.assert_allclose(_ep_moe_roof(shape, 1e15, 3e12, 2.0, 1, 1.0)(t), _moe_roof(shape, 1e15, 3e12, 2.0)(t))
+
+
+def test_kernel_table_all_to_all_by_hand() -> None:
+    """DeepSeek-V3 TP 8 = EP 8 on h200: 2 x 61 - 58 measured all-reduces and, for each of the 58 MoE
+    layers, a dispatch and a combine of T x 7168 x 2 bytes x 7/8 per GPU at NVLink's group bandwidth."""
+    ep, tp1 = kernel_table("h200", "deepseek-v3", 8), kernel_table("h200", "deepseek-v3", 8, ep=1)
+    link = collective_link(load_profile("h200"), 8)
+    assert link is not None
+    T = 256
+    nbytes = T * 7168 * 2
+    a2a = link.latency_s + nbytes * 7 / 8 / link.bandwidth_bytes_per_s
+    assert ep._comm_s(T) == pytest.approx((2 * 61 - 58) * tp1._comm(nbytes) + 2 * 58 * a2a)
+    assert tp1._comm_s(T) == pytest.approx(2 * 61 * tp1._comm(nbytes))
+
+
+def test_data_parallel_ranks_bring_their_tokens_to_the_experts() -> None:
+    """One DEP8 rank (TP 1) with T tokens: the MoE layer runs over the 8 ranks' 8 T tokens, as TP 8 =
+    EP 8 runs over a batch of 8 T; attention and the dense layers see the rank's own T."""
+    dep, ep8 = kernel_table("h200", "deepseek-v3", 1, dp=8), kernel_table("h200", "deepseek-v3", 8)
+    t = 64
+    assert dep._moe(t) == pytest.approx(ep8._moe(8 * t), rel=1e-9)
+    assert dep._comm(1000) == 0.0                       # TP 1: no all-reduce inside a rank
+    assert dep.heads == 128 and ep8.heads == 16         # each DP rank holds every attention head
+
+
+def test_roofline_data_parallel_experts_see_every_ranks_tokens() -> None:
+    p, m = load_profile("h200-datasheet"), MODEL_PRESETS["deepseek-v3"]
+    dep = roofline_cost_model(p, m, 1, parallel=Parallelism(1, 1, 8, 8))
+    ep8 = roofline_cost_model(p, m, 8, parallel=Parallelism(8, 1, 8))
+    assert dep._experts_s(16) == pytest.approx(ep8._experts_s(128), rel=1e-12)
+
+
+def test_dp_splits_the_routed_experts_over_every_gpu_of_the_replica() -> None:
+    p, m = load_profile("h200"), MODEL_PRESETS["deepseek-v3"]
+    prec = resolve_precision(m, p, "fp8")
+    kw = dict(block_size=16, gpu_memory_utilization=0.9, max_num_batched_tokens=8192, max_num_seqs=256,
+              max_model_len=32768, precision=prec)
+    tp8 = plan_kv_cache(m, p, tensor_parallel_size=8, **kw)
+    dep8 = plan_kv_cache(m, p, tensor_parallel_size=1, data_parallel_size=8, **kw)
+    routed = m.num_moe_layers * m.num_experts * m.params_per_expert * prec.linear_weight_bytes
+    # DEP8: the routed experts are 1/8 per GPU either way; attention, shared experts and dense layers
+    # are whole on each DEP rank, 1/8 with TP 8.
+    assert dep8.weights_bytes > tp8.weights_bytes
+    assert dep8.weights_bytes - tp8.weights_bytes < (m.num_params * prec.linear_weight_bytes - routed)
+
+
+# -- the scenario --------------------------------------------------------------------------------------
+def test_gpus_per_replica_count_the_data_parallel_ranks() -> None:
+    dep = DeploymentConfig(replicas=2, tensor_parallel_size=2, data_parallel_size=4, expert_parallel_size=8)
+    assert dep.gpus_per_replica == 8                     # TP 2 x DP 4 (EP 8 reuses them)
+    assert Parallelism.of(dep).gpus_per_replica == 8
+
+
+@pytest.mark.parametrize("over, field, words", [
+    ({"deployment.data_parallel_size": 4, "deployment.expert_parallel_size": 1},
+     "deployment.expert_parallel_size", "tensor_parallel_size x data_parallel_size (1 x 4 = 4)"),
+    ({"deployment.tensor_parallel_size": 2, "deployment.expert_parallel_size": 4},
+     "deployment.expert_parallel_size", "data_parallel_size = expert_parallel_size / tensor_parallel_size"),
+    ({"deployment.data_parallel_size": 0}, "deployment.data_parallel_size", "greater than or equal to 1"),
+])
+def test_bad_splits_name_the_field_and_what_is_allowed(over: dict, field: str, words: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", **over})
+    assert info.value.field == field and words in info.value.message
+
+
+def test_data_parallel_on_a_dense_model_is_refused() -> None:
+    with pytest.raises(ScenarioError) as info:
+        resolve(load_scenario(EXAMPLE, {"deployment.data_parallel_size": 2, "deployment.expert_parallel_size": 2}))
+    assert info.value.field == "deployment.data_parallel_size" and "dense model" in info.value.message
+    assert "deployment.replicas" in info.value.message
+
+
+def test_experts_that_do_not_divide_over_the_ranks_are_refused() -> None:
+    with pytest.raises(ScenarioError) as info:
+        resolve(load_scenario(EXAMPLE, {"model": "mixtral-8x7b", "hardware": "h200",
+                                        "deployment.data_parallel_size": 16, "deployment.expert_parallel_size": 16}))
+    assert info.value.field == "deployment.expert_parallel_size" and "num_experts=8" in info.value.message
+
+
+def test_data_parallel_beyond_the_nvlink_domain_needs_an_inter_node_link() -> None:
+    with pytest.raises(ScenarioError) as info:
+        resolve(load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200",
+                                        "deployment.data_parallel_size": 16, "deployment.expert_parallel_size": 16}))
+    assert info.value.field == "deployment.data_parallel_size" and "inter_node" in info.value.message
+
+
+def test_data_parallel_with_pipeline_stages_is_refused() -> None:
+    with pytest.raises(ScenarioError) as info:
+        resolve(load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200-datasheet",
+                                        "deployment.data_parallel_size": 2, "deployment.expert_parallel_size": 2,
+                                        "deployment.pipeline_parallel_size": 2}))
+    assert info.value.field == "deployment.data_parallel_size" and "pipeline_parallel_size" in info.value.message
+
+
+# -- end to end -------------------------------------------------------------------------------------------
+def test_deepseek_v3_dep8_on_eight_h200_runs_as_eight_engine_loops() -> None:
+    sc = load_scenario(DEP, {"num_requests": 300, "warmup_s": 0})
+    result = simulate(sc)
+    s = result.summary
+    assert s["num_gpus"] == 8
+    d = s["deployment"]
+    assert d["replicas"] == 1 and d["data_parallel_size"] == 8 and d["expert_parallel_size"] == 8
+    assert "tensor_parallel_size" in d and d["tensor_parallel_size"] == 1
+    assert s["requests"]["completed"] == 300
+    assert result.num_replicas == 8                      # engine loops, one per DP rank
+    ranks = set(np.asarray(result.requests["replica"]).tolist())
+    assert len(ranks) > 1                                # the least-outstanding rank takes each request
+    assert 0.005 < s["tpot_s"]["p50"] < 0.2
+
+
+def test_two_dep4_replicas_count_eight_gpus_and_share_the_load() -> None:
+    sc = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "num_requests": 200, "warmup_s": 0,
+                                 "deployment.replicas": 2, "deployment.data_parallel_size": 4,
+                                 "deployment.expert_parallel_size": 4})
+    result = simulate(sc)
+    assert result.summary["num_gpus"] == 8 and result.summary["deployment"]["replicas"] == 2
+    per_rank = np.bincount(np.asarray(result.requests["replica"]), minlength=8)
+    assert len(per_rank) == 8 and per_rank.min() > 0
+
+
+def test_the_planner_prices_a_dep_replica_as_tp_x_dp_gpus() -> None:
+    """A DEP2 candidate beside a TP2 one: every cell costs 2 GPUs per replica."""
+    from simulator.planner import plan
+    base = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "warmup_s": 0}).model_dump(
+        mode="python", exclude_none=True)
+    base["workload"]["prompt_tokens"] = {"dist": "fixed", "value": 500}
+    base["workload"]["output_tokens"] = {"dist": "fixed", "value": 50}
+    result = plan({
+        "name": "dep", "scenario": base,
+        "candidates": [{"name": "dep2", "set": {"deployment.data_parallel_size": 2,
+                                                "deployment.expert_parallel_size": 2}},
+                       {"name": "tp2", "set": {"deployment.tensor_parallel_size": 2}}],
+        "slo": {"ttft_p99_ms": 3000, "tpot_p99_ms": 200, "attainment": 0.9},
+        "regions": [{"name": "east", "rtt_ms": {"east": 5}}],
+        "forecast": [{"quarter": "Q1", "region": "east", "peak_rps": 4}],
+        "simulation": {"num_requests": 200, "max_replicas": 4},
+    }, workers=1)
+    ws = result.worksheet
+    assert set(ws["status"]) == {"ok"}
+    assert (ws["gpus"] == 2 * ws["replicas"]).all()
+
+
+def test_k8s_export_serves_a_dep_replica_with_vllms_flags() -> None:
+    from simulator.planner.k8s import _split_args
+    dep = DeploymentConfig(tensor_parallel_size=1, data_parallel_size=8, expert_parallel_size=8)
+    assert _split_args(dep) == ["--data-parallel-size", "8", "--enable-expert-parallel"]
+    assert _split_args(DeploymentConfig(tensor_parallel_size=8)) == []
+
+
+def test_the_capacity_bound_of_a_dep_replica_counts_every_rank() -> None:
+    """The bracket the planner starts from: each rank completes B / (decode run + prefills), the
+    replica DP times that."""
+    from simulator.planner.capacity import capacity_bound
+    sc = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "deployment.data_parallel_size": 4,
+                                 "deployment.expert_parallel_size": 4,
+                                 "workload.prompt_tokens": {"dist": "fixed", "value": 500},
+                                 "workload.output_tokens": {"dist": "fixed", "value": 101}})
+    b = capacity_bound(sc)
+    one_rank = b.batch_size / (100 * b.decode_step_s + b.batch_size * b.prefill_marginal_s)
+    assert b.max_rps_per_replica == pytest.approx(4 * one_rank, rel=1e-12)
+
+
+def test_serving_config_id_names_dp_only_when_used() -> None:
+    """A candidate without attention DP keeps the id earlier plans gave it (the field is left out
+    at its default); DEP changes it."""
+    import hashlib
+    import json
+
+    from simulator.planner.assumptions import serving_config_id
+    sc = load_scenario(EXAMPLE)
+    data = sc.model_dump(mode="json", exclude_none=True, exclude={"workload", "name", "seed", "num_requests",
+                                                                "base_dir"})
+    del data["deployment"]["data_parallel_size"]
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    assert serving_config_id(sc) == digest
+    dep = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "deployment.data_parallel_size": 2,
+                                  "deployment.expert_parallel_size": 2})
+    assert serving_config_id(dep) != serving_config_id(dep.with_overrides({"deployment.data_parallel_size": 1,
+                                                                           "deployment.expert_parallel_size": 1}))
