@@ -206,3 +206,14 @@ def test_pipelines_with_routers_closed_loops_prefix_caching_and_preemption_finis
     assert r.steps["num_seqs"].max() <= 8
     if "scheduler.num_gpu_blocks_override" in overrides:    # the slots preempt within one shared KV cache
         assert req["num_preemptions"].sum() > 0
+
+
+def test_a_vllm_serve_command_with_pipeline_stages_imports_onto_the_measured_tables():
+    """`vllm serve ... -tp 4 -pp 2` on the default measured profile, and the scenario resolves."""
+    from simulator import scenario_from_dict
+    from simulator.importers.vllm_serve import import_vllm
+    got = import_vllm(["vllm", "serve", "meta-llama/Meta-Llama-3-70B-Instruct", "-tp", "4", "-pp", "2"])
+    assert got.scenario["hardware"] == "h100-sxm"
+    assert got.scenario["deployment"]["pipeline_parallel_size"] == 2
+    system = resolve(scenario_from_dict(got.scenario))
+    assert system.profile.cost_model == "kernel_table"
