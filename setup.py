@@ -37,6 +37,7 @@ COMPILED = [
     "simulator/engine/disaggregated.py",
     "simulator/engine/speculative.py",
     "simulator/engine/deadlines.py",
+    "simulator/engine/pipeline.py",
     "simulator/engine/steplog.py",
     "simulator/engine/replica.py",
     "simulator/cost/base.py",

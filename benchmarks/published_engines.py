@@ -34,7 +34,7 @@ source, not fitted, and the other that matters here is the preset's:
   serve ``input + output`` tokens, so theirs is 8,192.
 
 A point whose deployment uses a form the simulator does not model (attention data parallelism; expert
-or pipeline parallelism, which the measured profiles refuse) or cannot be built as printed (weights
+parallelism, which the measured profiles refuse) or cannot be built as printed (weights
 that do not fit) is listed with ``not_checked`` and its reason, and is not simulated.
 """
 from __future__ import annotations
@@ -93,7 +93,6 @@ TRT_BENCH = ("`trtllm-bench throughput --backend pytorch`, requests queued at on
 SGLANG_SEQS = {"max_num_seqs": 2048}
 TRT_BENCH_GRAPHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192]
 EP_REFUSED = "expert parallelism not modelled on the measured profiles (no all-to-all rows)"
-PP_REFUSED = "pipeline parallelism not modelled on the measured profiles (no stage-send rows)"
 ADP = "attention data parallelism not modelled"
 SPREAD = "ShareGPT spread assumed lognormal (sigma 1) about the published mean lengths"
 
@@ -186,8 +185,8 @@ POINTS: list[dict[str, Any]] = [
               "finding, so the run may have served the FP8 repository"),
     _sg("glm-4.5-air", "h100-sxm", 1, "bf16", 1686.89, "glm-4.5-air/h100", "v0.5.4.post2",
         "glm-4.5-air 4xH100 SGLang pp4", family="glm-moe", model_spec=GLM_45_AIR, requests=1000,
-        lengths=sharegpt(214465, 199904, 1000), pp=4, not_checked=PP_REFUSED,
-        notes="`--pp-size 4`"),
+        lengths=sharegpt(214465, 199904, 1000), pp=4,
+        notes="`--pp-size 4`; SGLang's own pipeline (micro-batches in flight) simulated as vLLM's"),
     _sg("glm-4.5-air", "a100-80gb", 4, "bf16", 2971.88, "glm-4.5-air/a100", "v0.5.4.post2",
         "glm-4.5-air 4xA100 SGLang", family="glm-moe", model_spec=GLM_45_AIR, requests=1000,
         lengths=sharegpt(214465, 199873, 1000), notes="A100 SXM 80GB; inline spec; `--tp-size 4`; " + SPREAD),

@@ -167,7 +167,7 @@ FEATURES: dict[str, Feature] = {
 
 POLICY_FEATURES = ("prefix_caching", "speculative_decoding", "swap_preemption", "pool_sizes",
                    "client_timeout", "queue_delay_shedding", "autoscaler", "fleet", "model_pools", "multi_step",
-                   "closed_loop", "closed_sessions", "data_parallel")
+                   "closed_loop", "closed_sessions", "data_parallel", "pipeline_parallel")
 """The features whose support depends on ``scheduler.policy`` (the others work with every policy)."""
 
 
@@ -196,24 +196,29 @@ _ONE_STEP = No("vLLM runs multi-step scheduling with its continuous batching",
                "use scheduler.policy: continuous, or num_scheduler_steps: 1")
 
 _DP = ("data_parallel",)
+_MICRO_BATCHES = ("pipeline_parallel",)
+"""The policies whose batches a pipelined replica keeps in flight (:mod:`simulator.engine.pipeline`)."""
+_NO_MICRO_BATCHES = No("a pipelined replica keeps continuous batches in flight, as vLLM does",
+                       "use scheduler.policy: continuous or chunked_prefill")
 
 POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
-    "continuous": _all_but(POLICY_FEATURES, _DP, pool_sizes=No()),
+    "continuous": _all_but(POLICY_FEATURES, _DP + _MICRO_BATCHES, pool_sizes=No()),
     "chunked_prefill": _all_but(
-        POLICY_FEATURES, _DP, pool_sizes=No(),
+        POLICY_FEATURES, _DP + _MICRO_BATCHES, pool_sizes=No(),
         swap_preemption=No("vLLM v1's chunked prefill only recomputes", "use preemption_mode: recompute"),
         multi_step=_ONE_STEP),
     "dynamic": _all_but(
         POLICY_FEATURES, _DP, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
-        multi_step=_ONE_STEP),
+        multi_step=_ONE_STEP, pipeline_parallel=_NO_MICRO_BATCHES),
     "static": _all_but(
         POLICY_FEATURES, _DP, prefix_caching=_OWN_ADMISSION, speculative_decoding=No(), pool_sizes=No(),
-        multi_step=_ONE_STEP),
+        multi_step=_ONE_STEP, pipeline_parallel=_NO_MICRO_BATCHES),
     "disaggregated": _all_but(
         POLICY_FEATURES, speculative_decoding=No(), client_timeout=_MOVES,
         queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
         multi_step=_ONE_STEP, data_parallel=No("a replica's data-parallel ranks are engine loops of one colocated "
                                                "pool"),
+        pipeline_parallel=No("its prefill and decode pools are not pipelined"),
         closed_loop=No("its KV transfers and the clients' wake-ups are not combined in one decode-run horizon"),
         closed_sessions=No("its KV transfers and the sessions' next turns are not combined in one decode-run "
                            "horizon", "use loop: open")),
@@ -230,9 +235,6 @@ _OWN_DTYPE = No("it times the model in the dtype it was measured in",
 _DENSE_OPS = No("its per-op tables time a dense model's GEMMs and attention on one tensor-parallel group",
                 "use a roofline profile (e.g. the GPU's datasheet one)")
 
-_ONE_TP_GROUP = No("its measured tables time one pipeline stage (no stage-send rows)",
-                  "use a roofline profile (e.g. the GPU's datasheet one)")
-
 COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
     # constant: fixed step times, whatever the model (the KV plan still follows its bytes)
     "constant": _all_but(COST_MODEL_FEATURES, also=ARCHITECTURE_FEATURES),
@@ -241,10 +243,11 @@ COST_MODEL_SUPPORT: dict[str, dict[str, bool | No]] = {
                       mla=_DENSE_OPS, sliding_window=_DENSE_OPS, expert_parallel=_DENSE_OPS,
                       data_parallel=_DENSE_OPS, pipeline_parallel=_DENSE_OPS),
     # kernel_table: measured kernels per precision (else the 16-bit rows scaled), MoE and MLA blocks
-    # included, experts over EP ranks with the all-to-all priced from the link; one pipeline stage
+    # included, experts over EP ranks with the all-to-all priced from the link, pipeline stages
+    # splitting its layers with their sends priced from the profile's links
     "kernel_table": _all_but(COST_MODEL_FEATURES,
-                             also=("moe", "mla", "sliding_window", "expert_parallel", "data_parallel"),
-                             pipeline_parallel=_ONE_TP_GROUP),
+                             also=("moe", "mla", "sliding_window", "expert_parallel", "data_parallel",
+                                   "pipeline_parallel")),
 }
 """A profile's ``cost_model`` -> feature -> ``YES`` or :class:`No` (missing: none supported)."""
 
@@ -301,6 +304,15 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
                 "fix deployment.replicas") for other in ("autoscaler", "fleet")),
     Exclusion("data_parallel", "pipeline_parallel", "each data-parallel rank is modelled as one stage",
               "use one or the other"),
+    *(Exclusion("pipeline_parallel", other, why, hint) for other, why, hint in (
+        ("speculative_decoding", "a verification step's draws are not kept per batch in flight",
+         "turn one of them off"),
+        ("swap_preemption", "the batches in flight share one KV cache but not its host copies",
+         "use preemption_mode: recompute"),
+        ("multi_step", "each batch in flight is one step", "use num_scheduler_steps: 1"),
+        ("client_timeout", "a request in a batch in flight cannot leave it", "drop client.timeout_s"),
+        ("queue_delay_shedding", "its shedding is checked at the steps of one batch", "use admission.max_queue_len"),
+    )),
 )
 """Features not modelled together, whatever the policy and cost model."""
 

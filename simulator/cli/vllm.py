@@ -23,8 +23,7 @@ def import_vllm_cmd(
     out: Path = typer.Option(..., "--out", help="Scenario YAML to write."),
     model_config: Path | None = typer.Option(None, "--model-config", help="The model's Hugging Face "
                                              "config.json (else: a model folder's, or a preset's name)."),
-    hardware: str | None = typer.Option(None, "--hardware", help="Hardware profile (default: h100-sxm, or "
-                                        "h100-sxm-datasheet for a model its measured tables do not time)."),
+    hardware: str | None = typer.Option(None, "--hardware", help="Hardware profile (default: h100-sxm)."),
     rate: float = typer.Option(4.0, "--rate", help="Poisson arrivals per second of the written workload."),
     num_requests: int = typer.Option(2000, "--num-requests", help="Requests of the written workload."),
     trace: Path | None = typer.Option(None, "--trace", help="Replay this request log instead (--rate unused)."),

@@ -32,10 +32,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
+from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register, split_stages
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
-from simulator.scenario.parallel import Parallelism, collective_link, stage_links
+from simulator.scenario.parallel import Parallelism, collective_link, stage_layers, stage_links
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
 
@@ -61,16 +61,23 @@ class ConstantCostModel:
     """Every step costs ``step_time_s`` plus ``prefill_time_per_token_s`` per prompt token."""
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec | None = None,
-                 tensor_parallel_size: int = 1, precision: Precision | None = None) -> None:
+                 tensor_parallel_size: int = 1, precision: Precision | None = None,
+                 parallel: Parallelism | None = None) -> None:
         assert profile.step_time_s is not None
         self.step_s = float(profile.step_time_s)
         self.per_token_s = float(profile.prefill_time_per_token_s)
+        self.num_stages = parallel.pipeline if parallel is not None else 1
+        """Pipeline stages: each takes an equal share of every step (no sends between them)."""
 
     def breakdown(self, shape: BatchShape) -> StepTime:
         return StepTime(linear_s=self.per_token_s * sum(shape.prefill_tokens), overhead_s=self.step_s)
 
     def step_time_s(self, shape: BatchShape) -> float:
         return self.step_s + self.per_token_s * sum(shape.prefill_tokens)
+
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        t = self.step_time_s(shape)
+        return [t] if self.num_stages == 1 else [t / self.num_stages] * self.num_stages
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         return np.full(len(decode_context_tokens), self.step_s)
@@ -216,6 +223,9 @@ class RooflineCostModel:
                 + self._overhead_step + self._overhead_seq * (len(prefill_tokens) + num_decodes)
                 + self._overhead_tok * tokens)
 
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        return [self.step_time_s(shape)]          # one stage: GeneralRooflineCostModel splits pipelines
+
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
         """:meth:`step_time_s` of a verification step (:data:`~simulator.cost.base.VerifyStep`):
         the terms of ``num_seqs x num_query_tokens`` tokens once, the causal attention of each
@@ -342,10 +352,13 @@ class GeneralRooflineCostModel(RooflineCostModel):
       bytes, one call fewer); each of the ``PP - 1`` stage boundaries sends the step's hidden
       states and residual (``2 T x hidden x act_bytes``, as vLLM's pipeline does) over its link
       (:func:`~simulator.scenario.parallel.stage_links`).
-    * **Pipeline** (``PP`` stages): one batch in flight, so a step traverses every stage: the compute
-      terms are the whole model's on one TP group (the sum of the stages') plus the sends. Engines
-      that keep ``PP`` micro-batches in flight (vLLM's virtual engines) reach up to ``PP`` times the
-      throughput at the same per-step latency; that overlap is not modelled.
+    * **Pipeline** (``PP`` stages): a step's time is its traversal of every stage: the compute terms
+      are the whole model's on one TP group (the sum of the stages') plus the sends.
+      :meth:`stage_times_s` splits it: each stage its layers' share
+      (:func:`~simulator.scenario.parallel.stage_layers`, vLLM's split) of the per-layer terms and
+      its send to the next stage; the first the CPU overhead, the last the final norm and the LM
+      head. The engine keeps up to ``PP`` batches in flight over those stages
+      (:mod:`simulator.engine.pipeline`).
     """
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
@@ -426,14 +439,19 @@ class GeneralRooflineCostModel(RooflineCostModel):
             a2a = 2 * m.num_moe_layers
             fixed += a2a * link.latency_s
             per_token += a2a * h * abytes * (par.expert - 1) / par.expert / link.bandwidth_bytes_per_s
+        self._sends: list[tuple[float, float]] = []
+        """Each stage boundary's send: ``(fixed, per token)`` seconds."""
         for i, link in enumerate(stage_links(profile, par)):
             if link is None:
                 raise ScenarioError("hardware.inter_node", None,
                                     f"stage boundary {i + 1} of pipeline_parallel_size={par.pipeline} leaves the "
                                     "interconnect's domain and the profile has no inter_node link")
-            fixed += link.latency_s
-            per_token += 2 * h * abytes / link.bandwidth_bytes_per_s      # hidden states + residual
+            send = (link.latency_s, 2 * h * abytes / link.bandwidth_bytes_per_s)   # hidden states + residual
+            self._sends.append(send)
+            fixed += send[0]
+            per_token += send[1]
         self._comm_fixed_s, self._comm_s_per_token = fixed, per_token
+        self._stage_layers = stage_layers(m.num_layers, par.pipeline)
 
     def _init_floor(self) -> None:
         """The per-kernel floor over the kernels this model's layers run (:data:`MOE_LAYER_KERNELS`,
@@ -504,6 +522,25 @@ class GeneralRooflineCostModel(RooflineCostModel):
 
     def step_time_s(self, shape: BatchShape) -> float:
         return self.breakdown(shape).total_s
+
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        """The step split over the pipeline's stages (class docstring): the per-layer terms by each
+        stage's layers, each boundary's send to the stage before it, the CPU overhead to the first
+        stage, the final norm and the LM head to the last."""
+        bd = self.breakdown(shape)
+        layers = self._stage_layers
+        if len(layers) == 1:
+            return [bd.total_s]
+        tokens = shape.num_tokens
+        if tokens == 0:
+            return [bd.total_s] + [0.0] * (len(layers) - 1)
+        sends = [fixed + per_token * tokens for fixed, per_token in self._sends]
+        sampled = shape.num_sampled_tokens
+        last = self._kernel_latency_s           # the final norm's kernel
+        if sampled:
+            last += max(self._head_flops_per_row * sampled / self._gemm_rate(sampled),
+                        self._head_weight_bytes / self._mem_bw) + self._kernel_latency_s
+        return split_stages(bd.total_s, bd.overhead_s, sends, last, layers)
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         ctx = np.asarray(decode_context_tokens, dtype=np.float64)

@@ -100,13 +100,23 @@ class CostModel(Protocol):
     forms are shortcuts: a model without one returns None and the engine prices those steps with
     :meth:`decode_run_times` / :meth:`step_time_s`. A new cost model need only give
     :meth:`breakdown` and :meth:`step_time_s`: :class:`simulator.cost.derived.BaseCostModel`
-    derives the rest.
+    derives the rest. A pipelined replica (``pipeline_parallel_size`` > 1) asks :meth:`stage_times_s`
+    for every step instead of :meth:`step_time_s`.
     """
 
     def breakdown(self, shape: BatchShape) -> StepTime: ...
 
     def step_time_s(self, shape: BatchShape) -> float:
         """``breakdown(shape).total_s``, without building the breakdown (the engine's hot path)."""
+        ...
+
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        """What each pipeline stage spends on a step of ``shape``, in stage order: its layers' share
+        of the step, plus (all but the last) the send of the hidden states to the next stage; the
+        first also the step's CPU overhead, the last the LM head. One entry, ``step_time_s(shape)``,
+        for a replica of one stage. The entries add up to ``step_time_s(shape)`` up to rounding: a
+        batch alone traverses every stage, and a pipelined replica keeps up to one batch per stage
+        in flight (:mod:`simulator.engine.pipeline`)."""
         ...
 
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
@@ -145,6 +155,19 @@ class CostModel(Protocol):
         depend only on the batch size computed once, or None (:func:`verify_step_fn` falls back
         to :meth:`step_time_s`)."""
         ...
+
+
+def split_stages(total_s: float, overhead_s: float, sends_s: list[float], last_s: float,
+                 layers: list[int]) -> list[float]:
+    """A step of ``total_s`` over pipeline stages of ``layers`` layers each: what is left after the
+    CPU overhead, the stage sends and the last stage's own work (final norm, LM head, sampling) is
+    shared by layers; each stage adds its send to the next (the last, ``last_s``), the first the
+    overhead. The entries add up to ``total_s`` up to rounding."""
+    layered = total_s - overhead_s - sum(sends_s) - last_s
+    num_layers = sum(layers)
+    stages = [layered * n / num_layers + own for n, own in zip(layers, [*sends_s, last_s], strict=True)]
+    stages[0] += overhead_s
+    return stages
 
 
 DecodeSteps = Callable[[int, int, float], tuple[list[float], bool]]

@@ -94,6 +94,16 @@ class CudaGraphPadded(BaseCostModel):
         tokens = self._replays(shape)
         return t + self.extra(tokens)[3] if tokens else t
 
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        """The inner model's stages, the padding shared in proportion to their times."""
+        stages = self.inner.stage_times_s(shape)
+        tokens = self._replays(shape)
+        pad = self.extra(tokens)[3] if tokens else 0.0
+        total = sum(stages)
+        if not pad or total <= 0.0:
+            return stages
+        return [t + pad * t / total for t in stages]
+
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep:
         inner = verify_step_fn(self.inner, num_seqs, num_query_tokens)
         tokens = num_seqs * num_query_tokens

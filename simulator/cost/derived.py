@@ -32,6 +32,10 @@ class BaseCostModel(ABC):
     def step_time_s(self, shape: BatchShape) -> float:
         """``breakdown(shape).total_s`` (the same float), as fast as the model can give it."""
 
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        """One stage (a model that splits no pipeline): the whole step."""
+        return [self.step_time_s(shape)]
+
     def decode_run_times(self, num_decodes: int, decode_context_tokens: np.ndarray) -> np.ndarray:
         step_time_s, decode = self.step_time_s, BatchShape.decode
         return np.array([step_time_s(decode(num_decodes, int(c))) for c in decode_context_tokens], dtype=np.float64)

@@ -65,6 +65,13 @@ class AsyncScheduled(BaseCostModel):
     def step_time_s(self, shape: BatchShape) -> float:
         return max(self.inner.step_time_s(shape), self._cpu_s(shape.num_seqs, shape.num_tokens))
 
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        """The inner model's stages, the first at least the CPU overhead: the engine schedules the
+        next batch while the stages work, one batch per overhead at most."""
+        stages = self.inner.stage_times_s(shape)
+        stages[0] = max(stages[0], self._cpu_s(shape.num_seqs, shape.num_tokens))
+        return stages
+
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep:
         gpu = verify_step_fn(self.inner, num_seqs, num_query_tokens)
         cpu = self._cpu_s(num_seqs, num_seqs * num_query_tokens)

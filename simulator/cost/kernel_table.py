@@ -48,7 +48,7 @@ from simulator.cost.piecewise_decode import PiecewiseDecode
 from simulator.cost.table import Fn, TableCostModel, _nearest
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
-from simulator.scenario.parallel import Link, Parallelism, collective_link
+from simulator.scenario.parallel import Link, Parallelism, collective_link, stage_layers, stage_links
 from simulator.scenario.profiles import HardwareProfile
 from simulator.scenario.quantization import Precision, resolve_precision
 
@@ -82,7 +82,7 @@ def _cached(profile_json: str, model_json: str, tensor_parallel_size: int,
     general = model.is_moe or model.is_mla or model.num_sliding_layers > 0
     if general:
         return GeneralKernelTableCostModel(profile, model, tensor_parallel_size, precision, parallel)
-    return KernelTableCostModel(profile, model, tensor_parallel_size, precision)
+    return KernelTableCostModel(profile, model, tensor_parallel_size, precision, parallel)
 
 
 @register("kernel_table")
@@ -91,8 +91,8 @@ def kernel_table_cost_model(profile: HardwareProfile, model: ModelSpec, tensor_p
                             parallel: Parallelism | None = None) -> KernelTableCostModel:
     """The ``kernel_table`` cost model of ``profile`` for ``model``: one instance per process for
     equal inputs (its lookups are pure functions of them, and building one reads the table).
-    ``parallel`` (expert and attention data parallelism; not pipeline stages, which
-    :mod:`simulator.capabilities` refuses) reaches MoE models only, the only ones that take it."""
+    ``parallel``: pipeline stages (every model), expert and attention data parallelism (MoE models,
+    the only ones that take them)."""
     return _cached(profile.model_dump_json(), model.model_dump_json(), tensor_parallel_size, precision, parallel)
 
 
@@ -105,7 +105,7 @@ class KernelTableCostModel(TableCostModel):
     """
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
-                 precision: Precision | None = None) -> None:
+                 precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
         assert profile.table is not None
         df = _monotone_table(profile.table, profile.table_sha256,
                              profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
@@ -140,6 +140,20 @@ class KernelTableCostModel(TableCostModel):
         self._decode = self._decode_for(df, kv_dtype)
         self._comm = self._comm_fn(sixteen[sixteen["family"] == "comm"])
         self._init_caches(profile)
+        if parallel is not None and parallel.pipeline > 1:
+            self._init_stages(parallel)
+
+    def _init_stages(self, parallel: Parallelism) -> None:
+        """Pipeline stages: vLLM's split of the layers, and each boundary's send of the hidden states
+        and residual (``2 x hidden x activation bytes`` per token) over the profile's link, as the
+        roofline prices it (:func:`~simulator.scenario.parallel.stage_links`)."""
+        self._stage_layers = stage_layers(self.L, parallel.pipeline)
+        for i, link in enumerate(stage_links(self.profile, parallel)):
+            if link is None:
+                raise ScenarioError("hardware.inter_node", None,
+                                    f"stage boundary {i + 1} of pipeline_parallel_size={parallel.pipeline} leaves "
+                                    "the interconnect's domain and the profile has no inter_node link")
+            self._sends.append((link.latency_s, 2 * self.model.hidden_size * self.abytes / link.bandwidth_bytes_per_s))
 
     # -- row selection --------------------------------------------------------------------------------
     @staticmethod
@@ -386,15 +400,14 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
     attention, the dense layers, the router and the shared experts over its own ``T`` tokens, the
     routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one).
 
-    Pipeline parallelism is refused (:mod:`simulator.capabilities`); an MLA model on a table without
-    MLA rows is refused with the datasheet profile as the way out.
+    Pipeline stages are :class:`KernelTableCostModel`'s; an MLA model on a table without MLA rows is
+    refused with the datasheet profile as the way out.
     """
 
     def __init__(self, profile: HardwareProfile, model: ModelSpec, tensor_parallel_size: int = 1,
                  precision: Precision | None = None, parallel: Parallelism | None = None) -> None:
-        super().__init__(profile, model, tensor_parallel_size, precision)
+        super().__init__(profile, model, tensor_parallel_size, precision, parallel)
         self.parallel = parallel or Parallelism(tensor_parallel_size)
-        assert self.parallel.pipeline == 1, "pipeline stages are refused on kernel tables (capabilities)"
         self._a2a_link: Link | None = None
         if self.parallel.expert > 1:
             self._a2a_link = collective_link(profile, self.parallel.expert)
@@ -585,6 +598,8 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
                     elem += self._moe_layers * self._shared_silu(tokens)
                 lin += self._moe_layers * moe
             comm = self._comm_s(tokens)
+            if self._sends:
+                comm += self._sends_s(tokens)
             got = self._tok_cache[tokens] = (lin, elem, comm)
         return got
 

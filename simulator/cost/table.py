@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register
+from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register, split_stages
 from simulator.cost.derived import BaseCostModel
 from simulator.cost.op_rows import load_rows
 from simulator.cost.op_table import (
@@ -123,6 +123,14 @@ class TableCostModel(BaseCostModel):
         self._step_fns: dict[int, Callable[[float], float]] = {}
         self._steps_fns: dict[int, DecodeSteps] = {}
         self._attn_fns: dict[int, Callable[[Any], float]] = {}
+        self._stage_layers: list[int] = []
+        """Layers of each pipeline stage (empty: one stage; :meth:`stage_times_s`)."""
+        self._sends: list[tuple[float, float]] = []
+        """Each stage boundary's send of the hidden states: ``(fixed, per token)`` seconds, in ``comm``."""
+
+    def _sends_s(self, tokens: int) -> float:
+        """Every stage boundary's send of ``tokens`` tokens' hidden states and residual."""
+        return sum(fixed + per_token * tokens for fixed, per_token in self._sends)
 
     # -- construction -------------------------------------------------------------------------------
     def _peaks(self, df: OpRows) -> tuple[float, float]:
@@ -292,6 +300,8 @@ class TableCostModel(BaseCostModel):
                             + g["down_proj"](tokens))
             elem = self.L * sum(count * e[op](tokens) for op, count in PER_LAYER.items()) + e["rmsnorm"](tokens)
             comm = 2 * self.L * self._comm(tokens * self.model.hidden_size * self.abytes)
+            if self._sends:
+                comm += self._sends_s(tokens)
             got = self._tok_cache[tokens] = (lin, elem, comm)
         return got
 
@@ -360,6 +370,24 @@ class TableCostModel(BaseCostModel):
             return self._step_s
         lin, attn, elem, comm, overhead = self._terms(shape, tokens)
         return lin + attn + elem + comm + overhead
+
+    def stage_times_s(self, shape: BatchShape) -> list[float]:
+        """The step split over the pipeline's stages (:func:`~simulator.cost.base.split_stages`): the
+        per-layer ops by each stage's layers, the sends between stages, the CPU overhead to the first,
+        the final norm, the LM head and sampling to the last."""
+        layers = self._stage_layers
+        if len(layers) <= 1:
+            return [self.step_time_s(shape)]
+        bd = self.breakdown(shape)
+        tokens = shape.num_tokens
+        if tokens == 0:
+            return [bd.total_s] + [0.0] * (len(layers) - 1)
+        last = self._elem["rmsnorm"](tokens)
+        if shape.num_sampled_tokens:
+            head, sample = self._per_sampled(shape.num_sampled_tokens)
+            last += head + sample
+        sends = [fixed + per_token * tokens for fixed, per_token in self._sends]
+        return split_stages(bd.total_s, bd.overhead_s, sends, last, layers)
 
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
         """:meth:`step_time_s` of a verification step (:data:`~simulator.cost.base.VerifyStep`):

@@ -64,7 +64,7 @@ class ChunkedPrefillScheduler(Scheduler):
                 budget -= out.num_decode
             else:
                 budget = self._schedule_running_mixed(out, budget)
-        if self.waiting and not out.preempted and budget > 0 and self.n < self.config.max_num_seqs:
+        if self.waiting and not out.preempted and budget > 0 and self.n < self.max_num_seqs:
             self._admit_chunks(out, now, budget)
         return out
 
@@ -139,7 +139,7 @@ class ChunkedPrefillScheduler(Scheduler):
     def _admit_chunks(self, out: SchedulerOutput, now: float, budget: int) -> None:
         """Admit waiting requests FCFS, each with a first chunk that fits the budget and blocks."""
         table, kv, waiting = self.table, self.kv, self.waiting
-        max_seqs, limit = self.config.max_num_seqs, self.chunk_limit
+        max_seqs, limit = self.max_num_seqs, self.chunk_limit
         first_row = self.n
         admitted, chunks, contexts = [], [], []
         while waiting and self.n < max_seqs and budget > 0:
@@ -213,7 +213,7 @@ class ChunkedPrefillScheduler(Scheduler):
         kv, waiting = self.kv, len(self.waiting)
         # With requests waiting, a step is the fast path's only while it leaves no budget or seat
         # for them (schedule would admit none, nor call _admit_chunks).
-        admits = waiting and n < self.config.max_num_seqs
+        admits = waiting and n < self.max_num_seqs
         computed, pending, remaining = self.num_computed_tokens, self.num_pending, self.num_remaining_tokens
         ids = self.req_id                                # the row lists, updated in place
         step_time_s = cost.step_time_s

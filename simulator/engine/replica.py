@@ -9,6 +9,7 @@ steps are advanced in one event; ``fast_forward=False`` turns that off for verif
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from simulator.cost.base import CostModel
 from simulator.engine.deadlines import DEADLINE_EPS_S, Deadlines
 from simulator.engine.decode_run import DecodePrices, DecodeRun
 from simulator.engine.output import SchedulerOutput
+from simulator.engine.pipeline import MicroBatches
 from simulator.engine.scheduler import Scheduler
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,7 +84,8 @@ class Replica:
         """Timeouts and queue-delay shedding (``simulator.engine.deadlines``); None when both are off."""
         self._idle: simpy.Event | None = None
         self.planned_until = 0.0
-        """End of the last step (or run) this replica has planned."""
+        """End of the last step (or run) this replica has planned (pipelined: of the first batch in
+        flight, the first instant one of its requests can end)."""
         self.on_step_planned: Callable[[SchedulerOutput, float], None] | None = None
         """Called with each single step's plan and end instant (disaggregated prefill pools)."""
         self._continue_from: DecodeRun | None = None
@@ -94,6 +97,9 @@ class Replica:
         """This replica's own arrivals, when it queues them itself (delivered whenever it wakes;
         ``next_event_time`` is then their next instant); None: an arrival process sends them
         (``add_request``)."""
+        self.pipeline: MicroBatches | None = None
+        """A pipelined replica's micro-batches (its scheduler too), whose batches the loop keeps in
+        flight over the pipeline's stages (:mod:`simulator.engine.pipeline`); None: one stage."""
         self.solo = False
         """Whether nothing else runs in the environment (one replica that takes its own arrivals): the
         loop then keeps the clock itself, as the timeouts it would wait on would advance it, and waits
@@ -158,6 +164,9 @@ class Replica:
         that ends lets its client send the next one, possibly before the horizon: the horizon is
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
+        if self.pipeline is not None:
+            yield from self._pipeline_loop(self.pipeline)
+            return
         env, sched, fast, own, arrivals = self.env, self.scheduler, self.fast_forward, self._own_steps, self.arrivals
         clock = env.now          # the environment's clock, or (solo) the one it would show
         while True:
@@ -218,6 +227,90 @@ class Replica:
                 break
             if clock < t:   # the replica emptied mid-horizon: catch the clock up
                 clock = yield from self._sleep(clock, t)
+
+    def _pipeline_loop(self, mb: MicroBatches):  # a SimPy process generator
+        """The engine loop of a pipelined replica (:mod:`simulator.engine.pipeline`): one event per
+        batch. Whenever stage 1 is free and fewer batches than slots are in flight, a slot whose batch
+        has returned plans its next one (a slot with running requests first, else one that admits
+        from the queue); the batch occupies each stage in turn, starting at a stage when both its
+        previous stage is done and the stage has finished the batch before it; the slot's requests
+        take their tokens when the last stage ends. The step log has one entry per batch, from its
+        planning to its return (batches overlap in time)."""
+        env, arrivals, slots = self.env, self.arrivals, mb.slots
+        num = len(slots)
+        stage_free = [0.0] * num                 # when each stage has finished its last batch
+        in_flight = [False] * num                # whether each slot's batch is in the pipeline
+        flights: deque[tuple[float, int, SchedulerOutput]] = deque()   # (return, slot, batch), in order
+        clock = env.now
+        while True:
+            if arrivals is not None:
+                arrivals.deliver(self, clock)
+            while flights and flights[0][0] <= clock:      # batches whose outputs have returned
+                end, v, out = flights.popleft()
+                in_flight[v] = False
+                done = slots[v].update_from_output(out, end)
+                mb.count()
+                if done:
+                    self.on_finish(done, end)
+            opening = len(flights) < num and stage_free[0] <= clock
+            if opening and self._issue(mb, clock, in_flight, stage_free, flights):
+                opening = False
+            elif opening and not flights and len(mb.waiting):
+                raise RuntimeError("scheduler planned an empty step (a waiting request can never fit)")
+            wake = flights[0][0] if flights else math.inf
+            self.planned_until = wake if flights else clock   # the first instant a request here can end
+            if len(flights) < num and stage_free[0] > clock:
+                wake = min(wake, stage_free[0])
+            if arrivals is not None:
+                wake = min(wake, arrivals.next_time())
+                if wake == math.inf:             # no own arrival left and nothing in flight: the run is over
+                    return
+                yield env.timeout(wake - clock)
+            elif opening:                       # an arrival may start a batch now
+                self._idle = env.event()
+                yield self._idle if wake == math.inf else env.any_of([self._idle, env.timeout(wake - clock)])
+                self._idle = None
+            else:
+                yield env.timeout(wake - clock)
+            clock = env.now
+
+    def _issue(self, mb: MicroBatches, clock: float, in_flight: list[bool], stage_free: list[float],
+               flights: deque[tuple[float, int, SchedulerOutput]]) -> bool:
+        """Plan a batch at ``clock`` in a slot not in flight and send it down the pipeline; whether
+        one was planned (none: no slot has work, or what waits does not fit the free KV blocks)."""
+        slots = mb.slots
+        tried = [False] * len(slots)
+        admits = True                            # whether an empty slot may still admit from the queue
+        while True:
+            v = -1
+            for u in range(len(slots)):          # a slot with running requests first
+                if not in_flight[u] and not tried[u] and slots[u].n:
+                    v = u
+                    break
+            if v < 0 and admits and len(mb.waiting):   # else an empty one (all alike) admits
+                for u in range(len(slots)):
+                    if not in_flight[u] and not tried[u] and not slots[u].n:
+                        v = u
+                        break
+            if v < 0:
+                return False
+            tried[v] = True
+            empty = not slots[v].n
+            out = mb.plan(slots[v], clock)
+            if out.num_decode == 0 and not out.admitted:   # nothing fits, or its rows were all preempted
+                if empty:
+                    admits = False
+                continue
+            stages = self.cost.stage_times_s(out.batch_shape())
+            t = clock + (stages[0] + out.extra_s)
+            stage_free[0] = t
+            for s in range(1, len(stages)):
+                t = max(t, stage_free[s]) + stages[s]
+                stage_free[s] = t
+            flights.append((t, v, out))
+            in_flight[v] = True
+            self.steps.add_step(self.index, clock, t - clock, out, mb.kv.num_used_blocks, len(mb.waiting))
+            return True
 
     def _idle_until(self, clock: float) -> float | None:
         """With the batch empty at ``clock``: None when the next step starts now, else the instant

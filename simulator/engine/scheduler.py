@@ -77,6 +77,9 @@ class Scheduler:
                                                            else deque())
         self.sort_pending = False
         """Rows must be re-sorted by (priority, arrival) before the next step (priority scheduling)."""
+        self.max_num_seqs = config.max_num_seqs
+        """Running requests this batch may hold: ``max_num_seqs``, less those of the other micro-batches
+        of a pipelined replica (:mod:`simulator.engine.pipeline`: the limit is the engine's)."""
         self.swap: SwapSpace | None = None
         """Host memory for ``preemption_mode: swap`` (None: recompute)."""
         self._swapped: dict[int, int] = {}
@@ -243,7 +246,7 @@ class Scheduler:
         table, kv = self.table, self.kv
         budget = (self.config.max_num_batched_tokens if self.uses_token_budget else _NO_LIMIT) - (
             out.num_decode if out.decode_budget_tokens is None else out.decode_budget_tokens)
-        max_seqs = self.config.max_num_seqs
+        max_seqs = self.max_num_seqs
         waiting = self.waiting
         while waiting and self.n < max_seqs:
             rid = waiting[0]

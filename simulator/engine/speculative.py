@@ -389,7 +389,7 @@ class ChunkedSpeculativeScheduler(ChunkedPrefillScheduler):
         budget = self.config.max_num_batched_tokens
         if self.n:
             budget = self._schedule_running_mixed(out, budget, self.k + 1)
-        if self.waiting and not out.preempted and budget > 0 and self.n < self.config.max_num_seqs:
+        if self.waiting and not out.preempted and budget > 0 and self.n < self.max_num_seqs:
             self._admit_chunks(out, now, budget)
         tok = out.row_tokens
         if tok is None:

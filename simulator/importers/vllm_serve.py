@@ -306,11 +306,9 @@ def import_vllm(args: list[str], *, model_config: Path | None = None, hardware: 
 
     spec = MODEL_PRESETS[model] if isinstance(model, str) else ModelSpec(**model)
     _data_parallel(dep, spec)
-    stages = dep.get("pipeline_parallel_size", 1) > 1
-    hw = hardware or ("h100-sxm-datasheet" if stages else "h100-sxm")
+    hw = hardware or "h100-sxm"
     hw_note = (f"hardware: {hw} (--hardware)" if hardware else
-               f"hardware: {hw} (not in the vllm flags; --hardware to choose"
-               + ("; the measured tables do not time pipeline stages" if stages else "") + ")")
+               f"hardware: {hw} (not in the vllm flags; --hardware to choose)")
     sc.update({"seed": 0})
     if trace is None:
         sc["num_requests"] = num_requests

@@ -12,7 +12,9 @@ requests per second, where ``t_decode(B)`` is a pure-decode step over the mean c
 ``t_prefill_marginal`` is what adding one prompt to such a step costs. It is an *estimate*, not a
 bound: prefix-cache hits, speculative decoding and the spread of lengths move the real capacity
 either way. ``ceil(rate / mu)`` replicas is where the planner's simulated search starts; the search
-then checks by simulation which count passes.
+then checks by simulation which count passes. A pipelined replica (``pipeline_parallel_size`` PP)
+splits ``B`` over PP micro-batches in flight: its round of tokens takes the larger of one
+micro-batch's traversal and PP times its slowest stage (:func:`_pipelined_round`).
 
 :func:`saturation_rps` measures instead: every request arrives at once and the replicas' completion
 rate is read in the steady middle of the run (between 10% and 80% of the completions, leaving out
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from simulator.cost.base import BatchShape
+from simulator.cost.base import BatchShape, CostModel
 from simulator.cost.factory import make_cost_model
 from simulator.run.resolve import resolve
 from simulator.run.simulate import simulate
@@ -139,13 +141,34 @@ def capacity_bound(scenario: Scenario) -> CapacityBound:
     resident = prompt + output / 2.0
     kv_tokens = system.kv_plan.num_gpu_blocks * system.kv_plan.block_size
     batch = max(1, min(scenario.scheduler.max_num_seqs, int(kv_tokens // max(resident, 1.0))))
-    ctx = int(round(batch * resident))
-    decode = cost.decode_step_time_s(batch, ctx)
-    p = int(round(prompt))
-    others = batch - 1
-    others_ctx = int(round(others * resident))
-    with_prefill = cost.step_time_s(BatchShape([p], [0], others, others_ctx, batch))
-    without = cost.step_time_s(BatchShape.decode(others, others_ctx)) if others else 0.0
-    marginal = max(with_prefill - without, 1e-12)
+    stages = scenario.deployment.pipeline_parallel_size
+    if stages > 1:
+        decode, marginal = _pipelined_round(cost, batch, stages, resident, int(round(prompt)))
+    else:
+        ctx = int(round(batch * resident))
+        decode = cost.decode_step_time_s(batch, ctx)
+        p = int(round(prompt))
+        others = batch - 1
+        others_ctx = int(round(others * resident))
+        with_prefill = cost.step_time_s(BatchShape([p], [0], others, others_ctx, batch))
+        without = cost.step_time_s(BatchShape.decode(others, others_ctx)) if others else 0.0
+        marginal = max(with_prefill - without, 1e-12)
     mu = scenario.deployment.data_parallel_size * batch / (max(output - 1.0, 0.0) * decode + batch * marginal)
     return CapacityBound(batch, decode, marginal, mu)
+
+
+def _pipelined_round(cost: CostModel, batch: int, stages: int, resident: float, prompt: int) -> tuple[float, float]:
+    """A pipelined replica's ``(round, marginal)``: the ``batch`` requests split over ``stages``
+    micro-batches, each request's token waits for its micro-batch to traverse the stages, and the
+    slowest stage takes the micro-batches one after another, so a round of tokens takes the larger of
+    the traversal and ``stages`` times the slowest stage; a prompt added to a micro-batch lengthens
+    the round by what it adds to the slowest stage (:mod:`simulator.engine.pipeline`)."""
+    micro = max(1, -(-batch // stages))
+    decode = cost.stage_times_s(BatchShape.decode(micro, int(round(micro * resident))))
+    round_s = max(sum(decode), stages * max(decode))
+    others = micro - 1
+    others_ctx = int(round(others * resident))
+    with_prefill = cost.stage_times_s(BatchShape([prompt], [0], others, others_ctx, micro))
+    without = cost.stage_times_s(BatchShape.decode(others, others_ctx)) if others else [0.0] * len(decode)
+    slowest = max(range(len(decode)), key=lambda s: decode[s])
+    return round_s, max(with_prefill[slowest] - without[slowest], 1e-12)

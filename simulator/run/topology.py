@@ -41,6 +41,7 @@ from simulator.cost.factory import make_cost_model
 from simulator.engine.deadlines import Deadlines
 from simulator.engine.disaggregated import DecodeScheduler, DisaggregatedFleet
 from simulator.engine.kv_cache import KVCacheManager
+from simulator.engine.pipeline import MicroBatches
 from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.engine.prefix_cache import PrefixCachingKVManager
 from simulator.engine.replica import Replica
@@ -121,11 +122,23 @@ class Wiring:
     def replica(self, index: int, scenario: Scenario, system: ResolvedSystem, cost: CostModel,
                 proposal: Callable[[int, int], float] | None, cls: type | None = None,
                 horizon: Horizon | None = None) -> Replica:
-        """One replica (its engine loop registered), with the scenario's timeouts and shedding."""
-        scheduler = _make_scheduler(scenario, system, self.table, self.rngs, proposal, cls)
-        replica = Replica(self.env, index, scheduler, cost, self.steps, horizon or self.next_arrival, self.finish,
+        """One replica (its engine loop registered), with the scenario's timeouts and shedding; with
+        ``pipeline_parallel_size`` > 1 its scheduler is one per batch in flight
+        (:class:`~simulator.engine.pipeline.MicroBatches`)."""
+        stages = scenario.deployment.pipeline_parallel_size
+        if stages == 1:
+            scheduler = _make_scheduler(scenario, system, self.table, self.rngs, proposal, cls)
+            replica = Replica(self.env, index, scheduler, cost, self.steps, horizon or self.next_arrival,
+                              self.finish, self.fast_forward)
+            replica.deadlines = Deadlines.for_scenario(self.scenario, scheduler, self.table, self.finish)
+            return replica
+        first = _make_scheduler(scenario, system, self.table, self.rngs, proposal, cls)
+        slots = [first, *(_make_scheduler(scenario, system, self.table, self.rngs, proposal, cls, first.kv)
+                          for _ in range(stages - 1))]
+        pipelined = MicroBatches(scenario.scheduler, first.kv, self.table, slots)
+        replica = Replica(self.env, index, pipelined, cost, self.steps, horizon or self.next_arrival, self.finish,
                           self.fast_forward)
-        replica.deadlines = Deadlines.for_scenario(self.scenario, scheduler, self.table, self.finish)
+        replica.pipeline = pipelined      # timeouts and shedding: refused with pipelines (capabilities)
         return replica
 
 
@@ -284,16 +297,16 @@ def cost_model(scenario: Scenario, system: ResolvedSystem) -> CostModel:
 
 def _make_scheduler(scenario: Scenario, system: ResolvedSystem, table: RequestTable,
                     rngs: dict[str, np.random.Generator], proposal_time_s: Callable[[int, int], float] | None,
-                    cls: type | None = None) -> Any:
+                    cls: type | None = None, kv: KVCacheManager | None = None) -> Any:
+    """A replica's scheduler, on a new KV cache, or on ``kv`` (another micro-batch's of a pipeline)."""
     cfg = scenario.scheduler
-    kv: KVCacheManager
     # a disaggregated decode replica receives its requests' KV: with prefix caching on, the cache is the
     # prefill pool's
     receives_kv = cls is not None and issubclass(cls, DecodeScheduler)
-    if cfg.enable_prefix_caching and not receives_kv:
-        kv = PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
-    else:
-        kv = KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size)
+    if kv is None:
+        kv = (PrefixCachingKVManager(system.kv_plan.num_gpu_blocks, cfg.block_size, table.block_hashes)
+              if cfg.enable_prefix_caching and not receives_kv else
+              KVCacheManager(system.kv_plan.num_gpu_blocks, cfg.block_size))
     if scenario.speculative_config is not None:
         assert proposal_time_s is not None   # _proposal_time gives one whenever speculation is on
         spec_cls = ChunkedSpeculativeScheduler if cfg.policy == "chunked_prefill" else SpeculativeScheduler

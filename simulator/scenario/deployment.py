@@ -113,8 +113,8 @@ class DeploymentConfig(Frozen):
     tensor_parallel_size: Integer = Field(default=1, ge=1)
     pipeline_parallel_size: Integer = Field(default=1, ge=1)
     """Pipeline stages per replica (vLLM ``--pipeline-parallel-size``): the layers are split over
-    the stages, each a tensor-parallel group; a step traverses every stage (one batch in flight,
-    see ``docs/models.md``)."""
+    the stages, each a tensor-parallel group; up to this many batches are in flight, each traversing
+    every stage (see ``docs/models.md``)."""
     expert_parallel_size: Integer = Field(default=1, ge=1)
     """GPUs the routed experts of an MoE model are split over, each expert whole on one GPU. As in
     vLLM (``--enable-expert-parallel``: EP = TP x DP), the expert-parallel ranks are every GPU of a

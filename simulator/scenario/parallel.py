@@ -93,6 +93,18 @@ def stage_links(profile: HardwareProfile, par: Parallelism) -> list[Link | None]
     return links
 
 
+def stage_layers(num_layers: int, pipeline: int) -> list[int]:
+    """Layers of each of ``pipeline`` stages, as vLLM splits them (``get_pp_indices`` in
+    ``vllm/distributed/utils.py``, vllm-project/vllm, Apache-2.0): ``num_layers // pipeline`` each,
+    and the remainder one more each to the stages before the last, from the last but one backwards
+    (the last stage also runs the final norm and the LM head)."""
+    base, extra = divmod(num_layers, pipeline)
+    layers = [base] * pipeline
+    for i in range(2, extra + 2):
+        layers[-i] += 1
+    return layers
+
+
 def _link(ic: Interconnect | None) -> Link | None:
     return Link(ic.bandwidth_bytes_per_s, ic.latency_s, ic.name) if ic is not None else None
 
