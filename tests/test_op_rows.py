@@ -5,6 +5,7 @@ per-user cache hits, misses on a changed file, ignores a corrupt entry and can b
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 from pathlib import Path
 
@@ -217,6 +218,22 @@ def test_a_changed_file_misses(tmp_path: Path) -> None:
     assert len(entries()) == 2
     assert same(after, to_rows(monotone_table(read_table(path))))
     assert not np.array_equal(after["median_s"], before["median_s"])
+
+
+def test_the_cache_keeps_the_most_recently_used_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table rewritten again and again (a fit's scaled table per evaluation) does not fill the disk:
+    past MAX_ENTRIES the least recently used entry goes, and a hit renews its entry."""
+    monkeypatch.setattr(op_rows, "MAX_ENTRIES", 3)
+    df = pd.read_csv(CPU_TABLE)
+    keep = load_rows(CPU_TABLE)                                # used again below: never pruned
+    (kept,) = entries()
+    for i in range(5):
+        path = tmp_path / f"ops-{i}.csv"
+        df.assign(median_s=df["median_s"] * (1 + i / 10)).to_csv(path, index=False)
+        os.utime(kept, (1e9, 1e9))                             # older than every new entry...
+        assert same(load_rows(CPU_TABLE), keep)                # ...until this hit renews it
+        load_rows(path)
+    assert len(entries()) == 3 and kept in entries()
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "other array", "empty"])

@@ -15,8 +15,10 @@ The rows a model builds from (checked, and with ``monotone`` the isotonic fit of
 keyed by the file's bytes and name suffixes, this module's :data:`ROWS_VERSION`, numpy's version
 and a fingerprint of the logarithm and exponential the fit uses on this machine, so a hit is the
 array a miss would build, to the bit. Writes go to a temporary file renamed into place (planner workers may race);
-an unreadable or malformed entry is rebuilt; a cache that cannot be written is skipped.
-``LLMPLAN_TABLE_CACHE=0`` turns it off.
+an unreadable or malformed entry is rebuilt; a cache that cannot be written is skipped. It holds
+at most :data:`MAX_ENTRIES` entries, the least recently used removed first (a hit renews its entry):
+a table edited again and again, or ``calibrate --from-observation``'s scaled table per evaluation,
+does not fill the disk. ``LLMPLAN_TABLE_CACHE=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -56,6 +58,11 @@ returns, a byte-order mark, other whitespace) is read by pandas."""
 _WORD = re.compile(r"[a-z][a-z0-9_]*")
 _NOT_TEXT = {"nan", "null", "inf", "infinity", "true", "false"}
 """Words pandas reads as something other than the text itself."""
+
+
+#: Entries the cache keeps (the least recently used go first): every shipped profile's rows and
+#: monotone rows (about 30) with room to spare.
+MAX_ENTRIES = 64
 
 
 def load_rows(path: str | Path, *, sha256: str | None = None, schema: int | None = TABLE_SCHEMA,
@@ -200,6 +207,8 @@ def _load(entry: Path | None) -> OpRows | None:
         rows = np.load(entry, allow_pickle=False)
     except (OSError, ValueError, EOFError, TypeError):
         return None
+    with contextlib.suppress(OSError):
+        os.utime(entry)                                     # recently used: the last to be pruned
     names = rows.dtype.names
     if rows.ndim != 1 or names is None or names != (*TEXT_COLUMNS, *SHAPE_COLUMNS, "median_s") \
             or any(rows.dtype[c] != np.int64 for c in SHAPE_COLUMNS) or rows.dtype["median_s"] != np.float64 \
@@ -219,9 +228,21 @@ def _store(entry: Path | None, rows: OpRows) -> None:
             np.save(fh, rows, allow_pickle=False)
         os.replace(tmp, entry)
         tmp = None
+        _prune(entry.parent)
     except OSError:
         pass
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _prune(where: Path) -> None:
+    """Keep the :data:`MAX_ENTRIES` most recently used entries (another worker may prune the same ones)."""
+    entries = []
+    for p in where.glob("*.npy"):
+        with contextlib.suppress(OSError):
+            entries.append((p.stat().st_mtime, p.name, p))
+    for _, _, p in sorted(entries, reverse=True)[MAX_ENTRIES:]:
+        with contextlib.suppress(OSError):
+            p.unlink()
