@@ -33,9 +33,10 @@ source, not fitted, and the other that matters here is the preset's:
   (32,768 where ``--max_seq_len`` says so), so their budget is that; the ``trtllm-bench`` points
   serve ``input + output`` tokens, so theirs is 8,192.
 
-A point whose deployment uses a form the simulator does not model (attention data parallelism; expert
-parallelism, which the measured profiles refuse) or cannot be built as printed (weights
-that do not fit) is listed with ``not_checked`` and its reason, and is not simulated.
+A point whose deployment uses a form the simulator does not model (attention data parallelism with
+tensor-parallel experts) or cannot be built as printed (weights that do not fit) is listed with
+``not_checked`` and its reason, and is not simulated. Expert parallelism runs on the measured profiles with its all-to-all priced from the
+profile's NVLink figures (no measured all-to-all rows).
 """
 from __future__ import annotations
 
@@ -92,8 +93,7 @@ TRT_BENCH = ("`trtllm-bench throughput --backend pytorch`, requests queued at on
              "fraction (0.90 or 0.95 'in many cases') are not published: the preset's")
 SGLANG_SEQS = {"max_num_seqs": 2048}
 TRT_BENCH_GRAPHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192]
-EP_REFUSED = "expert parallelism not modelled on the measured profiles (no all-to-all rows)"
-ADP = "attention data parallelism not modelled"
+ADP = "attention data parallelism with tensor-parallel experts or an unpublished expert split not modelled"
 SPREAD = "ShareGPT spread assumed lognormal (sigma 1) about the published mean lengths"
 
 
@@ -175,8 +175,8 @@ POINTS: list[dict[str, Any]] = [
         notes="GLM-4.5-Air-FP8 (block fp8), inline spec; `--tp-size 4`; " + SPREAD),
     _sg("glm-4.5-air", "h100-sxm", 4, "bf16", 5987.56, "glm-4.5-air/h100", "v0.5.4.post2",
         "glm-4.5-air 4xH100 SGLang ep4", family="glm-moe", model_spec=GLM_45_AIR, requests=1000,
-        lengths=sharegpt(214465, 199904, 1000), ep=4, not_checked=EP_REFUSED,
-        notes="inline spec; `--tp-size 4 --ep-size 4`; " + SPREAD),
+        lengths=sharegpt(214465, 199904, 1000), ep=4,
+        notes="inline spec; `--tp-size 4 --ep-size 4`; all-to-all priced from the NVLink figures; " + SPREAD),
     _sg("glm-4.5-air", "h100-sxm", 2, "bf16", 2985.45, "glm-4.5-air/h100", "v0.5.4.post2",
         "glm-4.5-air 2xH100 SGLang", family="glm-moe", model_spec=GLM_45_AIR, requests=1000,
         lengths=sharegpt(214465, 199824, 1000),
@@ -207,8 +207,9 @@ POINTS: list[dict[str, Any]] = [
         notes="A100 SXM 80GB; inline spec; defaults; " + SPREAD),
     # -- GPUStack: TensorRT-LLM (trtllm-serve) -------------------------------------------------------------
     _tr("deepseek-v3", "h200", 8, "fp8", 1618.94, "deepseek-r1/h200", "v1.0.0", "deepseek-r1 8xH200 TensorRT-LLM",
-        family="deepseek", requests=1000, lengths=sharegpt(219171, 200813, 1000), ep=8, not_checked=EP_REFUSED,
-        notes=f"{DSR1}; `trtllm-serve --tp_size 8 --ep_size 8`; " + SPREAD),
+        family="deepseek", requests=1000, lengths=sharegpt(219171, 200813, 1000), ep=8,
+        notes=f"{DSR1}; `trtllm-serve --tp_size 8 --ep_size 8`; all-to-all priced from the NVLink figures; "
+              + SPREAD),
     _tr("gpt-oss-120b", "h100-sxm", 1, "mxfp4", 1013.72, "gpt-oss-120b/h100", "v1.0.0",
         "gpt-oss-120b 1xH100 TensorRT-LLM", family="gpt-oss", requests=1000,
         lengths=sharegpt(215312, 193874, 1000), max_model_len=32768,

@@ -55,9 +55,9 @@ def test_every_checked_point_builds_a_valid_deployment(point: dict) -> None:
 @pytest.mark.parametrize("point", [p for p in MOD.POINTS if p.get("not_checked") and p["not_checked"] != MOD.ADP],
                          ids=lambda p: p["name"])
 def test_every_unchecked_point_is_refused_for_the_reason_it_gives(point: dict) -> None:
-    """Expert parallelism on the measured profiles, a deployment that cannot fit: the simulator
-    refuses each (attention data parallelism has no field to refuse)."""
-    field = {MOD.EP_REFUSED: "expert_parallel_size"}.get(point["not_checked"], "model")
+    """A deployment that cannot fit: the simulator refuses it (attention data parallelism with
+    tensor-parallel experts has no field to refuse)."""
+    field = "model"
     with pytest.raises(ScenarioError, match=field):
         resolve(MOD.scenario(point))
 
