@@ -308,9 +308,8 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     sections = engine_sections(served)
     fit_dir = work / "fit"
     fit_paths = tuple(str(paths[k]) for paths in observed for k in FIT_ON)
-    logs = tuple(str(steps_log(Path(p))) for p in fit_paths if steps_log(Path(p)).exists())
     doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, scenario=str(served), max_evals=args.max_evals,
-                              name="vllm-cpu-tiny-llama", device=cpu_name(), engine_steps=logs,
+                              name="vllm-cpu-tiny-llama", device=cpu_name(),
                               holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in FIT_ON)),
                   fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
     errs = {**doc["fit_error"], **doc["holdout_error"]}
@@ -450,18 +449,19 @@ def main() -> None:
     args = ap.parse_args()
     if args.out is None:
         args.out = ROOT / "benchmarks/results" / ("vllm-cpu-quick.json" if args.quick else "vllm-cpu.json")
-    if not (args.vllm_venv / "bin" / "vllm").exists():
+    if not args.refit and not (args.vllm_venv / "bin" / "vllm").exists():
         sys.exit(f"error: --vllm-venv = '{args.vllm_venv}': no vllm there; run bash benchmarks/vllm/setup.sh "
                  f"{args.vllm_venv}")
     args.work.mkdir(parents=True, exist_ok=True)
     model_dir = args.work / "model"
     spec = MODEL_PRESETS[MODEL]
-    if not (model_dir / "config.json").exists():
+    if not args.refit and not (model_dir / "config.json").exists():
         subprocess.run([str(args.vllm_venv / "bin" / "python"), str(ROOT / "benchmarks/vllm/build_model.py"),
                         str(model_dir)], check=True)
-    cfg = json.loads((model_dir / "config.json").read_text())
-    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (
-        spec.num_layers, spec.hidden_size, spec.vocab_size), "the built model is not llmplan's tiny-llama"
+    if not args.refit:
+        cfg = json.loads((model_dir / "config.json").read_text())
+        assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (
+            spec.num_layers, spec.hidden_size, spec.vocab_size), "the built model is not llmplan's tiny-llama"
     load_before = os.getloadavg()
     if args.refit:
         observed, served, server_cmd, blocks, start_s, version = from_work(args.work)
