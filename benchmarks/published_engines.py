@@ -35,8 +35,8 @@ source, not fitted, and the other that matters here is the preset's:
 
 A point whose deployment uses a form the simulator does not model (attention data parallelism with
 tensor-parallel experts) or cannot be built as printed (weights that do not fit) is listed with
-``not_checked`` and its reason, and is not simulated. Expert parallelism runs on the measured profiles with its all-to-all priced from the
-profile's NVLink figures (no measured all-to-all rows).
+``not_checked`` and its reason, and is not simulated. Expert parallelism runs on the measured
+profiles with its all-to-all priced from the profile's NVLink figures (no measured all-to-all rows).
 """
 from __future__ import annotations
 
