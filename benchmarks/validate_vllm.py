@@ -30,15 +30,12 @@ What it does (``make validate-vllm`` runs the full form):
    and predicts again from the observations a full run left in ``--work``, serving nothing.
 
 ``--quick`` (``make validate-vllm-quick``, which CI runs after the tests) is the short check: a
-32-request warm-up burst, then two loads of ~100 requests against the committed fitted profile, no
-fit: an offline burst and Poisson arrivals at 0.3 S. The burst's throughput is the engine's speed
-today against the profile's; the light load's TPOT p50 is judged with every cost of the profile
-scaled by that speed (the profile's shape: how a light load's steps relate to a burst's), within
-20%, and the check exits 1 outside that. It gates only when the burst ran within 15% of the
-profile's speed and the machine is not busy (a 1-minute load average at most the CPU count): this
-machine's CPU time moved the same engine's light-load TPOT up to 2x between sessions without any
-load average showing it, and another job's CPU time slows the engine, not the simulation. Otherwise
-it reports the errors and says why it did not gate.
+32-request warm-up burst, then two loads of ~100 requests against the committed profile, no fit: an
+offline burst and Poisson arrivals at 0.3 S. It gates what the model decides whatever the machine's
+speed: the burst's simulated engine steps within 10% of the lines vLLM logged (exit 1 outside),
+on a machine that is not busy (1-minute load average at most the CPU count). It reports the
+throughput and TPOT errors without gating them: this machine's CPU time moved the same vLLM's
+light-load TPOT 2x between sessions, more than any latency gate could allow (docs/fidelity.md).
 """
 from __future__ import annotations
 
@@ -372,7 +369,9 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
     load_at_start = os.getloadavg()[0]
     gated = load_at_start <= (os.cpu_count() or 1)
     off = work / "offline.json"
+    log = EngineLog(server.log_path)
     observe(server.url, Load("offline", 100, PROMPT, OUTPUT, seed=seed, token_ids=TOKEN_IDS), off, model=MODEL)
+    log.since_last(steps_log(off))
     sat = observed_stats(off)["throughput_rps"]
     # a light load: at 0.3 S the observed TPOT p50 varied 14% between repeats, at 0.6 S 34% (this machine)
     mid = work / "rate-0.3.json"
@@ -391,13 +390,17 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
         sim = simulate(replay_scenario(obs, model_option(MODEL), hardware, sections))
         return errors(sim.requests.sort_values("request_id").reset_index(drop=True), obs)
 
-    # The engine's speed of the day: this machine's CPU time moved the same vLLM's burst throughput by
-    # up to 40% and its light-load TPOT up to 2x between sessions, which no load average shows. The
-    # burst measures it: within QUICK_SPEED_BAND of the profile's speed the check gates the light
-    # load's TPOT (with every cost of the profile scaled by that speed, so the profile's shape is
-    # judged: how a light load's steps relate to a burst's); farther off, it reports and does not gate,
-    # as on a busy machine.
+    # What is gated is what the model decides whatever the machine's speed: the burst's engine steps
+    # (batches, chunking) against the lines vLLM logged, within QUICK_STEPS_BAND. The latencies are
+    # reported, not gated: this machine's CPU time moved the same vLLM's light-load TPOT from 5.1 to
+    # 10.3 ms between sessions on one day, under load average 1.2, and the light load's TPOT against
+    # the burst's speed by more than 20% (docs/fidelity.md). The burst's speed scales every cost of
+    # the profile for the light load's scaled figure, which is reported beside the unscaled one.
     burst = replayed(off, str(args.profile))
+    obs_off = read_observation(str(off))
+    sim_off = simulate(replay_scenario(obs_off, model_option(MODEL), str(args.profile), sections))
+    logged = engine_steps(off).get("engine_steps")
+    steps_err = len(sim_off.steps) / logged - 1.0 if logged else math.nan
     speed = 1.0 + burst["throughput"]                       # simulated / observed throughput
     base = load_profile(str(args.profile))
     o = base.overhead
@@ -405,26 +408,22 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
              **({"frontend_s": o.frontend_s * speed} if o.frontend_s else {})}
     light = replayed(mid, scaled_profile(base, costs, work))
     light_raw = replayed(mid, str(args.profile))
-    same_speed = abs(burst["throughput"]) <= QUICK_SPEED_BAND
-    ok = abs(light["tpot_p50"]) <= 0.20
-    gated = gated and same_speed
-    rows = [{"load": "offline", "error": burst, "observed": observed_stats(off), "speed_factor": speed},
-            {"load": "rate-0.3", "error": light, "error_unscaled": light_raw, "observed": observed_stats(mid),
-             "within": ok}]
-    print(f"offline    throughput {100 * burst['throughput']:+.1f}% (the engine's speed today against the profile's)")
-    print(f"rate-0.3   TPOT p50 {100 * light['tpot_p50']:+.1f}% with the profile's costs x {speed:.3f} "
-          f"({100 * light_raw['tpot_p50']:+.1f}% unscaled): {'ok' if ok else 'OUTSIDE the quick gate'}")
-    if not same_speed:
-        print(f"not gated: the engine ran {100 * abs(burst['throughput']):.0f}% off the profile's speed today "
-              f"(more than {100 * QUICK_SPEED_BAND:.0f}%: this machine's CPU time moved since the fit)")
-    elif not gated:
+    ok = math.isfinite(steps_err) and abs(steps_err) <= QUICK_STEPS_BAND
+    rows = [{"load": "offline", "error": {**burst, "steps": steps_err}, "observed": observed_stats(off),
+             "speed_factor": speed, "within": ok},
+            {"load": "rate-0.3", "error": light, "error_unscaled": light_raw, "observed": observed_stats(mid)}]
+    print(f"offline    steps {100 * steps_err:+.1f}% against vLLM's log: {'ok' if ok else 'OUTSIDE the quick gate'}; "
+          f"throughput {100 * burst['throughput']:+.1f}%, TPOT p50 {100 * burst['tpot_p50']:+.1f}% (reported)")
+    print(f"rate-0.3   TPOT p50 {100 * light_raw['tpot_p50']:+.1f}% ({100 * light['tpot_p50']:+.1f}% with the "
+          f"profile's costs x {speed:.3f}, the burst's speed today; reported)")
+    if not gated:
         print(f"not gated: the machine was busy (load average {load_at_start:.2f} on {os.cpu_count()} CPUs)")
     return {"rows": rows, "passed": ok or not gated, "gated": gated, "load_average_at_start": load_at_start}
 
 
-#: How far the quick check's burst may run from the profile's speed and still gate (within one full
-#: run the burst's throughput moved up to 33% between repeats; a fitted profile is their middle).
-QUICK_SPEED_BAND = 0.15
+#: How far the quick check's simulated burst may take more or fewer engine steps than vLLM logged
+#: (the full runs: within 0.0% on every burst, within 7% on every load).
+QUICK_STEPS_BAND = 0.10
 
 
 #: The table's columns: each an error (simulated / observed - 1) with the observed spread beside it.
