@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from calibrate.engine_steps import LINE, parse_iterations  # noqa: E402
-from calibrate.fit import DEFAULT_MAX_EVALS, FitSettings, errors, replay_scenario, run_fit  # noqa: E402
+from calibrate.fit import DEFAULT_MAX_EVALS, DEFAULT_PARAMETERS, PARAMETERS, FitSettings, errors, replay_scenario, run_fit  # noqa: E402
 from calibrate.observe import Lengths, Load, observe  # noqa: E402
 from simulator import simulate  # noqa: E402
 from simulator.scenario.models import MODEL_PRESETS  # noqa: E402
@@ -310,6 +310,7 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     fit_dir = work / "fit"
     fit_paths = tuple(str(paths[k]) for paths in observed for k in FIT_ON)
     doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, scenario=str(served), max_evals=args.max_evals,
+                              parameters=tuple(p.strip() for p in args.fit.split(",")),
                               name="vllm-cpu-tiny-llama", device=cpu_name(),
                               holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in FIT_ON)),
                   fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
@@ -467,6 +468,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="scale every load's request count")
     ap.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS)
+    ap.add_argument("--fit", default=",".join(DEFAULT_PARAMETERS),
+                    help=f"the costs fitted (calibrate --fit): a comma-separated subset of {', '.join(PARAMETERS)}")
     ap.add_argument("--kv-space-gib", type=int, default=1)
     ap.add_argument("--kv-blocks", type=int, default=KV_BLOCKS,
                     help="the server's KV blocks (--num-gpu-blocks-override): the preempting load outgrows them")

@@ -11,12 +11,16 @@ own CPU time per step. This module fits the few numbers that close that gap, by 
   to observed TTFT plus that of TPOT (each ratio clipped at e^3), averaged over runs;
 * the costs (:data:`PARAMETERS`): ``step_s`` (the engine's CPU time per step, the profile's
   ``overhead.step_s``), ``kernel_scale`` (one factor on every kernel time of the profile: its
-  table's times, or its peak FLOP/s and bandwidth), optionally ``per_seq_s`` (CPU time per request
-  in a step) and ``frontend_s`` (the API server's time per request outside the engine loop: a
-  constant in every TTFT and E2E, none in TPOT). Two to four numbers, each with a distinct signature
-  (a constant per step, a share of a step growing with its batch, a cost per sequence, a constant per
-  request), so the fit is identifiable from runs with different batch sizes: fit on at least two
-  loads, e.g. a light and a heavy one;
+  table's times, or its peak FLOP/s and bandwidth), ``per_token_s`` (time per token computed in a
+  step, ``overhead.per_token_s``: input preparation, and whatever makes the engine's prefill cost
+  more or less against its decode than the base profile's kernels say), ``frontend_s`` (the API
+  server's time per request outside the engine loop: a constant in every TTFT and E2E, none in
+  TPOT), optionally ``per_seq_s`` (CPU time per request in a step). Each has a distinct signature
+  (a constant per step, a share of a step growing with its batch's kernels, a cost per token, a
+  constant per request, a cost per sequence), so the fit is identifiable from runs with different
+  batch sizes and prompt lengths: fit on at least two loads, e.g. a light and a heavy one. A cost
+  that is a small share of every step (``per_token_s`` under ~10% of a prefill's time) is weakly
+  identified: it trades against the others with little change in the loss;
 * the optimiser is Nelder-Mead on the parameters' logarithms (written here in numpy; a fixed start
   at the base profile's values, so the same inputs give the same fit, and the simulations are
   seeded), at most ``max_evals`` simulations of every run.
@@ -71,13 +75,15 @@ PARAMETERS: dict[str, Parameter] = {
                               "one factor on every kernel time of the base profile"),
     "per_seq_s": Parameter(1e-8, 0.1, "s", lambda p: max(p.overhead.per_seq_s, 1e-6),
                            "CPU time per request in a step (overhead.per_seq_s)"),
+    "per_token_s": Parameter(1e-9, 0.01, "s", lambda p: max(p.overhead.per_token_s, 1e-5),
+                             "CPU time per token computed in a step (overhead.per_token_s)"),
     "frontend_s": Parameter(1e-5, 1.0, "s", lambda p: max(p.overhead.frontend_s or 0.0, 1e-3),
                             "the front end's time per request outside the engine loop (overhead.frontend_s)"),
 }
-DEFAULT_PARAMETERS = ("step_s", "kernel_scale", "frontend_s")
-#: Simulations of every run a fit may take: three costs from their base values take ~150 (a fake engine
-#: with known costs: recovered to 0.1% in 150, 10-30% off in 60).
-DEFAULT_MAX_EVALS = 150
+DEFAULT_PARAMETERS = ("step_s", "kernel_scale", "per_token_s", "frontend_s")
+#: Simulations of every run a fit may take: the four default costs from their base values take 300-360 on
+#: a fake engine with known costs (recovered to 0.1%); three took ~150.
+DEFAULT_MAX_EVALS = 400
 #: Residuals are clipped at this |log ratio| (a request 20x off counts as 20x, not more).
 CLIP = 3.0
 #: Scenario sections a base scenario lends the fit (the engine as served); the rest is the observation's.
@@ -164,7 +170,7 @@ def _scaled(pb: _Problem, x: dict[str, float], key: str, table_path: Path | None
     written to ``table_path``, by default ``pb.work/ops-<key>.csv``)."""
     data = json.loads(json.dumps(pb.base_data))
     over = dict(data.get("overhead", {}))
-    for p in ("step_s", "per_seq_s", "frontend_s"):
+    for p in ("step_s", "per_seq_s", "per_token_s", "frontend_s"):
         if p in x:
             over[p] = x[p]
     data["overhead"] = over
@@ -296,12 +302,29 @@ def _steps_fit(pb: _Problem, s: FitSettings, fit_obs: list[Observation]) -> dict
 def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float = 0.5, max_evals: int = 60,
                 xtol: float = 1e-3, ftol: float = 1e-7) -> tuple[np.ndarray, float, int]:
     """Minimise ``f`` from ``x0`` (standard reflection 1, expansion 2, contraction 0.5, shrink 0.5;
-    the initial simplex steps each coordinate by ``step``). Deterministic. Returns the best point,
-    its value and the number of evaluations."""
+    the initial simplex steps each coordinate by ``step``), restarted with a fresh simplex at the
+    best point after each convergence while a restart still improves by more than ``ftol`` (a
+    collapsed simplex stops Nelder-Mead short of a minimum; a restart is the usual remedy).
+    Deterministic. Returns the best point, its value and the number of evaluations."""
+    x, fx, evals = _nelder_mead(f, np.array(x0, float), None, step, max_evals, xtol, ftol)
+    while evals < max_evals:
+        y, fy, used = _nelder_mead(f, x, fx, step, max_evals - evals, xtol, ftol)
+        evals += used
+        improved = fy < fx - ftol * (1 + abs(fx))
+        if fy < fx:
+            x, fx = y, fy
+        if not improved:
+            break
+    return x, fx, evals
+
+
+def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, f0: float | None, step: float,
+                 max_evals: int, xtol: float, ftol: float) -> tuple[np.ndarray, float, int]:
+    """One Nelder-Mead run from ``x0`` (whose value ``f0`` is known, or None)."""
     n = len(x0)
     pts = [np.array(x0, float)] + [np.array(x0, float) + step * np.eye(n)[i] for i in range(n)]
-    vals = [f(p) for p in pts]
-    evals = n + 1
+    vals = [f0 if f0 is not None else f(pts[0])] + [f(p) for p in pts[1:]]
+    evals = n + (f0 is None)
     while evals < max_evals:
         order = np.argsort(vals, kind="stable")
         pts, vals = [pts[i] for i in order], [vals[i] for i in order]

@@ -37,7 +37,7 @@ from simulator.workload.observation import read_observation
 REPO = Path(__file__).resolve().parents[1]
 BASE_PROFILE = "cpu-amd-epyc-tiny-llama"
 SCHEDULER = {"max_num_seqs": 16, "max_num_batched_tokens": 1024, "max_model_len": 1024}
-TRUE_STEP_S, TRUE_SCALE, TRUE_FRONTEND_S = 0.004, 0.6, 0.012
+TRUE_STEP_S, TRUE_SCALE, TRUE_PER_TOKEN_S, TRUE_FRONTEND_S = 0.004, 0.6, 2e-5, 0.012
 METRICS = ("# HELP vllm:num_requests_running running\n# TYPE vllm:num_requests_running gauge\n"
            'vllm:num_requests_running{model_name="tiny"} 0.0\nvllm:num_requests_waiting{model_name="tiny"} 0.0\n'
            'vllm:prefix_cache_hits_total{model_name="tiny"} %d\nvllm:num_preemptions_total{model_name="tiny"} 0\n'
@@ -230,7 +230,8 @@ def true_hardware(tmp: Path) -> dict[str, Any]:
     data.pop("table_sha256")
     data.update(table=str(tmp / "true-ops.csv"), peak_flops={k: v / TRUE_SCALE for k, v in base.peak_flops.items()},
                 memory_bandwidth_bytes_per_s=base.memory_bandwidth_bytes_per_s / TRUE_SCALE,
-                overhead={**data["overhead"], "step_s": TRUE_STEP_S, "frontend_s": TRUE_FRONTEND_S})
+                overhead={**data["overhead"], "step_s": TRUE_STEP_S, "per_token_s": TRUE_PER_TOKEN_S,
+                          "frontend_s": TRUE_FRONTEND_S})
     return data
 
 
@@ -306,6 +307,7 @@ def test_observe_fit_recovers_the_engine_costs_and_predicts_a_held_out_run(tmp_p
     fit = json.loads((out / "fit.json").read_text())
     assert fit["parameters"]["step_s"] == pytest.approx(TRUE_STEP_S, rel=0.03)
     assert fit["parameters"]["kernel_scale"] == pytest.approx(TRUE_SCALE, rel=0.03)
+    assert fit["parameters"]["per_token_s"] == pytest.approx(TRUE_PER_TOKEN_S, rel=0.05)
     assert fit["parameters"]["frontend_s"] == pytest.approx(TRUE_FRONTEND_S, rel=0.05)
     assert fit["loss"] < 1e-3 < fit["loss_at_base"]
     for e in fit["holdout_error"].values():
