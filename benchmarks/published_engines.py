@@ -36,7 +36,8 @@ source, not fitted, and the other that matters here is the preset's:
 A point whose deployment uses a form the simulator does not model (attention data parallelism with
 tensor-parallel experts) or cannot be built as printed (weights that do not fit) is listed with
 ``not_checked`` and its reason, and is not simulated. Expert parallelism runs on the measured
-profiles with its all-to-all priced from the profile's NVLink figures (no measured all-to-all rows).
+profiles; every point here has one data-parallel rank, so its all-to-all is priced from the profile's
+NVLink figures (the measured DeepEP rows apply to attention data parallelism only).
 """
 from __future__ import annotations
 

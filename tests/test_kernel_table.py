@@ -132,7 +132,7 @@ def test_monotone_table_fits_each_curve_on_its_own_in_size_order(name: str) -> N
     keys = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
             "world_size", "num_experts", "top_k", "weight_bits"]
     sizes = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
-             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens"}
+             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens", "all_to_all": "tokens"}
     expected = raw["median_s"].to_numpy(np.float64).copy()
     curves = 0
     for fam, size in sizes.items():

@@ -47,7 +47,7 @@ def pandas_monotone(df: pd.DataFrame) -> np.ndarray:
     shape = ["op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim", "width",
              "world_size", "num_experts", "top_k", "weight_bits"]
     sizes = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
-             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens"}
+             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens", "all_to_all": "tokens"}
     out = df.copy()
     for fam, size in sizes.items():
         sel = out[out["family"] == fam].sort_values(size, kind="stable")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,8 @@ class AicTables:
     """The system's YAML (AIConfigurator's hardware facts and empirical constants)."""
     full_gemm: pd.DataFrame
     """Every GEMM row of the chosen kernels (ours: ``dtype, tokens, n, k, median_s``), before any thinning."""
+    all_to_all: dict[str, Any] = field(default_factory=dict)
+    """Where the expert-parallel all-to-all rows came from (:func:`_aic_all_to_all`); empty without them."""
 
 
 def aiconfigurator_tables(db: AicDatabase, system: str, framework: str = "vllm", compact: bool = False) -> AicTables:
@@ -236,8 +238,10 @@ def aiconfigurator_tables(db: AicDatabase, system: str, framework: str = "vllm",
     rows += _aic_all_reduce(db, base, framework, spec, files, kernels, versions)
     rows += _aic_moe(db, base, framework, files, kernels, versions, compact)
     rows += _aic_mla(db, base, framework, files, kernels, versions, compact)
+    a2a_rows, a2a = _aic_all_to_all(db, base, framework, spec, files, kernels, versions)
+    rows += a2a_rows
     return AicTables(system, framework, device, rows, files, kernels, versions, spec,
-                     pd.concat(full, ignore_index=True))
+                     pd.concat(full, ignore_index=True), a2a)
 
 
 def _aic_all_reduce(db: AicDatabase, base: str, framework: str, spec: dict[str, Any], files: list[str],
@@ -259,9 +263,7 @@ def _aic_all_reduce(db: AicDatabase, base: str, framework: str, spec: dict[str, 
                 for r in c.to_dict("records")]
     if not db.exists(f"{base}/comm/nccl"):
         return []
-    wanted = str((spec.get("misc") or {}).get("nccl_version", ""))
-    vdir = f"{base}/comm/nccl/{wanted}" if wanted and db.exists(f"{base}/comm/nccl/{wanted}") else \
-        db.newest(f"{base}/comm/nccl")
+    vdir = _nccl_folder(db, base, spec)
     n = db.read_parquet(f"{vdir}/nccl_perf.parquet")
     n = n[(n["op_name"] == "all_reduce") & (n["nccl_dtype"] == "half")]
     files.append(f"{vdir}/nccl_perf.parquet")
@@ -359,6 +361,92 @@ def _aic_mla(db: AicDatabase, base: str, framework: str, files: list[str], kerne
     return rows
 
 
+AIC_A2A_LOW_LATENCY = "deepep_ll"
+AIC_A2A_HIGH_THROUGHPUT = "deepep_ht"
+"""The DeepEP kernels of ``moe_a2a_perf`` the all-to-all rows keep: vLLM's ``--all2all-backend``
+``deepep_low_latency`` (its docs: decode-dominated workloads; CUDA graphs, masked layout) and
+``deepep_high_throughput`` (prefill-dominated; vLLM's 20 SMs), the pair a wide-EP deployment runs
+(AIConfigurator prices generation with the first and context with the second)."""
+
+
+def _nccl_folder(db: AicDatabase, base: str, spec: dict[str, Any]) -> str:
+    """The NCCL version folder the system's YAML names (``misc.nccl_version``), else the newest."""
+    wanted = str((spec.get("misc") or {}).get("nccl_version", ""))
+    return f"{base}/comm/nccl/{wanted}" if wanted and db.exists(f"{base}/comm/nccl/{wanted}") else \
+        db.newest(f"{base}/comm/nccl")
+
+
+def _aic_all_to_all(db: AicDatabase, base: str, framework: str, spec: dict[str, Any], files: list[str],
+                    kernels: dict[str, str], versions: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One MoE layer's expert-parallel dispatch and combine (``moe_dispatch``, ``moe_combine``) from vLLM's
+    ``moe_a2a_perf`` (DeepEP under vLLM, one node): per phase, hidden size, top-k, experts and EP size,
+    by tokens per rank (AIConfigurator's comm ops key per-rank tokens), the low-latency kernel's rows up
+    to its largest measured count (256) and the high-throughput kernel's above it (a decode batch and a
+    prefill chunk, as the two run in a wide-EP deployment). A system without that table (or another
+    framework) gets NCCL's ``alltoall`` of 16-bit tensors (``all_to_all``, ``message_size`` elements to
+    bytes), as the all-reduce falls back; neither: no rows. Returns the rows and their provenance."""
+    comm = f"{base}/comm/{framework}"
+    vdir = next((f"{comm}/{v}" for v in reversed(db.versions(comm))
+                 if db.exists(f"{comm}/{v}/moe_a2a_perf.parquet")), None) if framework == "vllm" else None
+    if vdir is not None:
+        a = db.read_parquet(f"{vdir}/moe_a2a_perf.parquet")
+        a = a[(a["op_name"] == "moe_a2a") & (a["node_num"] == 1)]
+        ll = a[a["comm_backend"] == AIC_A2A_LOW_LATENCY]
+        ht = a[a["comm_backend"] == AIC_A2A_HIGH_THROUGHPUT]
+        if not ll.empty and not ht.empty:
+            split = int(ll["num_tokens"].max())
+            a = pd.concat([ll, ht[ht["num_tokens"] > split]], ignore_index=True)
+            files.append(f"{vdir}/moe_a2a_perf.parquet")
+            version = str(a["version"].iloc[0])
+            ht_sms = sorted({int(x) for x in ht["sms"]})
+            for phase in ("dispatch", "combine"):
+                kernels[f"moe_{phase}"] = (f"DeepEP {AIC_A2A_LOW_LATENCY} up to {split} tokens per rank, "
+                                           f"{AIC_A2A_HIGH_THROUGHPUT} ({'/'.join(map(str, ht_sms))} SMs) above")
+                versions[f"moe_{phase}"] = version
+            meta = db.read_yaml(f"{vdir}/collection_meta.yaml") if db.exists(f"{vdir}/collection_meta.yaml") else {}
+            runtime = (meta or {}).get("runtime") or {}
+            table = ((meta or {}).get("tables") or {}).get("moe_a2a_perf") or {}
+            abis = runtime.get("backend_abis") or {}
+            prov = {"source": f"{vdir}/moe_a2a_perf.parquet", "framework": f"{framework} {version}",
+                    "image": runtime.get("image", "not recorded"),
+                    "deep_ep": {b: (abis.get(b) or {}).get("deep_ep", "not recorded")
+                                for b in (AIC_A2A_LOW_LATENCY, AIC_A2A_HIGH_THROUGHPUT)},
+                    "collected_at": str(table.get("collected_at", "not recorded")),
+                    "fabric": (runtime.get("abi") or {}).get("fabric_identity", "not recorded"),
+                    "ep_sizes": sorted({int(x) for x in a["ep_size"]}), "nodes": 1,
+                    "shapes": sorted({f"hidden {int(h)}, top-{int(k)} of {int(e)} experts" for h, k, e in
+                                                          zip(a["hidden_size"], a["topk"], a["num_experts"],
+                                                              strict=True)}),
+                    "tokens_per_rank": f"{int(a['num_tokens'].min())}-{int(a['num_tokens'].max())}",
+                    "backend_rule": f"{AIC_A2A_LOW_LATENCY} rows at <= {split} tokens per rank, "
+                                    f"{AIC_A2A_HIGH_THROUGHPUT} rows above (vLLM --all2all-backend "
+                                    "deepep_low_latency / deepep_high_throughput); the wire format is DeepEP's "
+                                    "default under vLLM (the table's comm_dtype 'default')"}
+            rows = [op_row(f"moe_{r['phase']}", "all_to_all", "bf16", r["latency"] / 1e6, tokens=r["num_tokens"],
+                           width=r["hidden_size"], message_bytes=2 * r["num_tokens"] * r["hidden_size"],
+                           world_size=r["ep_size"], num_experts=r["num_experts"], top_k=r["topk"])
+                    for r in a.sort_values(["phase", "hidden_size", "topk", "num_experts", "ep_size",
+                                            "num_tokens"]).to_dict("records")]
+            return rows, prov
+    if not db.exists(f"{base}/comm/nccl"):
+        return [], {}
+    vdir = _nccl_folder(db, base, spec)
+    n = db.read_parquet(f"{vdir}/nccl_perf.parquet")
+    n = n[(n["op_name"] == "alltoall") & (n["nccl_dtype"] == "half")]
+    if n.empty:
+        return [], {}
+    if f"{vdir}/nccl_perf.parquet" not in files:
+        files.append(f"{vdir}/nccl_perf.parquet")
+    kernels["all_to_all"], versions["all_to_all"] = "NCCL alltoall", f"NCCL {vdir.rsplit('/', 1)[-1]}"
+    prov = {"source": f"{vdir}/nccl_perf.parquet", "framework": f"NCCL {vdir.rsplit('/', 1)[-1]} (nccl-tests style "
+            "alltoall of 16-bit tensors, no engine)", "gpus": sorted({int(x) for x in n["num_gpus"]}),
+            "message_bytes": f"{2 * int(n['message_size'].min())}-{2 * int(n['message_size'].max())}"}
+    rows = [op_row("all_to_all", "all_to_all", "bf16", r["latency"] / 1e3, message_bytes=2 * r["message_size"],
+                   world_size=r["num_gpus"], tokens=max(1, int(r["message_size"])))
+            for r in n.to_dict("records")]
+    return rows, prov
+
+
 def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name: str | None = None,
                           source: str | Path | None = None, compact: bool = False) -> Path:
     """Convert one system's tables (:func:`aiconfigurator_tables`) into an imported ``kernel_table``
@@ -374,6 +462,7 @@ def import_aiconfigurator(system: str, out: Path, framework: str = "vllm", name:
     prov = {"imported_from": f"aiconfigurator-core {db.version} kernel database ({system}, {framework}); {db.origin}",
             "license": "Apache-2.0 (c) NVIDIA; derived from the package's data",
             "files": t.files, "kernels": t.kernels, "versions": t.versions, "device_reported": t.device,
+            **({"all_to_all": t.all_to_all} if t.all_to_all else {}),
             "notes": "GEMMs keyed by m x n x k (bf16 F.linear, fp8 W8A8 per-tensor); context attention at batch 1 "
                      "without cached prefix; generation attention per batch x context; attention rows' dtype is "
                      "the KV-cache dtype; all-reduce message_size converted from elements to bytes"}

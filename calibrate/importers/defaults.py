@@ -33,7 +33,7 @@ from simulator.scenario.profiles import load_profile
 VIDUR_FOR_AIC = {"h100_sxm": "h100", "a100_sxm": "a100"}
 """AIConfigurator systems Vidur also measured (its elementwise tables join the defaults)."""
 _FAMILY_ORDER = {"gemm": 0, "attn_prefill": 1, "attn_decode": 2, "elementwise": 3, "sampling": 4, "comm": 5,
-                 "moe": 6, "mla_prefill": 7, "mla_decode": 8}
+                 "moe": 6, "mla_prefill": 7, "mla_decode": 8, "all_to_all": 9}
 
 
 def vidur_elementwise_rows(data_dir: Path, gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -119,6 +119,16 @@ def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], e
     if "all_reduce" in t.kernels:
         measured.append(f"all-reduce of 16-bit tensors on 2, 4 and 8 GPUs ({t.kernels['all_reduce']}, "
                         f"{t.versions['all_reduce']})")
+    if "moe_dispatch" in t.kernels:
+        a2a = t.all_to_all
+        measured.append(f"expert-parallel all-to-all, dispatch and combine of one MoE layer by tokens per rank "
+                        f"({a2a['tokens_per_rank']}) x hidden x top-k x experts on EP "
+                        f"{'/'.join(map(str, a2a['ep_sizes']))} GPUs of one node ({t.kernels['moe_dispatch']}; "
+                        f"{t.framework} {t.versions['moe_dispatch']})")
+    elif "all_to_all" in t.kernels:
+        measured.append(f"all-to-all of 16-bit tensors on {'/'.join(map(str, t.all_to_all['gpus']))} GPUs "
+                        f"({t.kernels['all_to_all']}, {t.versions['all_to_all']}; no engine's expert-parallel "
+                        "kernel was measured on this GPU)")
     if vidur_files:
         measured.append("RMSNorm, rotary, SiLU-and-multiply, residual add: Vidur (fp16, 20 runs each)")
     extrapolated = [
@@ -139,8 +149,17 @@ def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], e
         "the table's last point",
         "MoE shapes, TP degrees or dtypes off the table: the nearest measured MoE shape scaled by the ratio of the "
         "two shapes' MoE rooflines; a dtype without rows: the bf16 rows x the roofline ratio of the precisions; "
-        "beyond 16,384 tokens: the roofline ratio from the last point; expert parallelism and its all-to-all: "
-        "not modelled by kernel_table",
+        "beyond 16,384 tokens: the roofline ratio from the last point; expert parallelism: one GPU's experts "
+        "scaled from the TP-1 rows by the MoE roofline (AIConfigurator's moe_ep_size > 1 rows are not kept)",
+        ("expert-parallel all-to-all: "
+         + ("the measured rows with attention data parallelism (DP > 1) inside one node; a shape or EP size off "
+            "the table is read at the tokens that move the same bytes per rank (hidden x the expected remote "
+            "ranks of a token's top-k experts) on the nearest measured shape; EP = TP without data parallelism "
+            "and EP across nodes: the interconnect's bandwidth and latency" if "moe_dispatch" in t.kernels
+            else "NCCL's all-to-all rows of the rank's 16-bit hidden states with attention data parallelism "
+            "(DP > 1) inside one node, each phase one all-to-all; otherwise the interconnect's bandwidth and "
+            "latency" if "all_to_all" in t.kernels
+            else "the interconnect's bandwidth and latency (no all-to-all measured on this GPU)")),
         "MLA heads per shard off the grid: the nearest measured heads x the heads ratio; prefill after cached "
         "tokens: the no-prefix prompt of equal causal work",
     ]
@@ -172,6 +191,8 @@ def _default_provenance(db: AicDatabase, t: AicTables, vidur_files: list[str], e
                          "kernel_latency_note": "kernel_latency_s is AIConfigurator's mem_empirical_constant_latency "
                                                 f"for {t.system} (its systems/{t.system}.yaml), not fitted here"},
     }
+    if t.all_to_all:
+        prov["all_to_all"] = t.all_to_all
     if command:
         prov["command"] = command
     return prov
@@ -225,7 +246,7 @@ def gemm_compaction_errors(full: pd.DataFrame, table: pd.DataFrame, peaks: dict[
 #: Per family: the size a curve runs along, and the factor by which a point must exceed both its
 #: neighbours on that curve to be dropped as a spike (a measurement hiccup, not a kernel).
 SPIKE_AXES = {"gemm": "tokens", "attn_prefill": "tokens", "attn_decode": "context", "comm": "message_bytes",
-              "moe": "tokens", "mla_prefill": "tokens", "mla_decode": "context"}
+              "moe": "tokens", "mla_prefill": "tokens", "mla_decode": "context", "all_to_all": "tokens"}
 SPIKE_FACTOR = 1.5
 
 

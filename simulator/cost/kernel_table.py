@@ -358,6 +358,25 @@ def _ep_moe_roof(shape: list[float], peak: float, bw: float, weight_bytes: float
     return roof
 
 
+def _floored_curve(rows: OpRows, size: str) -> LogCurve:
+    """A collective's time by ``size``: log-log between the measured points, the first point's time
+    below them (a call's fixed cost), in proportion to the size beyond the last."""
+    x, t = points(rows, size)
+    x0 = float(x[0])
+    return LogCurve(x, t, lambda v: np.maximum(v, x0))
+
+
+def _a2a_remote_bytes(hidden: int, top_k: int, experts: int, ep: int) -> float:
+    """Relative bytes one rank's all-to-all sends per token: its hidden width times the expected number
+    of *other* ranks that hold at least one of its ``top_k`` experts (``E / EP`` experts per rank,
+    experts chosen uniformly without replacement), the count a DeepEP-style dispatch sends copies to."""
+    local = experts / ep
+    miss = 1.0
+    for i in range(top_k):                  # P(no chosen expert on a given rank)
+        miss *= max(experts - local - i, 0.0) / (experts - i)
+    return hidden * (ep - 1) * (1.0 - miss)
+
+
 def _length_of_pairs(pairs: float) -> float:
     """The no-prefix prompt length whose causal attention has ``pairs`` (query, key) pairs."""
     return (math.sqrt(8.0 * pairs + 1.0) - 1.0) / 2.0
@@ -393,10 +412,16 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
     ratio of the busiest rank's MoE roofline (:func:`_ep_moe_roof`: ``moe_load_imbalance`` times the
     mean share of the pairs and of the touched experts) to the measured shape's, never below the
     fused MoE's six kernels at the profile's ``kernel_latency_s`` (the scaling would shrink the
-    launches too). Each MoE layer's all-reduce becomes an all-to-all dispatch and a combine, each
-    moving ``T x hidden x act_bytes x (EP - 1) / EP`` bytes per GPU over the interconnect
-    (:func:`~simulator.scenario.parallel.collective_link`; no measured all-to-all rows: priced from
-    the link, as the roofline does). With DP attention ranks the cost model is one rank's:
+    launches too). Each MoE layer's all-reduce becomes an all-to-all dispatch and a combine
+    (:meth:`_all_to_all_fn`): with attention data parallelism (DP > 1) inside one interconnect domain,
+    the table's measured ``moe_dispatch`` + ``moe_combine`` rows (DeepEP under vLLM, by tokens per
+    rank) of the model's hidden size, top-k, experts and EP, else those of the nearest measured ones
+    read at the tokens that move the same bytes per rank (:func:`_a2a_remote_bytes`); without them,
+    two NCCL ``all_to_all`` rows of the rank's hidden states at EP GPUs. Otherwise (one DP rank, where
+    vLLM, SGLang and TensorRT-LLM keep the MoE block's all-reduce and run no all-to-all kernel; EP
+    across domains; a table without the rows) each moves ``T x hidden x act_bytes x (EP - 1) / EP``
+    bytes per GPU over the interconnect (:func:`~simulator.scenario.parallel.collective_link`, as the
+    roofline prices it). ``sources["all_to_all"]`` names which. With DP attention ranks the cost model is one rank's:
     attention, the dense layers, the router and the shared experts over its own ``T`` tokens, the
     routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one).
 
@@ -419,6 +444,7 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         assert profile.table is not None
         df = _monotone_table(profile.table, profile.table_sha256,
                              profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
+        self._a2a: Fn | None = self._all_to_all_fn(df[df["family"] == "all_to_all"]) if self._a2a_link else None
         m, tp, L = model, self.tp, self.L
         h = m.hidden_size
         self._moe_layers = m.num_moe_layers
@@ -526,6 +552,57 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         self.sources["moe"] = f"bf16 rows x roofline ratio ({p.quantization}): {label}"
         return lambda t: fn16(t) * float(rq(t) / r16(t))
 
+    # -- the all-to-all --------------------------------------------------------------------------------
+    def _all_to_all_fn(self, rows: OpRows) -> Fn | None:
+        """One MoE layer's dispatch plus combine over a rank's ``T`` tokens from the measured rows, or
+        None where the link prices it (class doc); ``sources["all_to_all"]`` says which and why."""
+        m, par, ic = self.model, self.parallel, self.profile.interconnect
+        ep = par.expert
+        link = self.sources["all_to_all"]
+        if par.data == 1:
+            self.sources["all_to_all"] = (f"{link}: one data-parallel rank, where the engines keep the MoE "
+                                          "all-reduce and run no all-to-all kernel")
+            return None
+        if ic is None or ep > ic.domain_gpus:
+            self.sources["all_to_all"] = f"{link}: EP {ep} spans more than one node; the measured rows are one node's"
+            return None
+        deepep = rows[(rows["op"] == "moe_dispatch") | (rows["op"] == "moe_combine")]
+        if deepep.size:
+            return self._deepep_fn(deepep)
+        nccl = rows[(rows["op"] == "all_to_all") & (rows["world_size"] == ep)]
+        if nccl.size == 0:
+            return None
+        curve = _floored_curve(nccl, "message_bytes")
+        per_token = float(m.hidden_size * self.abytes)
+        self.sources["all_to_all"] = f"measured NCCL all-to-all on {ep} GPUs, one per dispatch and one per combine"
+        return lambda t: 2.0 * curve.scalar(t * per_token)
+
+    def _deepep_fn(self, rows: OpRows) -> Fn:
+        """The dispatch and combine curves by tokens per rank at the measured EP size nearest this one,
+        of this hidden size, top-k and experts, else of the nearest shape read at ``T x r`` tokens, ``r``
+        the ratio of the bytes a rank sends per token (:func:`_a2a_remote_bytes`) here and there."""
+        m, ep = self.model, self.parallel.expert
+        sizes = np.unique(rows["world_size"]).astype(np.float64)
+        ep0 = int(sizes[np.argmin(np.abs(np.log(sizes) - math.log(ep)))])
+        rows = rows[rows["world_size"] == ep0]
+        target = [float(m.hidden_size), float(m.num_experts_per_tok), float(m.num_experts)]
+        near = _nearest(rows, ["width", "top_k", "num_experts"], target)
+        h0, k0, e0 = int(near["width"]), int(near["top_k"]), int(near["num_experts"])
+        rows = rows[(rows["width"] == h0) & (rows["top_k"] == k0) & (rows["num_experts"] == e0)]
+        ratio = (_a2a_remote_bytes(m.hidden_size, m.num_experts_per_tok, m.num_experts, ep)
+                 / _a2a_remote_bytes(h0, k0, e0, ep0))
+        curves = []
+        for op in ("moe_dispatch", "moe_combine"):
+            curves.append(_floored_curve(rows[rows["op"] == op], "tokens"))
+        dispatch, combine = curves[0].scalar, curves[1].scalar
+        label = f"measured all-to-all rows (moe_dispatch + moe_combine), EP {ep0}"
+        if (h0, k0, e0, ep0) == (m.hidden_size, m.num_experts_per_tok, m.num_experts, ep):
+            self.sources["all_to_all"] = f"{label}, hidden {h0}, top-{k0} of {e0} experts"
+            return lambda t: dispatch(t) + combine(t)
+        self.sources["all_to_all"] = (f"{label}, scaled from hidden {h0}, top-{k0} of {e0} experts: read at "
+                                      f"{ratio:.3g}x the tokens (equal bytes per rank)")
+        return lambda t: dispatch(t * ratio) + combine(t * ratio)
+
     # -- multi-head latent attention ------------------------------------------------------------------
     def _mla_rows(self, df: OpRows, family: str) -> tuple[OpRows, float, str]:
         """The rows of ``family`` for this deployment's projection bits and KV dtype (else the other
@@ -610,6 +687,8 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         link = self._a2a_link
         if link is None:
             return 2 * self.L * self._comm(nbytes)
+        if self._a2a is not None:
+            return (2 * self.L - self._moe_layers) * self._comm(nbytes) + self._moe_layers * self._a2a(tokens)
         ep = self.parallel.expert
         a2a = link.latency_s + nbytes * (ep - 1) / ep / link.bandwidth_bytes_per_s
         return (2 * self.L - self._moe_layers) * self._comm(nbytes) + 2 * self._moe_layers * a2a

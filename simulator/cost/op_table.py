@@ -16,9 +16,13 @@ Columns (schema 1; unused shape columns are 0):
                     ``moe`` (one MoE layer's routed experts: the fused grouped GEMMs over ``tokens`` tokens,
                     ``n`` = an expert's intermediate width, ``k`` = hidden width); ``mla_prefill``,
                     ``mla_decode`` (one multi-head-latent-attention block: its projections and attention,
-                    ``num_heads`` per shard, ``head_dim`` = latent + rotary width)
+                    ``num_heads`` per shard, ``head_dim`` = latent + rotary width); ``moe_dispatch``,
+                    ``moe_combine`` (one MoE layer's expert-parallel all-to-all, one phase: ``tokens`` per
+                    rank, ``width`` = hidden size, ``world_size`` = expert-parallel GPUs, ``num_experts``,
+                    ``top_k``); ``all_to_all`` (a plain all-to-all collective of ``message_bytes`` per GPU
+                    over ``world_size`` GPUs, ``tokens`` = the message's 16-bit elements)
 ``family``          ``gemm``, ``attn_prefill``, ``attn_decode``, ``elementwise``, ``sampling``, ``comm``, ``moe``,
-                    ``mla_prefill``, ``mla_decode``
+                    ``mla_prefill``, ``mla_decode``, ``all_to_all`` (the three all-to-all ops)
 ``dtype``           compute dtype (``fp32``, ``bf16``, ...)
 ``tokens``          GEMM rows ``m`` / prefill chunk / elementwise tokens / sampled rows / decode batch
 ``n``, ``k``        GEMM output and reduction widths (per tensor-parallel shard)
@@ -27,8 +31,10 @@ Columns (schema 1; unused shape columns are 0):
 ``num_heads``, ``num_kv_heads``, ``head_dim``   attention shape per shard
 ``width``           elementwise row width (elements per token)
 ``message_bytes``, ``world_size``   collectives (``moe``: ``world_size`` is the tensor-parallel degree the
-                    experts are split over)
-``num_experts``, ``top_k``   ``moe``: routed experts and experts per token (optional columns, 0 where absent)
+                    experts are split over; ``moe_dispatch``/``moe_combine``: the expert-parallel degree, and
+                    ``message_bytes`` one rank's 16-bit hidden states, ``tokens x width x 2``)
+``num_experts``, ``top_k``   ``moe``, ``moe_dispatch``, ``moe_combine``: routed experts and experts per token
+                    (optional columns, 0 where absent)
 ``weight_bits``     ``mla_prefill``/``mla_decode``: bits per weight of the module's projections (16: bf16,
                     8: fp8 block-scaled; optional column, 0 where absent)
 ``median_s``, ``p10_s``, ``p90_s``, ``std_s``, ``repeats``   the timing
@@ -78,9 +84,10 @@ OP_FAMILY: dict[str, str] = {
     **{op: "elementwise" for op in ELEMENTWISE_OPS},
     "attn_prefill": "attn_prefill", "attn_decode": "attn_decode", "sampling": "sampling",
     "all_reduce": "comm", "moe": "moe", "mla_prefill": "mla_prefill", "mla_decode": "mla_decode",
+    "moe_dispatch": "all_to_all", "moe_combine": "all_to_all", "all_to_all": "all_to_all",
 }
 FAMILIES = ("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling", "comm", "moe", "mla_prefill",
-            "mla_decode")
+            "mla_decode", "all_to_all")
 
 #: Dtypes whose kernels run at the same width and rate: a table measured in one serves the other.
 _DTYPE_CLASS = {"bf16": "16", "fp16": "16", "fp32": "32", "fp8": "8", "int8": "8"}
@@ -204,7 +211,7 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "num_kv_heads": ("attn_prefill", "attn_decode", "mla_prefill", "mla_decode"),
     "head_dim": ("attn_prefill", "attn_decode", "mla_prefill", "mla_decode"),
     "width": ("elementwise", "sampling"),
-    "message_bytes": ("comm",), "world_size": ("comm", "moe"),
+    "message_bytes": ("comm", "all_to_all"), "world_size": ("comm", "moe", "all_to_all"),
     "num_experts": ("moe",), "top_k": ("moe",), "weight_bits": ("mla_prefill", "mla_decode"),
 }
 
@@ -376,6 +383,8 @@ def leave_one_out(df: pd.DataFrame, peak: float = 1e12, bw: float = 1e11, elem_b
             keys = ["width"]
         elif fam == "comm":
             keys = ["world_size"]
+        elif fam == "all_to_all":
+            keys = ["width", "num_experts", "top_k", "world_size"]
         elif fam == "moe":
             keys = ["n", "k", "num_experts", "top_k", "world_size"]
         elif fam in ("attn_prefill", "mla_prefill"):
@@ -444,7 +453,7 @@ def _isotonic(y: np.ndarray) -> np.ndarray:
 
 #: The size each family's time must not fall along, and the shape columns that hold it fixed.
 _MONOTONE = {"gemm": "tokens", "elementwise": "tokens", "sampling": "tokens", "attn_prefill": "tokens",
-             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens"}
+             "comm": "message_bytes", "moe": "tokens", "mla_prefill": "tokens", "all_to_all": "tokens"}
 
 
 _CURVE_KEYS = ("op", "family", "dtype", "n", "k", "batch", "context", "num_heads", "num_kv_heads", "head_dim",

@@ -45,7 +45,7 @@ def achieved(df: pd.DataFrame) -> pd.Series:
     out[d] = 2.0 * df["batch"][d] * df["context"][d] * df["num_kv_heads"][d] * df["head_dim"][d] * eb[d] / t[d]
     e = fam.isin(["elementwise", "sampling"])
     out[e] = 2.0 * df["tokens"][e] * df["width"][e] * eb[e] / t[e]
-    c = fam == "comm"
+    c = fam.isin(["comm", "all_to_all"])      # all-to-all: one rank's 16-bit hidden states (or message) per second
     out[c] = df["message_bytes"][c] / t[c]
     if "num_experts" in df:     # MoE: the routed pairs' gated-MLP FLOPs on one GPU's slice of each expert
         m = fam == "moe"
