@@ -61,7 +61,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from calibrate.engine_steps import LINE, parse_iterations  # noqa: E402
-from calibrate.fit import DEFAULT_MAX_EVALS, DEFAULT_PARAMETERS, PARAMETERS, FitSettings, errors, replay_scenario, run_fit  # noqa: E402
+from calibrate.fit import (  # noqa: E402
+    DEFAULT_MAX_EVALS,
+    DEFAULT_PARAMETERS,
+    PARAMETERS,
+    FitSettings,
+    errors,
+    replay_scenario,
+    run_fit,
+)
 from calibrate.observe import Lengths, Load, observe  # noqa: E402
 from simulator import simulate  # noqa: E402
 from simulator.scenario.models import MODEL_PRESETS  # noqa: E402

@@ -84,7 +84,8 @@ def calibrate(
     engine: str | None = typer.Option(None, "--engine", help="With --from-observation: engine preset (vllm-v1, "
                                       "sglang, ...), over the --scenario's."),
     fit: str | None = typer.Option(None, "--fit", help="With --from-observation: the costs fitted, comma-"
-                                   "separated (default step_s,kernel_scale,per_token_s,frontend_s; per_seq_s may be added)."),
+                                   "separated (default step_s,kernel_scale,per_token_s,frontend_s; per_seq_s "
+                                   "may be added)."),
     max_evals: int | None = typer.Option(None, "--max-evals", help="With --from-observation: most simulations "
                                          "of each run (default 400: the four default costs need 300-360)."),
     engine_steps: list[Path] | None = typer.Option(None, "--engine-steps", help="With --from-observation: a "
