@@ -54,7 +54,7 @@ class OwnArrivals:
         while times[k] <= now:
             rid = self.first + k * self.stride
             table.replica[rid] = index
-            replica.add_request(rid)
+            replica.add_request(rid, times[k])
             k += 1
         self.next = k
 
@@ -104,15 +104,24 @@ class Replica:
         """Whether nothing else runs in the environment (one replica that takes its own arrivals): the
         loop then keeps the clock itself, as the timeouts it would wait on would advance it, and waits
         once, at the end, for the environment's clock to reach its own."""
+        self.lagged_admission = False
+        """Whether the engine forms each step's batch while the previous step runs (async scheduling:
+        vLLM's batch queue of two, SGLang's and TensorRT-LLM's overlap schedulers), so that a request
+        arriving while a step runs is first scheduled in the step after the next one. Such a request
+        is held (:attr:`held`) until the next step has been planned; one that finds the engine idle
+        is scheduled at once. Not with a pipeline (its micro-batches have their own rule)."""
+        self.held: list[int] = []
+        """Requests that arrived while a step ran, not yet visible to the scheduler (with
+        :attr:`lagged_admission`), in arrival order."""
         self.process = env.process(self.engine_loop())
 
     @property
     def num_outstanding(self) -> int:
-        return self.scheduler.n + len(self.scheduler.waiting)
+        return self.scheduler.n + len(self.scheduler.waiting) + len(self.held)
 
     @property
     def num_waiting(self) -> int:
-        return len(self.scheduler.waiting)
+        return len(self.scheduler.waiting) + len(self.held)
 
     @property
     def outstanding_tokens(self) -> int:
@@ -126,9 +135,9 @@ class Replica:
         requests only in its last step."""
         sched, table = self.scheduler, self.scheduler.table
         running = sum(sched.remaining_tokens()) - sched.n * self.decode_steps_done()
-        if not sched.waiting:
+        if not sched.waiting and not self.held:
             return running
-        w = np.fromiter(sched.waiting, dtype=np.int64, count=len(sched.waiting))
+        w = np.fromiter([*sched.waiting, *self.held], dtype=np.int64, count=len(sched.waiting) + len(self.held))
         return running + int((table.num_prompt_tokens[w] + table.max_tokens[w] - table.num_output_tokens[w]).sum())
 
     def decode_steps_done(self) -> int:
@@ -144,7 +153,21 @@ class Replica:
         ends = start + np.cumsum(run.durations_s()[:-1])
         return int(np.searchsorted(ends, self.env.now, side="left"))
 
-    def add_request(self, rid: int) -> None:
+    def add_request(self, rid: int, at: float = -1.0) -> None:
+        """Queue request ``rid``, which arrived at ``at`` (-1: now); with :attr:`lagged_admission`, one
+        that arrived while a step ran is held until the next step is planned."""
+        if self.lagged_admission and (self.env.now if at < 0 else at) < self.planned_until:
+            self.held.append(rid)
+            return
+        self._admit(rid)
+
+    def _release_held(self) -> None:
+        """Make the held requests visible to the scheduler (the step they could not join is planned)."""
+        held, self.held = self.held, []
+        for rid in held:
+            self._admit(rid)
+
+    def _admit(self, rid: int) -> None:
         self.scheduler.add_request(rid)
         if self.deadlines is not None:
             self.deadlines.add(rid)
@@ -172,6 +195,8 @@ class Replica:
         while True:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
                 self.deadlines.expire(clock)
+            if self.held and sched.n == 0 and not sched.waiting:
+                self._release_held()          # no step to plan first: the engine schedules them now
             if sched.n == 0:
                 wake = self._idle_until(clock)
                 if wake is not None:     # idle, or a batching policy waits to fill its batch
@@ -191,10 +216,14 @@ class Replica:
             horizon = self.next_event_time()
             if self.deadlines is not None:   # a deadline ends a decode run like an arrival does
                 horizon = min(horizon, self.deadlines.next_deadline() - DEADLINE_EPS_S)
+            if self.held:        # one step, planned without them; they join the one after
+                horizon = min(horizon, t)
             while True:
                 if own is not None and sched.n:     # the policy's own steps first
                     end, done, crossing_end = self._fast_steps(own, t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
+                        if self.held:
+                            self._release_held()
                         clock = yield from self._sleep(clock, crossing_end)
                         done = own.apply_planned_step(crossing_end)
                         if done:
@@ -219,6 +248,8 @@ class Replica:
                 # The step (or run) crosses the horizon: applied once the clock has passed it.
                 if isinstance(apply, DecodeRun):
                     self._run_in_flight = (t, apply)
+                if self.held:
+                    self._release_held()
                 clock = yield from self._sleep(clock, end)
                 self._run_in_flight = None
                 self._apply(apply, end)

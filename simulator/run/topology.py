@@ -131,6 +131,7 @@ class Wiring:
             replica = Replica(self.env, index, scheduler, cost, self.steps, horizon or self.next_arrival,
                               self.finish, self.fast_forward)
             replica.deadlines = Deadlines.for_scenario(self.scenario, scheduler, self.table, self.finish)
+            replica.lagged_admission = scenario.engine is not None and scenario.engine.runs_async
             return replica
         first = _make_scheduler(scenario, system, self.table, self.rngs, proposal, cls)
         slots = [first, *(_make_scheduler(scenario, system, self.table, self.rngs, proposal, cls, first.kv)

@@ -195,8 +195,9 @@ ENGINE_PRESETS.add("vllm-v1", EnginePreset(
      "commit 000fc94b), `CompilationConfig.max_cudagraph_capture_size` (`vllm/config/compilation.py`, commit "
      "002284db), `CudagraphDispatcher` (`vllm/v1/cudagraph_dispatcher.py`, commit 009eec3b) and the model "
      "runner's `pad_for_cudagraph` of `num_scheduled_tokens`"),
-    ("async scheduling (`--async-scheduling`, off in vLLM's `SchedulerConfig` at commit 01230b40) is not "
-     "switched on by the preset: set `engine.async_scheduling: true` for deployments that run it",
+    ("async scheduling (`--async-scheduling`, off in vLLM's `SchedulerConfig` at commit 01230b40; vLLM 0.32 "
+     "turns it on by default on GPUs, off on CPUs) is not switched on by the preset: set "
+     "`engine.async_scheduling: true` for deployments that run it",
      "CUDA graphs under speculative decoding (vLLM rounds the sizes to multiples of the draft length + 1 "
      "and adds decode sizes) and `performance_mode: interactivity` (sizes 1 to 32) keep the plain list",
      "a step replaying a graph pays the same CPU overhead as an eager one: graphs' saving of kernel "

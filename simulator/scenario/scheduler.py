@@ -136,8 +136,9 @@ class EngineConfig(Frozen):
     async_scheduling: bool | None = None
     """The engine schedules step n+1 while the GPU runs step n (vLLM's ``--async-scheduling``,
     SGLang's and TensorRT-LLM's overlap schedulers): a step takes the longer of its GPU time and its
-    CPU overhead instead of their sum. None: the preset's (``sglang``, ``trtllm``: true, their
-    default; ``vllm-v1``, ``vllm-v0.6``: false)."""
+    CPU overhead instead of their sum, and a request that arrives while a step runs is first
+    scheduled in the step after the next (docs/engines.md). None: the preset's (``sglang``,
+    ``trtllm``: true, their default; ``vllm-v1``, ``vllm-v0.6``: false)."""
 
     @model_validator(mode="before")
     @classmethod
