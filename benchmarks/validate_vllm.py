@@ -189,6 +189,7 @@ def observed_stats(path: Path) -> dict[str, float]:
     gaps = np.array([g for i, gs in enumerate(obs.itls) if i in set(done.index) for g in gs], dtype=float)
     for q in (50, 99):
         out[f"itl_p{q}_ms"] = 1000 * float(np.percentile(gaps, q)) if len(gaps) else math.nan
+    out["bunched_share"] = obs.bunched_share()
     out.update(engine_side(obs, done))
     return out
 
@@ -311,16 +312,18 @@ def observe_repeats(args: argparse.Namespace, server: Server, work: Path) -> lis
 
 
 def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed: list[dict[str, Path]]) -> list[dict]:
-    """One fit on :data:`FIT_ON` of every repeat (the engine's speed drifts between repeats: one profile
-    for all of them, as a user gets one profile for their engine), then every run replayed on it."""
+    """One fit on the ``--fit-on`` loads (default :data:`FIT_ON`) of every repeat (the engine's speed
+    drifts between repeats: one profile for all of them, as a user gets one profile for their engine),
+    then every run replayed on it."""
     rows: list[dict] = []
     sections = engine_sections(served)
     fit_dir = work / "fit"
-    fit_paths = tuple(str(paths[k]) for paths in observed for k in FIT_ON)
+    fit_on = tuple(args.fit_on.split(","))
+    fit_paths = tuple(str(paths[k]) for paths in observed for k in fit_on)
     doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, scenario=str(served), max_evals=args.max_evals,
                               parameters=tuple(p.strip() for p in args.fit.split(",")),
                               name="vllm-cpu-tiny-llama", device=cpu_name(),
-                              holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in FIT_ON)),
+                              holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in fit_on)),
                   fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
     errs = {**doc["fit_error"], **doc["holdout_error"]}
     for rep, paths in enumerate(observed):
@@ -329,7 +332,7 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
             obs = read_observation(str(p))
             sim = replay(obs, fit_dir, sections)
             engine = engine_steps(p)
-            row = {"repeat": rep, "load": name, "fitted_on": name in FIT_ON,
+            row = {"repeat": rep, "load": name, "fitted_on": name in fit_on,
                    "observed": {**observed_stats(p), **engine}, "parameters": doc["parameters"],
                    "saturation_rps": sat, "error": {**errs[str(p)], **itl_errors(obs, sim)},
                    "simulated": {"preemptions": int(sim.summary["requests"].get("preemptions", 0)),  # type: ignore[attr-defined]
@@ -427,7 +430,12 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
           f"profile's costs x {speed:.3f}, the burst's speed today; reported)")
     if not gated:
         print(f"not gated: the machine was busy (load average {load_at_start:.2f} on {os.cpu_count()} CPUs)")
-    return {"rows": rows, "passed": ok or not gated, "gated": gated, "load_average_at_start": load_at_start}
+    late = [w for p in (off, mid) if (w := read_observation(str(p)).stream_warning()) is not None]
+    for w in late:
+        print(f"not gated: {w}")
+    gated = gated and not late
+    return {"rows": rows, "passed": ok or not gated, "gated": gated, "load_average_at_start": load_at_start,
+            "read_late": late}
 
 
 #: How far the quick check's simulated burst may take more or fewer engine steps than vLLM logged
@@ -456,16 +464,22 @@ def table(rows: list[dict]) -> list[dict]:
     return out
 
 
+def load_names() -> list[str]:
+    """Every load a full run observes, in the order it observes them."""
+    return ["offline", *loads(1.0, 0, 1.0)]
+
+
 def from_work(work: Path) -> tuple[list[dict[str, Path]], Path, list[str], int | None, float, str]:
     """The observations, served scenario and server facts a full run left in ``work`` (``--refit``)."""
     facts = json.loads((work / "server.json").read_text())
     observed = []
     for rdir in sorted(work.glob("repeat-*"), key=lambda p: int(p.name.split("-")[1])):
         found = {p.stem: p for p in rdir.glob("*.json")}
-        order = ["offline", *loads(1.0, 0, 1.0)]                  # the order a run observes them in
+        order = load_names()
         observed.append(dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)))
-    if not observed or any(set(FIT_ON) - set(p) for p in observed):
-        sys.exit(f"error: --refit: {work} holds no full run's observations (repeat-N/ with {', '.join(FIT_ON)})")
+    if not observed or any(set(load_names()) - set(p) for p in observed):
+        sys.exit(f"error: --refit: {work} holds no full run's observations (repeat-N/ with "
+                 f"{', '.join(load_names())})")
     return observed, work / "served.yaml", facts["serve"], facts["kv_blocks"], facts["start_s"], facts["version"]
 
 
@@ -478,6 +492,8 @@ def main() -> None:
     ap.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS)
     ap.add_argument("--fit", default=",".join(DEFAULT_PARAMETERS),
                     help=f"the costs fitted (calibrate --fit): a comma-separated subset of {', '.join(PARAMETERS)}")
+    ap.add_argument("--fit-on", default=",".join(FIT_ON),
+                    help=f"the loads the fit sees, comma-separated (default {','.join(FIT_ON)}); the rest are held out")
     ap.add_argument("--kv-space-gib", type=int, default=1)
     ap.add_argument("--kv-blocks", type=int, default=KV_BLOCKS,
                     help="the server's KV blocks (--num-gpu-blocks-override): the preempting load outgrows them")
@@ -489,6 +505,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None,
                     help="default benchmarks/results/vllm-cpu.json (--quick: vllm-cpu-quick.json)")
     args = ap.parse_args()
+    fit_on = args.fit_on.split(",")
+    if set(fit_on) - set(load_names()) or len(set(fit_on)) != len(fit_on):
+        sys.exit(f"error: --fit-on = {args.fit_on!r}: a comma-separated subset of {', '.join(load_names())}, "
+                 "each once")
     if args.out is None:
         args.out = ROOT / "benchmarks/results" / ("vllm-cpu-quick.json" if args.quick else "vllm-cpu.json")
     if not args.refit and not (args.vllm_venv / "bin" / "vllm").exists():

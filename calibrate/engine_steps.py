@@ -8,10 +8,11 @@ vLLM logs one line per engine step when served with ``--enable-logging-iteration
 ``elapsed`` is the time the engine core waited on its model for that step (the forward pass, the
 sampler and the model runner's CPU work to prepare them), not its scheduler or its output handling.
 Those lines measure the kernels of the engine a user serves with, step by step, under the real
-batches (when it is served with ``--no-async-scheduling``: under vLLM's default async scheduling
-the next step is scheduled while the model runs and the wait times only the rest of the forward
-pass, docs/calibration.md), which no microbenchmark of torch's reference kernels does (a CPU vLLM runs oneDNN
-pre-packed GEMMs; a GPU vLLM runs CUDA graphs, FlashAttention and fused MoE).
+batches (on GPUs when it is served with ``--no-async-scheduling``: under vLLM's default async
+scheduling there the next step is scheduled while the model runs and the wait times only the rest
+of the forward pass; vLLM on CPUs always runs synchronous steps, docs/calibration.md), which no
+microbenchmark of torch's reference kernels does (a CPU vLLM runs oneDNN pre-packed GEMMs; a GPU
+vLLM runs CUDA graphs, FlashAttention and fused MoE).
 
 :func:`fit_kernel_scale` regresses them on the base profile's kernel time of the same step:
 ``elapsed = execute_s + kernel_scale x kernels(step)``, by least squares with the steps whose

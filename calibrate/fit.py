@@ -370,7 +370,8 @@ def _run_record(obs: Observation) -> dict[str, Any]:
     return {"path": str(obs.path), "sha256": _sha256(obs.path), "source": obs.source,
             "endpoint": h.get("endpoint"), "model": h.get("model"), "date": h.get("date"),
             "engine_version": (h.get("engine") or {}).get("version") if isinstance(h.get("engine"), dict) else None,
-            "load": h.get("load"), "requests": int(len(obs.requests)), "completed": int(len(obs.completed))}
+            "load": h.get("load"), "requests": int(len(obs.requests)), "completed": int(len(obs.completed)),
+            "bunched_share": obs.bunched_share()}
 
 
 def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, command: str = "") -> dict[str, Any]:
@@ -411,6 +412,9 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
     x0 = np.log([p.start(base) for p in params])
     for o in fit_obs:
         log(f"fitting on {o.describe()}")
+    for o in fit_obs + held:
+        if (warning := o.stream_warning()) is not None:
+            log("warning: " + warning)
     try:
         def at(z: np.ndarray) -> dict[str, float]:
             return {**fixed, **{n: float(math.exp(v)) for n, v in zip(names, np.clip(z, lo, hi), strict=True)}}

@@ -15,8 +15,11 @@ Per request it records the send instant, the instant of every streamed chunk and
 one token per chunk), the first-token and end instants and the final ``usage`` (prompt and
 completion tokens); once before and once after the run, the server's Prometheus ``/metrics``
 (requests running and waiting, prefix-cache queries and hits, preemptions, KV-cache usage) and
-``/version`` where it answers. The run is bounded: ``num_requests``, ``duration_s`` for sending,
-and ``timeout_s`` per request; a request without an answer by then is recorded as failed.
+``/version`` where it answers; the client machine's load averages before and after. A run whose
+tokens were read back to back (:meth:`~simulator.workload.observation.Observation.stream_warning`:
+the client fell behind the engine) is logged as a warning. The run is bounded: ``num_requests``,
+``duration_s`` for sending, and ``timeout_s`` per request; a request without an answer by then is
+recorded as failed.
 
 Standard library only (threads and ``http.client``) plus numpy for the seeded draws: no torch.
 The clock and sleep are injectable, one clock reading per send and per streamed ``data:`` line,
@@ -300,6 +303,14 @@ def _stream(ep: Endpoint, body: dict[str, Any], rec: _Record, t0: float, clock: 
         conn.close()
 
 
+def _load_average() -> list[float] | None:
+    """The client machine's 1, 5 and 15-minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def observe(url: str, load: Load, out: Path, *, model: str | None = None, metrics: bool = True,
             clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
             log: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -327,6 +338,7 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         model = str(ids[0])
     version = ep.get_json("/version")
     before = ep.metrics() if metrics else None
+    load_before = _load_average()
     send, prompts, olen = load.plan()
     recs = [_Record(i, len(prompts[i]), int(olen[i])) for i in range(load.num_requests)]
 
@@ -402,7 +414,9 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
             "load": {**{k: v for k, v in asdict(load).items() if k not in ("prompt_tokens", "output_tokens")},
                      "prompt_tokens": str(load.prompt_tokens), "output_tokens": str(load.output_tokens)},
             "client": {"tool": "llmplan observe", "python": platform.python_version(), "host": socket.gethostname(),
-                       "pid": os.getpid(), "clock": getattr(clock, "__name__", type(clock).__name__)},
+                       "pid": os.getpid(), "clock": getattr(clock, "__name__", type(clock).__name__),
+                       "cpu_count": os.cpu_count(), "load_average_before": load_before,
+                       "load_average_after": _load_average()},
             "date": date,
             "requests_sent": len(sent), "requests_failed": sum(r.error is not None for r in sent),
             "metrics_before": before, "metrics_after": after,
@@ -422,4 +436,10 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         os.replace(tmp, out)
     except OSError as exc:
         raise ScenarioError("--out", str(out), f"cannot write the observation ({exc.strerror or exc})") from None
+    if log:
+        from simulator.workload.observation import read_observation
+
+        warning = read_observation(out, "--out").stream_warning()
+        if warning:
+            log("warning: " + warning)
     return doc

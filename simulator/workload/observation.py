@@ -44,6 +44,15 @@ OBSERVATION_FORMAT = "llmplan-observation"
 OBSERVATION_VERSION = 1
 #: Largest observation file read (a request with a few thousand chunk instants is ~50 KB).
 MAX_OBSERVATION_BYTES = 1024 * 1024 * 1024
+#: Two tokens of one request that reach the client this close together (100 µs) did not leave the
+#: engine a step apart, as no engine runs a step that fast: they were read back to back by a client
+#: that fell behind, or held up together in the server's front end.
+BUNCHED_GAP_S = 1e-4
+#: Share of an observation's inter-token gaps under :data:`BUNCHED_GAP_S` above which its stream is
+#: flagged as read late. Between repeats of the real-vLLM runs of docs/fidelity.md, on a quiet machine,
+#: 0-14% (a front-end stall now and then releases a few tokens at once); with the client starved of CPU
+#: by other jobs, 43-89%.
+BUNCHED_SHARE_LIMIT = 0.25
 #: Per-request columns of :attr:`Observation.requests`.
 REQUEST_COLUMNS = ("send_s", "num_prompt_tokens", "num_output_tokens", "ttft_s", "e2e_s", "tpot_s", "ok")
 
@@ -66,6 +75,24 @@ class Observation:
     @property
     def completed(self) -> pd.DataFrame:
         return self.requests[self.requests["ok"]]
+
+    def bunched_share(self) -> float:
+        """Share of the completed requests' inter-token gaps under :data:`BUNCHED_GAP_S` (NaN when no
+        request streamed two tokens)."""
+        done = self.requests["ok"].to_numpy()
+        gaps = [g for ok, gs in zip(done, self.itls, strict=False) if ok for g in gs]
+        return float(np.mean(np.asarray(gaps) < BUNCHED_GAP_S)) if gaps else math.nan
+
+    def stream_warning(self) -> str | None:
+        """A sentence saying this run's tokens were read late (:meth:`bunched_share` above
+        :data:`BUNCHED_SHARE_LIMIT`), else None."""
+        share = self.bunched_share()
+        if not share > BUNCHED_SHARE_LIMIT:
+            return None
+        return (f"{Path(self.path).name}: {share:.0%} of its inter-token gaps are under {BUNCHED_GAP_S * 1e3:g} ms "
+                f"(tokens read back to back; flagged above {BUNCHED_SHARE_LIMIT:.0%}): the client, or "
+                "the server's front end, fell behind the engine, so its TTFT, TPOT and inter-token times describe "
+                "that, not the engine. Observe again with the client on a machine that is not busy")
 
     def describe(self) -> str:
         load = self.header.get("load", {})
