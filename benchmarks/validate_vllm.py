@@ -320,7 +320,8 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     fit_dir = work / "fit"
     fit_on = tuple(args.fit_on.split(","))
     fit_paths = tuple(str(paths[k]) for paths in observed for k in fit_on)
-    doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, scenario=str(served), max_evals=args.max_evals,
+    doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, hardware=args.base_profile, scenario=str(served),
+                              max_evals=args.max_evals,
                               parameters=tuple(p.strip() for p in args.fit.split(",")),
                               name="vllm-cpu-tiny-llama", device=cpu_name(),
                               holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in fit_on)),
@@ -492,6 +493,8 @@ def main() -> None:
     ap.add_argument("--max-evals", type=int, default=DEFAULT_MAX_EVALS)
     ap.add_argument("--fit", default=",".join(DEFAULT_PARAMETERS),
                     help=f"the costs fitted (calibrate --fit): a comma-separated subset of {', '.join(PARAMETERS)}")
+    ap.add_argument("--base-profile", default=None,
+                    help=f"the profile whose costs are fitted (default: the served scenario's, {BASE_PROFILE})")
     ap.add_argument("--fit-on", default=",".join(FIT_ON),
                     help=f"the loads the fit sees, comma-separated (default {','.join(FIT_ON)}); the rest are held out")
     ap.add_argument("--kv-space-gib", type=int, default=1)
