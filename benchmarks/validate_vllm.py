@@ -18,10 +18,11 @@ What it does (``make validate-vllm`` runs the full form):
    load (a closed loop of ``max_num_seqs`` clients with long answers: the server's ``--kv-blocks``
    cover every other load but not this one, so running requests outgrow the cache), all on one server
    (``--enable-logging-iteration-details``: each run's engine steps are counted from its log);
-4. only then (every observation on a machine that runs nothing else) fits ``step_s``, ``kernel_scale``
-   and ``frontend_s`` once, on the 0.3 S and offline runs of every repeat (``calibrate
-   --from-observation``'s code, base profile ``cpu-amd-epyc-tiny-llama``: the engine's speed drifts
-   between repeats, and a user gets one profile for an engine), and replays every run on it;
+4. only then (every observation on a machine that runs nothing else) fits the costs (``--fit``,
+   default ``calibrate --from-observation``'s four) once, on the ``--fit-on`` runs of every repeat
+   (default the 0.3 S and offline ones; ``calibrate --from-observation``'s code, base profile
+   ``--base-profile``, default ``cpu-amd-epyc-tiny-llama``: the engine's speed drifts between
+   repeats, and a user gets one profile for an engine), and replays every run on it;
 5. prints the median over repeats of each error (simulated / observed - 1: throughput, TTFT/TPOT/E2E
    p50 and p99, E2E p90, inter-token latency p50 and p99, engine steps) beside the observed run-to-run
    spread, and writes everything (with each run's engine-side mean TTFT from vLLM's own metrics, the
@@ -33,7 +34,8 @@ What it does (``make validate-vllm`` runs the full form):
 32-request warm-up burst, then two loads of ~100 requests against the committed profile, no fit: an
 offline burst and Poisson arrivals at 0.3 S. It gates what the model decides whatever the machine's
 speed: the burst's simulated engine steps within 10% of the lines vLLM logged (exit 1 outside),
-on a machine that is not busy (1-minute load average at most the CPU count). It reports the
+on a machine that is not busy (1-minute load average at most the CPU count) and with neither run
+read late by the client (``Observation.stream_warning``). It reports the
 throughput and TPOT errors without gating them: this machine's CPU time moved the same vLLM's
 light-load TPOT 2x between sessions, more than any latency gate could allow (docs/fidelity.md).
 """
