@@ -339,6 +339,9 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
     version = ep.get_json("/version")
     before = ep.metrics() if metrics else None
     load_before = _load_average()
+    if log and load_before and load_before[0] > (os.cpu_count() or 1):
+        log(f"warning: the client machine is busy (1-minute load average {load_before[0]:.2f} on {os.cpu_count()} "
+            "CPUs): it may read the streamed tokens late, and the run then measures the client")
     send, prompts, olen = load.plan()
     recs = [_Record(i, len(prompts[i]), int(olen[i])) for i in range(load.num_requests)]
 

@@ -373,6 +373,22 @@ def test_observe_drives_poisson_and_closed_loads_and_the_run_replays(tmp_path: P
     assert all(r["error"] is None and r["output_tokens"] == 2 for r in doc["requests"])
 
 
+def test_observe_warns_when_the_client_machine_is_busy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's load averages are recorded; above one per CPU at the start, a warning says the run
+    may measure the client (docs/calibration.md, a client that falls behind)."""
+    import calibrate.observe as observe_mod
+
+    busy = [4.0 * (os.cpu_count() or 1), 1.0, 0.5]
+    monkeypatch.setattr(observe_mod, "_load_average", lambda: busy)
+    logged: list[str] = []
+    engine = FakeEngine(2)
+    with engine.running():
+        doc = observe(engine.url, Load("offline", 2, Lengths(8, 8), Lengths(2, 2), timeout_s=60),
+                      tmp_path / "busy.json", metrics=False, log=logged.append)
+    assert doc["header"]["client"]["load_average_before"] == busy == doc["header"]["client"]["load_average_after"]
+    assert any(m.startswith("warning: the client machine is busy (1-minute load average") for m in logged), logged
+
+
 def test_observe_cli_and_its_errors(tmp_path: Path) -> None:
     engine = FakeEngine(4)
     out = tmp_path / "cli.json"
