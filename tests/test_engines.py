@@ -59,6 +59,20 @@ def test_changing_the_engine_by_override_reapplies_the_preset(tmp_path):
     assert (trt.scheduler.block_size, trt.scheduler.max_num_seqs) == (32, 64)
 
 
+def test_a_dotted_override_into_an_engine_given_by_name_keeps_the_name(tmp_path):
+    """``engine: sglang`` is ``engine: {preset: sglang}``: ``--set engine.async_scheduling=false`` after it
+    keeps the preset (it used to replace the name and fail on a missing preset); a preset name for
+    ``model`` or ``hardware`` still refuses a dotted key, naming it."""
+    sc = make_scenario(engine="sglang")
+    sync = sc.with_overrides({"engine.async_scheduling": False})
+    assert sync.engine is not None and sync.engine.preset == "sglang" and sync.engine.async_scheduling is False
+    assert not sync.engine.runs_async and sc.engine is not None and sc.engine.runs_async
+    both = make_scenario().with_overrides({"engine": "sglang", "engine.async_scheduling": False})
+    assert both.engine == sync.engine
+    with pytest.raises(ScenarioError, match="model is the preset name 'tiny-llama'"):
+        make_scenario().with_overrides({"model.num_layers": 2})
+
+
 def test_unknown_preset_names_the_field_and_the_known_ones():
     with pytest.raises(ScenarioError) as info:
         make_scenario(engine="vllm-v2")

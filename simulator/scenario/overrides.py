@@ -36,8 +36,15 @@ def _key_path(key: str, field: str, value: Any) -> list[str]:
     return parts
 
 
+#: Top-level fields whose string form names one field of their mapping (``engine: sglang`` is
+#: ``engine: {preset: sglang}``): a dotted key into one keeps the name.
+SHORTHAND_FIELD = {"engine": "preset"}
+
+
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``data[a][b][c] = value`` for ``key`` "a.b.c", creating the mappings on the way.
+    """Set ``data[a][b][c] = value`` for ``key`` "a.b.c", creating the mappings on the way (a
+    :data:`SHORTHAND_FIELD` given as a string becomes its mapping: ``engine: sglang`` then
+    ``engine.async_scheduling=false`` is ``{preset: sglang, async_scheduling: false}``).
 
     Raises:
         ScenarioError: an empty name in ``key``, or a step through a preset name (``model``, ``hardware``
@@ -50,6 +57,8 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         if isinstance(child, str) and part in ("model", "hardware"):
             raise ScenarioError(key, value, f"{'.'.join(parts[:i + 1])} is the preset name {child!r}; "
                                 "replace it with an inline mapping to set its fields")
+        if isinstance(child, str) and i == 0 and part in SHORTHAND_FIELD:
+            child = node[part] = {SHORTHAND_FIELD[part]: child}
         if not isinstance(child, dict):
             child = {}
             node[part] = child
