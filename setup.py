@@ -40,6 +40,7 @@ COMPILED = [
     "simulator/engine/pipeline.py",
     "simulator/engine/steplog.py",
     "simulator/engine/replica.py",
+    "simulator/engine/data_parallel.py",
     "simulator/cost/base.py",
     "simulator/cost/analytic.py",
     "simulator/cost/piecewise_decode.py",

@@ -69,6 +69,7 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any]]] = {
     "ex-closed-loop": (EXAMPLES / "closed-loop-h100.yaml", {}),
     "ex-agent-loop": (EXAMPLES / "agent-loop-h100.yaml", {}),
     "ex-deepseek": (EXAMPLES / "deepseek-v3-h200.yaml", {}),
+    "ex-deepseek-dep8": (EXAMPLES / "deepseek-v3-dep8-h200.yaml", {}),
     "ex-model-routing": (EXAMPLES / "model-routing.yaml", {}),
     "ex-cpu-tiny": (EXAMPLES / "cpu-tiny-llama.yaml", {}),
 }

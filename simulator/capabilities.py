@@ -216,7 +216,7 @@ POLICY_SUPPORT: dict[str, dict[str, bool | No]] = {
     "disaggregated": _all_but(
         POLICY_FEATURES, speculative_decoding=No(), client_timeout=_MOVES,
         queue_delay_shedding=_MOVES, autoscaler=_BY_HAND, fleet=_BY_HAND, model_pools=No(hint=_EITHER),
-        multi_step=_ONE_STEP, data_parallel=No("a replica's data-parallel ranks are engine loops of one colocated "
+        multi_step=_ONE_STEP, data_parallel=No("a replica's data-parallel ranks step together on one colocated "
                                                "pool"),
         pipeline_parallel=No("its prefill and decode pools are not pipelined"),
         closed_loop=No("its KV transfers and the clients' wake-ups are not combined in one decode-run horizon"),

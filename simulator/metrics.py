@@ -380,7 +380,7 @@ def _deployment_summary(result: SimulationResult) -> dict[str, Any]:
     # autoscaler's ceiling (its own block says how many ran).
     replicas, num_gpus = result.num_replicas, result.num_gpus
     # Pipeline, expert and data parallelism are listed only when used (the summary of a TP-only run is
-    # unchanged); a replica's data-parallel ranks are engine loops of their own, counted once here.
+    # unchanged); a replica's data-parallel ranks are replicas of the run (its rows), counted once here.
     split = {f"{kind}_parallel_size": size for kind, size in (("pipeline", dep.pipeline_parallel_size),
                                                               ("expert", dep.expert_parallel_size),
                                                               ("data", dep.data_parallel_size)) if size > 1}

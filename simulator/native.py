@@ -14,7 +14,7 @@ same-named modules, all of them or none:
   another Python.
 
 Both builds run the same source and give the same runs bit for bit (``tests/test_native.py``
-compares digests of 56 runs); the compiled one is about twice as fast (``docs/speed.md``).
+compares digests of 57 runs); the compiled one is about twice as fast (``docs/speed.md``).
 :func:`engine_build` says which one the process runs and why.
 """
 from __future__ import annotations

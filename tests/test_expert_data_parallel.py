@@ -9,9 +9,11 @@ import pytest
 
 from simulator import ScenarioError, load_scenario, resolve, simulate
 from simulator.cost.analytic import roofline_cost_model
+from simulator.cost.base import BatchShape
 from simulator.cost.factory import make_cost_model
 from simulator.cost.kernel_table import GeneralKernelTableCostModel, _ep_moe_roof, _moe_roof
 from simulator.engine.kv_cache import plan_kv_cache
+from simulator.run.topology import cost_model
 from simulator.scenario.deployment import DeploymentConfig
 from simulator.scenario.models import MODEL_PRESETS
 from simulator.scenario.parallel import Parallelism, collective_link
@@ -239,3 +241,101 @@ def test_serving_config_id_names_dp_only_when_used() -> None:
                                   "deployment.expert_parallel_size": 2})
     assert serving_config_id(dep) != serving_config_id(dep.with_overrides({"deployment.data_parallel_size": 1,
                                                                            "deployment.expert_parallel_size": 1}))
+
+
+# -- the ranks in lockstep ------------------------------------------------------------------------------
+def _dep_costs():
+    """DeepSeek-V3 DEP8 on h200: the measured tables and the datasheet roofline."""
+    m = MODEL_PRESETS["deepseek-v3"]
+    par = Parallelism(1, 1, 8, 8)
+    out = []
+    for name in ("h200", "h200-datasheet"):
+        p = load_profile(name)
+        out.append(make_cost_model(p, m, 1, resolve_precision(m, p, "fp8"), par))
+    return out
+
+
+@pytest.mark.parametrize("shape", [BatchShape.decode(32, 32 * 1500), BatchShape.prefill(4096),
+                                   BatchShape([2048], [512], 16, 16 * 900, 17)])
+def test_ranks_as_busy_as_each_other_step_as_one_rank_does(shape: BatchShape) -> None:
+    """The lockstep step of DP identical batches is the one-rank step, which prices the experts as if
+    every rank were as busy: the model before lockstep is its balanced case."""
+    for cm in _dep_costs():
+        assert cm.group_step_time_s([shape] * 8) == pytest.approx(cm.step_time_s(shape), rel=1e-12)
+
+
+def test_one_ranks_prefill_sets_every_ranks_step() -> None:
+    """Rank 0 prefills 4,096 tokens, ranks 1-7 decode 16 requests each: the step is rank 0's own part
+    (its step less its shared part) plus the routed experts over the 4,096 + 7 x 16 tokens and the
+    all-to-all at rank 0's 4,096, by hand from the measured curves; far longer than a decode rank's
+    step alone, shorter than eight prefills' worth of experts."""
+    cm = kernel_table("h200", "deepseek-v3", 1, dp=8)
+    prefill, decode = BatchShape.prefill(4096), BatchShape.decode(16, 16 * 1000)
+    layers = cm._moe_layers
+
+    def own(s: BatchShape) -> float:
+        t = s.num_tokens
+        return cm.step_time_s(s) - layers * cm._moe(t) - cm._a2a_s(t)
+    total = 4096 + 7 * 16
+    by_hand = max(own(prefill), own(decode)) + layers * cm._moe_group(total) + cm._a2a_s(4096)
+    group = cm.group_step_time_s([prefill] + [decode] * 7)
+    assert group == pytest.approx(by_hand, rel=1e-12)
+    assert group > 3 * cm.step_time_s(decode)
+    assert group < cm.step_time_s(prefill)          # that step priced the experts at 8 x 4,096 tokens
+
+
+def test_ranks_that_share_no_experts_step_at_the_slowest_ones_pace() -> None:
+    from simulator.cost.analytic import ConstantCostModel
+    from simulator.scenario.profiles import HardwareProfile
+    cm = ConstantCostModel(HardwareProfile(name="c", cost_model="constant", step_time_s=0.01,
+                                           prefill_time_per_token_s=1e-5))
+    assert cm.group_step_time_s([BatchShape.prefill(1000), BatchShape.decode(4, 400)]) == pytest.approx(0.02)
+
+
+def test_the_engine_wrappers_keep_the_balanced_case() -> None:
+    """With SGLang's preset (CUDA-graph padding and the CPU overlapped with the GPU) the lockstep step
+    of identical batches is still the one-rank step; the slowest rank's CPU time bounds it below."""
+    sc = load_scenario(DEP, {"engine": "sglang"})
+    cm = cost_model(sc, resolve(sc))
+    for shape in (BatchShape.decode(30, 30 * 2000), BatchShape([1024], [0], 8, 8000, 9)):
+        assert cm.group_step_time_s([shape] * 8) == pytest.approx(cm.step_time_s(shape), rel=1e-12)
+
+
+def _lockstep_run(tmp_path, rows: list[tuple[float, int, int]], **over):
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,prompt_tokens,output_tokens\n" + "".join(f"{t},{p},{o}\n" for t, p, o in rows))
+    sc = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "num_requests": len(rows),
+                                 "warmup_s": 0, "deployment.data_parallel_size": 2,
+                                 "deployment.expert_parallel_size": 2, "scheduler.policy": "chunked_prefill",
+                                 "scheduler.max_num_batched_tokens": 8192,
+                                 "workload.arrival": {"process": "trace", "format": "requests", "path": str(path)},
+                                 **over})
+    return simulate(sc)
+
+
+def test_a_prefill_on_one_rank_stalls_the_decodes_of_the_other(tmp_path) -> None:
+    """A decodes alone on rank 0; B's 6,000-token prompt arrives at 50 ms and goes to rank 1 (the less
+    loaded). The step B prefills in is rank 0's step too: both ranks log the same start and duration,
+    many times A's decode steps, and every request is served."""
+    result = _lockstep_run(tmp_path, [(0.0, 64, 200), (0.05, 6000, 4)])
+    req = result.requests.sort_values("request_id")
+    assert req["replica"].tolist() == [0, 1]
+    assert (req["status"] == "finished_length_capped").all()
+    steps = result.steps
+    for _, same in steps.groupby("start_time"):
+        assert same["duration_s"].nunique() == 1           # lockstep: one duration per instant
+    prefill = steps[(steps["replica"] == 1) & (steps["num_prefill_tokens"] == 6000)]
+    assert len(prefill) == 1
+    beside = steps[(steps["replica"] == 0) & (steps["start_time"] == prefill["start_time"].iloc[0])]
+    assert len(beside) == 1 and beside["num_decode_tokens"].iloc[0] == 1
+    alone = steps[(steps["replica"] == 0) & (steps["start_time"] < 0.04) & (steps["num_prefill_tokens"] == 0)]
+    assert beside["duration_s"].iloc[0] > 5 * alone["duration_s"].median()
+
+
+def test_lockstep_with_the_overlap_schedulers_admission_lag(tmp_path) -> None:
+    """SGLang's preset (async scheduling) on a DEP2 replica: requests held while a step runs join the
+    step after the next, and every request is still served."""
+    rows = [(0.001 * i, 256, 32) for i in range(40)]
+    result = _lockstep_run(tmp_path, rows, engine="sglang")
+    assert (result.requests["status"] == "finished_length_capped").all()
+    assert result.summary["requests"]["completed"] == 40

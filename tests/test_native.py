@@ -52,7 +52,7 @@ def test_the_manifest_names_the_modules_setup_compiles_with_their_sources():
 
 @needs_compiled
 def test_the_compiled_and_pure_python_engines_give_the_same_runs(tmp_path):
-    """56 runs (examples, a variant per lever, a random mix: benchmarks/digests.py), digested over
+    """57 runs (examples, a variant per lever, a random mix: benchmarks/digests.py), digested over
     every request and step column and the summary: the same in both engines, bit for bit."""
     script = ROOT / "benchmarks" / "digests.py"
     subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "pure.json")], env=_pure_env(),

@@ -28,11 +28,20 @@ the split need.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, register, split_stages
+from simulator.cost.base import (
+    BatchShape,
+    DecodeSteps,
+    StepTime,
+    VerifyStep,
+    lockstep_time_s,
+    register,
+    slowest_rank_s,
+    split_stages,
+)
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Parallelism, collective_link, stage_layers, stage_links
@@ -99,6 +108,9 @@ class ConstantCostModel:
 
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
         return None                     # step_time_s is already a few operations
+
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        return slowest_rank_s(self.step_time_s, shapes)
 
 
 class RooflineCostModel:
@@ -290,6 +302,9 @@ class RooflineCostModel:
     def decode_affine(self, num_decodes: int) -> tuple[float, float] | None:
         return self._decode_fixed_s(num_decodes), self._decode_attn_slope
 
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        return slowest_rank_s(self.step_time_s, shapes)
+
 
 
 
@@ -333,7 +348,9 @@ class GeneralRooflineCostModel(RooflineCostModel):
     * **Attention data parallelism** (``data_parallel_size`` DP, EP = TP x DP): the model is one DP
       rank's: attention, dense layers, shared experts and router over its own ``T`` tokens, the routed
       experts over the ``DP x T`` tokens of every rank (each assumed as busy as this one), all-to-all
-      over the ``TP x DP`` GPUs of the replica, each GPU sending its rank's ``T`` tokens.
+      over the ``TP x DP`` GPUs of the replica, each GPU sending its rank's ``T`` tokens. The engine
+      runs the ranks in lockstep through :meth:`group_step_time_s`: the routed experts over the
+      ranks' actual tokens, the all-to-all at the busiest rank's, the slowest rank's own part.
     * **MLA** (:meth:`_init_attention`; vLLM's two forms, ``vllm/v1/attention/backends/mla/common.py``):
       decode attention in the absorbed form vLLM's MLA decode kernels use: each head scores the
       query against the cached latent and rotary key (``2 (kv_lora_rank + qk_rope_head_dim)``
@@ -430,6 +447,8 @@ class GeneralRooflineCostModel(RooflineCostModel):
         m, p, par, profile = self.model, self.precision, self.parallel, self.profile
         h, abytes = m.hidden_size, p.activation_bytes
         fixed, per_token = self._ar_count * self._ar_latency, self._ar_count * self._ar_bytes_per_token
+        self._a2a_fixed_s, self._a2a_s_per_token = 0.0, 0.0
+        """The MoE layers' all-to-alls (in ``comm_s``): ``(fixed, per token)`` seconds."""
         if par.expert > 1:
             link = collective_link(profile, par.expert)
             assert link is not None        # the TP group's link, checked by the base class
@@ -437,8 +456,10 @@ class GeneralRooflineCostModel(RooflineCostModel):
             per_token -= m.num_moe_layers * self._ar_bytes_per_token
             fixed -= m.num_moe_layers * self._ar_latency
             a2a = 2 * m.num_moe_layers
-            fixed += a2a * link.latency_s
-            per_token += a2a * h * abytes * (par.expert - 1) / par.expert / link.bandwidth_bytes_per_s
+            self._a2a_fixed_s = a2a * link.latency_s
+            self._a2a_s_per_token = a2a * h * abytes * (par.expert - 1) / par.expert / link.bandwidth_bytes_per_s
+            fixed += self._a2a_fixed_s
+            per_token += self._a2a_s_per_token
         self._sends: list[tuple[float, float]] = []
         """Each stage boundary's send: ``(fixed, per token)`` seconds."""
         for i, link in enumerate(stage_links(profile, par)):
@@ -470,11 +491,16 @@ class GeneralRooflineCostModel(RooflineCostModel):
 
     # -- the terms ---------------------------------------------------------------------------------
     def _experts_s(self, tokens: int) -> float:
-        """Routed experts of every MoE layer for ``tokens`` tokens, on the busiest GPU."""
+        """Routed experts of every MoE layer for a rank's ``tokens`` tokens, on the busiest GPU: every
+        data-parallel rank's tokens reach the experts, each rank assumed as busy as this one."""
+        return self._routed_s(tokens * self.parallel.data)
+
+    def _routed_s(self, tokens: int) -> float:
+        """Routed experts of every MoE layer over ``tokens`` tokens (all data-parallel ranks'), on
+        the busiest GPU."""
         if not self._moe_layers or tokens == 0:
             return 0.0
         m = self.model
-        tokens *= self.parallel.data            # every data-parallel rank's tokens reach the experts
         touched = min(self._experts_local,
                       self._expert_share * expected_distinct_experts(tokens, m.num_experts, m.num_experts_per_tok))
         pairs = tokens * m.num_experts_per_tok * self._expert_share
@@ -522,6 +548,18 @@ class GeneralRooflineCostModel(RooflineCostModel):
 
     def step_time_s(self, shape: BatchShape) -> float:
         return self.breakdown(shape).total_s
+
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        """Data-parallel ranks in lockstep (:func:`~simulator.cost.base.lockstep_time_s`): the routed
+        experts over every rank's tokens, the all-to-all at the busiest rank's."""
+        if self.parallel.data == 1:
+            return slowest_rank_s(self.step_time_s, shapes)
+        return lockstep_time_s(self.step_time_s, self._shared_s, shapes, self.parallel.data)
+
+    def _shared_s(self, rank_tokens: int, group_tokens: int) -> float:
+        """The part of a step the data-parallel ranks share: the routed experts over ``group_tokens``
+        and the all-to-all of ``rank_tokens`` per rank."""
+        return self._routed_s(group_tokens) + self._a2a_fixed_s + self._a2a_s_per_token * rank_tokens
 
     def stage_times_s(self, shape: BatchShape) -> list[float]:
         """The step split over the pipeline's stages (class docstring): the per-layer terms by each

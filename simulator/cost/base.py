@@ -156,6 +156,17 @@ class CostModel(Protocol):
         to :meth:`step_time_s`)."""
         ...
 
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        """The duration of one step of a replica's attention data-parallel ranks, which run in
+        lockstep (``deployment.data_parallel_size``; :mod:`simulator.engine.data_parallel`):
+        ``shapes`` holds one shape per rank, an idle rank's dummy batch among them. Each rank's own
+        part (attention, dense layers, router, shared experts, CPU time) runs beside the others',
+        the slowest setting the pace; a model whose ranks share their routed experts runs those
+        once over every rank's tokens, and the all-to-all at the busiest rank's
+        (:func:`lockstep_time_s`). A model whose ranks share nothing: the slowest rank's
+        :meth:`step_time_s`."""
+        ...
+
 
 def split_stages(total_s: float, overhead_s: float, sends_s: list[float], last_s: float,
                  layers: list[int]) -> list[float]:
@@ -209,6 +220,32 @@ def verify_step_fn(cost: CostModel, num_seqs: int, num_query_tokens: int) -> Ver
         return fn
     q, sampled, step_time_s = [num_query_tokens] * num_seqs, num_seqs * num_query_tokens, cost.step_time_s
     return lambda computed: step_time_s(BatchShape(q, computed, 0, 0, sampled))
+
+
+def lockstep_time_s(step_time_s: Callable[[BatchShape], float], shared_s: Callable[[int, int], float],
+                    shapes: Sequence[BatchShape], data_parallel_size: int) -> float:
+    """A lockstep step of data-parallel ranks (:meth:`CostModel.group_step_time_s`) for a model whose
+    :meth:`~CostModel.step_time_s` of one rank's ``T`` tokens includes ``shared_s(T, DP x T)``, the
+    part the ranks share: ``shared_s(rank_tokens, group_tokens)`` is every MoE layer's routed
+    experts over ``group_tokens`` (all ranks' tokens) plus the all-to-all of ``rank_tokens`` per
+    rank. The step is the slowest rank's own part (its step without its shared part) plus the
+    shared part at the busiest rank's tokens and the group's total; with every rank as busy as the
+    first it is that rank's :meth:`~CostModel.step_time_s`."""
+    own, most, total = 0.0, 0, 0
+    for shape in shapes:
+        tokens = shape.num_tokens
+        own = max(own, step_time_s(shape) - shared_s(tokens, data_parallel_size * tokens))
+        most = max(most, tokens)
+        total += tokens
+    return own + shared_s(most, total)
+
+
+def slowest_rank_s(step_time_s: Callable[[BatchShape], float], shapes: Sequence[BatchShape]) -> float:
+    """:meth:`CostModel.group_step_time_s` of a model whose ranks share nothing: the slowest rank's step."""
+    slowest = 0.0
+    for shape in shapes:
+        slowest = max(slowest, step_time_s(shape))
+    return slowest
 
 
 COST_MODELS: Registry[Callable[..., CostModel]] = Registry("cost model", "hardware.cost_model")

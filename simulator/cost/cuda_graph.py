@@ -31,7 +31,7 @@ context, so decode runs stay affine where the wrapped model's are.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -103,6 +103,17 @@ class CudaGraphPadded(BaseCostModel):
         if not pad or total <= 0.0:
             return stages
         return [t + pad * t / total for t in stages]
+
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        """The inner model's lockstep step plus the largest padding among the ranks' steps (each
+        rank replays its own graph; the padded rows of the routed experts are counted in the
+        padding, not in the shared part)."""
+        pad = 0.0
+        for shape in shapes:
+            tokens = self._replays(shape)
+            if tokens:
+                pad = max(pad, self.extra(tokens)[3])
+        return self.inner.group_step_time_s(shapes) + pad
 
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep:
         inner = verify_step_fn(self.inner, num_seqs, num_query_tokens)

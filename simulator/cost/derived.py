@@ -14,11 +14,11 @@ implement every form themselves, and an interpreted class may not subclass a com
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep
+from simulator.cost.base import BatchShape, DecodeSteps, StepTime, VerifyStep, slowest_rank_s
 
 
 class BaseCostModel(ABC):
@@ -57,3 +57,8 @@ class BaseCostModel(ABC):
 
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep | None:
         return None
+
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        """Data-parallel ranks that share nothing: the slowest rank's step (a model that runs routed
+        experts over every rank's tokens overrides it: :func:`~simulator.cost.base.lockstep_time_s`)."""
+        return slowest_rank_s(self.step_time_s, shapes)

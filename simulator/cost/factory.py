@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -71,6 +71,14 @@ class AsyncScheduled(BaseCostModel):
         stages = self.inner.stage_times_s(shape)
         stages[0] = max(stages[0], self._cpu_s(shape.num_seqs, shape.num_tokens))
         return stages
+
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        """The ranks' GPU work in lockstep, or the slowest rank's CPU time when that is longer (each
+        rank's engine core schedules its next batch while the group's step runs)."""
+        cpu = 0.0
+        for shape in shapes:
+            cpu = max(cpu, self._cpu_s(shape.num_seqs, shape.num_tokens))
+        return max(self.inner.group_step_time_s(shapes), cpu)
 
     def verify_step_fn(self, num_seqs: int, num_query_tokens: int) -> VerifyStep:
         gpu = verify_step_fn(self.inner, num_seqs, num_query_tokens)

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from simulator.cost.analytic import MOE_LAYER_KERNELS, window_pairs
-from simulator.cost.base import DecodeSteps, register
+from simulator.cost.base import BatchShape, DecodeSteps, lockstep_time_s, register, slowest_rank_s
 from simulator.cost.op_rows import load_rows
 from simulator.cost.op_table import (
     TABLE_SCHEMA,
@@ -423,7 +423,9 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
     bytes per GPU over the interconnect (:func:`~simulator.scenario.parallel.collective_link`, as the
     roofline prices it). ``sources["all_to_all"]`` names which. With DP attention ranks the cost model is one rank's:
     attention, the dense layers, the router and the shared experts over its own ``T`` tokens, the
-    routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one).
+    routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one); the engine
+    runs the ranks in lockstep through :meth:`group_step_time_s`, the curve read at the ranks' actual
+    tokens, the all-to-all at the busiest rank's, the slowest rank's own part.
 
     Pipeline stages are :class:`KernelTableCostModel`'s; an MLA model on a table without MLA rows is
     refused with the datasheet profile as the way out.
@@ -434,6 +436,7 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         super().__init__(profile, model, tensor_parallel_size, precision, parallel)
         self.parallel = parallel or Parallelism(tensor_parallel_size)
         self._a2a_link: Link | None = None
+        self._shared_cache: dict[tuple[int, int], float] = {}
         if self.parallel.expert > 1:
             self._a2a_link = collective_link(profile, self.parallel.expert)
             if self._a2a_link is None:
@@ -482,11 +485,13 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         data-parallel ranks, the layer's kernel runs over every rank's tokens, ``DP x T``."""
         layer = self._moe_layer_fn(rows)
         if self.parallel.expert == 1:
+            self._moe_group = layer
             return layer
         # The scaled curve shrinks with the rank's share of the weights and pairs; its kernels do not.
         floor = _FUSED_MOE_KERNELS * self.profile.efficiency.kernel_latency_s
+        group = self._moe_group = lambda t: max(layer(t), floor)
         dp = float(self.parallel.data)
-        return lambda t: max(layer(t * dp), floor)
+        return lambda t: group(t * dp)
 
     def _moe_layer_fn(self, rows: OpRows) -> Fn:
         m, p, tp, par = self.model, self.precision, self.tp, self.parallel
@@ -684,14 +689,37 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         """Two all-reduces per layer over the TP group; with EP, each MoE layer's second one an
         all-to-all dispatch and a combine over the expert-parallel group instead."""
         nbytes = tokens * self.model.hidden_size * self.abytes
+        if self._a2a_link is None:
+            return 2 * self.L * self._comm(nbytes)
+        return (2 * self.L - self._moe_layers) * self._comm(nbytes) + self._a2a_s(tokens)
+
+    def _a2a_s(self, tokens: int) -> float:
+        """Every MoE layer's dispatch and combine of a rank's ``tokens`` tokens (0 without EP)."""
         link = self._a2a_link
         if link is None:
-            return 2 * self.L * self._comm(nbytes)
+            return 0.0
         if self._a2a is not None:
-            return (2 * self.L - self._moe_layers) * self._comm(nbytes) + self._moe_layers * self._a2a(tokens)
+            return self._moe_layers * self._a2a(tokens)
         ep = self.parallel.expert
+        nbytes = tokens * self.model.hidden_size * self.abytes
         a2a = link.latency_s + nbytes * (ep - 1) / ep / link.bandwidth_bytes_per_s
-        return (2 * self.L - self._moe_layers) * self._comm(nbytes) + 2 * self._moe_layers * a2a
+        return 2 * self._moe_layers * a2a
+
+    def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
+        """Data-parallel ranks in lockstep (:func:`~simulator.cost.base.lockstep_time_s`): the routed
+        experts over every rank's tokens, the all-to-all at the busiest rank's."""
+        if self.parallel.data == 1 or not self._moe_layers:
+            return slowest_rank_s(self.step_time_s, shapes)
+        return lockstep_time_s(self.step_time_s, self._shared_s, shapes, self.parallel.data)
+
+    def _shared_s(self, rank_tokens: int, group_tokens: int) -> float:
+        """The part of a step the data-parallel ranks share: every MoE layer's routed experts over
+        ``group_tokens`` and the all-to-all of ``rank_tokens`` per rank."""
+        key = (rank_tokens, group_tokens)
+        got = self._shared_cache.get(key)
+        if got is None:
+            got = self._shared_cache[key] = self._moe_layers * self._moe_group(group_tokens) + self._a2a_s(rank_tokens)
+        return got
 
     def _prefill_s(self, q: int, c: int) -> float:
         got = self._pf_cache.get((q, c))

@@ -24,6 +24,7 @@ from simulator.engine.pipeline import MicroBatches
 from simulator.engine.scheduler import Scheduler
 
 if TYPE_CHECKING:  # pragma: no cover
+    from simulator.engine.data_parallel import DataParallelGroup
     from simulator.engine.interface import OwnSteps
     from simulator.engine.request import RequestTable
     from simulator.engine.steplog import StepLog
@@ -82,7 +83,8 @@ class Replica:
         """The policy's own fast path (chunked prefill's mixed steps, speculative verification), if any."""
         self.deadlines: Deadlines | None = None
         """Timeouts and queue-delay shedding (``simulator.engine.deadlines``); None when both are off."""
-        self._idle: simpy.Event | None = None
+        self.idle_event: simpy.Event | None = None
+        """The event the engine loop sleeps on while nothing is scheduled, triggered by an arrival."""
         self.planned_until = 0.0
         """End of the last step (or run) this replica has planned (pipelined: of the first batch in
         flight, the first instant one of its requests can end)."""
@@ -113,6 +115,9 @@ class Replica:
         self.held: list[int] = []
         """Requests that arrived while a step ran, not yet visible to the scheduler (with
         :attr:`lagged_admission`), in arrival order."""
+        self.group: DataParallelGroup | None = None
+        """The attention data-parallel ranks this one steps with, in lockstep (its engine loop is the
+        group's, :mod:`simulator.engine.data_parallel`); None: it steps on its own."""
         self.process = env.process(self.engine_loop())
 
     @property
@@ -161,7 +166,7 @@ class Replica:
             return
         self._admit(rid)
 
-    def _release_held(self) -> None:
+    def release_held(self) -> None:
         """Make the held requests visible to the scheduler (the step they could not join is planned)."""
         held, self.held = self.held, []
         for rid in held:
@@ -171,8 +176,8 @@ class Replica:
         self.scheduler.add_request(rid)
         if self.deadlines is not None:
             self.deadlines.add(rid)
-        if self._idle is not None and not self._idle.triggered:
-            self._idle.succeed()
+        if self.idle_event is not None and not self.idle_event.triggered:
+            self.idle_event.succeed()
 
     def engine_loop(self):  # a SimPy process generator
         """Plan, cost and apply steps; sleep in simulated time until the last one ends.
@@ -187,6 +192,10 @@ class Replica:
         that ends lets its client send the next one, possibly before the horizon: the horizon is
         re-read after every step that finished a request (:mod:`simulator.run.clients`).
         """
+        if self.group is not None:       # the group's first rank runs every rank's steps
+            if self.group.ranks[0] is self:
+                yield from self.group.engine_loop()
+            return
         if self.pipeline is not None:
             yield from self._pipeline_loop(self.pipeline)
             return
@@ -196,14 +205,14 @@ class Replica:
             if self.deadlines is not None:   # aborts and shedding take effect at step boundaries
                 self.deadlines.expire(clock)
             if self.held and sched.n == 0 and not sched.waiting:
-                self._release_held()          # no step to plan first: the engine schedules them now
+                self.release_held()          # no step to plan first: the engine schedules them now
             if sched.n == 0:
                 wake = self._idle_until(clock)
                 if wake is not None:     # idle, or a batching policy waits to fill its batch
                     if arrivals is None:          # an arrival process wakes it (or the batch start)
-                        self._idle = env.event()
-                        yield self._idle if wake == math.inf else env.any_of([self._idle, env.timeout(wake - clock)])
-                        self._idle = None
+                        idle = self.idle_event = env.event()
+                        yield idle if wake == math.inf else env.any_of([idle, env.timeout(wake - clock)])
+                        self.idle_event = None
                         clock = env.now
                     elif wake == math.inf:        # no own arrival left: the run is over
                         if clock > env.now:       # solo: it ends at this replica's clock
@@ -223,7 +232,7 @@ class Replica:
                     end, done, crossing_end = self._fast_steps(own, t, horizon)
                     if crossing_end is not None:  # it also planned the step crossing the horizon
                         if self.held:
-                            self._release_held()
+                            self.release_held()
                         clock = yield from self._sleep(clock, crossing_end)
                         done = own.apply_planned_step(crossing_end)
                         if done:
@@ -249,7 +258,7 @@ class Replica:
                 if isinstance(apply, DecodeRun):
                     self._run_in_flight = (t, apply)
                 if self.held:
-                    self._release_held()
+                    self.release_held()
                 clock = yield from self._sleep(clock, end)
                 self._run_in_flight = None
                 self._apply(apply, end)
@@ -298,9 +307,9 @@ class Replica:
                     return
                 yield env.timeout(wake - clock)
             elif opening:                       # an arrival may start a batch now
-                self._idle = env.event()
-                yield self._idle if wake == math.inf else env.any_of([self._idle, env.timeout(wake - clock)])
-                self._idle = None
+                idle = self.idle_event = env.event()
+                yield idle if wake == math.inf else env.any_of([idle, env.timeout(wake - clock)])
+                self.idle_event = None
             else:
                 yield env.timeout(wake - clock)
             clock = env.now

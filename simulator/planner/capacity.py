@@ -131,7 +131,8 @@ def _steady_rate(req: pd.DataFrame) -> float:
 
 def capacity_bound(scenario: Scenario) -> CapacityBound:
     """Max requests/s one replica of ``scenario`` can complete at its workload's mean lengths (all
-    its attention data-parallel ranks, each a batch of its own: the cost model is one rank's)."""
+    its attention data-parallel ranks, each a batch of its own: the cost model is one rank's; an
+    upper bound for them, as in lockstep a rank's prefill also holds up the others' decodes)."""
     system = resolve(scenario)
     wl = scenario.workload
     prompt = make_length(wl.prompt_tokens, scenario, "workload.prompt_tokens").mean

@@ -3,9 +3,9 @@
 One builder per deployment shape, chosen by :func:`build_topology`:
 
 * :func:`single`: ``deployment.replicas`` replicas behind ``deployment.router``; with
-  ``deployment.data_parallel_size`` DP > 1 each replica is DP engine loops (its attention
-  data-parallel ranks), the request going to the rank of the chosen replica with the fewest
-  outstanding (:class:`DataParallelGroup`).
+  ``deployment.data_parallel_size`` DP > 1 each replica is DP ranks (its attention data-parallel
+  engine cores) stepped in lockstep, the request going to the rank of the chosen replica with the
+  fewest outstanding (:class:`~simulator.engine.data_parallel.DataParallelGroup`).
 * :func:`autoscaled`: ``deployment.autoscaler.max_replicas`` replicas, of which the autoscaler's
   active ones take requests (:mod:`simulator.cluster.autoscaler`).
 * :func:`regions`: every region's replicas behind a geo router (``fleet``, :mod:`simulator.cluster.fleet`).
@@ -38,6 +38,7 @@ from simulator.cluster.pools import PoolRouter, assign_pools
 from simulator.cluster.routing import make_router
 from simulator.cost.base import CostModel
 from simulator.cost.factory import make_cost_model
+from simulator.engine.data_parallel import DataParallelGroup
 from simulator.engine.deadlines import Deadlines
 from simulator.engine.disaggregated import DecodeScheduler, DisaggregatedFleet
 from simulator.engine.kv_cache import KVCacheManager
@@ -166,44 +167,14 @@ def single(w: Wiring) -> Topology:
     if dp == 1:
         return Topology(replicas, replicas, _routed(router, replicas), [RoutingCounters(w.routers)],
                         _schedulers(replicas), num_gpus, fixed=True)
-    groups = [DataParallelGroup(replicas[i * dp:(i + 1) * dp]) for i in range(dep.replicas)]
+    groups = [DataParallelGroup(w.env, replicas[i * dp:(i + 1) * dp], replicas[i * dp].cost)
+              for i in range(dep.replicas)]
     pick = _routed(router, groups)
 
     def route(rid: int) -> int:
         g = pick(rid)
         return g * dp + groups[g].least_outstanding()
     return Topology(replicas, replicas, route, [RoutingCounters(w.routers)], _schedulers(replicas), num_gpus)
-
-
-class DataParallelGroup:
-    """The attention data-parallel ranks of one replica (``deployment.data_parallel_size`` engine
-    loops) as the router sees it: their loads summed. Inside the replica a request goes to the rank
-    with the fewest outstanding requests, ties to the lowest, as vLLM's data-parallel coordinator
-    and SGLang's DP-attention scheduler balance them."""
-
-    def __init__(self, ranks: Sequence[Replica]) -> None:
-        self.ranks = list(ranks)
-
-    @property
-    def num_outstanding(self) -> int:
-        return sum(r.num_outstanding for r in self.ranks)
-
-    @property
-    def num_waiting(self) -> int:
-        return sum(r.num_waiting for r in self.ranks)
-
-    @property
-    def outstanding_tokens(self) -> int:
-        return sum(r.outstanding_tokens for r in self.ranks)
-
-    def least_outstanding(self) -> int:
-        """Index of the rank with the fewest outstanding requests."""
-        best, best_load = 0, self.ranks[0].num_outstanding
-        for i in range(1, len(self.ranks)):
-            load = self.ranks[i].num_outstanding
-            if load < best_load:
-                best, best_load = i, load
-        return best
 
 
 def autoscaled(w: Wiring) -> Topology:

@@ -125,7 +125,8 @@ class DeploymentConfig(Frozen):
     rank is a ``tensor_parallel_size`` group with its own scheduler, batch (``max_num_seqs``) and KV
     cache that runs attention and the dense layers; the routed experts are split over all ``TP x
     DP`` GPUs (``expert_parallel_size`` must be ``TP x DP``). Requests go to the rank with the
-    fewest outstanding. See docs/models.md, "Attention data parallelism (DEP)", for what is modelled."""
+    fewest outstanding; the ranks step in lockstep, so one rank's prefill holds up the others'
+    decodes. See docs/models.md, "Attention data parallelism (DEP)", for what is modelled."""
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.cluster.router.ROUTERS``)."""
     quantization: str | None = None
