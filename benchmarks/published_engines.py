@@ -33,8 +33,8 @@ source, not fitted, and the other that matters here is the preset's:
   (32,768 where ``--max_seq_len`` says so), so their budget is that; the ``trtllm-bench`` points
   serve ``input + output`` tokens, so theirs is 8,192.
 
-A point whose deployment uses a form the simulator does not model (attention data parallelism with
-tensor-parallel experts) or cannot be built as printed (weights that do not fit) is listed with
+A point whose deployment the source does not state fully (attention data parallelism without its
+expert split) or that cannot be built as printed (weights that do not fit) is listed with
 ``not_checked`` and its reason, and is not simulated. Expert parallelism runs on the measured
 profiles; every point here has one data-parallel rank, so its all-to-all is priced from the profile's
 NVLink figures (the measured DeepEP rows apply to attention data parallelism only).
@@ -94,7 +94,13 @@ TRT_BENCH = ("`trtllm-bench throughput --backend pytorch`, requests queued at on
              "fraction (0.90 or 0.95 'in many cases') are not published: the preset's")
 SGLANG_SEQS = {"max_num_seqs": 2048}
 TRT_BENCH_GRAPHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192]
-ADP = "attention data parallelism with tensor-parallel experts or an unpublished expert split not modelled"
+ADP = "attention data parallelism with an unpublished expert split (the rows do not say EP)"
+SGLANG_DP1 = ("SGLang turns DP attention off when `--dp` is 1, as this command leaves it: the same deployment as "
+              "the point above, checked there")
+ADP_LIMITS = "the engine's batch limits with attention data parallelism are not published"
+SOURCE_REASONS = (ADP, SGLANG_DP1, ADP_LIMITS)
+"""Reasons a point is not checked that lie in the source (what it leaves unsaid or repeats), not in
+the simulator: every other unchecked point is one the simulator refuses (its weights do not fit)."""
 SPREAD = "ShareGPT spread assumed lognormal (sigma 1) about the published mean lengths"
 
 
@@ -146,7 +152,7 @@ POINTS: list[dict[str, Any]] = [
         notes=f"{DSR1}; `sglang.launch_server --tp-size 8`; " + SPREAD),
     _sg("deepseek-v3", "h200", 8, "fp8", 3414.99, "deepseek-r1/h200", "v0.5.3",
         "deepseek-r1 8xH200 SGLang dp-attention", family="deepseek", requests=1000,
-        lengths=sharegpt(219171, 200752, 1000), not_checked=ADP,
+        lengths=sharegpt(219171, 200752, 1000), not_checked=SGLANG_DP1,
         notes=f"{DSR1}; `--tp-size 8 --enable-dp-attention`"),
     _sg("gpt-oss-120b", "h100-sxm", 1, "mxfp4", 865.81, "gpt-oss-120b/h100", "v0.5.3rc0",
         "gpt-oss-120b 1xH100 SGLang", family="gpt-oss", requests=1000, lengths=sharegpt(215312, 196540, 1000),
@@ -268,7 +274,7 @@ POINTS: list[dict[str, Any]] = [
            notes="the overview's MoE options file enables attention data parallelism (`enable_attention_dp`)"),
     _bench("qwen3-30b-a3b", "b200", 1, "nvfp4", 1000, 1000, 3000, 25828, "Qwen3-30B-A3B, B200 TP1 (FP4)",
            "qwen3-30b-a3b 1xB200 nvfp4 1000/1000", family="qwen3-moe",
-           not_checked=ADP,
+           not_checked=ADP_LIMITS,
            notes="the overview's MoE options file enables attention data parallelism (`enable_attention_dp`; "
                  "at TP1 it changes nothing, but the engine's batch limits for it are not published)"),
 ]

@@ -115,8 +115,8 @@ def test_gpus_per_replica_count_the_data_parallel_ranks() -> None:
 
 
 @pytest.mark.parametrize("over, field, words", [
-    ({"deployment.data_parallel_size": 4, "deployment.expert_parallel_size": 1},
-     "deployment.expert_parallel_size", "tensor_parallel_size x data_parallel_size (1 x 4 = 4)"),
+    ({"deployment.data_parallel_size": 4, "deployment.expert_parallel_size": 2},
+     "deployment.expert_parallel_size", "must be 1 or tensor_parallel_size x data_parallel_size (1 x 4 = 4)"),
     ({"deployment.tensor_parallel_size": 2, "deployment.expert_parallel_size": 4},
      "deployment.expert_parallel_size", "data_parallel_size = expert_parallel_size / tensor_parallel_size"),
     ({"deployment.data_parallel_size": 0}, "deployment.data_parallel_size", "greater than or equal to 1"),
@@ -339,3 +339,50 @@ def test_lockstep_with_the_overlap_schedulers_admission_lag(tmp_path) -> None:
     result = _lockstep_run(tmp_path, rows, engine="sglang")
     assert (result.requests["status"] == "finished_length_capped").all()
     assert result.summary["requests"]["completed"] == 40
+
+
+# -- attention DP with tensor-parallel experts (EP 1) ---------------------------------------------------------
+def test_data_parallel_without_expert_parallelism_splits_every_experts_width() -> None:
+    """DP 4 x TP 2 with EP 1 (vLLM's --data-parallel-size alone, SGLang's --enable-dp-attention): the
+    MoE layer is the measured TP 8 curve (widths split 8 ways) over the 4 ranks' tokens; its
+    all-reduce over the rank's 2 GPUs becomes an all-gather and reduce-scatter of the 4 ranks' tokens
+    over all 8, priced from the measured all-reduce rows at 8 GPUs."""
+    p, m = load_profile("h200"), MODEL_PRESETS["qwen3-30b-a3b"]
+    adp = make_cost_model(p, m, 2, resolve_precision(m, p, None), Parallelism(2, 1, 1, 4))
+    tp8 = make_cost_model(p, m, 8, resolve_precision(m, p, None), Parallelism(8))
+    tp2 = make_cost_model(p, m, 2, resolve_precision(m, p, None), Parallelism(2))
+    assert isinstance(adp, GeneralKernelTableCostModel) and isinstance(tp8, GeneralKernelTableCostModel)
+    t = 64
+    assert adp._moe(t) == pytest.approx(tp8._moe(4 * t), rel=1e-12)
+    assert "TP 2 x DP 4" in adp.sources["moe"] and "measured all_reduce rows at 8" in adp.sources["moe_gather"]
+    nbytes = t * m.hidden_size * 2
+    moe_layers, layers = m.num_moe_layers, m.num_layers
+    assert adp._comm_s(t) == pytest.approx((2 * layers - moe_layers) * tp2._comm(nbytes)
+                                           + moe_layers * tp8._comm(4 * nbytes), rel=1e-12)
+    shape = BatchShape.decode(32, 32 * 800)
+    assert adp.group_step_time_s([shape] * 4) == pytest.approx(adp.step_time_s(shape), rel=1e-12)
+
+
+def test_roofline_data_parallel_without_expert_parallelism() -> None:
+    """The datasheet roofline of the same split: each GPU holds 1/(TP x DP) of every expert, reads them
+    for every rank's tokens, and gathers the group's tokens over the 8 GPUs' link."""
+    p, m = load_profile("h200-datasheet"), MODEL_PRESETS["qwen3-30b-a3b"]
+    adp = roofline_cost_model(p, m, 2, parallel=Parallelism(2, 1, 1, 4))
+    tp8 = roofline_cost_model(p, m, 8, parallel=Parallelism(8))
+    assert adp._experts_s(16) == pytest.approx(tp8._experts_s(64), rel=1e-12)
+    link = collective_link(p, 8)
+    assert link is not None
+    per_token = m.num_moe_layers * 2.0 * 7 / 8 * m.hidden_size * 2 / link.bandwidth_bytes_per_s
+    assert adp._gather_s_per_token == pytest.approx(per_token, rel=1e-12)
+    shape = BatchShape([512], [0], 8, 8 * 600, 9)
+    assert adp.group_step_time_s([shape] * 4) == pytest.approx(adp.step_time_s(shape), rel=1e-12)
+
+
+def test_a_dp_replica_with_tensor_parallel_experts_runs_end_to_end() -> None:
+    sc = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "num_requests": 200, "warmup_s": 0,
+                                 "deployment.data_parallel_size": 4})
+    result = simulate(sc)
+    s = result.summary
+    assert s["num_gpus"] == 4 and s["requests"]["completed"] == 200
+    assert s["deployment"]["data_parallel_size"] == 4 and "expert_parallel_size" not in s["deployment"]
+    assert len(set(np.asarray(result.requests["replica"]).tolist())) > 1

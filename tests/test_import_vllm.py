@@ -199,7 +199,8 @@ def test_nvfp4_checkpoints_and_flags_read_as_nvfp4(tmp_path: Path) -> None:
 
 
 def test_data_and_expert_parallel_flags_map_as_vllm_applies_them(tmp_path: Path) -> None:
-    """EP = TP x DP with --enable-expert-parallel (DEP); a dense model's DP ranks are replicas."""
+    """EP = TP x DP with --enable-expert-parallel (DEP), EP 1 without it; a dense model's DP ranks are
+    replicas."""
     dep = import_vllm(["Qwen/Qwen3-30B-A3B", "-tp", "2", "--data-parallel-size", "2", "--enable-expert-parallel"],
                       hardware="h200", out=tmp_path / "a.yaml")
     assert dep.scenario["hardware"] == "h200"
@@ -209,14 +210,14 @@ def test_data_and_expert_parallel_flags_map_as_vllm_applies_them(tmp_path: Path)
     assert ep.scenario["hardware"] == "h100-sxm"          # the measured tables time expert parallelism
     dense = import_vllm(["meta-llama/Llama-3.1-8B", "-dp", "4"], out=tmp_path / "c.yaml")
     assert dense.scenario["deployment"] == {"replicas": 4}
+    widths = import_vllm(["Qwen/Qwen3-30B-A3B", "-dp", "2"], hardware="h200", out=tmp_path / "d.yaml")
+    assert widths.scenario["deployment"] == {"data_parallel_size": 2}      # experts' widths split TP x DP ways
     (tmp_path / "a.yaml").write_text(dep.text)
     result = simulate(load_scenario(tmp_path / "a.yaml", {"num_requests": 40, "warmup_s": 0}))
     assert result.summary["num_gpus"] == 4 and result.summary["deployment"]["data_parallel_size"] == 2
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["Qwen/Qwen3-30B-A3B", "-dp", "2"], "--data-parallel-size = 2: qwen3-30b-a3b is an MoE model: without "
-     "--enable-expert-parallel"),
     (["Qwen/Qwen3-30B-A3B", "-dp", "0", "--enable-expert-parallel"], "--data-parallel-size = 0: not valid"),
     (["meta-llama/Llama-3.1-8B", "-tp", "2", "--enable-expert-parallel"],
      "--enable-expert-parallel = 2: llama-3.1-8b is a dense model"),

@@ -350,7 +350,11 @@ class GeneralRooflineCostModel(RooflineCostModel):
       experts over the ``DP x T`` tokens of every rank (each assumed as busy as this one), all-to-all
       over the ``TP x DP`` GPUs of the replica, each GPU sending its rank's ``T`` tokens. The engine
       runs the ranks in lockstep through :meth:`group_step_time_s`: the routed experts over the
-      ranks' actual tokens, the all-to-all at the busiest rank's, the slowest rank's own part.
+      ranks' actual tokens, the all-to-all at the busiest rank's, the slowest rank's own part. With
+      EP 1 (vLLM's ``--data-parallel-size`` alone, SGLang's ``--enable-dp-attention``) each GPU
+      holds ``1/(TP x DP)`` of every expert's width, and each MoE layer's all-reduce becomes an
+      all-gather of every rank's tokens and a reduce-scatter of the output over the ``TP x DP``
+      GPUs (a ring all-reduce's bytes, of the group's tokens).
     * **MLA** (:meth:`_init_attention`; vLLM's two forms, ``vllm/v1/attention/backends/mla/common.py``):
       decode attention in the absorbed form vLLM's MLA decode kernels use: each head scores the
       query against the cached latent and rotary key (``2 (kv_lora_rank + qk_rope_head_dim)``
@@ -412,12 +416,13 @@ class GeneralRooflineCostModel(RooflineCostModel):
         self._moe_layers = m.num_moe_layers
         if not m.is_moe:
             return
-        whole = ep > 1                          # EP: whole experts; else a 1/TP slice of each
+        whole = ep > 1                          # EP: whole experts; else a 1/(TP x DP) slice of each
         share = min(m.moe_load_imbalance, ep) / ep if whole else 1.0   # the busiest rank takes at most all
-        self._expert_params_gpu = m.params_per_expert / (1 if whole else self.tp)
+        split = 1 if whole else self.tp * self.parallel.data
+        self._expert_params_gpu = m.params_per_expert / split
         self._experts_local = m.num_experts / ep
         self._expert_share = share              # of the (token, expert) pairs and of the touched experts
-        width = m.expert_intermediate_size / (1 if whole else self.tp)
+        width = m.expert_intermediate_size / split
         self._expert_act_bytes_per_pair = (2 * m.hidden_size + 3 * width) * p.activation_bytes
 
     def _init_attention(self) -> None:
@@ -449,6 +454,9 @@ class GeneralRooflineCostModel(RooflineCostModel):
         fixed, per_token = self._ar_count * self._ar_latency, self._ar_count * self._ar_bytes_per_token
         self._a2a_fixed_s, self._a2a_s_per_token = 0.0, 0.0
         """The MoE layers' all-to-alls (in ``comm_s``): ``(fixed, per token)`` seconds."""
+        self._gather_fixed_s, self._gather_s_per_token = 0.0, 0.0
+        """With attention DP and tensor-parallel experts, the MoE layers' all-gather and reduce-scatter
+        over every GPU of the replica (in ``comm_s``): ``(fixed, per token of the whole group)`` seconds."""
         if par.expert > 1:
             link = collective_link(profile, par.expert)
             assert link is not None        # the TP group's link, checked by the base class
@@ -460,6 +468,22 @@ class GeneralRooflineCostModel(RooflineCostModel):
             self._a2a_s_per_token = a2a * h * abytes * (par.expert - 1) / par.expert / link.bandwidth_bytes_per_s
             fixed += self._a2a_fixed_s
             per_token += self._a2a_s_per_token
+        elif par.data > 1 and m.num_moe_layers:
+            n = self.tp * par.data
+            link = collective_link(profile, n)
+            if link is None:
+                raise ScenarioError("hardware.inter_node", None,
+                                    f"tensor_parallel_size x data_parallel_size = {n} GPUs span more than profile "
+                                    f"{profile.name!r}'s interconnect joins and the profile has no inter_node link")
+            # The MoE block's all-reduce over the TP group becomes an all-gather of every rank's tokens
+            # and a reduce-scatter of the experts' output over the TP x DP GPUs (a ring all-reduce's bytes).
+            per_token -= m.num_moe_layers * self._ar_bytes_per_token
+            fixed -= m.num_moe_layers * self._ar_latency
+            self._gather_fixed_s = 2 * m.num_moe_layers * link.latency_s
+            self._gather_s_per_token = (m.num_moe_layers * (2.0 * (n - 1) / n) * h * abytes
+                                        / link.bandwidth_bytes_per_s)
+            fixed += self._gather_fixed_s
+            per_token += self._gather_s_per_token * par.data
         self._sends: list[tuple[float, float]] = []
         """Each stage boundary's send: ``(fixed, per token)`` seconds."""
         for i, link in enumerate(stage_links(profile, par)):
@@ -559,7 +583,8 @@ class GeneralRooflineCostModel(RooflineCostModel):
     def _shared_s(self, rank_tokens: int, group_tokens: int) -> float:
         """The part of a step the data-parallel ranks share: the routed experts over ``group_tokens``
         and the all-to-all of ``rank_tokens`` per rank."""
-        return self._routed_s(group_tokens) + self._a2a_fixed_s + self._a2a_s_per_token * rank_tokens
+        return (self._routed_s(group_tokens) + self._a2a_fixed_s + self._a2a_s_per_token * rank_tokens
+                + self._gather_fixed_s + self._gather_s_per_token * group_tokens)
 
     def stage_times_s(self, shape: BatchShape) -> list[float]:
         """The step split over the pipeline's stages (class docstring): the per-layer terms by each

@@ -45,7 +45,7 @@ from simulator.cost.op_table import (
     prefill_roof,
 )
 from simulator.cost.piecewise_decode import PiecewiseDecode
-from simulator.cost.table import Fn, TableCostModel, _nearest
+from simulator.cost.table import Fn, TableCostModel, _nearest, all_reduce_curve
 from simulator.errors import ScenarioError
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.parallel import Link, Parallelism, collective_link, stage_layers, stage_links
@@ -138,7 +138,8 @@ class KernelTableCostModel(TableCostModel):
         kv_dtype = "fp8" if p.kv_bytes == 1.0 else act
         self._prefill = self._prefill_for(df, kv_dtype)
         self._decode = self._decode_for(df, kv_dtype)
-        self._comm = self._comm_fn(sixteen[sixteen["family"] == "comm"])
+        self._comm_rows = sixteen[sixteen["family"] == "comm"]
+        self._comm = self._comm_fn(self._comm_rows)
         self._init_caches(profile)
         if parallel is not None and parallel.pipeline > 1:
             self._init_stages(parallel)
@@ -448,6 +449,11 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         df = _monotone_table(profile.table, profile.table_sha256,
                              profile.table_schema if profile.table_schema is not None else TABLE_SCHEMA)
         self._a2a: Fn | None = self._all_to_all_fn(df[df["family"] == "all_to_all"]) if self._a2a_link else None
+        self._gather: Fn | None = None
+        """With attention DP and tensor-parallel experts (EP 1): one MoE layer's all-gather of every
+        rank's tokens and reduce-scatter of the output over the ``TP x DP`` GPUs, by the group's message bytes."""
+        if self.parallel.expert == 1 and self.parallel.data > 1 and model.num_moe_layers:
+            self._gather = self._gather_fn()
         m, tp, L = model, self.tp, self.L
         h = m.hidden_size
         self._moe_layers = m.num_moe_layers
@@ -486,7 +492,10 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         layer = self._moe_layer_fn(rows)
         if self.parallel.expert == 1:
             self._moe_group = layer
-            return layer
+            if self.parallel.data == 1:
+                return layer
+            dp1 = float(self.parallel.data)
+            return lambda t: layer(t * dp1)
         # The scaled curve shrinks with the rank's share of the weights and pairs; its kernels do not.
         floor = _FUSED_MOE_KERNELS * self.profile.efficiency.kernel_latency_s
         group = self._moe_group = lambda t: max(layer(t), floor)
@@ -498,7 +507,7 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         ep = par.expert
         # With EP the curve to scale is the whole-width one (TP 1) of the model's shape.
         target = [float(m.expert_intermediate_size), float(m.hidden_size), float(m.num_experts),
-                  float(m.num_experts_per_tok), float(tp if ep == 1 else 1)]
+                  float(m.num_experts_per_tok), float(tp * par.data if ep == 1 else 1)]
         peak_q = float(self.profile.peak_flops_for(p.compute_dtype)) if self.profile.peak_flops else self.peak
         share = min(m.moe_load_imbalance, ep) / ep
 
@@ -527,6 +536,10 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
                 local = m.num_experts // ep
                 label += f", one of EP {ep} GPUs ({local} whole expert{'s' if local > 1 else ''}" + (
                     f", {par.data} data-parallel ranks' tokens)" if par.data > 1 else ")")
+            elif par.data > 1:
+                label += f", widths split TP {tp} x DP {par.data} ways, {par.data} data-parallel ranks' tokens"
+                if shape == target:
+                    return curve.scalar, label
             elif shape == target:
                 return curve.scalar, label
             goal = roof(target, peak, wbytes)
@@ -558,6 +571,24 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         return lambda t: fn16(t) * float(rq(t) / r16(t))
 
     # -- the all-to-all --------------------------------------------------------------------------------
+    def _gather_fn(self) -> Fn:
+        """An all-gather plus a reduce-scatter over the replica's ``TP x DP`` GPUs, which move a ring
+        all-reduce's bytes: the table's measured ``all_reduce`` rows at that many GPUs inside one
+        interconnect domain, else the link's bandwidth and latency."""
+        n, ic = self.tp * self.parallel.data, self.profile.interconnect
+        sel = self._comm_rows[self._comm_rows["world_size"] == n]
+        if ic is not None and n <= ic.domain_gpus and sel.size:
+            self.sources["moe_gather"] = (f"measured all_reduce rows at {n} GPUs (all-gather and reduce-scatter of "
+                                          "every data-parallel rank's tokens)")
+            return all_reduce_curve(sel)
+        link = collective_link(self.profile, n)
+        if link is None:
+            raise ScenarioError("hardware.inter_node", None,
+                                f"tensor_parallel_size x data_parallel_size = {n} GPUs span more than profile "
+                                f"{self.profile.name!r}'s interconnect joins and the profile has no inter_node link")
+        self.sources["moe_gather"] = f"{link.name or 'link'} bandwidth and latency over {n} GPUs (not measured)"
+        return lambda nbytes: 2.0 * link.latency_s + 2.0 * (n - 1) / n * nbytes / link.bandwidth_bytes_per_s
+
     def _all_to_all_fn(self, rows: OpRows) -> Fn | None:
         """One MoE layer's dispatch plus combine over a rank's ``T`` tokens from the measured rows, or
         None where the link prices it (class doc); ``sources["all_to_all"]`` says which and why."""
@@ -689,9 +720,17 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         """Two all-reduces per layer over the TP group; with EP, each MoE layer's second one an
         all-to-all dispatch and a combine over the expert-parallel group instead."""
         nbytes = tokens * self.model.hidden_size * self.abytes
-        if self._a2a_link is None:
+        if self._a2a_link is None and self._gather is None:
             return 2 * self.L * self._comm(nbytes)
-        return (2 * self.L - self._moe_layers) * self._comm(nbytes) + self._a2a_s(tokens)
+        return (2 * self.L - self._moe_layers) * self._comm(nbytes) + self._moe_comm_s(tokens,
+                                                                                       tokens * self.parallel.data)
+
+    def _moe_comm_s(self, rank_tokens: int, group_tokens: int) -> float:
+        """Every MoE layer's collectives where they replace its all-reduce: the all-to-all of a rank's
+        tokens (EP), or the all-gather and reduce-scatter of the group's (attention DP, EP 1)."""
+        if self._gather is not None:
+            return self._moe_layers * self._gather(group_tokens * self.model.hidden_size * self.abytes)
+        return self._a2a_s(rank_tokens)
 
     def _a2a_s(self, tokens: int) -> float:
         """Every MoE layer's dispatch and combine of a rank's ``tokens`` tokens (0 without EP)."""
@@ -718,7 +757,8 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
         key = (rank_tokens, group_tokens)
         got = self._shared_cache.get(key)
         if got is None:
-            got = self._shared_cache[key] = self._moe_layers * self._moe_group(group_tokens) + self._a2a_s(rank_tokens)
+            got = self._shared_cache[key] = (self._moe_layers * self._moe_group(group_tokens)
+                                             + self._moe_comm_s(rank_tokens, group_tokens))
         return got
 
     def _prefill_s(self, q: int, c: int) -> float:

@@ -63,6 +63,14 @@ def _nearest(candidates: OpRows, cols: list[str], target: list[float]) -> np.voi
     return candidates[int(np.argmin(dist))]
 
 
+def all_reduce_curve(rows: OpRows) -> Fn:
+    """An all-reduce's time by message bytes from measured ``all_reduce`` rows of one world size
+    (below the smallest message measured, the smallest's time)."""
+    pts = points(rows, "message_bytes")
+    x0 = float(pts[0].min())
+    return LogCurve(*pts, lambda v: np.maximum(v, x0)).scalar
+
+
 @register("table")
 class TableCostModel(BaseCostModel):
     """Per-op table interpolation over one tensor-parallel shard (see module docstring).
@@ -280,10 +288,7 @@ class TableCostModel(BaseCostModel):
         sel = rows[rows["world_size"] == tp]
         if sel.size:
             self.sources["all_reduce"] = "measured"
-            pts = points(sel, "message_bytes")
-            x0 = float(pts[0].min())
-            curve = LogCurve(*pts, lambda v: np.maximum(v, x0))
-            return curve.scalar
+            return all_reduce_curve(sel)
         ic = self.profile.interconnect
         if ic is None:
             raise ScenarioError("hardware.interconnect", None, f"tensor_parallel_size={tp} needs measured "

@@ -43,7 +43,8 @@ class DataParallelGroup:
     rank a request goes to, and the lockstep engine loop (module docstring).
 
     Inside the replica a request goes to the rank with the fewest outstanding requests, ties to the
-    lowest, as vLLM's data-parallel coordinator and SGLang's DP-attention scheduler balance them."""
+    lowest (vLLM's front end scores ``4 x waiting + running`` on counts up to 100 ms old; SGLang's
+    default is round robin: docs/models.md)."""
 
     def __init__(self, env: simpy.Environment, ranks: Sequence[Replica], cost: CostModel) -> None:
         self.env = env

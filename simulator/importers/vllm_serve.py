@@ -351,14 +351,13 @@ def import_vllm(args: list[str], *, model_config: Path | None = None, hardware: 
 def _data_parallel(dep: dict[str, Any], spec: Any) -> None:
     """``--data-parallel-size`` and ``--enable-expert-parallel`` as vLLM applies them
     (``FusedMoEParallelConfig.make``: EP = TP x DP). A dense model's DP ranks share nothing: they are
-    replicas. An MoE model's DP ranks are one replica's attention data-parallel ranks whose routed
-    experts are split over the TP x DP GPUs: whole experts with ``--enable-expert-parallel``
-    (``deployment.data_parallel_size``, ``expert_parallel_size`` = TP x DP); without it vLLM
-    splits every expert's width TP x DP ways, which is not modelled.
+    replicas. An MoE model's DP ranks are one replica's attention data-parallel ranks
+    (``deployment.data_parallel_size``) whose routed experts are split over the TP x DP GPUs: whole
+    experts with ``--enable-expert-parallel`` (``expert_parallel_size`` = TP x DP), every expert's
+    width TP x DP ways without it (``expert_parallel_size`` 1).
 
     Raises:
-        ScenarioError: ``--data-parallel-size`` below 1, or above 1 on an MoE model without
-            ``--enable-expert-parallel``.
+        ScenarioError: ``--data-parallel-size`` below 1.
     """
     ep = dep.pop("_ep", False)
     dp = dep.pop("data_parallel_size", 1)
@@ -367,13 +366,6 @@ def _data_parallel(dep: dict[str, Any], spec: Any) -> None:
         raise ScenarioError("--data-parallel-size", dp, f"not valid: expected {FLAGS['data-parallel-size'].allowed}")
     if dp > 1 and not spec.is_moe:
         dep["replicas"] = dp
-    elif dp > 1 and not ep:
-        raise ScenarioError("--data-parallel-size", dp, f"{spec.name} is an MoE model: without "
-                            "--enable-expert-parallel vLLM splits each expert's width over the tensor_parallel_size "
-                            f"x data_parallel_size = {tp * dp} GPUs behind data-parallel attention, which is not "
-                            "modelled; "
-                            "add --enable-expert-parallel (whole experts over the TP x DP GPUs: DEP), or drop "
-                            "--data-parallel-size and give the replica count")
     elif dp > 1:
         dep["data_parallel_size"] = dp
     if ep:

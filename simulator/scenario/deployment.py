@@ -118,15 +118,17 @@ class DeploymentConfig(Frozen):
     expert_parallel_size: Integer = Field(default=1, ge=1)
     """GPUs the routed experts of an MoE model are split over, each expert whole on one GPU. As in
     vLLM (``--enable-expert-parallel``: EP = TP x DP), the expert-parallel ranks are every GPU of a
-    stage: 1 or ``tensor_parallel_size x data_parallel_size``."""
+    stage: 1 or ``tensor_parallel_size x data_parallel_size``. With 1 each GPU holds a slice of every
+    expert's width: ``1/tensor_parallel_size``, or ``1/(TP x DP)`` with attention data parallelism."""
     data_parallel_size: Integer = Field(default=1, ge=1)
-    """Attention data-parallel ranks per replica (vLLM ``--data-parallel-size`` with
-    ``--enable-expert-parallel``, SGLang ``--enable-dp-attention``; "DEP"), MoE models only: each
-    rank is a ``tensor_parallel_size`` group with its own scheduler, batch (``max_num_seqs``) and KV
-    cache that runs attention and the dense layers; the routed experts are split over all ``TP x
-    DP`` GPUs (``expert_parallel_size`` must be ``TP x DP``). Requests go to the rank with the
-    fewest outstanding; the ranks step in lockstep, so one rank's prefill holds up the others'
-    decodes. See docs/models.md, "Attention data parallelism (DEP)", for what is modelled."""
+    """Attention data-parallel ranks per replica (vLLM ``--data-parallel-size``, SGLang
+    ``--enable-dp-attention``; with expert parallelism "DEP"), MoE models only: each rank is a
+    ``tensor_parallel_size`` group with its own scheduler, batch (``max_num_seqs``) and KV cache that
+    runs attention and the dense layers; the routed experts are split over all ``TP x DP`` GPUs,
+    whole (``expert_parallel_size`` ``TP x DP``) or by width (``expert_parallel_size`` 1). Requests
+    go to the rank with the fewest outstanding; the ranks step in lockstep, so one rank's prefill
+    holds up the others' decodes. See docs/models.md, "Attention data parallelism (DEP)", for what is
+    modelled."""
     router: str = "round_robin"
     """Request router across replicas (see ``simulator.cluster.router.ROUTERS``)."""
     quantization: str | None = None
@@ -160,12 +162,12 @@ class DeploymentConfig(Frozen):
     def _expert_ranks(self) -> DeploymentConfig:
         ep, tp, dp = self.expert_parallel_size, self.tensor_parallel_size, self.data_parallel_size
         if dp > 1:
-            if ep != tp * dp:
-                raise FieldError("expert_parallel_size", ep, f"must be tensor_parallel_size x data_parallel_size "
-                                 f"({tp} x {dp} = {tp * dp}) with data_parallel_size {dp}: attention data "
-                                 "parallelism is modelled with the experts split over every GPU of the replica "
-                                 "(vLLM's --enable-expert-parallel); vLLM's default without it (the experts' "
-                                 "widths split TP x DP ways) is not modelled")
+            if ep not in (1, tp * dp):
+                raise FieldError("expert_parallel_size", ep, f"must be 1 or tensor_parallel_size x data_parallel_size "
+                                 f"({tp} x {dp} = {tp * dp}) with data_parallel_size {dp}: with attention data "
+                                 "parallelism the experts are split over every GPU of the replica, whole experts "
+                                 "(vLLM's --enable-expert-parallel) or every expert's width (1: vLLM's default, "
+                                 "SGLang's --enable-dp-attention)")
         elif ep not in (1, tp):
             raise FieldError("expert_parallel_size", ep, f"must be 1 or tensor_parallel_size ({tp}): the experts are "
                              "split over a stage's tensor-parallel ranks, as vLLM's --enable-expert-parallel does; "

@@ -13,10 +13,14 @@ MLP of every layer). An MoE model's routed experts split one of two ways:
   EP = TP x DP): each GPU holds ``num_experts / EP`` whole experts, and the MoE block's all-reduce
   becomes an all-to-all dispatch of the tokens to their experts' ranks and a combine back;
 * ``data_parallel_size`` DP > 1 with ``expert_parallel_size`` = TP x DP (vLLM's ``--data-parallel-size
-  DP --enable-expert-parallel``, SGLang's ``--enable-dp-attention``, "DEP"): each of the DP ranks
-  (a TP group) runs attention, the dense layers and the shared experts on its own batch with its own
-  KV cache; the routed experts are split over all ``TP x DP`` GPUs, and each MoE layer's all-to-all
-  carries every rank's tokens to their experts and back.
+  DP --enable-expert-parallel``, SGLang's ``--enable-dp-attention`` with its expert parallelism,
+  "DEP"): each of the DP ranks (a TP group) runs attention, the dense layers and the shared experts
+  on its own batch with its own KV cache; the routed experts are split over all ``TP x DP`` GPUs,
+  and each MoE layer's all-to-all carries every rank's tokens to their experts and back;
+* ``data_parallel_size`` DP > 1 with ``expert_parallel_size`` 1 (vLLM's ``--data-parallel-size DP``
+  alone, SGLang's ``--enable-dp-attention``): the same ranks, every GPU holding ``1/(TP x DP)`` of
+  every expert's width; each MoE layer gathers every rank's tokens on every GPU and reduce-scatters
+  the output back.
 
 GPUs are numbered stage by stage; ``interconnect.domain_gpus`` consecutive GPUs share the fast link
 (NVLink, Infinity Fabric), and a collective or a stage boundary that leaves a domain runs over the
@@ -35,7 +39,7 @@ from simulator.scenario.profiles import HardwareProfile, Interconnect
 @dataclass(frozen=True, slots=True)
 class Parallelism:
     """The split of one replica: TP ranks per stage, PP stages, EP ranks (1, TP, or TP x DP with
-    attention data parallelism), DP attention ranks."""
+    attention data parallelism), DP attention ranks (with EP 1, the experts' widths split TP x DP ways)."""
 
     tensor: int = 1
     pipeline: int = 1
