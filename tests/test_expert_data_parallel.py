@@ -386,3 +386,28 @@ def test_a_dp_replica_with_tensor_parallel_experts_runs_end_to_end() -> None:
     assert s["num_gpus"] == 4 and s["requests"]["completed"] == 200
     assert s["deployment"]["data_parallel_size"] == 4 and "expert_parallel_size" not in s["deployment"]
     assert len(set(np.asarray(result.requests["replica"]).tolist())) > 1
+
+
+@pytest.mark.parametrize("over", [
+    {"scheduler.num_gpu_blocks_override": 300},                                  # preemption on every rank
+    {"client.timeout_s": 3.0, "admission.max_queue_delay_s": 0.3,                # deadlines in lockstep
+     "workload.arrival.rate_per_s": 40, "scheduler.max_num_seqs": 16},
+    {"engine": "sglang", "scheduler.num_gpu_blocks_override": 300},              # admission lag + preemption
+    {"scheduler.policy": "dynamic"},                                             # a batching policy's waits
+])
+def test_lockstep_conserves_every_request(over: dict) -> None:
+    """Every request that arrives at a DEP2 replica is served, timed out or shed, whatever the ranks'
+    KV pressure, deadlines or admission lag; every step of one instant has one duration."""
+    sc = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "num_requests": 300, "warmup_s": 0,
+                                 "deployment.data_parallel_size": 2, "deployment.expert_parallel_size": 2,
+                                 "workload.arrival.rate_per_s": 20, "scheduler.max_model_len": 4096,
+                                 "scheduler.max_num_batched_tokens": 4096,
+                                 "workload.prompt_tokens": {"dist": "uniform", "min": 100, "max": 1500},
+                                 "workload.output_tokens": {"dist": "geometric", "mean": 300, "max": 2000}, **over})
+    s = simulate(sc).summary["requests"]
+    assert s["arrived"] == 300 and s["in_flight"] == 0
+    assert s["completed"] + s["timed_out"] + s["rejected"] == 300          # rejected counts the shed
+    result = simulate(sc, fast_forward=False)
+    assert result.summary["requests"] == s                 # lockstep takes one event per step either way
+    for _, same in result.steps.groupby("start_time"):
+        assert same["duration_s"].nunique() == 1
