@@ -575,14 +575,15 @@ class GeneralRooflineCostModel(RooflineCostModel):
 
     def group_step_time_s(self, shapes: Sequence[BatchShape]) -> float:
         """Data-parallel ranks in lockstep (:func:`~simulator.cost.base.lockstep_time_s`): the routed
-        experts over every rank's tokens, the all-to-all at the busiest rank's."""
+        experts over every rank's tokens, their collectives at the busiest rank's or the group's."""
         if self.parallel.data == 1:
             return slowest_rank_s(self.step_time_s, shapes)
         return lockstep_time_s(self.step_time_s, self._shared_s, shapes, self.parallel.data)
 
     def _shared_s(self, rank_tokens: int, group_tokens: int) -> float:
         """The part of a step the data-parallel ranks share: the routed experts over ``group_tokens``
-        and the all-to-all of ``rank_tokens`` per rank."""
+        and the MoE layers' collectives: the all-to-all of ``rank_tokens`` per rank (EP), or the
+        all-gather and reduce-scatter of ``group_tokens`` (EP 1)."""
         return (self._routed_s(group_tokens) + self._a2a_fixed_s + self._a2a_s_per_token * rank_tokens
                 + self._gather_fixed_s + self._gather_s_per_token * group_tokens)
 

@@ -426,7 +426,10 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
     attention, the dense layers, the router and the shared experts over its own ``T`` tokens, the
     routed experts' curve read at ``DP x T`` (every rank assumed as busy as this one); the engine
     runs the ranks in lockstep through :meth:`group_step_time_s`, the curve read at the ranks' actual
-    tokens, the all-to-all at the busiest rank's, the slowest rank's own part.
+    tokens, the all-to-all at the busiest rank's, the slowest rank's own part. With DP ranks and EP 1
+    each GPU holds ``1/(TP x DP)`` of every expert's width (the measured rows at that TP) and each
+    MoE layer's all-reduce becomes an all-gather and a reduce-scatter of every rank's tokens over the
+    ``TP x DP`` GPUs (:meth:`_gather_fn`).
 
     Pipeline stages are :class:`KernelTableCostModel`'s; an MLA model on a table without MLA rows is
     refused with the datasheet profile as the way out.
@@ -718,7 +721,8 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
 
     def _comm_s(self, tokens: int) -> float:
         """Two all-reduces per layer over the TP group; with EP, each MoE layer's second one an
-        all-to-all dispatch and a combine over the expert-parallel group instead."""
+        all-to-all dispatch and a combine over the expert-parallel group instead; with attention DP
+        and EP 1, an all-gather and a reduce-scatter of every rank's tokens over the ``TP x DP`` GPUs."""
         nbytes = tokens * self.model.hidden_size * self.abytes
         if self._a2a_link is None and self._gather is None:
             return 2 * self.L * self._comm(nbytes)
@@ -753,7 +757,7 @@ class GeneralKernelTableCostModel(KernelTableCostModel):
 
     def _shared_s(self, rank_tokens: int, group_tokens: int) -> float:
         """The part of a step the data-parallel ranks share: every MoE layer's routed experts over
-        ``group_tokens`` and the all-to-all of ``rank_tokens`` per rank."""
+        ``group_tokens`` and its collectives (:meth:`_moe_comm_s`)."""
         key = (rank_tokens, group_tokens)
         got = self._shared_cache.get(key)
         if got is None:

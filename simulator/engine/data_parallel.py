@@ -2,8 +2,8 @@
 
 Each rank is an engine core of its own: a :class:`~simulator.engine.replica.Replica` with its own
 scheduler, waiting queue, batch and KV cache (the request and step tables name the rank). What the
-ranks share is the routed experts: every MoE layer's dispatch and combine carry every rank's tokens,
-so no rank can start layer ``l + 1`` before every rank has finished layer ``l``. The engines
+ranks share is the routed experts: every MoE layer's collectives carry every rank's tokens, so no
+rank can start layer ``l + 1`` before every rank has finished layer ``l``. The engines
 therefore step the ranks together:
 
 * vLLM's data-parallel engine cores (``DPEngineCoreProc`` in ``vllm/v1/engine/core.py``) each run a
@@ -13,8 +13,9 @@ therefore step the ranks together:
 * TensorRT-LLM's attention DP does the same inside one executor.
 
 So one step of the group takes as long as its slowest rank's own work (attention, dense layers,
-router, shared experts, CPU time) plus the routed experts over every rank's tokens and the
-all-to-all at the busiest rank's (:meth:`~simulator.cost.base.CostModel.group_step_time_s`). A
+router, shared experts, CPU time) plus the routed experts over every rank's tokens and their
+collectives (the all-to-all at the busiest rank's tokens with expert parallelism, the all-gather and
+reduce-scatter of the group's without: :meth:`~simulator.cost.base.CostModel.group_step_time_s`). A
 long prefill chunk on one rank stalls the decodes of every other rank for that step, which is what
 makes a DEP deployment's inter-token tails longer than its ranks' own steps would. The group's
 loop is one SimPy process (run by the first rank's engine loop) that plans one step for every rank
