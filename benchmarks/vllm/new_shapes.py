@@ -19,8 +19,8 @@ import time
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
-import torch  # noqa: E402
-from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm  # noqa: E402
+import torch
+from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
 HIDDEN, INTERMEDIATE, Q, KV = 256, 688, 256, 128
 SHAPES = [(Q + 2 * KV, HIDDEN), (HIDDEN, Q), (2 * INTERMEDIATE, HIDDEN), (HIDDEN, INTERMEDIATE)]   # (out, in)

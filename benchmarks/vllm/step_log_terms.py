@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from calibrate.engine_steps import parse_iterations  # noqa: E402
+from calibrate.engine_steps import parse_iterations
 
 
 def main() -> None:

@@ -228,9 +228,10 @@ def lockstep_time_s(step_time_s: Callable[[BatchShape], float], shared_s: Callab
     :meth:`~CostModel.step_time_s` of one rank's ``T`` tokens includes ``shared_s(T, DP x T)``, the
     part the ranks share: ``shared_s(rank_tokens, group_tokens)`` is every MoE layer's routed
     experts over ``group_tokens`` (all ranks' tokens) plus their collectives (the all-to-all of
-    ``rank_tokens`` per rank, or the all-gather and reduce-scatter of ``group_tokens``). The step is the slowest rank's own part (its step without its shared part) plus the
-    shared part at the busiest rank's tokens and the group's total; with every rank as busy as the
-    first it is that rank's :meth:`~CostModel.step_time_s`."""
+    ``rank_tokens`` per rank, or the all-gather and reduce-scatter of ``group_tokens``). The step
+    is the slowest rank's own part (its step without its shared part) plus the shared part at the
+    busiest rank's tokens and the group's total; with every rank as busy as the first it is that
+    rank's :meth:`~CostModel.step_time_s`."""
     own, most, total = 0.0, 0, 0
     for shape in shapes:
         tokens = shape.num_tokens
