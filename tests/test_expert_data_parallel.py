@@ -411,3 +411,44 @@ def test_lockstep_conserves_every_request(over: dict) -> None:
     assert result.summary["requests"] == s                 # lockstep takes one event per step either way
     for _, same in result.steps.groupby("start_time"):
         assert same["duration_s"].nunique() == 1
+
+
+# -- the engine's choice of rank ------------------------------------------------------------------------------
+class _Rank:
+    def __init__(self, waiting: int, running: int) -> None:
+        self.num_waiting, self.num_outstanding = waiting, waiting + running
+
+
+def test_each_engines_rank_choice() -> None:
+    """Rank 0 has 2 waiting and 1 running (3 outstanding, vLLM's score 9); rank 1 has 0 waiting and 4
+    running (4 outstanding, score 4): fewest outstanding picks 0, vLLM's score picks 1, round robin
+    takes them in turn whatever the load."""
+    from simulator.engine.data_parallel import RANK_CHOICES
+    ranks = [_Rank(2, 1), _Rank(0, 4)]
+    assert RANK_CHOICES["least_outstanding"]().choose(ranks) == 0
+    assert RANK_CHOICES["vllm"]().choose(ranks) == 1
+    assert RANK_CHOICES["vllm"]().choose([_Rank(0, 3), _Rank(0, 3)]) == 0      # ties to the lowest
+    robin = RANK_CHOICES["round_robin"]()
+    assert [robin.choose(ranks) for _ in range(5)] == [0, 1, 0, 1, 0]
+
+
+def test_the_rank_choice_follows_the_engine_preset(tmp_path) -> None:
+    from simulator.run.topology import data_parallel_routing
+    base = {"model": "qwen3-30b-a3b", "hardware": "h200", "deployment.data_parallel_size": 2}
+    assert data_parallel_routing(load_scenario(EXAMPLE, base)) == "least_outstanding"
+    assert data_parallel_routing(load_scenario(EXAMPLE, {**base, "engine": "vllm-v1"})) == "vllm"
+    assert data_parallel_routing(load_scenario(EXAMPLE, {**base, "engine": "sglang"})) == "round_robin"
+    assert data_parallel_routing(load_scenario(EXAMPLE, {**base, "engine": "sglang",
+                                                         "engine.data_parallel_routing": "vllm"})) == "vllm"
+    # SGLang's round robin: a burst alternates ranks whatever their load
+    rows = [(0.0001 * i, 256, 64) for i in range(6)]
+    result = _lockstep_run(tmp_path, rows, engine="sglang")
+    assert result.requests.sort_values("request_id")["replica"].tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def test_an_unknown_rank_choice_names_the_field() -> None:
+    sc = load_scenario(EXAMPLE, {"model": "qwen3-30b-a3b", "hardware": "h200", "deployment.data_parallel_size": 2,
+                                 "engine": {"preset": "vllm-v1", "data_parallel_routing": "fastest"}})
+    with pytest.raises(ScenarioError) as info:
+        resolve(sc)
+    assert info.value.field == "engine.data_parallel_routing" and "round_robin" in info.value.message

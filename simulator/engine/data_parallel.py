@@ -24,33 +24,103 @@ decode runs: a run would need every rank's batch unchanged, which an arrival at 
 
 An idle rank's dummy batch is priced as one decode token over a context of one (vLLM's
 ``_dummy_run(1)``) and logged nowhere: the step table has the steps of ranks that scheduled work.
+
+Which rank a request joins is the engine's choice (:data:`RANK_CHOICES`, keyed by
+``engine.data_parallel_routing``; the engine preset's when left out, ``least_outstanding`` without
+an engine):
+
+* ``least_outstanding``: the rank with the fewest requests waiting or running, ties to the lowest;
+* ``vllm``: vLLM's front end (``DPLBAsyncMPClient.get_core_engine_for_request`` in
+  ``vllm/v1/engine/core_client.py``): the lowest ``4 x waiting + running``, ties to the lowest. vLLM
+  reads the ranks' counts from its coordinator every 100 ms and adds each request it sends to the
+  chosen rank's waiting count meanwhile; here the counts are the ranks' own at the arrival;
+* ``round_robin``: SGLang's default ``--load-balance-method``: ranks in turn, whatever their load.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import simpy
 
 from simulator.cost.base import BatchShape, CostModel
+from simulator.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from simulator.engine.replica import Replica
+
+
+class RankLoad(Protocol):
+    """What a rank choice reads of a rank (a :class:`~simulator.engine.replica.Replica` has both)."""
+
+    @property
+    def num_outstanding(self) -> int: ...
+
+    @property
+    def num_waiting(self) -> int: ...
+
+
+class RankChoice:
+    """How a replica's front end picks the data-parallel rank of each request (module docstring)."""
+
+    def choose(self, ranks: Sequence[RankLoad]) -> int:
+        """Index of the rank the next request goes to."""
+        raise NotImplementedError
+
+
+class LeastOutstanding(RankChoice):
+    def choose(self, ranks: Sequence[RankLoad]) -> int:
+        best, best_load = 0, ranks[0].num_outstanding
+        for i in range(1, len(ranks)):
+            load = ranks[i].num_outstanding
+            if load < best_load:
+                best, best_load = i, load
+        return best
+
+
+class VllmScore(RankChoice):
+    """vLLM's ``4 x waiting + running`` (held requests count as waiting: vLLM's front end has sent them)."""
+
+    def choose(self, ranks: Sequence[RankLoad]) -> int:
+        best, best_score = 0, -1
+        for i in range(len(ranks)):
+            waiting = ranks[i].num_waiting
+            score = 4 * waiting + (ranks[i].num_outstanding - waiting)
+            if best_score < 0 or score < best_score:
+                best, best_score = i, score
+        return best
+
+
+class RoundRobin(RankChoice):
+    def __init__(self) -> None:
+        self.next = 0
+
+    def choose(self, ranks: Sequence[RankLoad]) -> int:
+        i = self.next % len(ranks)
+        self.next = i + 1
+        return i
+
+
+RANK_CHOICES: Registry[type[RankChoice]] = Registry("data-parallel rank choice", "engine.data_parallel_routing")
+"""``engine.data_parallel_routing`` -> how a request picks its rank (module docstring)."""
+RANK_CHOICES.add("least_outstanding", LeastOutstanding)
+RANK_CHOICES.add("vllm", VllmScore)
+RANK_CHOICES.add("round_robin", RoundRobin)
 
 
 class DataParallelGroup:
     """The attention data-parallel ranks of one replica: their loads summed for the router, the
     rank a request goes to, and the lockstep engine loop (module docstring).
 
-    Inside the replica a request goes to the rank with the fewest outstanding requests, ties to the
-    lowest (vLLM's front end scores ``4 x waiting + running`` on counts up to 100 ms old; SGLang's
-    default is round robin: docs/models.md)."""
+    Inside the replica a request goes to the rank ``choice`` picks (:data:`RANK_CHOICES`)."""
 
-    def __init__(self, env: simpy.Environment, ranks: Sequence[Replica], cost: CostModel) -> None:
+    def __init__(self, env: simpy.Environment, ranks: Sequence[Replica], cost: CostModel,
+                 choice: RankChoice | None = None) -> None:
         self.env = env
         self.ranks = list(ranks)
         self.cost = cost
+        self.choice: RankChoice = choice if choice is not None else LeastOutstanding()
         self.dummy = BatchShape((), (), 1, 1, 0)
         """An idle rank's batch while the others step: one token, no sampled row."""
         self.stepping = [False] * len(self.ranks)
@@ -70,14 +140,9 @@ class DataParallelGroup:
     def outstanding_tokens(self) -> int:
         return sum(r.outstanding_tokens for r in self.ranks)
 
-    def least_outstanding(self) -> int:
-        """Index of the rank with the fewest outstanding requests."""
-        best, best_load = 0, self.ranks[0].num_outstanding
-        for i in range(1, len(self.ranks)):
-            load = self.ranks[i].num_outstanding
-            if load < best_load:
-                best, best_load = i, load
-        return best
+    def choose_rank(self) -> int:
+        """Index of the rank the next request goes to."""
+        return self.choice.choose(self.ranks)
 
     def _ready(self, now: float) -> float:
         """Expire the ranks' deadlines, schedule held requests at an idle rank, and mark the ranks

@@ -12,6 +12,7 @@ from simulator.arguments import check_instance
 from simulator.capabilities import check_capabilities
 from simulator.cluster.routing import ROUTERS
 from simulator.cost.cuda_graph import CudaGraphPadding
+from simulator.engine.data_parallel import RANK_CHOICES
 from simulator.engine.kv_cache import KVCachePlan, plan_kv_cache
 from simulator.engine.policies import POLICIES  # the registry, with every policy registered
 from simulator.errors import ScenarioError
@@ -143,6 +144,8 @@ def _resolve_system(scenario: Scenario) -> ResolvedSystem:
     profile = _engine_overhead(scenario, load_profile(scenario.hardware, base_dir=scenario.base_dir))
     sch, dep = scenario.scheduler, scenario.deployment
     ROUTERS.lookup(dep.router)
+    if scenario.engine is not None and scenario.engine.data_parallel_routing is not None:
+        RANK_CHOICES.lookup(scenario.engine.data_parallel_routing)
     max_model_len = sch.max_model_len or model.max_model_len
     if sch.max_model_len and sch.max_model_len > model.max_model_len:
         raise ScenarioError("scheduler.max_model_len", sch.max_model_len,

@@ -5,7 +5,7 @@ One builder per deployment shape, chosen by :func:`build_topology`:
 * :func:`single`: ``deployment.replicas`` replicas behind ``deployment.router``; with
   ``deployment.data_parallel_size`` DP > 1 each replica is DP ranks (its attention data-parallel
   engine cores) stepped in lockstep, the request going to the rank of the chosen replica with the
-  fewest outstanding (:class:`~simulator.engine.data_parallel.DataParallelGroup`).
+  the engine's rank choice (:class:`~simulator.engine.data_parallel.DataParallelGroup`).
 * :func:`autoscaled`: ``deployment.autoscaler.max_replicas`` replicas, of which the autoscaler's
   active ones take requests (:mod:`simulator.cluster.autoscaler`).
 * :func:`regions`: every region's replicas behind a geo router (``fleet``, :mod:`simulator.cluster.fleet`).
@@ -38,7 +38,7 @@ from simulator.cluster.pools import PoolRouter, assign_pools
 from simulator.cluster.routing import make_router
 from simulator.cost.base import CostModel
 from simulator.cost.factory import make_cost_model
-from simulator.engine.data_parallel import DataParallelGroup
+from simulator.engine.data_parallel import RANK_CHOICES, DataParallelGroup
 from simulator.engine.deadlines import Deadlines
 from simulator.engine.disaggregated import DecodeScheduler, DisaggregatedFleet
 from simulator.engine.kv_cache import KVCacheManager
@@ -167,13 +167,14 @@ def single(w: Wiring) -> Topology:
     if dp == 1:
         return Topology(replicas, replicas, _routed(router, replicas), [RoutingCounters(w.routers)],
                         _schedulers(replicas), num_gpus, fixed=True)
-    groups = [DataParallelGroup(w.env, replicas[i * dp:(i + 1) * dp], replicas[i * dp].cost)
+    choice = RANK_CHOICES[data_parallel_routing(w.scenario)]
+    groups = [DataParallelGroup(w.env, replicas[i * dp:(i + 1) * dp], replicas[i * dp].cost, choice())
               for i in range(dep.replicas)]
     pick = _routed(router, groups)
 
     def route(rid: int) -> int:
         g = pick(rid)
-        return g * dp + groups[g].least_outstanding()
+        return g * dp + groups[g].choose_rank()
     return Topology(replicas, replicas, route, [RoutingCounters(w.routers)], _schedulers(replicas), num_gpus)
 
 
@@ -259,6 +260,13 @@ class RoutingCounters(RunExtension):
 
 
 # -- one replica's engine --------------------------------------------------------------------------
+def data_parallel_routing(scenario: Scenario) -> str:
+    """How a DP replica's requests pick their rank: ``engine.data_parallel_routing``, else the engine
+    preset's, else ``least_outstanding`` (:data:`~simulator.engine.data_parallel.RANK_CHOICES`)."""
+    engine = scenario.engine
+    return engine.rank_choice if engine is not None else "least_outstanding"
+
+
 def cost_model(scenario: Scenario, system: ResolvedSystem) -> CostModel:
     """The step-time model of ``scenario``'s replicas (quantization and KV dtype as served when set)."""
     dep = scenario.deployment

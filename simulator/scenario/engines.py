@@ -59,6 +59,9 @@ class EnginePreset:
     """The engine's CUDA-graph capture (None: not known; only ``engine.cuda_graph.capture_sizes`` pads)."""
     async_scheduling: bool = False
     """The engine overlaps its CPU work with the GPU by default (``engine.async_scheduling`` left out)."""
+    data_parallel_routing: str = "least_outstanding"
+    """How the engine picks a request's attention data-parallel rank by default
+    (``engine.data_parallel_routing`` left out; ``simulator.engine.data_parallel.RANK_CHOICES``)."""
     frontend_s: float | None = None
     """The engine's front end per request as a client times it (:mod:`simulator.cluster.frontend`):
     a measured figure, used where neither the profile's overhead nor ``engine.overhead`` gives
@@ -213,7 +216,8 @@ ENGINE_PRESETS.add("vllm-v1", EnginePreset(
         "256, plus the token budget when it fits (H100 with the preset: 1, 2, 4, 8, ..., 248, 256, "
         "272, ..., 512)."),
     frontend_s=VLLM_FRONTEND_S,
-    frontend_source=VLLM_FRONTEND_SOURCE))
+    frontend_source=VLLM_FRONTEND_SOURCE,
+    data_parallel_routing="vllm"))
 
 ENGINE_PRESETS.add("vllm-v0.6", EnginePreset(
     "vLLM 0.6 (v0 engine)", lambda profile, max_model_len: {
@@ -286,7 +290,8 @@ ENGINE_PRESETS.add("sglang", EnginePreset(
         "(H100, H200, A100 80GB) below TP 4 and 512 from TP 4, 512 on larger GPUs (B200, MI300X), 32 "
         "(160 from TP 4) on 35 to 60 GiB (L40S), 24 (80) on 20 to 35 GiB, 8 below. Captured sizes: 1, 2, "
         "4, 8, 12, multiples of 8 to 256, of 16 to 496, of 32 from 512, and the largest."),
-    async_scheduling=True))
+    async_scheduling=True,
+    data_parallel_routing="round_robin"))
 
 ENGINE_PRESETS.add("trtllm", EnginePreset(
     "TensorRT-LLM (`trtllm-serve`)", lambda profile, max_model_len: {

@@ -140,6 +140,13 @@ class EngineConfig(Frozen):
     scheduled in the step after the next (docs/engines.md). None: the preset's (``sglang``,
     ``trtllm``: true, their default; ``vllm-v1``, ``vllm-v0.6``: false)."""
 
+    data_parallel_routing: str | None = None
+    """How a replica with attention data-parallel ranks (``deployment.data_parallel_size``) picks the
+    rank of each request: ``least_outstanding`` (fewest waiting or running), ``vllm`` (vLLM's lowest
+    ``4 x waiting + running``), ``round_robin`` (SGLang's default). None: the preset's (``vllm-v1``:
+    vllm; ``sglang``: round_robin; ``trtllm``, ``vllm-v0.6``: least_outstanding). See
+    ``simulator.engine.data_parallel``."""
+
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
@@ -151,6 +158,13 @@ class EngineConfig(Frozen):
         if name not in ENGINE_PRESETS:
             raise ValueError(f"unknown engine preset; known: {', '.join(ENGINE_PRESETS)}")
         return name
+
+    @property
+    def rank_choice(self) -> str:
+        """``data_parallel_routing`` as set, or the preset's default when left out."""
+        if self.data_parallel_routing is not None:
+            return self.data_parallel_routing
+        return ENGINE_PRESETS[self.preset].data_parallel_routing
 
     @property
     def runs_async(self) -> bool:
