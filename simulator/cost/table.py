@@ -55,6 +55,15 @@ PER_LAYER = {"rmsnorm": 2, "rotary": 1, "silu_mul": 1, "residual_add": 2, "kv_wr
 
 Fn = Callable[[float], float]
 
+DECODE_QUERY_MAX = 8
+"""A step entry of at most this many query tokens (a speculative verification's ``k + 1``, a prompt's
+short last chunk) is priced as that many decode rows over its context, in the step's one decode
+attention call: the engines run such requests through their decode kernels (vLLM's MLA and
+FlashInfer backends treat a request of up to ``1 + num_speculative_tokens`` query tokens as a
+decode; FlashMLA and FlashInfer's decode kernels take several query tokens per request). A
+prefill kernel per request, as a longer chunk is priced, would pay one kernel's fixed time for
+each."""
+
 
 def _nearest(candidates: OpRows, cols: list[str], target: list[float]) -> np.void:
     """The row of ``candidates`` closest to ``target`` in log space over ``cols`` (the first of equals)."""
@@ -350,12 +359,16 @@ class TableCostModel(BaseCostModel):
             lin, elem = lin + head, elem + sample
         attn = 0.0
         pf_cache = self._pf_cache
+        rows, rows_ctx = num_decodes, shape.decode_context_tokens
         for q, c in zip(shape.prefill_tokens, shape.prefill_computed_tokens, strict=False):
-            if q:
+            if q > DECODE_QUERY_MAX:
                 t = pf_cache.get((q, c))
                 attn += self._prefill_s(q, c) if t is None else t
-        if num_decodes:
-            attn += (self._attn_fns.get(num_decodes) or self._decode_attn_fn(num_decodes))(shape.decode_context_tokens)
+            elif q:                          # a few query tokens: decode rows (module docstring)
+                rows += q
+                rows_ctx += q * c + q * (q + 1) // 2
+        if rows:
+            attn += (self._attn_fns.get(rows) or self._decode_attn_fn(rows))(rows_ctx)
         seqs = len(shape.prefill_tokens) + num_decodes
         overhead = self._step_s + self._seq_s * seqs + self._tok_s * tokens
         return lin, attn, elem, comm, overhead
@@ -405,14 +418,20 @@ class TableCostModel(BaseCostModel):
         head, sample = self._per_sampled(tokens)
         lin, elem = lin + head, elem + sample
         overhead = self._step_s + self._seq_s * n + self._tok_s * tokens
+        if q <= DECODE_QUERY_MAX:           # the n x q query tokens as decode rows (module docstring)
+            rows_fn, own = self._attn_fns.get(tokens) or self._decode_attn_fn(tokens), n * (q * (q + 1) // 2)
+
+            def step(computed: list[int]) -> float:
+                return lin + rows_fn(q * sum(computed) + own) + elem + comm + overhead
+            return step
         prefill_s = self._prefill_s
 
-        def step(computed: list[int]) -> float:
+        def step_chunks(computed: list[int]) -> float:
             attn = 0.0
             for c in computed:
                 attn += prefill_s(q, c)
             return lin + attn + elem + comm + overhead
-        return step
+        return step_chunks
 
     def _decode_fixed(self, n: int) -> tuple[float, float, float, float]:
         """(linear, elementwise, comm, overhead) of a pure-decode step of ``n`` requests."""
