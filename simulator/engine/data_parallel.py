@@ -158,13 +158,12 @@ class DataParallelGroup:
             if rank.held and sched.n == 0 and not sched.waiting:
                 rank.release_held()          # no step to plan first: the engine schedules them now
             steps = sched.n > 0
-            if not steps and sched.waiting:
-                start = sched.batch_start_time(now)
-                steps = start <= now
-                if not steps:
-                    if rank.deadlines is not None:   # a waiting request may give up first
-                        start = min(start, rank.deadlines.next_deadline())
-                    wake = min(wake, start)
+            if not steps:
+                until = rank.idle_until(now)  # None: the policy starts its waiting requests now
+                if until is None:
+                    steps = True
+                else:
+                    wake = min(wake, until)
             self.stepping[i] = steps
             if steps:
                 wake = now

@@ -207,7 +207,7 @@ class Replica:
             if self.held and sched.n == 0 and not sched.waiting:
                 self.release_held()          # no step to plan first: the engine schedules them now
             if sched.n == 0:
-                wake = self._idle_until(clock)
+                wake = self.idle_until(clock)
                 if wake is not None:     # idle, or a batching policy waits to fill its batch
                     if arrivals is None:          # an arrival process wakes it (or the batch start)
                         idle = self.idle_event = env.event()
@@ -352,7 +352,7 @@ class Replica:
             self.steps.add_step(self.index, clock, t - clock, out, mb.kv.num_used_blocks, len(mb.waiting))
             return True
 
-    def _idle_until(self, clock: float) -> float | None:
+    def idle_until(self, clock: float) -> float | None:
         """With the batch empty at ``clock``: None when the next step starts now, else the instant
         to wake at (the policy's batch start, a waiting request's deadline, the next own arrival;
         ``inf``: only an arrival process can wake it)."""
