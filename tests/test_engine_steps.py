@@ -137,3 +137,50 @@ def test_a_fit_with_the_engine_steps_takes_kernel_scale_from_them(tmp_path: Path
     assert doc["parameters"]["step_s"] == pytest.approx(TRUE_STEP_S, rel=0.1)
     prov = load_profile(str(tmp_path / "fitted")).provenance
     assert prov["engine_steps"]["logs"] == [str(l1), str(l2)] and "logged step times" in prov["fit"]["method"]
+
+
+def _step_log_terms() -> Any:
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm" / "step_log_terms.py"
+    spec = importlib.util.spec_from_file_location("step_log_terms", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shape_cache_term_misses_as_a_least_recently_used_cache() -> None:
+    """benchmarks/vllm/step_log_terms.py --shape-cache: a count misses the first time, hits while it is
+    among the last N distinct counts, and misses again once N others were used after it."""
+    misses = _step_log_terms().cache_misses
+    counts = np.array([5, 5, 7, 5, 9, 8, 5, 7, 7])
+    assert misses(counts, 2).tolist() == [1, 0, 1, 0, 1, 1, 1, 1, 0]
+    assert misses(counts, 3).tolist() == [1, 0, 1, 0, 1, 1, 0, 1, 0]
+    assert misses(counts, 100).tolist() == [1, 0, 1, 0, 1, 1, 0, 0, 0]
+
+
+def test_the_shape_cache_regression_recovers_a_known_cost_per_miss(tmp_path: Path) -> None:
+    """Step lines made with 4 ms per step, 80 us per prompt token, 0.4 ms per decode and 3 ms per
+    cache miss (no cost per prompt): the script's regression gives those back."""
+    rng = np.random.default_rng(0)
+    module = _step_log_terms()
+    decodes = rng.integers(1, 9, 600)
+    prompt = np.where(rng.random(600) < 0.3, rng.integers(100, 400, 600), 0)
+    miss = module.cache_misses(prompt + decodes, 32)
+    ms = 4.0 + 0.08 * prompt + 0.4 * decodes + 3.0 * miss
+    lines = [f"Iteration({i}): {int(p > 0)} context requests, {p} context tokens, {d} generation requests, "
+             f"{d} generation tokens, iteration elapsed time: {t:.4f} ms"
+             for i, (p, d, t) in enumerate(zip(prompt, decodes, ms, strict=True))]
+    (tmp_path / "repeat-0").mkdir()
+    (tmp_path / "repeat-0" / "rate.steps.log").write_text("\n".join(lines) + "\n")
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(Path(module.__file__)), str(tmp_path), "--shape-cache", "32"],
+                         capture_output=True, text=True, check=True).stdout
+    row = out.splitlines()[1].split()
+    assert row[0] == "rate"
+    assert float(row[2]) == pytest.approx(4.0, abs=0.01)        # per step
+    assert float(row[4]) == pytest.approx(0.0, abs=0.01)        # per prompt
+    assert float(row[6]) == pytest.approx(80.0, abs=0.1)        # per prompt token (us)
+    assert float(row[8]) == pytest.approx(0.4, abs=0.001)       # per decode
+    assert float(row[10]) == pytest.approx(3.0, abs=0.01)       # per miss
