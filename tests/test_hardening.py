@@ -291,6 +291,57 @@ def test_bad_empirical_length_files(tmp_path: Path, name: str, content: str | by
     raises(lambda: simulate(scenario_from_dict(data, base_dir=tmp_path)), *words)
 
 
+def _observation(tmp_path: Path, **changes: Any) -> Path:
+    """An `llmplan observe` file of two requests, the first with ``changes``."""
+    import json
+    reqs = [{"id": i, "send_s": float(i), "prompt_tokens": 16, "max_tokens": 3, "output_tokens": 3,
+             "first_token_s": i + 0.05, "end_s": i + 0.07, "chunk_s": [i + 0.05, i + 0.06, i + 0.07],
+             "chunk_tokens": [1, 1, 1], "usage": "server", "error": None} for i in range(2)]
+    reqs[0].update(changes)
+    path = tmp_path / "obs.json"
+    path.write_text(json.dumps({"format": "llmplan-observation", "version": 1, "header": {}, "requests": reqs}))
+    return path
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"chunk_s": True}, ("requests[0].chunk_s = 'True'", "list of instants")),
+    ({"chunk_s": {"a": 1}}, ("requests[0].chunk_s", "list of instants")),
+    ({"chunk_s": [0.05, "0.06", 0.07]}, ("requests[0].chunk_s", "list of instants")),
+    ({"chunk_s": [0.05, float("nan"), 0.07]}, ("requests[0].chunk_s", "list of instants")),
+    ({"chunk_s": [0.05, 0.07, 0.06]}, ("requests[0].chunk_s[2] = 0.06", "must not decrease")),
+    ({"chunk_s": [0.05, 0.06, 9.0]}, ("requests[0].chunk_s[2] = 9.0", "between the first token")),
+    ({"chunk_tokens": [1, "a", 1]}, ("requests[0].chunk_tokens", "token counts")),
+    ({"chunk_tokens": [1, True, 1]}, ("requests[0].chunk_tokens", "token counts")),
+    ({"chunk_tokens": [1, 1]}, ("requests[0].chunk_tokens = '2 counts for 3 chunks'", "one token count per")),
+    # 10^12 tokens in one chunk used to build a list of 10^12 gaps
+    ({"chunk_tokens": [1, 10**12, 1]}, ("requests[0].chunk_tokens", "more than the request's output_tokens (3)")),
+])
+def test_bad_observation_chunks_are_refused_naming_the_request(tmp_path: Path, changes: dict[str, Any],
+                                                               words: tuple[str, ...]) -> None:
+    """An observation's streamed chunks (``chunk_s``, ``chunk_tokens``): a wrong type, an instant out of
+    order or outside the request, a count that is not an integer or exceeds the request's output, as an
+    error naming the request and the field, replayed as a trace or read to fit (an internal error or a
+    hang before)."""
+    from simulator.workload.observation import read_observation
+    path = _observation(tmp_path, **changes)
+    raises(lambda: read_observation(path), *words)
+    data = base()
+    data["workload"]["arrival"] = {"process": "trace", "format": "observation", "path": str(path)}
+    data.pop("num_requests", None)
+    raises(lambda: simulate(scenario_from_dict(data, base_dir=tmp_path)), *words)
+
+
+def test_a_vllm_bench_result_with_a_bad_output_length_is_refused(tmp_path: Path) -> None:
+    """``output_lens`` of a request that completed, as text: an error naming it (a TypeError before)."""
+    import json
+
+    from simulator.workload.observation import read_observation
+    doc = {"input_lens": [16, 16], "output_lens": ["3", 3], "ttfts": [0.05, 0.05], "itls": [[0.01, 0.01]] * 2,
+           "start_times": [100.0, 101.0], "errors": ["", ""]}
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    raises(lambda: read_observation(tmp_path / "bench.json"), "request 0.output_lens = '3'", "non-negative number")
+
+
 def bad_table_profile(tmp_path: Path, column: str, value: float) -> tuple[Path, int]:
     """A copy of the measured CPU profile with one ops.csv cell replaced (and the checksum updated);
     returns the folder and the spreadsheet row of the cell."""

@@ -184,8 +184,6 @@ def _read_llmplan(doc: dict[str, Any], path: str, field: str) -> Observation:
         if good and out < 1:
             raise ScenarioError(f"{w}.output_tokens", out, "a completed request has at least one output token")
         output.append(out)
-        chunks = rec.get("chunk_s") or []
-        counts = rec.get("chunk_tokens") or []
         if good:
             first, end = _number(rec, "first_token_s", w), _number(rec, "end_s", w)
             if not send[-1] <= first <= end:
@@ -193,13 +191,42 @@ def _read_llmplan(doc: dict[str, Any], path: str, field: str) -> Observation:
                                     "must be in this order (seconds from the start of the run)")
             ttft.append(first - send[-1])
             e2e.append(end - send[-1])
+            itls.append(_gaps(*_chunks(rec, w, first, end, out)))
         else:
             ttft.append(math.nan)
             e2e.append(math.nan)
+            itls.append([])
         ok.append(good)
-        itls.append(_gaps(chunks, counts) if good else [])
     df, itls = _frame(send, prompt, output, ttft, e2e, ok, itls, where)
     return Observation(path, "llmplan observe", header, df, itls)
+
+
+def _chunks(rec: dict[str, Any], where: str, first: float, end: float,
+            output_tokens: int) -> tuple[list[float], list[int]]:
+    """A completed request's ``chunk_s`` (instants, in order, from its first token to its end) and
+    ``chunk_tokens`` (one count per chunk, none given: one token each; together at most the request's
+    ``output_tokens``), checked."""
+    chunks, counts = rec.get("chunk_s"), rec.get("chunk_tokens")
+    chunks = [] if chunks is None else chunks
+    counts = [] if counts is None else counts
+    if not isinstance(chunks, list) or not all(
+            not isinstance(t, bool) and isinstance(t, (int, float)) and math.isfinite(t) for t in chunks):
+        raise ScenarioError(f"{where}.chunk_s", str(chunks)[:60], "must be a list of instants (seconds)")
+    for j, t in enumerate(chunks):
+        if not first <= t <= end or (j and t < chunks[j - 1]):
+            raise ScenarioError(f"{where}.chunk_s[{j}]", t, f"must not decrease and lie between the first token "
+                                f"({first:.6g} s) and the end ({end:.6g} s)")
+    if not isinstance(counts, list) or not all(
+            not isinstance(k, bool) and isinstance(k, int) and k >= 0 for k in counts):
+        raise ScenarioError(f"{where}.chunk_tokens", str(counts)[:60], "must be a list of token counts (integers "
+                            "from 0)")
+    if counts and len(counts) != len(chunks):
+        raise ScenarioError(f"{where}.chunk_tokens", f"{len(counts)} counts for {len(chunks)} chunks",
+                            "give one token count per chunk_s instant, or none")
+    if sum(counts) > output_tokens:
+        raise ScenarioError(f"{where}.chunk_tokens", f"{sum(counts):,} tokens",
+                            f"more than the request's output_tokens ({output_tokens:,})")
+    return [float(t) for t in chunks], counts
 
 
 def _gaps(chunk_s: list[float], chunk_tokens: list[int]) -> list[float]:
@@ -228,10 +255,12 @@ def _read_vllm_bench(doc: dict[str, Any], path: str, field: str) -> Observation:
     for i in range(n):
         w = f"{where}: request {i}"
         rec = {k: doc[k][i] for k in need}
-        good = not errors[i] and bool(rec["ttfts"]) and (rec["output_lens"] or 0) > 0
+        failed = bool(errors[i]) or not rec["ttfts"]     # vLLM records a failed request's ttft as 0
         send.append(_number(rec, "start_times", w))
         prompt.append(_number(rec, "input_lens", w, integer=True))
-        output.append(_number(rec, "output_lens", w, integer=True) if good else 0)
+        out = 0 if failed else _number(rec, "output_lens", w, integer=True)
+        good = out > 0
+        output.append(out)
         gaps = rec["itls"] if isinstance(rec["itls"], list) else []
         if good:
             first = _number(rec, "ttfts", w)
