@@ -7,6 +7,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -130,3 +131,76 @@ def test_cli_table_csv_and_json(tmp_path: Path) -> None:
     assert {r["metric"] for r in data["rows"]} >= {"ttft_s", "e2e_s"}
     bad = runner.invoke(app, ["compare-metrics", str(PROM), str(SUMMARY), "--set", "seed=1"])
     assert bad.exit_code == 2 and "error: --set" in bad.output
+
+
+def _prom_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = PROM.read_text()
+    assert old in text
+    path = tmp_path / "m.prom"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def _ttft_bucket(le: str) -> str:
+    """The first line of the TTFT histogram's bucket ``le``."""
+    return next(line for line in PROM.read_text().splitlines()
+                if line.startswith("vllm:time_to_first_token_seconds_bucket") and f'le="{le}"' in line)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda line: line.replace('le="0.01"', 'le="abc"'), ("time_to_first_token_seconds_bucket le = 'abc'",
+                                                        "upper bound must be a number")),
+    (lambda line: line.replace('le="0.01"', 'le="NaN"'), ("le = 'NaN'",)),
+    (lambda line: line.rsplit(" ", 1)[0] + " NaN", ("time_to_first_token_seconds_bucket{le='0.01'} = nan",
+                                                   "must be a finite number")),
+    (lambda line: line.rsplit(" ", 1)[0] + " -3", ("= -3.0", "not negative")),
+    (lambda line: line.rsplit(" ", 1)[0] + " 1e12", ("fewer observations than the bucket below it (le=0.01",
+                                                    "cumulative")),
+])
+def test_a_bad_histogram_bucket_is_one_error_naming_it(tmp_path: Path, edit: Any, words: tuple[str, ...]) -> None:
+    """A bucket bound that is not a number (an internal ValueError before), a count that is NaN, negative,
+    or larger than the next bucket's (quantiles from them were silently wrong)."""
+    line = _ttft_bucket("0.01")
+    path = _prom_with(tmp_path, line, edit(line))
+    with pytest.raises(ScenarioError) as info:
+        read_measured(path)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_since_from_another_run_or_the_same_instant_is_named(tmp_path: Path) -> None:
+    """--since the same export: no observations between them; an export with more observations than
+    the later one (another server run): a negative count, named."""
+    with pytest.raises(ScenarioError, match=r"hold no observations after .* are subtracted"):
+        read_measured(PROM, since=PROM)
+    line = _ttft_bucket("+Inf")
+    bigger = _prom_with(tmp_path, line, line.rsplit(" ", 1)[0] + " 1e9")
+    with pytest.raises(ScenarioError, match=r"must be a finite number, not negative \(a difference with --since"):
+        read_measured(PROM, since=bigger)
+
+
+@pytest.mark.parametrize("section, key, value", [("ttft_s", "p99", ""), ("ttft_s", "p50", True),
+                                                 ("throughput", "requests_per_s", "6.6"),
+                                                 ("throughput", "input_tokens_per_s", -1.0)])
+def test_a_summary_with_a_bad_figure_is_refused_naming_it(tmp_path: Path, section: str, key: str,
+                                                          value: Any) -> None:
+    """A hand-edited summary JSON whose figure is text, a boolean or negative (a TypeError before)."""
+    doc = json.loads(SUMMARY.read_text())
+    doc[section][key] = value
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ScenarioError, match=re.escape(f"prediction: {section}.{key}")):
+        compare(read_measured(PROM), read_prediction(path))
+    doc[section] = [1, 2]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ScenarioError, match=re.escape(f"prediction: {section} = '[1, 2]': must be a mapping")):
+        compare(read_measured(PROM), read_prediction(path))
+
+
+def test_a_bench_result_with_a_bad_total_is_refused(tmp_path: Path) -> None:
+    doc = json.loads(BENCH.read_text())
+    doc["completed"] = "200"
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ScenarioError, match="completed = '200': must be a non-negative number"):
+        read_measured(path)

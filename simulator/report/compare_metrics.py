@@ -78,14 +78,17 @@ def read_measured(path: Path, since: Path | None = None) -> Measured:
     metrics = parse_prometheus(text, str(path))
     if since is not None:
         metrics = _difference(metrics, read_prometheus(since))
-    return _read_metrics(metrics, str(path))
+    return _read_metrics(metrics, str(path), since)
 
 
-def _read_metrics(metrics: Metrics, source: str) -> Measured:
+def _read_metrics(metrics: Metrics, source: str, since: Path | None = None) -> Measured:
     out = Measured(source, "prometheus")
+    empty = False
     for metric, names in VLLM_HISTOGRAMS.items():
         for name in names:
             h = histogram(metrics, name, source)
+            if h is not None and h.count <= 0:
+                empty = True
             if h is None or h.count <= 0:
                 continue
             out.stats[metric] = _histogram_stats(h)
@@ -103,6 +106,10 @@ def _read_metrics(metrics: Metrics, source: str) -> Measured:
             total = metrics.total(name)
             if total is not None:
                 out.totals[key] = total / requests
+    if not out.stats and empty:
+        raise ScenarioError("measured", source, "vLLM's latency histograms hold no observations"
+                            + (f" after {since}'s are subtracted (--since): export /metrics before the run and "
+                               "after it" if since is not None else ": export /metrics after the run"))
     if not out.stats:
         raise ScenarioError("measured", source, "has none of vLLM's latency histograms ("
                             + ", ".join(n for names in VLLM_HISTOGRAMS.values() for n in names) + ")")
@@ -132,6 +139,16 @@ def _text(path: Path, what: str) -> str:
         raise ScenarioError(what, str(path), f"cannot read the file as UTF-8 text ({exc})") from None
 
 
+def _bench_total(data: dict[str, Any], name: str, path: Path) -> float | None:
+    """A count or rate of a bench result (None when absent), refused unless a non-negative finite number."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ScenarioError(f"{path} {name}", value, "must be a non-negative number")
+    return float(value)
+
+
 def _read_bench(path: Path, text: str) -> Measured:
     try:
         data = json.loads(text)
@@ -155,15 +172,17 @@ def _read_bench(path: Path, text: str) -> Measured:
     if not out.stats:
         raise ScenarioError("measured", str(path), "not a vllm bench serve result: none of mean_ttft_ms, "
                             "median_ttft_ms, p99_ttft_ms, ... (save it with --save-result)")
-    completed = data.get("completed")
-    if isinstance(completed, (int, float)) and completed > 0:
-        out.totals["requests"] = float(completed)
+    completed = _bench_total(data, "completed", path)
+    if completed:
+        out.totals["requests"] = completed
         for key, name in (("mean_prompt_tokens", "total_input_tokens"), ("mean_output_tokens", "total_output_tokens")):
-            if isinstance(data.get(name), (int, float)):
-                out.totals[key] = data[name] / completed
+            total = _bench_total(data, name, path)
+            if total is not None:
+                out.totals[key] = total / completed
     for key, name in (("requests_per_s", "request_throughput"), ("output_tokens_per_s", "output_throughput")):
-        if isinstance(data.get(name), (int, float)):
-            out.totals[key] = float(data[name])
+        rate = _bench_total(data, name, path)
+        if rate is not None:
+            out.totals[key] = rate
     out.notes.append(f"vllm bench serve result: {int(out.totals.get('requests', 0)):,} requests completed")
     return out
 
@@ -192,20 +211,22 @@ def compare(measured: Measured, summary: dict[str, Any]) -> list[dict[str, Any]]
     measurement's bucket (Prometheus histograms)."""
     rows: list[dict[str, Any]] = []
     for metric, stats in measured.stats.items():
-        predicted = summary.get(metric) or {}
+        predicted = _section(summary, metric)
         for stat in STATS:
-            m, p = stats.get(stat), predicted.get(stat)
+            m, p = stats.get(stat), _predicted(predicted, metric, stat)
             if m is None or p is None:
                 continue
             lo, hi = measured.buckets.get((metric, stat), (None, None))
             rows.append({"metric": metric, "stat": stat, "measured": m, "predicted": p,
                          "relative_error": _rel(m, p), "bucket_low": lo, "bucket_high": hi})
-    tp = summary.get("throughput") or {}
-    rps = tp.get("requests_per_s")
+    tp = _section(summary, "throughput")
+    rps = _predicted(tp, "throughput", "requests_per_s")
+    output_tps = _predicted(tp, "throughput", "output_tokens_per_s")
+    input_tps = _predicted(tp, "throughput", "input_tokens_per_s")
     predicted_totals = {
-        "requests_per_s": rps, "output_tokens_per_s": tp.get("output_tokens_per_s"),
-        "mean_prompt_tokens": tp["input_tokens_per_s"] / rps if rps and tp.get("input_tokens_per_s") else None,
-        "mean_output_tokens": tp["output_tokens_per_s"] / rps if rps and tp.get("output_tokens_per_s") else None,
+        "requests_per_s": rps, "output_tokens_per_s": output_tps,
+        "mean_prompt_tokens": input_tps / rps if rps and input_tps else None,
+        "mean_output_tokens": output_tps / rps if rps and output_tps else None,
     }
     for key, p in predicted_totals.items():
         m = measured.totals.get(key)
@@ -216,6 +237,28 @@ def compare(measured: Measured, summary: dict[str, Any]) -> list[dict[str, Any]]
         raise ScenarioError("prediction", summary.get("name"), f"shares no metric with {measured.source} "
                             f"(measured: {', '.join(measured.stats)})")
     return rows
+
+
+def _section(summary: dict[str, Any], name: str) -> dict[str, Any]:
+    """The summary's ``name`` section (empty when it has none)."""
+    section = summary.get(name)
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise ScenarioError(f"prediction: {name}", str(section)[:40], "must be a mapping, as `llmplan simulate "
+                            "--json` writes it")
+    return section
+
+
+def _predicted(section: dict[str, Any], name: str, stat: str) -> float | None:
+    """A summary figure (None when absent), refused unless a non-negative finite number."""
+    v = section.get(stat)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ScenarioError(f"prediction: {name}.{stat}", v, "must be a non-negative number, as `llmplan simulate "
+                            "--json` writes it")
+    return float(v)
 
 
 def _rel(measured: float, predicted: float) -> float | None:

@@ -150,7 +150,14 @@ def histogram(metrics: Metrics, name: str, source: str) -> Histogram | None:
     for labels, value in buckets:
         if "le" not in labels:
             raise ScenarioError(f"{source} {name}_bucket", labels, "a bucket without its le label")
-        bound = _value(labels["le"])
+        try:
+            bound = _value(labels["le"])
+        except ValueError:
+            bound = math.nan
+        if math.isnan(bound):
+            raise ScenarioError(f"{source} {name}_bucket le", labels["le"], "a bucket's upper bound must be a number "
+                                "or +Inf")
+        _count(value, f"{source} {name}_bucket{{le={labels['le']!r}}}")
         key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
         series_bounds.setdefault(key, set()).add(bound)
         per_bound[bound] = per_bound.get(bound, 0.0) + value
@@ -161,8 +168,25 @@ def histogram(metrics: Metrics, name: str, source: str) -> Histogram | None:
     bounds = tuple(sorted(per_bound))
     if not bounds or not math.isinf(bounds[-1]):
         raise ScenarioError(f"{source} {name}_bucket", bounds[-1] if bounds else None, 'no le="+Inf" bucket')
-    return Histogram(bounds, tuple(per_bound[b] for b in bounds), metrics.total(f"{name}_sum") or 0.0,
-                     metrics.total(f"{name}_count") or per_bound[bounds[-1]])
+    cumulative = tuple(per_bound[b] for b in bounds)
+    for lower, upper, count in zip(bounds, bounds[1:], cumulative[1:], strict=False):
+        if count < per_bound[lower]:
+            raise ScenarioError(f"{source} {name}_bucket{{le={upper:g}}}", count, "fewer observations than the "
+                                f"bucket below it (le={lower:g}: {per_bound[lower]:g}); bucket counts are "
+                                "cumulative")
+    total_s = metrics.total(f"{name}_sum")
+    count = metrics.total(f"{name}_count")
+    return Histogram(bounds, cumulative, _count(total_s, f"{source} {name}_sum") if total_s is not None else 0.0,
+                     _count(count, f"{source} {name}_count") if count else cumulative[-1])
+
+
+def _count(value: float, where: str) -> float:
+    """A histogram's count or sum: finite and not negative (after ``--since``, a negative one means
+    the export taken before is not of the same server run)."""
+    if not math.isfinite(value) or value < 0:
+        raise ScenarioError(where, value, "must be a finite number, not negative (a difference with --since: "
+                            "both exports must come from the same server run, the earlier one given to --since)")
+    return value
 
 
 def read_prometheus(path: Path) -> Metrics:
