@@ -169,9 +169,9 @@ def histogram(metrics: Metrics, name: str, source: str) -> Histogram | None:
     if not bounds or not math.isinf(bounds[-1]):
         raise ScenarioError(f"{source} {name}_bucket", bounds[-1] if bounds else None, 'no le="+Inf" bucket')
     cumulative = tuple(per_bound[b] for b in bounds)
-    for lower, upper, count in zip(bounds, bounds[1:], cumulative[1:], strict=False):
-        if count < per_bound[lower]:
-            raise ScenarioError(f"{source} {name}_bucket{{le={upper:g}}}", count, "fewer observations than the "
+    for lower, upper, above in zip(bounds, bounds[1:], cumulative[1:], strict=False):
+        if above < per_bound[lower]:
+            raise ScenarioError(f"{source} {name}_bucket{{le={upper:g}}}", above, "fewer observations than the "
                                 f"bucket below it (le={lower:g}: {per_bound[lower]:g}); bucket counts are "
                                 "cumulative")
     total_s = metrics.total(f"{name}_sum")
