@@ -24,7 +24,7 @@ class ScenarioError(ValueError):
         self.field = field
         self.value = value
         self.message = message
-        super().__init__(f"{field} = {_short(value)}: {message}")
+        super().__init__(f"{_one_line(field)} = {_short(value)}: {_one_line(message)}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its three parts: an error raised in a planner worker process reaches the parent
@@ -60,6 +60,14 @@ def check_unique_names(items: Sequence[Any], field: str, what: str) -> None:
             raise FieldError(f"{field}[{i}].name", item.name, f"{field}[{first[item.name]}] has this name too; "
                              f"every {what} needs its own name")
         first[item.name] = i
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its control characters escaped as ``repr`` writes them (a column name or file name
+    holding a line break stays on the error's one line)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
 def _short(value: Any, limit: int = 160) -> str:

@@ -445,3 +445,12 @@ def test_an_unknown_field_of_an_optional_section_lists_the_allowed_ones(key, val
     with pytest.raises(ScenarioError) as info:
         make_scenario(**{key: value})
     assert "unknown field" in str(info.value) and "allowed:" in str(info.value) and allowed in str(info.value)
+
+
+def test_an_error_stays_on_one_line_whatever_its_parts_hold() -> None:
+    """A column or file name with a line break (a CSV header cell quoted across lines) is escaped, so the
+    CLI's one `error:` line stays one line."""
+    from simulator.errors import ScenarioError
+    err = ScenarioError("trace.csv\nrow 2", "a\nb", "found ,prompt_tokens\n, and \x00 in 'é 中'")
+    assert str(err) == "trace.csv\\nrow 2 = 'a\\nb': found ,prompt_tokens\\n, and \\x00 in 'é 中'"
+    assert err.field == "trace.csv\nrow 2" and err.message.endswith("'é 中'")
