@@ -119,6 +119,7 @@ def test_unknown_and_ignored_flags_are_listed_in_the_file(tmp_path: Path) -> Non
     (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'], "--acceptance-rate = None"),
     (["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}'], "EAGLE heads are not"),
     (["--max-num-seqs"], "--max-num-seqs = None: needs a value"),
+    (["--no-enforce-eager=maybe"], "--no-enforce-eager = 'maybe': a switch takes true or false"),   # internal before
 ])
 def test_bad_flag_values_are_one_line_errors(args: list[str], message: str) -> None:
     with pytest.raises(ScenarioError) as exc:

@@ -169,7 +169,7 @@ def parse_flags(args: list[str]) -> tuple[str | None, dict[str, str | bool], lis
         name = _ALIASES.get(name, name).replace("_", "-")
         negated = name.startswith("no-") and name[3:] in FLAGS and FLAGS[name[3:]].parse is None
         if negated:
-            flags[name[3:]] = False if not eq else not _bool(value)
+            flags[name[3:]] = False if not eq else not _switch(name, value)
             continue
         known = FLAGS.get(name)
         takes_value = known.parse is not None if known is not None else (
