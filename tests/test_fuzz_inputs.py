@@ -11,7 +11,9 @@ two ways, within a time bound:
 * exit 2 with exactly one ``error:`` line, no traceback, and nothing left behind: no ``--out`` folder,
   no staging folder beside it.
 
-Exit 1 ("internal error") is the failure this guards against. The examples are derandomized (the same
+The same property holds for the files a scenario reads (a trace of every format, an observation,
+empirical lengths), their cells, values, columns and lines mutated the same way. Exit 1 ("internal
+error") is the failure this guards against. The examples are derandomized (the same
 on every run, as CI needs) and the whole file takes well under a minute on two cores.
 """
 from __future__ import annotations
@@ -217,3 +219,135 @@ def test_the_bases_run(tmp_path: Path) -> None:
         code, _, stderr, elapsed = run_cli([command, str(path), *extra, "--no-progress", "--out", str(out)])
         assert code == 0, stderr
         assert elapsed < CASE_LIMIT_S
+
+
+# -- the files a scenario reads ---------------------------------------------------------------------------
+#: Cell texts that have broken a reader: empty, non-finite, huge, negative, fractional, dates where numbers
+#: go, quotes and separators, a NUL, a byte-order mark.
+BAD_CELLS = st.sampled_from(["", " ", "nan", "inf", "-inf", "-1", "0", "1e400", "1e18", "99999999999999999999", "abc",
+                             "1.5", "2025-13-40T00:00:00Z", "2025-03-01T12:00:00Z", "\x00", "\ufeff", '"', ",", "true",
+                             "null", "[]", "1,2", "0x10", "-0", "3e2", " 7 "])
+#: JSON values that have broken a reader: wrong types, non-finite and huge numbers, text where numbers go.
+BAD_JSON = st.sampled_from([None, True, False, "", "12", "abc", [], {}, [1], {"a": 1}, -1, 0, 1.5, math.inf, 2**70,
+                            10**18, math.nan, "2025-03-01T12:00:00Z"])
+TRACE_KINDS = ("azure", "mooncake", "requests_csv", "requests_jsonl", "openai", "observation", "empirical")
+
+
+def _trace_rows(draw: st.DrawFn) -> list[tuple[float, int, int]]:
+    t0 = draw(st.floats(0, 1e9))
+    return [(t0 + i * draw(st.floats(0, 2)), draw(st.integers(1, 1500)), draw(st.integers(1, 300)))
+            for i in range(draw(st.integers(1, 10)))]
+
+
+def _csv_case(draw: st.DrawFn, kind: str, rows: list[tuple[float, int, int]]) -> str:
+    if kind == "azure":
+        head = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+        data = [[f"2024-05-10 00:00:{t % 60:09.6f}", str(p), str(o)] for t, p, o in rows]
+    elif kind == "requests_csv":
+        extra = draw(st.sampled_from([[], ["session_id"], ["prefix_hash", "prefix_tokens"], ["tier"]]))
+        head = ["timestamp", "prompt_tokens", "output_tokens", *extra]
+        data = [[repr(t), str(p), str(o), *(str(draw(st.integers(0, 3))) for _ in extra)] for t, p, o in rows]
+    else:
+        head = ["num_prefill_tokens", "num_decode_tokens"]
+        data = [[str(p), str(o)] for _, p, o in rows]
+    for _ in range(draw(st.integers(0, 3))):
+        action = draw(st.sampled_from(["cell", "cell", "cell", "column", "header", "extra", "short", "empty"]))
+        row = data[draw(st.integers(0, len(data) - 1))] if data else []
+        if action == "cell" and row:
+            row[draw(st.integers(0, len(row) - 1))] = draw(BAD_CELLS)
+        elif action == "column" and len(head) > 1:
+            j = draw(st.integers(0, len(head) - 1))
+            head.pop(j)
+            for r in data:
+                if len(r) > j:
+                    r.pop(j)
+        elif action == "header" and head:
+            head[draw(st.integers(0, len(head) - 1))] = draw(BAD_CELLS)
+        elif action == "extra" and row:
+            row.append(draw(BAD_CELLS))
+        elif action == "short" and row:
+            del row[1:]
+        elif action == "empty":
+            data = []
+    return "\n".join(",".join(r) for r in [head, *data]) + "\n"
+
+
+def _json_case(draw: st.DrawFn, kind: str, rows: list[tuple[float, int, int]]) -> str:
+    if kind == "mooncake":
+        recs = [{"timestamp": int(t * 1000), "input_length": p, "output_length": o, "hash_ids": [1, 2]}
+                for t, p, o in rows]
+    elif kind == "requests_jsonl":
+        recs = [{"timestamp": t, "prompt_tokens": p, "output_tokens": o} for t, p, o in rows]
+    elif kind == "openai":
+        recs = [{"created": int(t), "usage": {"prompt_tokens": p, "completion_tokens": o}} for t, p, o in rows]
+    else:
+        recs = []
+        for i, (_, p, o) in enumerate(rows):
+            chunks = [i * 0.1 + 0.05 + 0.01 * k for k in range(o % 20 + 1)]
+            recs.append({"id": i, "send_s": i * 0.1, "prompt_tokens": p, "output_tokens": len(chunks),
+                         "max_tokens": len(chunks), "first_token_s": chunks[0], "end_s": chunks[-1], "chunk_s": chunks,
+                         "chunk_tokens": [1] * len(chunks), "usage": "server", "error": None})
+    for _ in range(draw(st.integers(0, 3))):
+        rec = recs[draw(st.integers(0, len(recs) - 1))]
+        if kind == "openai" and draw(st.booleans()):
+            rec = rec["usage"] if isinstance(rec.get("usage"), dict) else rec
+        action = draw(st.sampled_from(["value", "value", "delete", "unknown"]))
+        if action == "value" and rec:
+            rec[draw(st.sampled_from(sorted(rec)))] = copy.deepcopy(draw(BAD_JSON))
+        elif action == "delete" and rec:
+            del rec[draw(st.sampled_from(sorted(rec)))]
+        else:
+            rec["bogus"] = copy.deepcopy(draw(BAD_JSON))
+    if kind == "observation":
+        doc: dict[str, Any] = {"format": "llmplan-observation", "version": 1, "header": {}, "requests": recs}
+        if draw(st.integers(0, 5)) == 0:
+            doc[draw(st.sampled_from(sorted(doc)))] = copy.deepcopy(draw(BAD_JSON))
+        return json.dumps(doc)
+    lines = [json.dumps(r) for r in recs]
+    if draw(st.integers(0, 4)) == 0:
+        lines[draw(st.integers(0, len(lines) - 1))] = draw(st.sampled_from(["{", "[]", "1", "null", '"x"', '{"a":']))
+    return "\n".join(lines) + "\n"
+
+
+@st.composite
+def trace_file(draw: st.DrawFn) -> tuple[str, str]:
+    """A trace (any format), an observation or an empirical length file, with up to three bad cells,
+    values, columns or lines; returns (kind, text)."""
+    kind = draw(st.sampled_from(TRACE_KINDS))
+    rows = _trace_rows(draw)
+    if kind in ("azure", "requests_csv", "empirical"):
+        return kind, _csv_case(draw, kind, rows)
+    return kind, _json_case(draw, kind, rows)
+
+
+FILE_SCENARIO = {"name": "files", "seed": 1, "num_requests": 12, "model": "tiny-llama",
+                 "hardware": {"cost_model": "constant", "step_time_s": 0.002, "memory_bytes": 80 * 2**30},
+                 "scheduler": {"policy": "continuous", "max_num_seqs": 16},
+                 "workload": {"arrival": {"process": "poisson", "rate_per_s": 5},
+                              "prompt_tokens": {"dist": "lognormal", "mean": 100, "sigma": 0.5, "max": 400},
+                              "output_tokens": {"dist": "geometric", "mean": 8, "max": 64}}}
+
+
+@settings(SETTINGS, max_examples=300)
+@given(case=trace_file())
+def test_a_scenario_whose_data_file_is_bad_answers_or_refuses_cleanly(
+        case: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The property above, for what a scenario reads from its files: a trace of every format, an
+    observation replayed as one, and empirical lengths."""
+    kind, text = case
+    folder = tmp_path_factory.mktemp("file")
+    data = folder / ("data.csv" if kind in ("azure", "requests_csv", "empirical") else
+                     "data.json" if kind == "observation" else "data.jsonl")
+    data.write_text(text, encoding="utf-8")
+    doc = copy.deepcopy(FILE_SCENARIO)
+    if kind == "empirical":
+        doc["workload"]["prompt_tokens"] = {"dist": "empirical", "path": str(data), "column": "num_prefill_tokens"}
+    else:
+        doc.pop("num_requests")
+        doc["workload"]["arrival"] = {"process": "trace", "path": str(data),
+                                      "format": kind.removesuffix("_csv").removesuffix("_jsonl")}
+    scenario, out = folder / "scenario.yaml", folder / "out"
+    scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, stdout, stderr, _ = run_cli(["simulate", str(scenario), "--json", "--no-progress", "--out", str(out)])
+    if check_outcome(code, stdout, stderr, out) == "ok":
+        assert sorted(p.name for p in out.iterdir()) == OUT_FILES
