@@ -281,6 +281,8 @@ def test_bad_trace_files_name_file_row_and_column(tmp_path: Path, name: str, con
     ("frac.csv", "n\n100\n100.5\n", ("frac.csv row 3 column n",)),
     ("fake.csv.gz", "n\n100\n", ("fake.csv.gz", "not gzip-compressed")),
     ("cut.csv.gz", gzip.compress(b"n\n" + b"100\n" * 1000)[:40], ("cut.csv.gz", "damaged compressed file")),
+    ("quote.csv", 'n\n100\n"200\n300\n', ("quote.csv row 3 = '\"200'", "a double quote opens a value that never")),
+    ("blank.csv", "", ("blank.csv", "not a readable CSV (EmptyDataError: No columns to parse from file)")),
 ])
 def test_bad_empirical_length_files(tmp_path: Path, name: str, content: str | bytes, words: tuple[str, ...]) -> None:
     """Empirical lengths of 1e30 or inf (an internal assertion before), fractional lengths (silently

@@ -206,6 +206,7 @@ def read_csv(path: Path, source: str, **kwargs: Any) -> Any:
 
 
 _RAGGED = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+_OPEN_QUOTE = re.compile(r"EOF inside string starting at row (\d+)")
 
 
 def parse_csv(data: Any, source: str, shown: str, name: str, lines: Any, **kwargs: Any) -> Any:
@@ -221,7 +222,13 @@ def parse_csv(data: Any, source: str, shown: str, name: str, lines: Any, **kwarg
         ragged = _RAGGED.search(str(exc))
         if ragged:
             _refuse_ragged(name, int(ragged.group(2)), lines)
-        raise ScenarioError(source, shown, f"not a readable CSV ({type(exc).__name__})") from None
+        quote = _OPEN_QUOTE.search(str(exc))
+        if quote:   # pandas counts the lines from 0, the header's included
+            number = int(quote.group(1)) + 1
+            raise ScenarioError(f"{name} row {number}", _raw_line(lines, number), "a double quote opens a value "
+                                "that never closes; close it or remove it") from None
+        detail = str(exc).replace("Error tokenizing data. C error: ", "").strip()
+        raise ScenarioError(source, shown, f"not a readable CSV ({type(exc).__name__}: {detail[:120]})") from None
     if "index_col" not in kwargs and not frame.index.equals(pd.RangeIndex(len(frame))):
         _refuse_ragged(name, 2, lines)   # pandas made the extra values of the first row an index
     return frame
@@ -236,6 +243,15 @@ def _refuse_ragged(name: str, number: int, lines: Any) -> None:
     raise ScenarioError(f"{name} row {number}", text.getvalue(),
                         f"{len(row)} values but the header has {len(header)} columns ({', '.join(header)}); give "
                         "one value per column (put a value holding a comma in double quotes)")
+
+
+def _raw_line(lines: Any, number: int) -> str:
+    """The ``number``-th line of the text as written (1: the header), without its line break."""
+    with lines() as fh:
+        for i, line in enumerate(fh, 1):
+            if i == number:
+                return str(line).rstrip("\r\n")
+    return ""
 
 
 def _records(lines: Iterable[str], number: int) -> list[list[str]]:
