@@ -368,13 +368,18 @@ def bad_table_profile(tmp_path: Path, column: str, value: float) -> tuple[Path, 
 
 @pytest.mark.parametrize("column, value, words", [("tokens", 0, "column tokens = 0: must be an integer >= 1"),
                                                    ("width", -5, "column width = -5"),
-                                                   ("n", 1.5, "column n = 1.5")])
+                                                   ("n", 1.5, "column n = 1.5"),
+                                                   ("tokens", float("inf"), "column tokens = inf")])
 def test_bad_per_op_table_rows_name_the_row_and_column(tmp_path: Path, column: str, value: float,
                                                         words: str) -> None:
-    """An ops.csv row with 0 tokens, a negative width or a fractional GEMM width is refused, naming the
-    file, row and column (they used to reach the interpolants)."""
+    """An ops.csv row with 0 or infinitely many tokens, a negative width or a fractional GEMM width is
+    refused, naming the file, row and column (they used to reach the interpolants), and nothing else is
+    printed (an infinite count printed numpy's RuntimeWarning above the error)."""
+    import warnings
     folder, row = bad_table_profile(tmp_path, column, value)
-    raises(lambda: simulate(scenario_from_dict(base(hardware=str(folder)))), f"ops.csv row {row}", words)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        raises(lambda: simulate(scenario_from_dict(base(hardware=str(folder)))), f"ops.csv row {row}", words)
 
 
 def test_profiles_show_of_a_bad_table_is_one_line(tmp_path: Path) -> None:

@@ -146,7 +146,9 @@ def _parse(name: str, data: bytes) -> OpRows | None:
             continue
         values = numbers[:, shape.index(c)]
         least = np.where(np.isin(family, USED_BY.get(c, ())), 1, 0)
-        if not np.all(np.isfinite(values) & (values % 1 == 0) & (values >= least) & (values < 2**62)):
+        if not np.all(np.isfinite(values)):     # checked first: inf % 1 warns
+            return None
+        if not np.all((values % 1 == 0) & (values >= least) & (values < 2**62)):
             return None
         rows[c] = values.astype(np.int64)
     rows["median_s"] = med
