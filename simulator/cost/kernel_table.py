@@ -121,18 +121,11 @@ class KernelTableCostModel(TableCostModel):
         self.bw = float(profile.memory_bandwidth_bytes_per_s or 1e11)
         self._decode_slope: float | None = None
         self.sources: dict[str, str] = {}
-        h, hd = model.hidden_size, model.head_dim
-        self.heads = model.num_attention_heads / tp
-        self.kv_heads = max(1.0, model.num_key_value_heads / tp)
-        q, kv, inter = self.heads * hd, self.kv_heads * hd, model.intermediate_size / tp
-        layer = {"qkv_proj": (q + 2 * kv, h), "o_proj": (h, q), "gate_up_proj": (2 * inter, h),
-                 "down_proj": (h, inter)}
+        layer, widths = self._layer_widths(model, tp)
         gemm = df[df["family"] == "gemm"]
         self._gemm: dict[str, Fn] = {op: self._layer_gemm(gemm, op, n, k) for op, (n, k) in layer.items()}
-        self._gemm["lm_head"] = self._sixteen_bit_gemm(gemm, "lm_head", model.vocab_size / tp, h)
+        self._gemm["lm_head"] = self._sixteen_bit_gemm(gemm, "lm_head", model.vocab_size / tp, model.hidden_size)
         sixteen = df[df["dtype"] == act]
-        widths = {"rmsnorm": h, "rotary": q + kv, "silu_mul": inter, "residual_add": h, "kv_write": 2 * kv,
-                  "sampling": model.vocab_size}
         self._elem: dict[str, Fn] = {op: self._elementwise_fn(self._rows(df, op=op), op, w)
                                      for op, w in widths.items()}
         kv_dtype = "fp8" if p.kv_bytes == 1.0 else act

@@ -112,21 +112,29 @@ class TableCostModel(BaseCostModel):
         """Decode attention per layer per context token when it is the roofline (exactly affine)."""
         self.sources: dict[str, str] = {}
         """Op -> how it is predicted: ``measured``, ``scaled from <shape>``, or ``roofline``."""
-        h, hd = model.hidden_size, model.head_dim
-        self.heads = model.num_attention_heads / tp
-        self.kv_heads = max(1.0, model.num_key_value_heads / tp)
-        q, kv, inter = self.heads * hd, self.kv_heads * hd, model.intermediate_size / tp
-        shapes = {"qkv_proj": (q + 2 * kv, h), "o_proj": (h, q), "gate_up_proj": (2 * inter, h),
-                  "down_proj": (h, inter), "lm_head": (model.vocab_size / tp, h)}
+        shapes, widths = self._layer_widths(model, tp)
+        shapes["lm_head"] = (model.vocab_size / tp, model.hidden_size)
         gemm_rows = df[df["family"] == "gemm"]
         self._gemm: dict[str, Fn] = {op: self._gemm_fn(gemm_rows, op, n, k) for op, (n, k) in shapes.items()}
-        widths = {"rmsnorm": h, "rotary": q + kv, "silu_mul": inter, "residual_add": h, "kv_write": 2 * kv,
-                  "sampling": model.vocab_size}
         self._elem: dict[str, Fn] = {op: self._elementwise_fn(df, op, w) for op, w in widths.items()}
         self._prefill = self._prefill_fn(df[df["family"] == "attn_prefill"])
         self._decode = self._decode_fn(df[df["family"] == "attn_decode"])
         self._comm = self._comm_fn(df[df["family"] == "comm"])
         self._init_caches(profile)
+
+    def _layer_widths(self, model: ModelSpec, tp: int) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
+        """One tensor-parallel rank's share of a layer: sets ``heads`` and ``kv_heads`` (a KV head is
+        replicated, never split, past as many ranks as KV heads) and returns the (n, k) of the layer's
+        four GEMMs and the width of each elementwise op."""
+        h, hd = model.hidden_size, model.head_dim
+        self.heads = model.num_attention_heads / tp
+        self.kv_heads = max(1.0, model.num_key_value_heads / tp)
+        q, kv, inter = self.heads * hd, self.kv_heads * hd, model.intermediate_size / tp
+        shapes = {"qkv_proj": (q + 2 * kv, h), "o_proj": (h, q), "gate_up_proj": (2 * inter, h),
+                  "down_proj": (h, inter)}
+        widths = {"rmsnorm": h, "rotary": q + kv, "silu_mul": inter, "residual_add": h, "kv_write": 2 * kv,
+                  "sampling": model.vocab_size}
+        return shapes, widths
 
     def _init_caches(self, profile: HardwareProfile) -> None:
         """The profile's CPU overhead terms, and empty caches of the per-step pieces."""
