@@ -62,9 +62,10 @@ def check_unique_names(items: Sequence[Any], field: str, what: str) -> None:
         first[item.name] = i
 
 
-def _one_line(text: str) -> str:
-    """``text`` with its control characters escaped as ``repr`` writes them (a column name or file name
-    holding a line break stays on the error's one line)."""
+def _one_line(text: Any) -> str:
+    """``text`` (as ``str``) with its control characters escaped as ``repr`` writes them (a column name
+    or file name holding a line break stays on the error's one line)."""
+    text = str(text)
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)

@@ -454,3 +454,10 @@ def test_an_error_stays_on_one_line_whatever_its_parts_hold() -> None:
     err = ScenarioError("trace.csv\nrow 2", "a\nb", "found ,prompt_tokens\n, and \x00 in 'é 中'")
     assert str(err) == "trace.csv\\nrow 2 = 'a\\nb': found ,prompt_tokens\\n, and \\x00 in 'é 中'"
     assert err.field == "trace.csv\nrow 2" and err.message.endswith("'é 中'")
+
+
+def test_an_error_whose_field_is_not_text_still_reads() -> None:
+    from pathlib import Path
+
+    from simulator.errors import ScenarioError
+    assert str(ScenarioError(Path("a/b.csv"), 1, "bad")) == "a/b.csv = 1: bad"   # type: ignore[arg-type]
