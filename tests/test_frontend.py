@@ -21,6 +21,7 @@ from simulator.run.resolve import resolve
 from simulator.scenario.engines import ENGINE_PRESETS
 
 F = 0.025
+CLOSED_SESSIONS = {"workload.sessions": {"turns": 4, "turn_gap_s": 0.1, "turn_gap_dist": "fixed", "loop": "closed"}}
 
 
 def _with(frontend_s: float | None, **over: object):
@@ -91,3 +92,24 @@ def test_a_bad_front_end_names_the_field() -> None:
     with pytest.raises(ScenarioError) as info:
         resolve(_with(-1.0))   # an inline profile is validated when resolved
     assert "frontend_s" in str(info.value)
+
+
+@pytest.mark.parametrize("over", [{}, dict(CLOSED_SESSIONS), {"deployment.replicas": 2}])
+def test_a_client_timeout_runs_from_the_send_not_from_the_engine_arrival(over: dict) -> None:
+    """``client.timeout_s`` is the client's: it gives up that long after it sent the request, which
+    behind a front end is ``frontend_s`` before the engine saw it. Every request that counts as
+    completed ended within the timeout of its send, and every abandoned one at or after it (the
+    engine used to start the clock at its own arrival, so an answer up to ``frontend_s`` late was
+    counted as delivered); without the front end the run is the one it was."""
+    timeout = 0.2
+    hw = {**CONSTANT_HW, "overhead": {"frontend_s": 0.05}}
+    sc = make_scenario(hardware=hw, num_requests=300, **{
+        "client.timeout_s": timeout, "workload.arrival.rate_per_s": 40,
+        "workload.output_tokens": {"dist": "geometric", "mean": 12, "max": 40}, **over})
+    req = simulate(sc).requests
+    e2e = req["finish_time"] - req["arrival_time"]          # arrival_time: the send
+    done = req["status"] == "finished_length_capped"
+    aborted = req["status"] == "finished_aborted"
+    assert done.sum() > 20 and aborted.sum() > 20
+    assert (e2e[done] <= timeout + 1e-9).all()
+    assert (e2e[aborted] >= timeout - 1e-9).all()

@@ -14,6 +14,8 @@ engine ``frontend_s`` after it is sent, a closed-loop client's request (and a cl
 turn) likewise, and the records measure TTFT and E2E from the send (:class:`FrontEnd`). Where the
 time is really spent (before the engine or after it, in the answer's stream) does not change what a
 client measures: a constant delay moves every arrival, so the engine's queue sees the same process.
+A client's timeout (``client.timeout_s``) runs from its send, so it has ``frontend_s`` less of it
+in the engine (:mod:`simulator.engine.deadlines`).
 
 Not modelled: the API server as a queue of its own (one event loop, a tokeniser pool), which
 saturates before the engine on very short requests at very high rates; a time per prompt token (the

@@ -1,6 +1,8 @@
 """Deadlines inside the engine: client timeouts and load shedding.
 
-* ``client.timeout_s``: a client gives up this long after its request arrived. The engine learns
+* ``client.timeout_s``: a client gives up this long after it sent its request (behind a front end,
+  ``overhead.frontend_s`` before the request reached the engine: the deadline is the client's,
+  measured from the send as the records' E2E is, :mod:`simulator.cluster.frontend`). The engine learns
   of the abort between steps (vLLM aborts requests at step boundaries), so at the first step
   boundary at or after the deadline the request leaves the waiting queue, or the running batch
   with its KV blocks freed; its status is ``finished_aborted`` and it counts in
@@ -47,30 +49,37 @@ class Deadlines:
     finishes every request whose deadline has passed, at a step boundary.
     """
 
-    __slots__ = ("sched", "table", "timeout_s", "max_queue_delay_s", "on_finish", "_heap")
+    __slots__ = ("sched", "table", "timeout_s", "max_queue_delay_s", "frontend_s", "on_finish", "_heap")
 
     def __init__(self, sched: Scheduler, table: RequestTable, timeout_s: float | None,
-                 max_queue_delay_s: float | None, on_finish: Callable[[Sequence[int], float], None]) -> None:
+                 max_queue_delay_s: float | None, on_finish: Callable[[Sequence[int], float], None],
+                 frontend_s: float = 0.0) -> None:
         self.sched, self.table = sched, table
         self.timeout_s, self.max_queue_delay_s = timeout_s, max_queue_delay_s
+        self.frontend_s = frontend_s
+        """How long before its engine arrival each request was sent (the front end)."""
         self.on_finish = on_finish
         self._heap: list[tuple[float, int, int]] = []
 
     @classmethod
     def for_scenario(cls, scenario: Scenario, sched: Scheduler, table: RequestTable,
-                     on_finish: Callable[[Sequence[int], float], None]) -> Deadlines | None:
-        """None when neither ``client.timeout_s`` nor ``admission.max_queue_delay_s`` is set."""
+                     on_finish: Callable[[Sequence[int], float], None], frontend_s: float = 0.0) -> Deadlines | None:
+        """None when neither ``client.timeout_s`` nor ``admission.max_queue_delay_s`` is set;
+        ``frontend_s``: the front end's time (``ResolvedSystem.frontend_s``)."""
         timeout, delay = scenario.client.timeout_s, scenario.admission.max_queue_delay_s
         if timeout is None and delay is None:
             return None
-        return cls(sched, table, timeout, delay, on_finish)
+        return cls(sched, table, timeout, delay, on_finish, frontend_s)
 
     def add(self, rid: int) -> None:
-        arrival = float(self.table.arrival_time[rid])
-        if self.timeout_s is not None:
-            heapq.heappush(self._heap, (arrival + self.timeout_s, rid, _TIMEOUT))
-        if self.max_queue_delay_s is not None and (self.timeout_s is None or self.max_queue_delay_s < self.timeout_s):
-            heapq.heappush(self._heap, (arrival + self.max_queue_delay_s, rid, _SHED))
+        arrival = float(self.table.arrival_time[rid])     # at the engine: the send plus the front end
+        give_up = client_deadline(arrival, self.timeout_s, self.frontend_s)
+        if give_up is not None:
+            heapq.heappush(self._heap, (give_up, rid, _TIMEOUT))
+        if self.max_queue_delay_s is not None:             # the engine's own queue: from its arrival
+            shed_at = arrival + self.max_queue_delay_s
+            if give_up is None or shed_at < give_up:
+                heapq.heappush(self._heap, (shed_at, rid, _SHED))
 
     def _pending(self, rid: int, kind: int) -> bool:
         status = int(self.table.status[rid])
@@ -98,7 +107,8 @@ class Deadlines:
             if rid not in seen and self._pending(rid, kind):
                 seen.add(rid)
                 (shed if kind == _SHED else timed_out).append(rid)
-            elif kind == _TIMEOUT and table.status[rid] == _DONE and undelivered(table, rid, self.timeout_s):
+            elif kind == _TIMEOUT and table.status[rid] == _DONE and undelivered(table, rid, self.timeout_s,
+                                                                                 self.frontend_s):
                 # Its last token came in the step during which the client gave up: never delivered.
                 table.status[rid] = RequestStatus.FINISHED_ABORTED
         if timed_out:
@@ -109,12 +119,20 @@ class Deadlines:
             self.on_finish(timed_out + shed, now)
 
 
-def undelivered(table: RequestTable, rid: int, timeout_s: float | None) -> bool:
+def client_deadline(engine_arrival: float, timeout_s: float | None, frontend_s: float) -> float | None:
+    """The engine instant at which the client of a request that reached the engine at
+    ``engine_arrival`` gives up: ``timeout_s`` after it sent it, ``frontend_s`` before it arrived
+    (None without a timeout)."""
+    return None if timeout_s is None else (engine_arrival - frontend_s) + timeout_s
+
+
+def undelivered(table: RequestTable, rid: int, timeout_s: float | None, frontend_s: float = 0.0) -> bool:
     """Whether completed request ``rid``'s last token came after its client gave up (``client.timeout_s``
-    after its arrival): the answer found no one to deliver it to, and the request counts as timed out
-    (:meth:`Deadlines.expire` relabels it when the clock reaches the deadline; a closed session, which
-    learns of the end sooner, asks here)."""
-    return timeout_s is not None and bool(table.finish_time[rid] > table.arrival_time[rid] + timeout_s + DEADLINE_EPS_S)
+    after it sent the request, ``frontend_s`` before its engine arrival): the answer found no one to
+    deliver it to, and the request counts as timed out (:meth:`Deadlines.expire` relabels it when the
+    clock reaches the deadline; a closed session, which learns of the end sooner, asks here)."""
+    give_up = client_deadline(float(table.arrival_time[rid]), timeout_s, frontend_s)
+    return give_up is not None and bool(table.finish_time[rid] > give_up + DEADLINE_EPS_S)
 
 
 def queue_is_full(scenario: Scenario, sched: Scheduler) -> bool:

@@ -68,7 +68,7 @@ def make_clients(env: simpy.Environment, scenario: Scenario, workload: Workload,
     if workload.turn_gap is not None and sessions is not None:   # later turns are sent as answers end
         min_gap = (sessions.turn_gap_s if sessions.turn_gap_dist == "fixed" else 0.0) + SEND_DELAY_S[0]
         return ClosedSessions(env, table, workload.arrival_time.copy(), workload.turn_gap, min_gap, send,
-                              stop_time=stop_time, timeout_s=scenario.client.timeout_s)
+                              stop_time=stop_time, timeout_s=scenario.client.timeout_s, frontend_s=frontend_s)
     return None
 
 
@@ -174,10 +174,12 @@ class ClosedSessions(RunExtension):
 
     def __init__(self, env: simpy.Environment, table: RequestTable, first_arrival: np.ndarray,
                  turn_gap_s: np.ndarray, min_gap_s: float, send: Callable[[int], None], *, stop_time: float,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, frontend_s: float = 0.0) -> None:
         self.env = env
         self.timeout_s = timeout_s
         """``client.timeout_s``: an answer that ends after it was never delivered, and ends the session."""
+        self.frontend_s = frontend_s
+        """The front end: each turn reached the engine this long after it was sent."""
         self.table = table
         self.turn_gap_s = turn_gap_s
         self.min_gap_s = min_gap_s
@@ -220,7 +222,7 @@ class ClosedSessions(RunExtension):
             rid = int(rid)
             if last[rid]:
                 continue
-            if status[rid] == COMPLETED and not undelivered(self.table, rid, self.timeout_s):
+            if status[rid] == COMPLETED and not undelivered(self.table, rid, self.timeout_s, self.frontend_s):
                 nxt = rid + 1
                 self._arrive_at(at + float(self.turn_gap_s[nxt]), nxt)
             else:

@@ -131,7 +131,8 @@ class Wiring:
             scheduler = _make_scheduler(scenario, system, self.table, self.rngs, proposal, cls)
             replica = Replica(self.env, index, scheduler, cost, self.steps, horizon or self.next_arrival,
                               self.finish, self.fast_forward)
-            replica.deadlines = Deadlines.for_scenario(self.scenario, scheduler, self.table, self.finish)
+            replica.deadlines = Deadlines.for_scenario(self.scenario, scheduler, self.table, self.finish,
+                                                       system.frontend_s)
             replica.lagged_admission = scenario.engine is not None and scenario.engine.runs_async
             return replica
         first = _make_scheduler(scenario, system, self.table, self.rngs, proposal, cls)
