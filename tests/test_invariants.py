@@ -53,12 +53,17 @@ scenarios = st.fixed_dictionaries({
     "scheduler.swap_space_gib": st.sampled_from([4.0, 1e-5]),
     "workload.tiers": st.sampled_from([None, [{"name": "hi", "share": 0.4, "priority": 0},
                                               {"name": "lo", "share": 0.6, "priority": 5}]]),
+    # a front end: the client's timeout runs from its send, frontend_s before the engine sees it
+    "frontend_s": st.sampled_from([0.0, 0.0, 0.02]),
 })
 
 
 def fix_blocks(over: dict) -> dict:
     # the cache must hold one max_model_len sequence: tiny-llama 2048 tokens
     over = dict(over)
+    frontend_s = over.pop("frontend_s", 0.0)
+    if frontend_s and isinstance(over["hardware"], dict):
+        over["hardware"] = {**over["hardware"], "overhead": {"frontend_s": frontend_s}}
     bs = over["scheduler.block_size"]
     over["scheduler.num_gpu_blocks_override"] = max(over["scheduler.num_gpu_blocks_override"], -(-2048 // bs))
     if over["hardware"] == "h100-sxm-datasheet":
@@ -128,8 +133,26 @@ def test_invariants_hold_for_random_scenarios(over):
     check_invariants(simulate(make_scenario(**fix_blocks(over))))
 
 
+#: Fixed 64-token prompts on a constant-time engine: a KV handoff reaches the decode pool on a decode
+#: step boundary, to ~1e-16 s (the fast run's closed-form step ends and the step-by-step sums fall on
+#: either side of it); the two engines used to log the step after it with different queues.
+HANDOFF_ON_A_STEP_BOUNDARY = {
+    "seed": 384, "num_requests": 45, "deployment.replicas": 1, "deployment.router": "round_robin",
+    "scheduler.max_num_seqs": 4, "scheduler.block_size": 1, "scheduler.num_gpu_blocks_override": 140,
+    "workload.arrival.rate_per_s": 285.0, "workload.prompt_tokens": {"dist": "fixed", "value": 64},
+    "workload.output_tokens": {"dist": "geometric", "mean": 20, "max": 300},
+    "hardware": {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0001},
+    "client.timeout_s": None, "admission.max_queue_delay_s": None, "admission.max_queue_len": None,
+    "client.max_tokens": 15, "scheduler.policy": "disaggregated", "scheduler.max_wait_ms": 0.0,
+    "scheduler.adaptive_batching": False, "scheduler.long_prefill_token_threshold": None,
+    "scheduler.max_num_batched_tokens": 2048, "scheduler.scheduling_policy": "fcfs",
+    "scheduler.preemption_mode": "recompute", "scheduler.swap_space_gib": 4.0, "workload.tiers": None,
+    "frontend_s": 0.0}
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios)
+@example(HANDOFF_ON_A_STEP_BOUNDARY)
 def test_decode_fast_forward_changes_nothing(over):
     """One event per decode run and one event per step give the same requests and steps."""
     sc = make_scenario(**fix_blocks(over))

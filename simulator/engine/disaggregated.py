@@ -16,7 +16,10 @@ Exactness of the fast decode runs: a decode replica may only advance to the earl
 which a request could reach it. Handoffs are registered when the prefill step that produces them
 is *planned* (its end is known then), so that bound is the earliest of: the next arrival, the
 earliest registered handoff, and for each prefill replica with work, the end of its last planned
-step (its next step, and so its next handoffs, cannot come earlier).
+step (its next step, and so its next handoffs, cannot come earlier). A handoff within
+:data:`~simulator.engine.deadlines.DEADLINE_EPS_S` of a decode step boundary counts as arrived at
+it (the run ends there and the handoff joins the next step): a fast run's step ends, summed in
+closed form, and the step-by-step ones differ by ~1e-16 s, which must not decide which step it joins.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from simulator.engine.deadlines import DEADLINE_EPS_S
 from simulator.engine.kv_cache import KVCacheManager
 from simulator.engine.request import RequestStatus, RequestTable
 from simulator.engine.scheduler import Scheduler, SchedulerOutput
@@ -97,7 +101,7 @@ class DisaggregatedFleet:
             replica.on_step_planned = self._prefill_planned
         self.prefill_router = router_factory()
         self.decode_router = router_factory()
-        self._pending: list[tuple[float, int]] = []     # (arrival at the decode pool, request id)
+        self._pending: list[tuple[float, int, int]] = []   # (arrival at the decode pool, request id, tokens)
         self.transfer_s_total = 0.0
 
     @property
@@ -117,22 +121,34 @@ class DisaggregatedFleet:
             tokens = computed + hit
             at = end + self.transfer_s(tokens)
             self.transfer_s_total += at - end
-            heapq.heappush(self._pending, (at, rid))
-            env.timeout(at - env.now).callbacks.append(lambda _ev, rid=rid, tokens=tokens: self._deliver(rid, tokens))
+            heapq.heappush(self._pending, (at, rid, tokens))
+            env.timeout(at - env.now).callbacks.append(self._arrived)
+
+    def _arrived(self, _event: Any) -> None:
+        """A handoff's arrival instant: deliver it, unless a decode step boundary took it already."""
+        self._deliver_until(self.env.now)
+
+    def _deliver_until(self, now: float) -> None:
+        """Deliver every pending handoff due at ``now`` or within DEADLINE_EPS_S after it, in time order."""
+        pending = self._pending
+        while pending and pending[0][0] <= now + DEADLINE_EPS_S:
+            _, rid, tokens = heapq.heappop(pending)
+            self._deliver(rid, tokens)
 
     def _deliver(self, rid: int, tokens: int) -> None:
-        heapq.heappop(self._pending)                      # deliveries come in time order
         i = self.decode_router.route(rid, self.decode) if len(self.decode) > 1 else 0
         self.table.replica[rid] = self.decode[i].index
         cast(DecodeScheduler, self.decode[i].scheduler).expect_kv(rid, tokens)
         self.decode[i].add_request(rid)
 
     def decode_horizon(self) -> float:
-        """Earliest instant a request could reach the decode pool (see module docstring)."""
+        """Earliest instant a request could reach the decode pool (see module docstring); a decode
+        replica asks at a step boundary, where a handoff due within DEADLINE_EPS_S is delivered first."""
+        now = self.env.now
+        self._deliver_until(now)
         horizon = self.next_arrival()
         if self._pending:
-            horizon = min(horizon, self._pending[0][0])
-        now = self.env.now
+            horizon = min(horizon, self._pending[0][0] - DEADLINE_EPS_S)
         for replica in self.prefill:
             sched = replica.scheduler
             if sched.n or sched.waiting:
