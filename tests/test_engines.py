@@ -150,6 +150,22 @@ def test_multi_step_fast_forward_equals_step_by_step():
     np.testing.assert_allclose(fast.requests["finish_time"], slow.requests["finish_time"], atol=1e-9)
 
 
+def test_a_timeout_that_empties_the_batch_mid_run_ends_the_multi_step_run():
+    """The last running request aborted by its client's timeout in the middle of a multi-step run
+    empties the batch, which ends the run, so the waiting requests are admitted at once (the run's
+    count used to survive the abort: the next step admitted nobody and the engine stopped on an
+    empty step). Every request is served or timed out, step by step as in fast-forward."""
+    over = {"num_requests": 34, "hardware": "h100-sxm-datasheet", "scheduler.max_num_seqs": 1,
+            "scheduler.num_scheduler_steps": 4, "client.timeout_s": 0.3, "scheduler.max_model_len": 1024,
+            "workload.arrival.rate_per_s": 200, "workload.prompt_tokens": {"dist": "uniform", "min": 1, "max": 600},
+            "workload.output_tokens": {"dist": "geometric", "mean": 30, "max": 300}, "seed": 0}
+    sc = make_scenario(**over)
+    fast, slow = simulate(sc), simulate(sc, fast_forward=False)
+    s = fast.summary["requests"]
+    assert s["timed_out"] > 0 and s["completed"] + s["timed_out"] == 34
+    assert slow.summary["requests"] == s
+
+
 @pytest.mark.parametrize("over,other", [
     ({"scheduler.policy": "chunked_prefill"}, "'chunked_prefill'"),
     ({"speculative_config": {"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 0.5}},

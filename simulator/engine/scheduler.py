@@ -542,6 +542,8 @@ class Scheduler:
             self.context_total -= sum(computed)
             self._rows_leaving(rows)
             self._drop_rows(rows)
+            if self.n == 0:                         # an empty batch ends a multi-step run (as _multi_step does)
+                self.steps_into_run = 0
         if len(rows) < len(gone):
             waiting = [r for r in ids if r not in left_running]
             if isinstance(self.waiting, deque):
