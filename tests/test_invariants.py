@@ -159,6 +159,25 @@ def test_decode_fast_forward_changes_nothing(over):
     assert_same_run_to_1e9(simulate(sc), simulate(sc, fast_forward=False))
 
 
+def test_replicas_stepping_together_are_logged_in_one_order_either_way():
+    """Two replicas of a closed loop start at 0 with the same prompts, so they step at the same
+    instants; a fast run's step ends and the step-by-step sums differ by ~1e-16 s, which used to
+    order the two replicas' rows of one instant differently in the two engines' logs. Rows of one
+    instant (to 1 ns) are logged in replica order."""
+    sc = make_scenario(**{"num_requests": 2, "deployment.replicas": 2, "hardware": "h100-sxm-datasheet",
+                          "model": "llama-3.2-1b", "scheduler.max_num_seqs": 1, "scheduler.max_model_len": 1024,
+                          "workload.arrival": {"process": "closed_loop", "concurrency": 6, "think_time_s": 0.05},
+                          "workload.prompt_tokens": {"dist": "fixed", "value": 64},
+                          "workload.output_tokens": {"dist": "geometric", "mean": 30, "max": 300}, "seed": 0})
+    fast = simulate(sc)
+    assert_same_run_to_1e9(fast, simulate(sc, fast_forward=False))
+    steps = fast.steps
+    same_instant = steps["start_time"].round(9).duplicated(keep=False)
+    assert same_instant.sum() >= 4
+    for _, rows in steps[same_instant].groupby(steps["start_time"].round(9)):
+        assert rows["replica"].is_monotonic_increasing
+
+
 def test_preemption_happens_and_is_conserved():
     """A cache of 140 x 16 tokens under heavy load forces recompute preemptions; nothing is lost."""
     sc = make_scenario(**{"num_requests": 300, "scheduler.num_gpu_blocks_override": 140,
