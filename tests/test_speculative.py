@@ -280,3 +280,24 @@ def test_verification_on_the_kernel_tables_is_decode_attention():
     mtp = simulate(sc.with_overrides({"speculative_config": {"method": "mtp", "num_speculative_tokens": 1,
                                                              "acceptance_rate": 0.8}})).summary["tpot_s"]["p50"]
     assert mtp < 0.8 * plain
+
+
+def test_fast_verification_steps_evict_from_the_prefix_cache_as_planned_steps_do() -> None:
+    """Closed sessions on a small prefix-cached KV pool with n-gram speculation: the verification
+    steps run on the fast path take their lookahead blocks through the cache's ``allocate``, which
+    evicts its least recently used blocks when no other block is free, as a step planned the usual
+    way does (they used to take them as a bare count: nothing was evicted, so a later turn found
+    blocks cached that the step-by-step engine had evicted and computed fewer prompt tokens)."""
+    from conftest import assert_same_run_to_1e9
+    sc = make_scenario(**{
+        "seed": 0, "num_requests": 24, "hardware": "h100-sxm-datasheet",
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6},
+        "scheduler.max_num_seqs": 1, "scheduler.enable_prefix_caching": True,
+        "scheduler.num_gpu_blocks_override": 200, "scheduler.max_model_len": 1024, "workload.over_length": "clip",
+        "workload.arrival": {"process": "poisson", "rate_per_s": 20},
+        "workload.sessions": {"turns": 3, "turn_gap_s": 0.2, "turn_gap_dist": "fixed", "loop": "closed"},
+        "workload.prompt_tokens": {"dist": "uniform", "min": 1, "max": 600},
+        "workload.output_tokens": {"dist": "geometric", "mean": 30, "max": 300}})
+    fast = simulate(sc)
+    assert fast.summary["prefix_cache"]["evictions"] > 0
+    assert_same_run_to_1e9(fast, simulate(sc, fast_forward=False))

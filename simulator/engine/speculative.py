@@ -188,7 +188,7 @@ class Speculation:
                 step_s = verify_s(computed)
             duration = step_s + proposal_s(n, context + n)
             end = t + duration
-            kv.num_used_blocks += need           # kv.allocate(need), which fits
+            kv.allocate(need)                    # fits (checked above); with a prefix cache it evicts LRU
             log.step(t, duration, n, 0, n, 0, kv.num_used_blocks)
             if not end < horizon:                # the step crosses the next event: applied at its end
                 return t, [], end
