@@ -94,13 +94,16 @@ def test_a_bad_front_end_names_the_field() -> None:
     assert "frontend_s" in str(info.value)
 
 
-@pytest.mark.parametrize("over", [{}, dict(CLOSED_SESSIONS), {"deployment.replicas": 2}])
+@pytest.mark.parametrize("over", [{}, dict(CLOSED_SESSIONS), {"deployment.replicas": 2},
+                                  {"pipeline": {"pre": [{"name": "auth", "workers": 2,
+                                                         "latency_ms": {"dist": "exponential", "mean_ms": 20}}]}}])
 def test_a_client_timeout_runs_from_the_send_not_from_the_engine_arrival(over: dict) -> None:
     """``client.timeout_s`` is the client's: it gives up that long after it sent the request, which
-    behind a front end is ``frontend_s`` before the engine saw it. Every request that counts as
-    completed ended within the timeout of its send, and every abandoned one at or after it (the
-    engine used to start the clock at its own arrival, so an answer up to ``frontend_s`` late was
-    counted as delivered); without the front end the run is the one it was."""
+    behind a front end is ``frontend_s`` before the engine saw it, and before the request path's
+    stages (queueing included) took their time. Every request that counts as completed ended within
+    the timeout of its send, and every abandoned one at or after it (the engine used to start the
+    clock at its own arrival, so an answer that late by the front end and the stages was counted as
+    delivered)."""
     timeout = 0.2
     hw = {**CONSTANT_HW, "overhead": {"frontend_s": 0.05}}
     sc = make_scenario(hardware=hw, num_requests=300, **{

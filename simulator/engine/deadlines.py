@@ -24,6 +24,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from simulator.engine.request import RequestStatus
 
 #: A deadline counts as reached at a step boundary within this many seconds of it. Step ends are
@@ -49,31 +51,38 @@ class Deadlines:
     finishes every request whose deadline has passed, at a step boundary.
     """
 
-    __slots__ = ("sched", "table", "timeout_s", "max_queue_delay_s", "frontend_s", "on_finish", "_heap")
+    __slots__ = ("sched", "table", "timeout_s", "max_queue_delay_s", "frontend_s", "sent", "on_finish", "_heap")
 
     def __init__(self, sched: Scheduler, table: RequestTable, timeout_s: float | None,
                  max_queue_delay_s: float | None, on_finish: Callable[[Sequence[int], float], None],
-                 frontend_s: float = 0.0) -> None:
+                 frontend_s: float = 0.0, sent: np.ndarray | None = None) -> None:
         self.sched, self.table = sched, table
         self.timeout_s, self.max_queue_delay_s = timeout_s, max_queue_delay_s
         self.frontend_s = frontend_s
-        """How long before its engine arrival each request was sent (the front end)."""
+        """The front end's time between a client's send and the engine."""
+        self.sent = sent
+        """Per request, the instant it left the request path's stages' entry (behind the front end),
+        where the stages delay it on its way to the engine; None: its engine arrival."""
         self.on_finish = on_finish
         self._heap: list[tuple[float, int, int]] = []
 
     @classmethod
     def for_scenario(cls, scenario: Scenario, sched: Scheduler, table: RequestTable,
-                     on_finish: Callable[[Sequence[int], float], None], frontend_s: float = 0.0) -> Deadlines | None:
+                     on_finish: Callable[[Sequence[int], float], None], frontend_s: float = 0.0,
+                     sent: np.ndarray | None = None) -> Deadlines | None:
         """None when neither ``client.timeout_s`` nor ``admission.max_queue_delay_s`` is set;
-        ``frontend_s``: the front end's time (``ResolvedSystem.frontend_s``)."""
+        ``frontend_s``: the front end's time (``ResolvedSystem.frontend_s``); ``sent``: each request's
+        instant before the request path's stages (:class:`~simulator.cluster.request_path.RequestPath`'s
+        ``send_time``), None without stages."""
         timeout, delay = scenario.client.timeout_s, scenario.admission.max_queue_delay_s
         if timeout is None and delay is None:
             return None
-        return cls(sched, table, timeout, delay, on_finish, frontend_s)
+        return cls(sched, table, timeout, delay, on_finish, frontend_s, sent)
 
     def add(self, rid: int) -> None:
-        arrival = float(self.table.arrival_time[rid])     # at the engine: the send plus the front end
-        give_up = client_deadline(arrival, self.timeout_s, self.frontend_s)
+        arrival = float(self.table.arrival_time[rid])     # at the engine: the send, the front end, the stages
+        give_up = client_deadline(arrival if self.sent is None else float(self.sent[rid]), self.timeout_s,
+                                  self.frontend_s)
         if give_up is not None:
             heapq.heappush(self._heap, (give_up, rid, _TIMEOUT))
         if self.max_queue_delay_s is not None:             # the engine's own queue: from its arrival
@@ -108,7 +117,7 @@ class Deadlines:
                 seen.add(rid)
                 (shed if kind == _SHED else timed_out).append(rid)
             elif kind == _TIMEOUT and table.status[rid] == _DONE and undelivered(table, rid, self.timeout_s,
-                                                                                 self.frontend_s):
+                                                                                 self.frontend_s, self.sent):
                 # Its last token came in the step during which the client gave up: never delivered.
                 table.status[rid] = RequestStatus.FINISHED_ABORTED
         if timed_out:
@@ -119,19 +128,22 @@ class Deadlines:
             self.on_finish(timed_out + shed, now)
 
 
-def client_deadline(engine_arrival: float, timeout_s: float | None, frontend_s: float) -> float | None:
-    """The engine instant at which the client of a request that reached the engine at
-    ``engine_arrival`` gives up: ``timeout_s`` after it sent it, ``frontend_s`` before it arrived
+def client_deadline(reached: float, timeout_s: float | None, frontend_s: float) -> float | None:
+    """The instant at which the client of a request gives up: ``timeout_s`` after it sent it, which
+    is ``frontend_s`` before the request ``reached`` the engine (or the request path's stages)
     (None without a timeout)."""
-    return None if timeout_s is None else (engine_arrival - frontend_s) + timeout_s
+    return None if timeout_s is None else (reached - frontend_s) + timeout_s
 
 
-def undelivered(table: RequestTable, rid: int, timeout_s: float | None, frontend_s: float = 0.0) -> bool:
+def undelivered(table: RequestTable, rid: int, timeout_s: float | None, frontend_s: float = 0.0,
+                sent: np.ndarray | None = None) -> bool:
     """Whether completed request ``rid``'s last token came after its client gave up (``client.timeout_s``
-    after it sent the request, ``frontend_s`` before its engine arrival): the answer found no one to
-    deliver it to, and the request counts as timed out (:meth:`Deadlines.expire` relabels it when the
-    clock reaches the deadline; a closed session, which learns of the end sooner, asks here)."""
-    give_up = client_deadline(float(table.arrival_time[rid]), timeout_s, frontend_s)
+    after it sent the request: ``frontend_s`` before its engine arrival, or before ``sent[rid]`` when
+    the request path's stages delayed it): the answer found no one to deliver it to, and the request
+    counts as timed out (:meth:`Deadlines.expire` relabels it when the clock reaches the deadline; a
+    closed session, which learns of the end sooner, asks here)."""
+    reached = float(table.arrival_time[rid]) if sent is None else float(sent[rid])
+    give_up = client_deadline(reached, timeout_s, frontend_s)
     return give_up is not None and bool(table.finish_time[rid] > give_up + DEADLINE_EPS_S)
 
 

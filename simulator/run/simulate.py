@@ -136,7 +136,8 @@ class _Run:
         self.shed_when_full = scenario.admission.max_queue_len is not None
         self.any_rejected = bool(table.rejected_at_arrival.any())
         self.topology = build_topology(Wiring(env, scenario, system, table, steps, rngs, fast_forward, self.finish,
-                                              self.next_event_time, self.is_done))
+                                              self.next_event_time, self.is_done,
+                                              path.send_time if path is not None else None))
         self.replicas, self.entry, self.route = self.topology.replicas, self.topology.entry, self.topology.route
         clients = make_clients(env, scenario, workload, table, self._send, self.stop_time, system.frontend_s)
         self.extensions: list[RunExtension] = [*run_extensions(scenario, system, path, rngs),

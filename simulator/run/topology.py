@@ -101,10 +101,13 @@ class Wiring:
 
     def __init__(self, env: simpy.Environment, scenario: Scenario, system: ResolvedSystem, table: RequestTable,
                  steps: StepLog, rngs: dict[str, np.random.Generator], fast_forward: bool, finish: Finish,
-                 next_arrival: Horizon, is_done: Callable[[], bool]) -> None:
+                 next_arrival: Horizon, is_done: Callable[[], bool], client_sent: np.ndarray | None = None) -> None:
         self.env, self.scenario, self.system, self.table = env, scenario, system, table
         self.steps, self.rngs, self.fast_forward = steps, rngs, fast_forward
         self.finish, self.next_arrival, self.is_done = finish, next_arrival, is_done
+        self.client_sent = client_sent
+        """Each request's instant before the request path's stages (None without them): a client's
+        timeout runs from its send, not from its engine arrival."""
         self.routers: list[Any] = []
         """Every router built for this run (affinity routers report counters)."""
 
@@ -132,7 +135,7 @@ class Wiring:
             replica = Replica(self.env, index, scheduler, cost, self.steps, horizon or self.next_arrival,
                               self.finish, self.fast_forward)
             replica.deadlines = Deadlines.for_scenario(self.scenario, scheduler, self.table, self.finish,
-                                                       system.frontend_s)
+                                                       system.frontend_s, self.client_sent)
             replica.lagged_admission = scenario.engine is not None and scenario.engine.runs_async
             return replica
         first = _make_scheduler(scenario, system, self.table, self.rngs, proposal, cls)

@@ -24,9 +24,9 @@ class RequestClientConfig(Frozen):
     """Streamed responses: the client sees the first token when the engine emits it. False: the
     whole response arrives at once, so the client's TTFT is the end-to-end latency."""
     timeout_s: FiniteFloat | None = Field(default=None, gt=0)
-    """The client abandons a request this long after it sent it (waiting or running; behind a front
-    end, ``overhead.frontend_s`` before the engine saw it); the engine frees its seat and KV blocks at
-    the next step boundary. Counted in ``requests.timed_out``."""
+    """The client abandons a request this long after it sent it (waiting or running; the front end's
+    ``overhead.frontend_s`` and the ``pipeline.pre`` stages' time count); the engine frees its seat and
+    KV blocks at the next step boundary. Counted in ``requests.timed_out``."""
     max_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
     """Cap on output tokens per request (vLLM ``SamplingParams.max_tokens``)."""
     max_prompt_tokens: Integer | None = Field(default=None, ge=1, le=MAX_MODEL_LEN)
