@@ -122,6 +122,24 @@ def test_a_50_percent_cache_halves_the_replicas_for_that_traffic():
     assert cached < plain
 
 
+def test_a_cache_hit_after_its_client_gave_up_is_a_timeout_not_an_answer():
+    """An offline burst through a two-worker stage queues for longer than the clients wait: a request
+    the cache answers after its client's timeout (counted from its send) is timed out, on no replica,
+    not completed (it was counted as answered); every completed request ended within the timeout."""
+    sc = make_scenario(**{"num_requests": 190, "workload.arrival": {"process": "offline"}, "client.timeout_s": 0.5,
+                          "pipeline": {"pre": [{"name": "auth", "workers": 2,
+                                                "latency_ms": {"dist": "exponential", "mean_ms": 8}}]},
+                          "response_cache": {"kind": "semantic", "hit_rate": 0.3, "lookup_ms": 2}})
+    req = simulate(sc).requests
+    hit = req["response_cache_hit"].to_numpy()
+    aborted = (req["status"] == "finished_aborted").to_numpy()
+    done = (req["status"] == "finished_length_capped").to_numpy()
+    e2e = (req["finish_time"] - req["arrival_time"]).to_numpy()
+    assert (hit & aborted).sum() > 0 and (hit & done).sum() > 0
+    assert (e2e[done] <= 0.5 + 1e-9).all()
+    assert (req["replica"].to_numpy()[hit & aborted] == -1).all()
+
+
 def test_an_exact_cache_hit_rate_is_an_outcome():
     """100 distinct prompts at light load: every answer is back before its prompt is asked again,
     so the engine serves each distinct prompt asked once and every other request hits. An entry

@@ -50,6 +50,10 @@ class Run(Protocol):
         """Request ``rid`` was answered at ``at`` without reaching an engine: completed, with all
         its tokens, on no replica (then :meth:`finish`)."""
 
+    def abandon(self, rid: int, at: float) -> None:
+        """Request ``rid``'s client gave up (``client.timeout_s``) before an answer reached it
+        without an engine: timed out at ``at``, no tokens, on no replica (then :meth:`finish`)."""
+
     def completed(self, rid: int) -> bool:
         """Whether request ``rid`` ended with all its tokens."""
 

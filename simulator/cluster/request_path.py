@@ -121,9 +121,11 @@ class RequestPath(RunExtension):
     """The cache and coalescing decide at each send whether the request reaches an engine."""
 
     def __init__(self, scenario: Any, sent: np.ndarray, engine_arrival: np.ndarray, prompt_id: np.ndarray | None,
-                 semantic_hit: np.ndarray | None, rng: np.random.Generator) -> None:
+                 semantic_hit: np.ndarray | None, rng: np.random.Generator, frontend_s: float = 0.0) -> None:
         self.scenario = scenario
         self.send_time = sent
+        self.frontend_s = frontend_s
+        """The front end's time, before ``sent`` (a client's timeout runs from its own send)."""
         self.engine_arrival = engine_arrival
         self.prompt_id = prompt_id
         self.semantic_hit = semantic_hit
@@ -195,9 +197,18 @@ class RequestPath(RunExtension):
     def sent(self, run: Run, rid: int, now: float) -> bool:
         """A cache hit is answered now; a request sharing an identical prompt in flight waits for it."""
         if self.cached(rid, now):
-            run.answer(rid, now)
+            if self.gave_up(rid, now):   # the stages took longer than the client waits
+                run.abandon(rid, now)
+            else:
+                run.answer(rid, now)
             return True
         return self.leader_of(rid, now) is not None
+
+    def gave_up(self, rid: int, now: float) -> bool:
+        """Whether request ``rid``'s client gave up (``client.timeout_s`` after its send) before ``now``."""
+        from simulator.engine.deadlines import DEADLINE_EPS_S, client_deadline
+        give_up = client_deadline(float(self.send_time[rid]), self.scenario.client.timeout_s, self.frontend_s)
+        return give_up is not None and now > give_up + DEADLINE_EPS_S
 
     def finished(self, run: Run, ids: Sequence[int] | np.ndarray, at: float) -> int:
         """Coalesced requests get their leader's answer (or its fate) when it ends; a completed
@@ -281,8 +292,8 @@ def _mean(x: pd.Series) -> float | None:
     return float(x.mean()) if len(x) else None
 
 
-def plan_request_path(scenario: Any, workload: Any,
-                      rngs: dict[str, np.random.Generator]) -> tuple[Any, RequestPath | None]:
+def plan_request_path(scenario: Any, workload: Any, rngs: dict[str, np.random.Generator],
+                      frontend_s: float = 0.0) -> tuple[Any, RequestPath | None]:
     """The workload ``workload`` as the engine sees it (each request's arrival instant at the
     engine) and the run's :class:`RequestPath` (None when the scenario has no stages, response cache
     or coalescing: nothing changes then)."""
@@ -298,4 +309,4 @@ def plan_request_path(scenario: Any, workload: Any,
         if sc.response_cache.kind == "semantic":
             semantic = rng.random(len(arrival)) < sc.response_cache.hit_rate
     return (dataclasses.replace(workload, arrival_time=engine),
-            RequestPath(sc, arrival, engine, workload.prompt_id, semantic, rng))
+            RequestPath(sc, arrival, engine, workload.prompt_id, semantic, rng, frontend_s))

@@ -69,7 +69,7 @@ def simulate(scenario: Scenario, *, on_progress: ProgressCallback | None = None,
     rngs = spawn_rngs(scenario.seed)
     # the workload as the engine sees it: behind the front end, through the stages, response cache and coalescing
     workload = with_frontend(generate_workload(scenario, system.max_model_len, rngs), system.frontend_s)
-    workload, path = plan_request_path(scenario, workload, rngs)
+    workload, path = plan_request_path(scenario, workload, rngs, system.frontend_s)
     env = simpy.Environment()
     steps = StepLog(scenario.scheduler.block_size)
     run = _Run(env, scenario, system, workload, _request_table(scenario, workload), steps, rngs, on_progress,
@@ -272,6 +272,16 @@ class _Run:
         table.status[rid] = RequestStatus.FINISHED_LENGTH_CAPPED
         table.first_scheduled_time[rid] = table.first_token_time[rid] = table.finish_time[rid] = at
         table.num_output_tokens[rid] = table.max_tokens[rid]
+        table.replica[rid] = -1
+        self.finish((rid,), at)
+
+    def abandon(self, rid: int, at: float) -> None:
+        """Request ``rid``'s client gave up before the answer it would have had without an engine (a
+        response-cache hit after the request path's stages) reached it: timed out at ``at``."""
+        table = self.table
+        table.status[rid] = RequestStatus.FINISHED_ABORTED
+        table.finish_time[rid] = at
+        table.num_output_tokens[rid] = 0
         table.replica[rid] = -1
         self.finish((rid,), at)
 
