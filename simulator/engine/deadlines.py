@@ -1,8 +1,9 @@
 """Deadlines inside the engine: client timeouts and load shedding.
 
-* ``client.timeout_s``: a client gives up this long after it sent its request (behind a front end,
-  ``overhead.frontend_s`` before the request reached the engine: the deadline is the client's,
-  measured from the send as the records' E2E is, :mod:`simulator.cluster.frontend`). The engine learns
+* ``client.timeout_s``: a client gives up this long after it sent its request: the deadline is the
+  client's, measured from the send as the records' E2E is, so the front end's ``overhead.frontend_s``
+  (:mod:`simulator.cluster.frontend`) and the request path's stages
+  (:mod:`simulator.cluster.request_path`) count against it. The engine learns
   of the abort between steps (vLLM aborts requests at step boundaries), so at the first step
   boundary at or after the deadline the request leaves the waiting queue, or the running batch
   with its KV blocks freed; its status is ``finished_aborted`` and it counts in
@@ -61,8 +62,9 @@ class Deadlines:
         self.frontend_s = frontend_s
         """The front end's time between a client's send and the engine."""
         self.sent = sent
-        """Per request, the instant it left the request path's stages' entry (behind the front end),
-        where the stages delay it on its way to the engine; None: its engine arrival."""
+        """Per request, the instant it reached the request path's stages (its send plus the front end),
+        when stages delay it on its way to the engine; None without stages (that instant is then its
+        engine arrival)."""
         self.on_finish = on_finish
         self._heap: list[tuple[float, int, int]] = []
 
