@@ -215,16 +215,20 @@ def scaled_profile(profile: HardwareProfile, costs: dict[str, float], folder: Pa
 def replay_scenario(obs: Observation, model: ModelSpec, hardware: str | dict[str, Any],
                     sections: dict[str, Any] | None = None, seed: int = 0) -> Any:
     """The scenario replaying ``obs`` on ``hardware`` under the engine ``sections`` (a scenario's
-    :data:`ENGINE_SECTIONS`): the observation as a trace, its shared prefixes (from its header) as
-    ``workload.prefix``."""
+    :data:`ENGINE_SECTIONS`): the observation as a trace (a closed loop's requests sent by as many
+    clients, each as its last request ends, not at the instants observed), its shared prefixes (from
+    its header) as ``workload.prefix``."""
     from simulator.scenario.config import scenario_from_dict
 
     sections = sections or {}
+    trace = {"path": str(Path(obs.path).resolve()), "format": "observation"}
+    clients = obs.closed_loop_clients()
+    arrival = {"process": "trace", **trace} if clients is None else \
+        {"process": "closed_loop", "concurrency": clients, "replay": trace}
     sc: dict[str, Any] = {
         "name": f"fit {Path(obs.path).name}", "seed": seed, "model": model.model_dump(mode="json"),
         "hardware": hardware, **{k: v for k, v in sections.items() if k != "seed"},
-        "workload": {"arrival": {"process": "trace", "path": str(Path(obs.path).resolve()),
-                                 "format": "observation"}, "over_length": "error"}}
+        "workload": {"arrival": arrival, "over_length": "error"}}
     if "seed" in sections:
         sc["seed"] = sections["seed"]
     header_load = obs.header.get("load")

@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import make_scenario
+from conftest import CONSTANT_HW, make_scenario
 from typer.testing import CliRunner
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.cli import app
 from simulator.report.analysis import load_sweep, max_load_meeting_slo, with_concurrency
+from simulator.scenario.config import scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -153,6 +154,65 @@ def test_fast_forward_changes_nothing(over, clients):
     for col in ("num_seqs", "kv_blocks_used", "num_prefill_tokens", "num_waiting"):
         assert (a[col].to_numpy() == b[col].to_numpy()).all(), col
     assert fast.step_log.num_entries < slow.step_log.num_entries      # runs really were fast-forwarded
+
+
+# -- closed loop replaying a trace ---------------------------------------------------------------------
+def length_trace(tmp_path: Path, prompts: list[int], outputs: list[int], extra: str = "") -> Path:
+    """A ``requests`` trace whose rows are out of time order (the loop sends them in time order)."""
+    rows = [f"{10.0 - i},{p},{o}{extra and ',x'}" for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+    path = tmp_path / f"trace-{extra or 'lengths'}.csv"
+    path.write_text("timestamp,prompt_tokens,output_tokens" + (extra and f",{extra}") + "\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_a_closed_loop_sends_a_traces_requests_in_its_order_as_clients_free_up(tmp_path):
+    """The trace's lengths in its send order (its instants unused), as many in flight as clients; a
+    faster engine keeps them in flight where the trace replayed at its instants would drain."""
+    rng = np.random.default_rng(3)
+    prompts, outputs = rng.integers(8, 200, 60).tolist(), rng.integers(2, 40, 60).tolist()
+    path = length_trace(tmp_path, prompts, outputs)
+    trace = {"path": str(path), "format": "requests"}
+    sc = make_scenario(**{"num_requests": None, "workload.arrival": {"process": "closed_loop", "concurrency": 5,
+                                                                     "replay": trace}})
+    r = simulate(sc)
+    req = r.requests.sort_values("request_id")
+    assert len(req) == 60 and r.summary["requests"]["completed"] == 60
+    assert req["num_prompt_tokens"].tolist() == prompts[::-1] and req["num_output_tokens"].tolist() == outputs[::-1]
+    assert (req["arrival_time"].iloc[:5] == 0).all() and max_in_system(req) == 5
+    ends = np.sort(req["finish_time"].to_numpy())[: len(req) - 5]
+    delay = req["arrival_time"].iloc[5:].to_numpy() - ends
+    assert ((delay >= 0.5e-6 - 1e-12) & (delay <= 1e-6 + 1e-12)).all()
+    # num_requests: the trace's first requests
+    first = simulate(sc.with_overrides({"num_requests": 12})).requests.sort_values("request_id")
+    assert first["num_prompt_tokens"].tolist() == prompts[::-1][:12]
+    # the same trace replayed at its instants (1 s apart) holds one request at a time, not five
+    opened = simulate(sc.with_overrides({"workload.arrival": {"process": "trace", **trace}})).requests
+    assert max_in_system(opened) == 1
+
+
+def test_a_closed_loop_trace_is_checked(tmp_path):
+    path = length_trace(tmp_path, [10, 20, 30], [3, 3, 3])
+    arrival = {"process": "closed_loop", "concurrency": 2, "replay": {"path": str(path), "format": "requests"}}
+    with pytest.raises(ScenarioError) as err:
+        simulate(make_scenario(**{"num_requests": 4, "workload.arrival": arrival}))
+    assert err.value.field == "num_requests" and "holds 3 requests" in err.value.message
+    tiers = length_trace(tmp_path, [10, 20], [3, 3], extra="tier")
+    with pytest.raises(ScenarioError) as err:
+        tiered = {**arrival, "replay": {"path": str(tiers), "format": "requests"}}
+        simulate(make_scenario(**{"num_requests": None, "workload.tiers": [{"name": "x", "share": 1.0}],
+                                  "workload.arrival": tiered}))
+    assert err.value.field == "workload.arrival.replay.path" and "tier" in err.value.message
+    with pytest.raises(ScenarioError) as err:
+        make_scenario(**{"workload.arrival": {**arrival, "replay": {"path": str(path), "format": "csv"}}})
+    assert err.value.field == "workload.arrival.replay.format"
+    with pytest.raises(ScenarioError) as err:
+        make_scenario(**{"workload.prompt_popularity": {"distinct_prompts": 4, "zipf_s": 1.0},
+                         "workload.arrival": arrival})
+    assert err.value.field == "workload.prompt_popularity" and "closed loop's trace" in err.value.message
+    # the lengths come from the trace: no length distribution is needed
+    sc = scenario_from_dict({"name": "t", "num_requests": None, "model": "tiny-llama", "hardware": dict(CONSTANT_HW),
+                             "workload": {"arrival": arrival}})
+    assert len(simulate(sc).requests) == 3
 
 
 # -- offline ------------------------------------------------------------------------------------------

@@ -371,6 +371,20 @@ def test_observe_drives_poisson_and_closed_loads_and_the_run_replays(tmp_path: P
                       tmp_path / "closed.json", metrics=False)
     assert engine.max_in_flight <= 3 and len(engine.bodies) == 9 and doc["header"]["metrics_before"] is None
     assert all(r["error"] is None and r["output_tokens"] == 2 for r in doc["requests"])
+    # The fit replays a closed loop as a loop of as many clients (sends follow the simulated ends).
+    closed = read_observation(tmp_path / "closed.json")
+    assert closed.closed_loop_clients() == 3 and obs.closed_loop_clients() is None
+    sc = replay_scenario(closed, MODEL_PRESETS["tiny-llama"], BASE_PROFILE, {"scheduler": SCHEDULER})
+    assert sc.workload.arrival.process == "closed_loop" and sc.workload.arrival.concurrency == 3
+    r = simulate(sc).requests.sort_values("request_id")
+    assert len(r) == 9 and (r["arrival_time"].iloc[:3] == 0).all() and (r["num_output_tokens"] == 2).all()
+    ends = np.sort(r["finish_time"].to_numpy())[:6]
+    assert (r["arrival_time"].iloc[3:].to_numpy() - ends < 1e-5).all()
+    # vllm bench serve --max-concurrency 3 with no request rate is a closed loop; with a rate it is not
+    bench = to_vllm_bench(tmp_path / "closed.json", tmp_path / "bench.json")
+    for rate, clients in (("inf", 3), (20.0, None)):
+        bench.write_text(json.dumps({**json.loads(bench.read_text()), "max_concurrency": 3, "request_rate": rate}))
+        assert read_observation(bench).closed_loop_clients() == clients
 
 
 def test_observe_warns_when_the_client_machine_is_busy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

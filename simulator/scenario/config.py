@@ -86,6 +86,7 @@ from simulator.scenario.workload import (
     TraceArrival,
     UniformLength,
     WorkloadConfig,
+    lengths_from_trace,
 )
 
 __all__ = [
@@ -143,7 +144,9 @@ class Scenario(Frozen):
 
     @model_validator(mode="after")
     def _size(self) -> Scenario:
-        is_trace = isinstance(self.workload.arrival, TraceArrival)
+        arrival = self.workload.arrival
+        is_trace = isinstance(arrival, TraceArrival) or (isinstance(arrival, ClosedLoopArrival)
+                                                          and arrival.replay is not None)
         if self.num_requests is None and self.duration_s is None and not is_trace:
             raise FieldError("num_requests", None, "the run needs a length: give num_requests (requests to send) "
                              "or duration_s (seconds of arrivals); neither is set")
@@ -181,10 +184,11 @@ class Scenario(Frozen):
     def _prompt_identity(self) -> Scenario:
         arrival = self.workload.arrival
         popularity = self.workload.prompt_popularity
-        if popularity is not None and getattr(arrival, "use_trace_lengths", False):
+        if popularity is not None and lengths_from_trace(arrival):
             raise FieldError("workload.prompt_popularity", popularity.model_dump(), "draws prompt lengths per "
                              "distinct prompt, but the trace gives every request's length: set "
-                             "workload.arrival.use_trace_lengths: false")
+                             "workload.arrival.use_trace_lengths: false" if isinstance(arrival, TraceArrival)
+                             else "distinct prompt, but the closed loop's trace gives every request's length")
         if popularity is None:
             if self.response_cache is not None and self.response_cache.kind == "exact":
                 raise FieldError("response_cache.kind", "exact", "hits repeated prompts: give "

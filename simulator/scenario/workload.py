@@ -21,6 +21,12 @@ from simulator.scenario.slo import SLOConfig
 TRACE_FORMAT_NAMES: tuple[str, ...] = ("azure", "mooncake", "requests", "openai", "observation")
 
 
+def _trace_format(name: str) -> str:
+    if name not in TRACE_FORMAT_NAMES:
+        raise ValueError(f"unknown trace format; known: {', '.join(sorted(TRACE_FORMAT_NAMES))}")
+    return name
+
+
 class PoissonArrival(Frozen):
     """Poisson arrivals: exponential gaps with mean ``1 / rate_per_s``."""
 
@@ -53,12 +59,7 @@ class TraceArrival(Frozen):
     use_trace_lengths: bool = True
     """Take prompt/output lengths from the trace (else from ``prompt_tokens``/``output_tokens``)."""
 
-    @field_validator("format")
-    @classmethod
-    def _known_format(cls, name: str) -> str:
-        if name not in TRACE_FORMAT_NAMES:
-            raise ValueError(f"unknown trace format; known: {', '.join(sorted(TRACE_FORMAT_NAMES))}")
-        return name
+    _known_format = field_validator("format")(_trace_format)
 
 
 class Burst(Frozen):
@@ -95,11 +96,25 @@ class DiurnalArrival(Frozen):
         return self
 
 
+class LoopReplay(Frozen):
+    """A trace whose requests a closed loop sends: their prompt and output lengths, in the order the
+    trace sent them (its instants are not used: the loop sends each request as a client frees)."""
+
+    path: str
+    """The trace file; relative paths resolve against the scenario file."""
+    format: str
+    """As ``workload.arrival.format`` of a ``trace`` arrival (e.g. ``observation``: an ``llmplan
+    observe`` closed loop or a ``vllm bench serve --max-concurrency`` result)."""
+
+    _known_format = field_validator("format")(_trace_format)
+
+
 class ClosedLoopArrival(Frozen):
     """A benchmark's closed loop (``max-concurrency`` in vLLM's ``benchmark_serving``): ``concurrency``
     clients start at t=0 and each sends its next request when its last one ended, completed or
     dropped (shed, rejected, timed out), after a think time. Requests are sent in request-id order;
-    needs ``num_requests`` (``duration_s`` may end the sending earlier)."""
+    needs ``num_requests`` (``duration_s`` may end the sending earlier), unless ``replay`` gives the
+    requests."""
 
     process: Literal["closed_loop"] = "closed_loop"
     concurrency: Integer = Field(ge=1, le=MAX_NUM_REQUESTS)
@@ -108,6 +123,11 @@ class ClosedLoopArrival(Frozen):
     """Mean pause between an answer's end and the same client's next request (0: at once)."""
     think_time_dist: Literal["fixed", "exponential"] = "fixed"
     """``fixed``: every pause is ``think_time_s``; ``exponential``: pauses drawn with that mean."""
+    replay: LoopReplay | None = None
+    """Send a trace's requests (their lengths, in the order it sent them; ``num_requests``: its first
+    ones, default all) instead of drawing lengths from ``prompt_tokens``/``output_tokens``: how an observed closed
+    loop replays as a loop, so a simulated engine faster or slower than the real one keeps
+    ``concurrency`` requests outstanding as the clients did."""
 
 
 class OfflineArrival(Frozen):
@@ -115,6 +135,13 @@ class OfflineArrival(Frozen):
     arrive at t=0; throughput is measured over the makespan."""
 
     process: Literal["offline"] = "offline"
+
+
+def lengths_from_trace(arrival: Any) -> bool:
+    """Whether ``arrival`` takes every request's lengths from a trace (a ``trace`` arrival with
+    ``use_trace_lengths``, or a ``closed_loop`` replaying one)."""
+    return (isinstance(arrival, TraceArrival) and arrival.use_trace_lengths) or \
+        (isinstance(arrival, ClosedLoopArrival) and arrival.replay is not None)
 
 
 ArrivalConfig = Annotated[PoissonArrival | GammaArrival | TraceArrival | DiurnalArrival | ClosedLoopArrival
@@ -282,7 +309,7 @@ class WorkloadConfig(Frozen):
 
     @model_validator(mode="after")
     def _lengths_given(self) -> WorkloadConfig:
-        from_trace = isinstance(self.arrival, TraceArrival) and self.arrival.use_trace_lengths
+        from_trace = lengths_from_trace(self.arrival)
         for name in ("prompt_tokens", "output_tokens"):
             if not from_trace and getattr(self, name) is None:
                 raise FieldError(name, None, "required unless a trace supplies the lengths: give a length "

@@ -94,6 +94,20 @@ class Observation:
                 "the server's front end, fell behind the engine, so its TTFT, TPOT and inter-token times describe "
                 "that, not the engine. Observe again with the client on a machine that is not busy")
 
+    def closed_loop_clients(self) -> int | None:
+        """The clients of a closed loop (each sent its next request as its last one ended): an ``llmplan
+        observe --concurrency`` run, or a ``vllm bench serve --max-concurrency`` run with no request
+        rate; None for any other load (its send instants are the arrivals)."""
+        load = self.header.get("load")
+        if not isinstance(load, dict):
+            return None
+        if self.source == "vllm bench serve":
+            n, rate = load.get("max_concurrency"), load.get("request_rate")
+            closed = rate in (None, "inf", math.inf)
+        else:
+            n, closed = load.get("concurrency"), load.get("arrival") == "closed"
+        return n if closed and isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
     def describe(self) -> str:
         load = self.header.get("load", {})
         what = load.get("arrival") or load.get("mode") or "?"

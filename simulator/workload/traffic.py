@@ -218,12 +218,39 @@ class ClosedLoopArrivals:
     rate = math.nan
 
     def __init__(self, cfg: ClosedLoopArrival, scenario: Scenario) -> None:
-        _need_num_requests(cfg, scenario, "the lengths of every request are drawn up front")
         self.cfg = cfg
+        self.table = None
+        """``replay``'s requests (None: lengths are drawn)."""
+        if cfg.replay is None:
+            _need_num_requests(cfg, scenario, "the lengths of every request are drawn up front")
+            return
+        field = "workload.arrival.replay.path"
+        self.table = load_trace(scenario.resolve_path(cfg.replay.path), cfg.replay.format, field=field)
+        extra = sorted(set(self.table.columns) & {"session", "prefix", "tier", "hash_ids"})
+        if extra:
+            raise ScenarioError(field, cfg.replay.path, f"gives each request more than its lengths "
+                                f"({', '.join(extra)}), which a closed loop does not replay: use "
+                                "workload.arrival.process: trace for it")
+        n = scenario.num_requests
+        if n is not None and n > len(self.table):
+            raise ScenarioError("num_requests", n, f"the trace {cfg.replay.path} holds {len(self.table):,} requests; "
+                                "a closed loop replaying it sends at most those (leave num_requests out for all)")
+        if len(self.table) > MAX_NUM_REQUESTS and n is None:
+            raise ScenarioError(field, cfg.replay.path, f"the trace holds {len(self.table):,} requests; a run holds at "
+                                f"most {MAX_NUM_REQUESTS:,}: set num_requests (its first ones)")
 
     def sample(self, rng: np.random.Generator, num_requests: int | None, duration_s: float | None) -> np.ndarray:
-        assert num_requests is not None   # checked in __init__
+        if num_requests is None:
+            assert self.table is not None   # checked in __init__
+            num_requests = len(self.table)
         return np.full(num_requests, np.nan)
+
+    def trace_lengths(self, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The first ``n`` requests' prompt and output tokens from ``replay`` (None: drawn)."""
+        if self.table is None:
+            return None
+        return (self.table["num_prompt_tokens"].to_numpy(np.int64)[:n].copy(),
+                self.table["max_tokens"].to_numpy(np.int64)[:n].copy())
 
     def think_times(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """For each request, the pause (s) after it ends before its client sends the next one, and
@@ -259,9 +286,12 @@ def generate_workload(scenario: Scenario, max_model_len: int, rngs: dict[str, np
     if n > MAX_NUM_REQUESTS:   # a duration that drew more than the expected count
         raise ScenarioError("num_requests", scenario.num_requests, f"{n:,} requests arrive; a run holds at most "
                             f"{MAX_NUM_REQUESTS:,}: set num_requests or a shorter duration_s")
+    from_trace = arrivals.trace_lengths(n) if isinstance(arrivals, ClosedLoopArrivals) else None
     if isinstance(wl.arrival, TraceArrival) and wl.arrival.use_trace_lengths:
         prompt = arrivals.table["num_prompt_tokens"].to_numpy(np.int64)[:n].copy()
         output = arrivals.table["max_tokens"].to_numpy(np.int64)[:n].copy()
+    elif from_trace is not None:
+        prompt, output = from_trace
     else:
         prompt_dist = make_length(wl.prompt_tokens, scenario, "workload.prompt_tokens")
         output_dist = make_length(wl.output_tokens, scenario, "workload.output_tokens")
