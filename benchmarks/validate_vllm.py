@@ -28,7 +28,9 @@ What it does (``make validate-vllm`` runs the full form):
    spread, and writes everything (with each run's engine-side mean TTFT from vLLM's own metrics, the
    time outside the engine, the preemptions and steps observed and simulated, the load averages) to
    ``--out``; the fitted profile goes to ``--out``'s folder as ``vllm-cpu-profile/``. ``--refit`` fits
-   and predicts again from the observations a full run left in ``--work``, serving nothing.
+   and predicts again from the observations a full run left in ``--work``, serving nothing;
+   ``--refit --predict-with PROFILE`` fits nothing and replays every run on PROFILE (a profile fitted
+   on an earlier day: how it holds up on the engine since).
 
 ``--quick`` (``make validate-vllm-quick``, which CI runs after the tests) is the short check: a
 32-request warm-up burst, then two loads of ~100 requests against the committed profile, no fit: an
@@ -319,6 +321,8 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     then every run replayed on it."""
     rows: list[dict] = []
     sections = engine_sections(served)
+    if args.predict_with is not None:
+        return predict_with(args.predict_with, sections, observed)
     fit_dir = work / "fit"
     fit_on = tuple(args.fit_on.split(","))
     fit_paths = tuple(str(paths[k]) for paths in observed for k in fit_on)
@@ -349,6 +353,32 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
     shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
                     ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
+    return rows
+
+
+def predict_with(profile: Path, sections: dict, observed: list[dict[str, Path]]) -> list[dict]:
+    """Every run replayed on ``profile`` as it is, nothing fitted (``--refit --predict-with``): how a
+    profile fitted earlier predicts runs observed since; every row is held out."""
+    from simulator.scenario.profiles import load_profile
+
+    o = load_profile(str(profile), "--predict-with").overhead
+    parameters = {"step_s": o.step_s, "per_seq_s": o.per_seq_s, "per_token_s": o.per_token_s,
+                  "frontend_s": o.frontend_s or 0.0}
+    rows: list[dict] = []
+    for rep, paths in enumerate(observed):
+        sat = observed_stats(paths["offline"])["throughput_rps"]
+        for name, p in paths.items():
+            obs = read_observation(str(p))
+            sim = replay(obs, profile, sections)
+            engine = engine_steps(p)
+            err = {**errors(sim.requests.sort_values("request_id").reset_index(drop=True), obs),  # type: ignore[attr-defined]
+                   **itl_errors(obs, sim)}
+            if engine.get("engine_steps"):
+                err["steps"] = len(sim.steps) / engine["engine_steps"] - 1.0                       # type: ignore[attr-defined]
+            rows.append({"repeat": rep, "load": name, "fitted_on": False, "observed": {**observed_stats(p), **engine},
+                         "parameters": parameters, "profile": str(profile), "saturation_rps": sat, "error": err,
+                         "simulated": {"preemptions": int(sim.summary["requests"].get("preemptions", 0)),  # type: ignore[attr-defined]
+                                       "steps": len(sim.steps)}})                                         # type: ignore[attr-defined]
     return rows
 
 
@@ -505,6 +535,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--refit", action="store_true",
                     help="serve nothing: fit and predict again from the observations already in --work")
+    ap.add_argument("--predict-with", type=Path, default=None, metavar="PROFILE",
+                    help="--refit: fit nothing, replay every run on PROFILE (a profile fitted earlier) and report")
     ap.add_argument("--profile", type=Path, default=ROOT / "benchmarks/results/vllm-cpu-quick-profile",
                     help="--quick: the profile checked (default: the one docs/fidelity.md says CI uses)")
     ap.add_argument("--out", type=Path, default=None,
@@ -516,6 +548,8 @@ def main() -> None:
                  "each once")
     if args.out is None:
         args.out = ROOT / "benchmarks/results" / ("vllm-cpu-quick.json" if args.quick else "vllm-cpu.json")
+    if args.predict_with is not None and not args.refit:
+        sys.exit("error: --predict-with replays the observations in --work on a profile: give --refit too")
     if not args.refit and not (args.vllm_venv / "bin" / "vllm").exists():
         sys.exit(f"error: --vllm-venv = '{args.vllm_venv}': no vllm there; run bash benchmarks/vllm/setup.sh "
                  f"{args.vllm_venv}")
