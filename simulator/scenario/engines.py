@@ -172,8 +172,8 @@ def _vllm_v1(profile: Any, max_model_len: int | None) -> dict[str, Any]:
 
 #: vLLM's front end (:mod:`simulator.cluster.frontend`): the client's mean TTFT less vLLM's own
 #: (``vllm:time_to_first_token_seconds``, which starts when the engine's input processor takes the request),
-#: median of three repeats at 0.3 of saturation (3.13, 2.66, 3.97 ms; ``benchmarks/validate_vllm.py``,
-#: benchmarks/results/vllm-cpu.json).
+#: median of three repeats at 0.3 of saturation (3.13, 2.66, 3.97 ms; ``benchmarks/validate_vllm.py``, the
+#: first full run of 2026-12-06; the 2026-12-07 run in benchmarks/results/vllm-cpu.json measured 3.3-3.5 ms).
 VLLM_FRONTEND_S = 0.00313
 VLLM_FRONTEND_SOURCE = (
     "measured on vllm-cpu 0.32.0 (`vllm serve`, OpenAI completions API, streaming) on a 2-core Intel Xeon, "
