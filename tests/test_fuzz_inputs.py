@@ -329,11 +329,11 @@ FILE_SCENARIO = {"name": "files", "seed": 1, "num_requests": 12, "model": "tiny-
 
 
 @settings(SETTINGS, max_examples=300)
-@given(case=trace_file())
+@given(case=trace_file(), loop=st.booleans())
 def test_a_scenario_whose_data_file_is_bad_answers_or_refuses_cleanly(
-        case: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> None:
+        case: tuple[str, str], loop: bool, tmp_path_factory: pytest.TempPathFactory) -> None:
     """The property above, for what a scenario reads from its files: a trace of every format, an
-    observation replayed as one, and empirical lengths."""
+    observation replayed as one (or either sent by a closed loop), and empirical lengths."""
     kind, text = case
     folder = tmp_path_factory.mktemp("file")
     data = folder / ("data.csv" if kind in ("azure", "requests_csv", "empirical") else
@@ -344,8 +344,9 @@ def test_a_scenario_whose_data_file_is_bad_answers_or_refuses_cleanly(
         doc["workload"]["prompt_tokens"] = {"dist": "empirical", "path": str(data), "column": "num_prefill_tokens"}
     else:
         doc.pop("num_requests")
-        doc["workload"]["arrival"] = {"process": "trace", "path": str(data),
-                                      "format": kind.removesuffix("_csv").removesuffix("_jsonl")}
+        trace = {"path": str(data), "format": kind.removesuffix("_csv").removesuffix("_jsonl")}
+        doc["workload"]["arrival"] = {"process": "closed_loop", "concurrency": 3, "replay": trace} if loop \
+            else {"process": "trace", **trace}
     scenario, out = folder / "scenario.yaml", folder / "out"
     scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
     code, stdout, stderr, _ = run_cli(["simulate", str(scenario), "--json", "--no-progress", "--out", str(out)])
