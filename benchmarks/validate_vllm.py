@@ -319,7 +319,6 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     """One fit on the ``--fit-on`` loads (default :data:`FIT_ON`) of every repeat (the engine's speed
     drifts between repeats: one profile for all of them, as a user gets one profile for their engine),
     then every run replayed on it."""
-    rows: list[dict] = []
     sections = engine_sections(served)
     if args.predict_with is not None:
         return predict_with(args.predict_with, sections, observed)
@@ -332,24 +331,8 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
                               name="vllm-cpu-tiny-llama", device=cpu_name(),
                               holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in fit_on)),
                   fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
-    errs = {**doc["fit_error"], **doc["holdout_error"]}
-    for rep, paths in enumerate(observed):
-        sat = observed_stats(paths["offline"])["throughput_rps"]
-        for name, p in paths.items():
-            obs = read_observation(str(p))
-            sim = replay(obs, fit_dir, sections)
-            engine = engine_steps(p)
-            row = {"repeat": rep, "load": name, "fitted_on": name in fit_on,
-                   "observed": {**observed_stats(p), **engine}, "parameters": doc["parameters"],
-                   "saturation_rps": sat, "error": {**errs[str(p)], **itl_errors(obs, sim)},
-                   "simulated": {"preemptions": int(sim.summary["requests"].get("preemptions", 0)),  # type: ignore[attr-defined]
-                                 "steps": len(sim.steps)}}                                            # type: ignore[attr-defined]
-            if engine.get("engine_steps"):
-                row["error"]["steps"] = len(sim.steps) / engine["engine_steps"] - 1.0    # type: ignore[attr-defined]
-            if name == "preempt":
-                print(f"  preempt (repeat {rep}): preemptions {row['observed'].get('preemptions')} observed, "
-                      f"{row['simulated']['preemptions']} simulated", flush=True)
-            rows.append(row)
+    rows = replayed_rows(fit_dir, sections, observed, fit_on, doc["parameters"],
+                         {**doc["fit_error"], **doc["holdout_error"]})
     shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
     shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
                     ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
@@ -364,6 +347,13 @@ def predict_with(profile: Path, sections: dict, observed: list[dict[str, Path]])
     o = load_profile(str(profile), "--predict-with").overhead
     parameters = {"step_s": o.step_s, "per_seq_s": o.per_seq_s, "per_token_s": o.per_token_s,
                   "frontend_s": o.frontend_s or 0.0}
+    return replayed_rows(profile, sections, observed, (), parameters)
+
+
+def replayed_rows(profile: Path, sections: dict, observed: list[dict[str, Path]], fit_on: tuple[str, ...],
+                  parameters: dict, errs: dict | None = None) -> list[dict]:
+    """One row per observed run replayed on ``profile``: its observed figures, the errors (``errs``,
+    the fit's by run path, else computed from the replay), inter-token and step errors, preemptions."""
     rows: list[dict] = []
     for rep, paths in enumerate(observed):
         sat = observed_stats(paths["offline"])["throughput_rps"]
@@ -371,14 +361,19 @@ def predict_with(profile: Path, sections: dict, observed: list[dict[str, Path]])
             obs = read_observation(str(p))
             sim = replay(obs, profile, sections)
             engine = engine_steps(p)
-            err = {**errors(sim.requests.sort_values("request_id").reset_index(drop=True), obs),  # type: ignore[attr-defined]
-                   **itl_errors(obs, sim)}
-            if engine.get("engine_steps"):
-                err["steps"] = len(sim.steps) / engine["engine_steps"] - 1.0                       # type: ignore[attr-defined]
-            rows.append({"repeat": rep, "load": name, "fitted_on": False, "observed": {**observed_stats(p), **engine},
-                         "parameters": parameters, "profile": str(profile), "saturation_rps": sat, "error": err,
+            err = errs[str(p)] if errs is not None else \
+                errors(sim.requests.sort_values("request_id").reset_index(drop=True), obs)  # type: ignore[attr-defined]
+            row: dict = {"repeat": rep, "load": name, "fitted_on": name in fit_on,
+                         "observed": {**observed_stats(p), **engine}, "parameters": parameters,
+                         "saturation_rps": sat, "error": {**err, **itl_errors(obs, sim)},
                          "simulated": {"preemptions": int(sim.summary["requests"].get("preemptions", 0)),  # type: ignore[attr-defined]
-                                       "steps": len(sim.steps)}})                                         # type: ignore[attr-defined]
+                                       "steps": len(sim.steps)}}                                      # type: ignore[attr-defined]
+            if engine.get("engine_steps"):
+                row["error"]["steps"] = len(sim.steps) / engine["engine_steps"] - 1.0    # type: ignore[attr-defined]
+            if name == "preempt":
+                print(f"  preempt (repeat {rep}): preemptions {row['observed'].get('preemptions')} observed, "
+                      f"{row['simulated']['preemptions']} simulated", flush=True)
+            rows.append(row)
     return rows
 
 
