@@ -185,6 +185,9 @@ def test_a_closed_loop_sends_a_traces_requests_in_its_order_as_clients_free_up(t
     # num_requests: the trace's first requests
     first = simulate(sc.with_overrides({"num_requests": 12})).requests.sort_values("request_id")
     assert first["num_prompt_tokens"].tolist() == prompts[::-1][:12]
+    # a sweep over clients keeps the trace: the same requests from 8 clients
+    more = simulate(with_concurrency(sc, 8)).requests.sort_values("request_id")
+    assert more["num_prompt_tokens"].tolist() == prompts[::-1] and max_in_system(more) == 8
     # the same trace replayed at its instants (1 s apart) holds one request at a time, not five
     opened = simulate(sc.with_overrides({"workload.arrival": {"process": "trace", **trace}})).requests
     assert max_in_system(opened) == 1

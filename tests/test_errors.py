@@ -434,16 +434,28 @@ def test_trace_row_numbers_agree_between_parse_and_length_errors(tmp_path: Path)
     assert "row 4" in zero_info.value.field
 
 
-@pytest.mark.parametrize("key, value, allowed", [
-    ("workload.sessions", {"turns": 2, "turn_gap_s": 1, "bogus": 3}, "loop, parallel_tool_calls"),
-    ("engine", {"preset": "vllm-v1", "cuda_graph": {"max_size": 3}}, "max_capture_size"),
+@pytest.mark.parametrize("key, value, field, allowed", [
+    ("workload.sessions", {"turns": 2, "turn_gap_s": 1, "bogus": 3}, "workload.sessions.bogus",
+     "loop, parallel_tool_calls"),
+    ("engine", {"preset": "vllm-v1", "cuda_graph": {"max_size": 3}}, "engine.cuda_graph.max_size",
+     "max_capture_size"),
+    # a branch of a discriminated union: its own fields (they were not listed)
+    ("workload.arrival", {"process": "poisson", "rate_per_s": 1, "rate": 2}, "workload.arrival.rate",
+     "allowed: process, rate_per_s"),
+    ("workload.prompt_tokens", {"dist": "uniform", "min": 1, "max": 5, "mx": 3}, "workload.prompt_tokens.mx",
+     "allowed: dist, max, min"),
+    # a field spelt like a union's tag (trace) is that field, not the tag: it was reported as workload.arrival
+    ("workload.arrival", {"process": "closed_loop", "concurrency": 2, "trace": {"path": "x"}},
+     "workload.arrival.trace", "replay, think_time_dist"),
 ])
-def test_an_unknown_field_of_an_optional_section_lists_the_allowed_ones(key, value, allowed):
-    """Sections typed ``X | None`` lost the "allowed: ..." list of their unknown-field errors."""
+def test_an_unknown_field_lists_the_allowed_ones(key, value, field, allowed):
+    """Sections typed ``X | None`` and discriminated unions' branches lost the "allowed: ..." list of
+    their unknown-field errors."""
     from conftest import make_scenario
 
     with pytest.raises(ScenarioError) as info:
         make_scenario(**{key: value})
+    assert info.value.field == field
     assert "unknown field" in str(info.value) and "allowed:" in str(info.value) and allowed in str(info.value)
 
 

@@ -23,8 +23,8 @@ from simulator.planner.periods import plan_periods
 from simulator.scenario.config import (
     Scenario,
     SLOConfig,
+    _field_path,
     _flatten,
-    _is_tag,
     load_scenario,
     scenario_from_dict,
 )
@@ -546,7 +546,7 @@ def _to_plan_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioError:
     errors.sort(key=lambda e: (e["type"].endswith("_type") and isinstance(e.get("input"), (dict, list)),
                                len(e["loc"])))
     err = errors[0]
-    loc = [p for p in err["loc"] if not _is_tag(p) and not (isinstance(p, str) and "[" in p)]
+    loc = [p for p in _field_path(err["loc"]) if not (isinstance(p, str) and "[" in p)]
     value, msg = err.get("input"), err["msg"]
     named = field_error_of(err)
     if named is not None:    # a check across fields named the one at fault, relative to its model

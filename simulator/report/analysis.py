@@ -313,14 +313,14 @@ def with_arrival_rate(scenario: Scenario, rate_per_s: float, cv: float | None = 
 
 
 def with_concurrency(scenario: Scenario, concurrency: int) -> Scenario:
-    """The scenario as a closed loop of ``concurrency`` clients (a closed loop keeps its think time;
-    any other arrival process becomes a closed loop without one).
+    """The scenario as a closed loop of ``concurrency`` clients (a closed loop keeps its think time and
+    the trace it replays; any other arrival process becomes a closed loop without one).
 
     Raises:
         ScenarioError: a bad value, or a scenario whose features a closed loop does not model.
     """
     arrival = scenario.workload.arrival
-    think = ({"think_time_s": arrival.think_time_s, "think_time_dist": arrival.think_time_dist}
+    think = (arrival.model_dump(exclude={"process", "concurrency"}, exclude_none=True)
              if isinstance(arrival, ClosedLoopArrival) else {})
     return scenario.with_overrides({"workload.arrival": {"process": "closed_loop", "concurrency": concurrency,
                                                          **think}})

@@ -266,7 +266,7 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
     # For "str | ModelSpec" unions pydantic reports every branch; prefer the structured one.
     errors.sort(key=lambda e: (e["loc"][-1:] == ("str",), len(e["loc"])), reverse=False)
     err = errors[0]
-    loc = [str(p) for p in err["loc"] if not _is_tag(p)]
+    loc = [str(p) for p in _field_path(err["loc"])]
     field = ".".join(loc) or "scenario"
     value = err.get("input")
     msg = err["msg"]
@@ -274,7 +274,7 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
     if named is not None:    # a check across fields named the one at fault, relative to its model
         return ScenarioError(".".join([*loc, named.field]), named.value, named.message)
     if err["type"] == "extra_forbidden":
-        parent_model = _model_at(loc[:-1])
+        parent_model = _model_at(tuple(err["loc"])[:-1])
         allowed = sorted(parent_model.model_fields) if parent_model else []
         hint = difflib.get_close_matches(loc[-1], allowed, n=1)
         msg = "unknown field" + (f" (did you mean {hint[0]!r}?)" if hint else "")
@@ -294,24 +294,48 @@ def _to_scenario_error(exc: ValidationError, data: dict[str, Any]) -> ScenarioEr
     return ScenarioError(field, value, msg)
 
 
+def _field_path(loc: tuple[Any, ...]) -> list[Any]:
+    """The YAML field of an error location: pydantic's union branches (a discriminated union's tag, the
+    ``str``/``ModelSpec`` branch, validator wrappers) left out. A tag is the branch only right after the
+    field it selects for: after a tag, the same word is a field of that branch (an unknown ``trace:``
+    under a ``closed_loop`` arrival is ``workload.arrival.trace``)."""
+    out: list[Any] = []
+    after_tag = False
+    for part in loc:
+        if isinstance(part, str) and part.startswith("function-"):
+            continue
+        if _is_tag(part) and not after_tag:
+            after_tag = True
+            continue
+        out.append(part)
+        after_tag = False
+    return out
+
+
 def _is_tag(part: Any) -> bool:
     return isinstance(part, str) and (part in _UNION_TAGS or part.startswith("function-"))
 
 
-def _model_at(loc: list[str]) -> type[BaseModel] | None:
-    """The pydantic model class found by walking field names from :class:`Scenario`."""
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class found by walking an error location (pydantic's, union tags included)
+    from :class:`Scenario`: a discriminated union's branch is the one whose tag follows the field."""
     model: Any = Scenario
-    for part in loc:
-        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+    parts = [p for p in loc if not (isinstance(p, str) and p.startswith("function-"))]
+    i = 0
+    while i < len(parts):
+        field = model.model_fields.get(parts[i]) if isinstance(model, type) and issubclass(model, BaseModel) \
+            else None
         if field is None:
             return None
-        ann = field.annotation
-        candidates = [a for a in _flatten(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not candidates:
+        candidates = [a for a in _flatten(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(candidates) > 1:      # a discriminated union: the branch whose tag is next
+            tag = parts[i + 1] if i + 1 < len(parts) else None
+            candidates = [c for c in candidates if any(f.default == tag for f in c.model_fields.values())]
+            i += 1
+        if len(candidates) != 1:
             return None
         model = candidates[0]
-        if len(candidates) > 1:  # discriminated unions: cannot tell which branch; list none
-            return None
+        i += 1
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
