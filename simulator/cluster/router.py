@@ -110,6 +110,8 @@ class PowerOfTwoChoices:
 
     def route(self, rid: int, replicas: Sequence[ReplicaView]) -> int:
         n = len(replicas)
+        if n == 1:                       # a fleet's region of one replica: no pair to draw
+            return 0
         a = int(self._rng.integers(n))
         b = int(self._rng.integers(n - 1))
         b += b >= a                      # a uniformly random replica other than a
