@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import make_scenario
+from conftest import assert_same_run_to_1e9, make_scenario
 from test_theory import erlang_c_wait
 
 from simulator import ScenarioError, simulate
@@ -156,6 +156,30 @@ def test_an_exact_cache_hit_rate_is_an_outcome():
     assert expired.summary["request_path"]["response_cache"]["hits"] == 0
     small = simulate(make_scenario(**LIGHT, **pop, response_cache={"kind": "exact", "capacity_entries": 5}))
     assert 0 < small.summary["request_path"]["response_cache"]["hit_rate"] < rc["hit_rate"]
+
+
+def test_an_exact_cache_stores_ends_reported_out_of_time_order_as_if_in_order():
+    """Replicas run steps ahead of the clock and report their ends out of time order: the request ending
+    at 0.265 s was reported before the one ending at 0.184 s with the same prompt, the entry kept
+    0.184 s, and its 0.2 s TTL ran out before a lookup at 0.389 s that the step-by-step run answered
+    from the cache (found by a random-scenario hunt over caches, shedding and pools). The entry keeps
+    its latest instant and the LRU order follows the instants: fast-forward equals step-by-step."""
+    over = {"seed": 23, "num_requests": 6, "deployment.replicas": 3, "scheduler.max_num_seqs": 1,
+            "hardware.prefill_time_per_token_s": 1e-4, "scheduler.max_model_len": 1024, "client.stream": False,
+            "workload.arrival": {"process": "gamma", "rate_per_s": 80, "cv": 3.0},
+            "workload.prompt_tokens": {"dist": "uniform", "min": 40, "max": 600},
+            "workload.output_tokens": {"dist": "geometric", "mean": 30, "max": 300},
+            "workload.prompt_popularity": {"distinct_prompts": 7, "zipf_s": 1.0},
+            "response_cache": {"kind": "exact", "ttl_s": 0.2, "capacity_entries": 3},
+            "admission.max_queue_delay_s": 0.05}
+    sc = make_scenario(**over)
+    fast = simulate(sc)
+    assert fast.requests["response_cache_hit"].tolist() == [False] * 5 + [True]
+    assert_same_run_to_1e9(fast, simulate(sc, fast_forward=False))
+    for seed in range(6):           # LRU eviction under out-of-order ends: many prompts, two entries
+        sc = make_scenario(**{**over, "seed": seed, "num_requests": 120, "admission.max_queue_delay_s": None,
+                              "response_cache": {"kind": "exact", "ttl_s": 0.5, "capacity_entries": 2}})
+        assert_same_run_to_1e9(simulate(sc), simulate(sc, fast_forward=False))
 
 
 def test_zipf_popularity_matches_its_law():

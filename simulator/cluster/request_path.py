@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -135,6 +136,7 @@ class RequestPath(RunExtension):
         self.ttl_s = cache.ttl_s if cache is not None else None
         self.capacity = cache.capacity_entries if cache is not None else None
         self._answers: OrderedDict[int, float] = OrderedDict()   # prompt id -> instant stored (LRU order)
+        self._used: dict[int, float] = {}                        # prompt id -> instant last stored or hit
         self.hit = np.zeros(len(sent), dtype=bool)
         self.lookups = 0
         window = scenario.coalescing.window_ms / 1000.0 if scenario.coalescing is not None else None
@@ -158,8 +160,10 @@ class RequestPath(RunExtension):
             hit = stored is not None and (self.ttl_s is None or now - stored < self.ttl_s)
             if stored is not None and not hit:
                 del self._answers[pid]                     # expired
+                del self._used[pid]
             elif hit:
                 self._answers.move_to_end(pid)
+                self._used[pid] = now
         self.hit[rid] = hit
         return hit
 
@@ -187,11 +191,24 @@ class RequestPath(RunExtension):
         if lead is not None and lead[0] == rid:
             del self._inflight[pid]
         if completed and self.cache_kind == "exact":
-            self._answers[pid] = at
-            self._answers.move_to_end(pid)
-            if self.capacity is not None and len(self._answers) > self.capacity:
-                self._answers.popitem(last=False)
+            self._store(pid, at)
         return self.followers.pop(rid, [])
+
+    def _store(self, pid: int, at: float) -> None:
+        """Store prompt ``pid``'s answer completed at ``at``. Replicas report the ends of the steps they
+        run ahead of the clock out of time order (never past the next lookup), so an entry keeps its
+        latest instant and the LRU order follows the instants, as if every end came in time order."""
+        latest = max(at, self._answers.get(pid, -math.inf))
+        out_of_order = bool(self._used) and at < max(self._used.values())
+        self._answers[pid] = latest
+        self._used[pid] = max(at, self._used.get(pid, -math.inf))
+        self._answers.move_to_end(pid)
+        if out_of_order:     # least recently used first (a stable sort keeps the order of equal instants)
+            order = sorted(self._answers, key=self._used.__getitem__)
+            self._answers = OrderedDict((k, self._answers[k]) for k in order)
+        if self.capacity is not None and len(self._answers) > self.capacity:
+            evicted, _ = self._answers.popitem(last=False)
+            del self._used[evicted]
 
     # -- the run's hooks ----------------------------------------------------------------------------
     def sent(self, run: Run, rid: int, now: float) -> bool:
