@@ -444,13 +444,19 @@ def test_trace_row_numbers_agree_between_parse_and_length_errors(tmp_path: Path)
      "allowed: process, rate_per_s"),
     ("workload.prompt_tokens", {"dist": "uniform", "min": 1, "max": 5, "mx": 3}, "workload.prompt_tokens.mx",
      "allowed: dist, max, min"),
+    # an item of a list: its model's fields (they were not listed)
+    ("workload.tiers", [{"name": "a", "share": 1.0, "prio": 1}], "workload.tiers.0.prio",
+     "did you mean 'priority'?); allowed: name, priority, share, slo"),
+    ("workload.arrival", {"process": "diurnal", "mean_rate_per_s": 1, "peak_to_mean": 1.5,
+                          "bursts": [{"start_s": 0, "duration_s": 1, "multiplier": 2, "x": 1}]},
+     "workload.arrival.bursts.0.x", "allowed: duration_s, multiplier, start_s"),
     # a field spelt like a union's tag (trace) is that field, not the tag: it was reported as workload.arrival
     ("workload.arrival", {"process": "closed_loop", "concurrency": 2, "trace": {"path": "x"}},
      "workload.arrival.trace", "replay, think_time_dist"),
 ])
 def test_an_unknown_field_lists_the_allowed_ones(key, value, field, allowed):
-    """Sections typed ``X | None`` and discriminated unions' branches lost the "allowed: ..." list of
-    their unknown-field errors."""
+    """Sections typed ``X | None``, discriminated unions' branches and list items lost the "allowed: ..."
+    list of their unknown-field errors."""
     from conftest import make_scenario
 
     with pytest.raises(ScenarioError) as info:

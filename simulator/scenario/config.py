@@ -320,23 +320,36 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model class found by walking an error location (pydantic's, union tags included)
     from :class:`Scenario`: a discriminated union's branch is the one whose tag follows the field."""
     model: Any = Scenario
-    parts = [p for p in loc if not (isinstance(p, str) and p.startswith("function-"))]
+    parts = [p for p in loc if isinstance(p, str) and not p.startswith("function-")]   # list indexes left out
     i = 0
     while i < len(parts):
         field = model.model_fields.get(parts[i]) if isinstance(model, type) and issubclass(model, BaseModel) \
             else None
         if field is None:
             return None
-        candidates = [a for a in _flatten(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        candidates = _models_in(field.annotation)
+        tag = parts[i + 1] if i + 1 < len(parts) and _is_tag(parts[i + 1]) else None
         if len(candidates) > 1:      # a discriminated union: the branch whose tag is next
-            tag = parts[i + 1] if i + 1 < len(parts) else None
             candidates = [c for c in candidates if any(f.default == tag for f in c.model_fields.values())]
+        if tag is not None:          # the branch pydantic names after the field (a tag, "ModelSpec")
             i += 1
         if len(candidates) != 1:
             return None
         model = candidates[0]
         i += 1
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds: its union's branches, a list's or a mapping's items."""
+    out: list[type[BaseModel]] = []
+    for a in _flatten(ann):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            out.append(a)
+        elif typing.get_origin(a) in (list, tuple, dict):
+            for arg in typing.get_args(a):
+                out.extend(m for m in _models_in(arg) if m not in out)
+    return out
 
 
 def _flatten(ann: Any) -> list[Any]:
