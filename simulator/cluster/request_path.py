@@ -198,14 +198,19 @@ class RequestPath(RunExtension):
         """Store prompt ``pid``'s answer completed at ``at``. Replicas report the ends of the steps they
         run ahead of the clock out of time order (never past the next lookup), so an entry keeps its
         latest instant and the LRU order follows the instants, as if every end came in time order."""
-        latest = max(at, self._answers.get(pid, -math.inf))
-        out_of_order = bool(self._used) and at < max(self._used.values())
-        self._answers[pid] = latest
-        self._used[pid] = max(at, self._used.get(pid, -math.inf))
+        self._answers[pid] = max(at, self._answers.get(pid, -math.inf))
+        used = self._used[pid] = max(at, self._used.get(pid, -math.inf))
         self._answers.move_to_end(pid)
-        if out_of_order:     # least recently used first (a stable sort keeps the order of equal instants)
-            order = sorted(self._answers, key=self._used.__getitem__)
-            self._answers = OrderedDict((k, self._answers[k]) for k in order)
+        # Entries are kept in order of their last use: those used after ``used`` go back behind it
+        # (a walk from the end, which stops at once when ends come in time order).
+        later = []
+        for k in reversed(self._answers):
+            if k != pid:
+                if self._used[k] <= used:
+                    break
+                later.append(k)
+        for k in reversed(later):
+            self._answers.move_to_end(k)
         if self.capacity is not None and len(self._answers) > self.capacity:
             evicted, _ = self._answers.popitem(last=False)
             del self._used[evicted]
