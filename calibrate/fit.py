@@ -231,11 +231,9 @@ def replay_scenario(obs: Observation, model: ModelSpec, hardware: str | dict[str
         "workload": {"arrival": arrival, "over_length": "error"}}
     if "seed" in sections:
         sc["seed"] = sections["seed"]
-    header_load = obs.header.get("load")
-    load: dict[str, Any] = header_load if isinstance(header_load, dict) else {}
-    if int(load.get("prefix_tokens") or 0) > 0:      # the run's shared prefixes, for the prefix cache
-        sc["workload"]["prefix"] = {"prefix_tokens": int(load["prefix_tokens"]),
-                                    "num_prefixes": int(load.get("prefix_groups") or 1)}
+    prefix = obs.shared_prefix()
+    if prefix is not None:                           # the run's shared prefixes, for the prefix cache
+        sc["workload"]["prefix"] = {"prefix_tokens": prefix[0], "num_prefixes": prefix[1]}
     return scenario_from_dict(sc)
 
 

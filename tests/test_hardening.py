@@ -333,6 +333,41 @@ def test_bad_observation_chunks_are_refused_naming_the_request(tmp_path: Path, c
     raises(lambda: simulate(scenario_from_dict(data, base_dir=tmp_path)), *words)
 
 
+@pytest.mark.parametrize("load, words", [
+    ("closed", ("header.load = 'str'", "must be a mapping")),
+    ({"arrival": "closed"}, ("header.load.concurrency = None", "number of clients is missing")),
+    ({"arrival": "closed", "concurrency": 0}, ("header.load.concurrency = 0", "integer from 1")),
+    ({"arrival": "closed", "concurrency": "8"}, ("header.load.concurrency = '8'", "integer from 1")),
+    ({"arrival": "poisson", "prefix_tokens": "inf"}, ("header.load.prefix_tokens = 'inf'", "integer from 0")),
+    ({"arrival": "poisson", "prefix_tokens": 4, "prefix_groups": 0}, ("header.load.prefix_groups = 0",)),
+    ({"arrival": "poisson", "prefix_tokens": 2.5}, ("header.load.prefix_tokens = 2.5", "integer from 0")),
+    ({"arrival": "poisson", "prefix_tokens": 16}, ("header.load.prefix_tokens = 16", "below the shortest prompt (16")),
+])
+def test_a_bad_observed_load_is_refused_naming_the_header_field(tmp_path: Path, load: Any,
+                                                                 words: tuple[str, ...]) -> None:
+    """The header's load, which a replay reads (a closed loop's clients, shared prefixes): a wrong
+    type or value is an error naming ``header.load.<field>`` when the file is read (a ValueError in
+    the fit's replay, or a closed loop silently replayed as an open trace, before)."""
+    import json
+
+    from calibrate.fit import replay_scenario
+    from simulator.workload.observation import read_observation
+    path = _observation(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["header"]["load"] = load
+    path.write_text(json.dumps(doc))
+    raises(lambda: read_observation(path), *words)
+    doc["header"]["load"] = {"arrival": "poisson", "prefix_tokens": 8, "prefix_groups": 2}
+    path.write_text(json.dumps(doc))
+    from simulator.scenario.models import MODEL_PRESETS
+    sc = replay_scenario(read_observation(path), MODEL_PRESETS["tiny-llama"], "cpu-amd-epyc-tiny-llama")
+    assert (sc.workload.prefix.prefix_tokens, sc.workload.prefix.num_prefixes) == (8, 2)
+    bench = {"input_lens": [16, 16], "output_lens": [3, 3], "ttfts": [0.05, 0.05], "itls": [[0.01, 0.01]] * 2,
+             "start_times": [100.0, 101.0], "request_rate": "inf", "max_concurrency": -2}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    raises(lambda: read_observation(tmp_path / "bench.json"), "bench.json: max_concurrency = -2", "integer from 1")
+
+
 def test_a_vllm_bench_result_with_a_bad_output_length_is_refused(tmp_path: Path) -> None:
     """``output_lens`` of a request that completed, as text: an error naming it (a TypeError before)."""
     import json

@@ -101,12 +101,17 @@ class Observation:
         load = self.header.get("load")
         if not isinstance(load, dict):
             return None
-        if self.source == "vllm bench serve":
-            n, rate = load.get("max_concurrency"), load.get("request_rate")
-            closed = rate in (None, "inf", math.inf)
-        else:
-            n, closed = load.get("concurrency"), load.get("arrival") == "closed"
-        return n if closed and isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+        n, closed = _clients(load, self.source)
+        return n if closed else None
+
+    def shared_prefix(self) -> tuple[int, int] | None:
+        """``(prefix_tokens, prefix_groups)`` of an ``llmplan observe --prefix-tokens`` run (the
+        leading tokens the prompts of each group shared), None for a run without shared prefixes."""
+        load = self.header.get("load")
+        tokens = load.get("prefix_tokens") if isinstance(load, dict) else None
+        if not tokens:
+            return None
+        return int(tokens), int(load.get("prefix_groups") or 1)
 
     def describe(self) -> str:
         load = self.header.get("load", {})
@@ -178,6 +183,42 @@ def _number(rec: dict[str, Any], key: str, where: str, *, integer: bool = False,
     return float(v)
 
 
+def _clients(load: dict[str, Any], source: str) -> tuple[Any, bool]:
+    """The load's clients as given and whether it was a closed loop (each client sent its next
+    request as its last one ended)."""
+    if source == "vllm bench serve":
+        n = load.get("max_concurrency")
+        return n, n is not None and load.get("request_rate") in (None, "inf", math.inf)
+    return load.get("concurrency"), load.get("arrival") == "closed"
+
+
+def _check_load(header: dict[str, Any], source: str, where: str) -> None:
+    """The header's ``load`` as far as a replay reads it: a closed loop's clients, shared prefixes."""
+    load = header.get("load")
+    if load is None:
+        return
+    bench = source == "vllm bench serve"         # its load is the result's own top-level fields
+    w = f"{where}: " if bench else f"{where}: header.load."
+    if not isinstance(load, dict):
+        raise ScenarioError(w.rstrip(". "), type(load).__name__, "must be a mapping (the load the run was "
+                            "observed under)")
+
+    def count(key: str, least: int, most: int) -> None:
+        v = load.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or not float(v).is_integer() or not least <= v <= most):
+            raise ScenarioError(f"{w}{key}", v, f"must be an integer from {least} to {most:,}")
+
+    n, closed = _clients(load, source)
+    key = "max_concurrency" if bench else "concurrency"
+    if closed and n is None:
+        raise ScenarioError(f"{w}{key}", None, "a closed loop's number of clients is missing")
+    count(key, 1, MAX_NUM_REQUESTS)
+    if not bench:
+        count("prefix_tokens", 0, MAX_MODEL_LEN)
+        count("prefix_groups", 1, MAX_NUM_REQUESTS)
+
+
 def _read_llmplan(doc: dict[str, Any], path: str, field: str) -> Observation:
     where = f"{field} {path}"
     if doc.get("version") != OBSERVATION_VERSION:
@@ -211,8 +252,15 @@ def _read_llmplan(doc: dict[str, Any], path: str, field: str) -> Observation:
             e2e.append(math.nan)
             itls.append([])
         ok.append(good)
+    _check_load(header, "llmplan observe", where)
     df, itls = _frame(send, prompt, output, ttft, e2e, ok, itls, where)
-    return Observation(path, "llmplan observe", header, df, itls)
+    obs = Observation(path, "llmplan observe", header, df, itls)
+    prefix = obs.shared_prefix()
+    shortest = int(df["num_prompt_tokens"].min())
+    if prefix is not None and prefix[0] >= shortest:
+        raise ScenarioError(f"{where}: header.load.prefix_tokens", prefix[0], f"must be below the shortest prompt "
+                            f"({shortest:,} tokens): every prompt starts with its group's prefix")
+    return obs
 
 
 def _chunks(rec: dict[str, Any], where: str, first: float, end: float,
@@ -294,6 +342,7 @@ def _read_vllm_bench(doc: dict[str, Any], path: str, field: str) -> Observation:
     header["model"] = doc.get("model_id")
     header["load"] = {"arrival": "offline" if doc.get("request_rate") in (None, "inf", math.inf) else "poisson",
                       "request_rate": doc.get("request_rate"), "max_concurrency": doc.get("max_concurrency")}
+    _check_load(header, "vllm bench serve", where)
     return Observation(path, "vllm bench serve", header, df, itls)
 
 
