@@ -108,10 +108,9 @@ class Observation:
         """``(prefix_tokens, prefix_groups)`` of an ``llmplan observe --prefix-tokens`` run (the
         leading tokens the prompts of each group shared), None for a run without shared prefixes."""
         load = self.header.get("load")
-        tokens = load.get("prefix_tokens") if isinstance(load, dict) else None
-        if not tokens:
+        if not isinstance(load, dict) or not load.get("prefix_tokens"):
             return None
-        return int(tokens), int(load.get("prefix_groups") or 1)
+        return int(load["prefix_tokens"]), int(load.get("prefix_groups") or 1)
 
     def describe(self) -> str:
         load = self.header.get("load", {})
