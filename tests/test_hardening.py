@@ -368,6 +368,29 @@ def test_a_bad_observed_load_is_refused_naming_the_header_field(tmp_path: Path, 
     raises(lambda: read_observation(tmp_path / "bench.json"), "bench.json: max_concurrency = -2", "integer from 1")
 
 
+@pytest.mark.parametrize("profile, drop, words", [
+    ("mi300x-datasheet", "memory_bandwidth_bytes_per_s",
+     ("memory_bandwidth_bytes_per_s = None: cost_model 'roofline' needs memory_bandwidth_bytes_per_s",)),
+    ("mi300x-datasheet", "peak_flops", ("peak_flops = {}: cost_model 'roofline' needs peak_flops",)),
+    ("h100-sxm", "memory_bytes", ("memory_bytes = None: cost_model 'kernel_table' needs memory_bytes",)),
+])
+def test_a_profile_missing_what_its_cost_model_needs_names_the_field(tmp_path: Path, profile: str, drop: str,
+                                                                     words: tuple[str, ...]) -> None:
+    """A profile file without a field its cost model needs: the error names the field, not the whole
+    profile's contents (which it printed before)."""
+    src = Path(__file__).parent.parent / "hwprofiles" / profile / "profile.yaml"
+    doc = yaml.safe_load(src.read_text())
+    del doc[drop]
+    if "table" in doc:
+        doc["table"] = str(src.parent / doc["table"])
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    data = base()
+    data["hardware"] = str(tmp_path / "p.yaml")
+    data["model"] = "llama-3-8b"
+    err = raises(lambda: simulate(scenario_from_dict(data)), *words)
+    assert "'name'" not in str(err)
+
+
 def test_a_vllm_bench_result_with_a_bad_output_length_is_refused(tmp_path: Path) -> None:
     """``output_lens`` of a request that completed, as text: an error naming it (a TypeError before)."""
     import json

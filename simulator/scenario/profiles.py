@@ -159,18 +159,13 @@ class HardwareProfile(Frozen):
 
     @model_validator(mode="after")
     def _complete(self) -> HardwareProfile:
-        if self.cost_model == "constant" and self.step_time_s is None:
-            raise ValueError("cost_model 'constant' needs step_time_s")
-        if self.cost_model == "roofline":
-            missing = [f for f in ("memory_bytes", "memory_bandwidth_bytes_per_s") if getattr(self, f) is None]
-            if not self.peak_flops:
-                missing.append("peak_flops")
-            if missing:
-                raise ValueError(f"cost_model 'roofline' needs {', '.join(missing)}")
-        if self.cost_model in ("table", "kernel_table"):
-            missing = [f for f in ("table", "memory_bytes") if getattr(self, f) is None]
-            if missing:
-                raise ValueError(f"cost_model {self.cost_model!r} needs {', '.join(missing)}")
+        needed = {"constant": ["step_time_s"],
+                  "roofline": ["memory_bytes", "memory_bandwidth_bytes_per_s", "peak_flops"],
+                  "table": ["table", "memory_bytes"], "kernel_table": ["table", "memory_bytes"]}
+        missing = [f for f in needed.get(self.cost_model, []) if getattr(self, f) in (None, {})]
+        if missing:
+            raise FieldError(missing[0], getattr(self, missing[0]), f"cost_model {self.cost_model!r} needs "
+                             f"{', '.join(missing)}")
         return self
 
     def peak_flops_for(self, dtype: str) -> float:
