@@ -148,6 +148,9 @@ def test_model_resolution(tmp_path: Path) -> None:
     assert got.scenario["model"]["name"] == "Qwen3-8B" and got.scenario["model"]["head_dim"] == 128
     with pytest.raises(ScenarioError, match="model = 'someone/unknown-model': not a preset and not a folder"):
         import_vllm(["someone/unknown-model"])
+    for blank in ("", "  "):     # read as the working folder before ("model = '/cwd': no such file")
+        with pytest.raises(ScenarioError, match=r"model = '.*': give the model as vllm serve's first argument"):
+            import_vllm([blank])
     bad = tmp_path / "config.json"
     bad.write_text('{"model_type": "falcon"}')
     with pytest.raises(ScenarioError, match="model_type = 'falcon': not a family this import reads"):

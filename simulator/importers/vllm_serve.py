@@ -200,8 +200,8 @@ def resolve_model_arg(model: str | None, model_config: Path | None, base: Path) 
     if model_config is not None:
         got = read_hf_config(model_config, name=_short(model) if model else None)
         return _inline(got), f"model: read from {model_config} ({got.spec.name})", got.quantization, got.notes
-    if model is None:
-        raise ScenarioError("model", None, "give the model as vllm serve's first argument (a name or a folder "
+    if model is None or not model.strip():
+        raise ScenarioError("model", model, "give the model as vllm serve's first argument (a name or a folder "
                             "with config.json), or --model-config config.json")
     folder = Path(model).expanduser()
     if not folder.is_absolute():
