@@ -148,7 +148,11 @@ def test_a_forecast_peak_typed_nan_is_named_as_not_finite(tmp_path: Path) -> Non
     error(lambda: load_plan({**PLAN, "forecast": str(csv)}, tmp_path), "peak_rps = None",
           "required value is missing")
     csv.write_text("quarter,region,peak_rps\nQ1,NA,3\n")   # and "NA" is a name (North America), not missing
-    error(lambda: load_plan({**PLAN, "forecast": str(csv)}, tmp_path), "region", "'NA'", "unknown region")
+    error(lambda: load_plan({**PLAN, "forecast": str(csv)}, tmp_path), "f.csv row 2 column region = 'NA'",
+          "unknown region")
+    csv.write_text("quarter,region,peak_rps\nQ1,r,3\nQ1,r,4\n")   # the spreadsheet's row numbers, both rows
+    error(lambda: load_plan({**PLAN, "forecast": str(csv)}, tmp_path), "f.csv row 3 = 'Q1 r'",
+          "appear twice (also f.csv row 2)")
     rows = [{"quarter": "Q1", "region": "r", "peak_rps": "nan"}]
     error(lambda: load_plan({**PLAN, "forecast": rows}), "forecast[0].peak_rps = 'nan'", "finite number")
 

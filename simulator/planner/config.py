@@ -442,18 +442,28 @@ def _load_forecast(config: PlanConfig) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(FORECAST_COLUMNS))
 
 
+def _forecast_row(config: PlanConfig, i: int, column: str | None = None) -> str:
+    """Where forecast row ``i`` (from 0) stands: ``f.csv row N`` as a spreadsheet numbers it (the
+    header is row 1), or ``forecast[i]`` in the plan; with its ``column``."""
+    if isinstance(config.forecast, str):
+        return f"{Path(config.forecast).name} row {i + 2}" + (f" column {column}" if column else "")
+    return f"forecast[{i}]" + (f".{column}" if column else "")
+
+
 def _check_regions(config: PlanConfig, forecast: pd.DataFrame) -> None:
     known = [r.name for r in config.regions]
     for i, region in enumerate(forecast["region"]):
         if region not in known:
             hint = difflib.get_close_matches(str(region), known, n=1)
-            raise ScenarioError(f"forecast row {i + 1} region", region, "unknown region" +
+            raise ScenarioError(_forecast_row(config, i, "region"), region, "unknown region" +
                                 (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; regions: {', '.join(known)}")
     dup = forecast.duplicated(["quarter", "region"])
     if dup.any():
         i = int(dup.to_numpy().nonzero()[0][0])
-        raise ScenarioError(f"forecast row {i + 1}", f"{forecast['quarter'][i]} {forecast['region'][i]}",
-                            "quarter and region appear twice")
+        first = int(((forecast["quarter"] == forecast["quarter"][i])
+                     & (forecast["region"] == forecast["region"][i])).to_numpy().nonzero()[0][0])
+        raise ScenarioError(_forecast_row(config, i), f"{forecast['quarter'][i]} {forecast['region'][i]}",
+                            f"quarter and region appear twice (also {_forecast_row(config, first)})")
     quarters = list(dict.fromkeys(forecast["quarter"]))
     have = set(zip(forecast["quarter"], forecast["region"], strict=True))
     for q in quarters:
