@@ -8,7 +8,9 @@ of token ids (``/v1/completions`` takes them on vLLM and SGLang), so their lengt
 without a tokenizer (``text_prompts``: words instead, one per token id, for servers that take text
 only; their lengths are then the server's count); outputs are forced to their length with
 ``ignore_eos`` and ``min_tokens`` (vLLM's extensions; ``--no-ignore-eos``/``--no-min-tokens`` for
-servers that refuse them).
+servers that refuse them). ``api="chat"`` sends each prompt as one user message to
+``/v1/chat/completions`` instead (text; the server's chat template adds its tokens, and the
+prompt length recorded is the server's ``usage`` count), for endpoints that serve chat only.
 
 Per request it records the send instant, the instant of every streamed chunk and its token count
 (from ``usage`` on every chunk where ``stream_options.continuous_usage_stats`` is honoured, else
@@ -49,6 +51,8 @@ from simulator.errors import ScenarioError
 from simulator.workload.observation import OBSERVATION_FORMAT, OBSERVATION_VERSION
 
 ARRIVALS = ("poisson", "closed", "offline")
+#: The OpenAI routes a load can be sent to, by :attr:`Load.api`.
+API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 #: Most requests one observation sends.
 MAX_REQUESTS = 100_000
 #: Most requests in flight at once (each is a thread): past it, an open-loop load waits for a slot
@@ -124,6 +128,9 @@ class Load:
     """Per request: the longest wait for the response to end."""
     text_prompts: bool = False
     """Send each prompt as text (one of :data:`WORDS` per token id) instead of token ids."""
+    api: str = "completions"
+    """``completions`` (``/v1/completions``) or ``chat`` (``/v1/chat/completions``: one user message of
+    text per prompt, so it needs ``text_prompts``)."""
 
     def check(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -147,6 +154,10 @@ class Load:
             raise ScenarioError("--token-ids", f"{lo}:{hi}", "LO:HI with 0 <= LO < HI")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ScenarioError("--timeout-s", self.timeout_s, "must be a positive number of seconds")
+        if self.api not in API_PATHS:
+            raise ScenarioError("api", self.api, f"allowed: {', '.join(API_PATHS)}")
+        if self.api == "chat" and not self.text_prompts:
+            raise ScenarioError("--chat", True, "a chat message is text: send the prompts as text (--text-prompts)")
 
     def plan(self) -> tuple[np.ndarray, list[list[int]], np.ndarray]:
         """Seeded: the send offsets (s; NaN in a closed loop), prompts (token ids) and output lengths."""
@@ -242,15 +253,22 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def _stream(ep: Endpoint, body: dict[str, Any], rec: _Record, t0: float, clock: Callable[[], float],
+def _chunk_text(choice: dict[str, Any]) -> Any:
+    """What a streamed choice carries: a completion's ``text``, a chat chunk's ``delta`` content
+    (or a reasoning model's ``reasoning_content``)."""
+    delta = choice.get("delta") or {}
+    return choice.get("text") or delta.get("content") or delta.get("reasoning_content")
+
+
+def _stream(ep: Endpoint, path: str, body: dict[str, Any], rec: _Record, t0: float, clock: Callable[[], float],
             timeout_s: float) -> None:
-    """Send one request and read its stream into ``rec`` (one clock reading per ``data:`` line)."""
+    """Send one request to ``path`` and read its stream into ``rec`` (one clock reading per ``data:`` line)."""
     payload = json.dumps(body).encode()
     conn = ep.connect(timeout_s)
     try:
         rec.send_s = clock() - t0
-        conn.request("POST", ep.root + "/v1/completions", payload, {"Content-Type": "application/json",
-                                                                    "Accept": "text/event-stream"})
+        conn.request("POST", ep.root + path, payload, {"Content-Type": "application/json",
+                                                        "Accept": "text/event-stream"})
         resp = conn.getresponse()
         if resp.status != 200:
             rec.error = f"HTTP {resp.status}: {resp.read(300).decode('utf-8', errors='replace').strip()}"
@@ -280,7 +298,7 @@ def _stream(ep: Endpoint, body: dict[str, Any], rec: _Record, t0: float, clock: 
                 if usage.get("prompt_tokens") is not None:
                     rec.prompt_tokens = int(usage["prompt_tokens"])
             if choices:
-                k = (server_total - seen) if server_total is not None else (1 if choices[0].get("text") else 0)
+                k = (server_total - seen) if server_total is not None else (1 if _chunk_text(choices[0]) else 0)
                 if server_total is not None:
                     rec.usage = "server"
                 if k > 0:
@@ -349,9 +367,13 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         prompt: list[int] | str = prompts[i]
         if load.text_prompts:
             prompt = " ".join(WORDS[t % len(WORDS)] for t in prompts[i])
-        b: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": int(olen[i]), "stream": True,
+        b: dict[str, Any] = {"model": model, "max_tokens": int(olen[i]), "stream": True,
                              "stream_options": {"include_usage": True, "continuous_usage_stats": True},
                              "temperature": 0.0}
+        if load.api == "chat":
+            b["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            b["prompt"] = prompt
         if load.ignore_eos:
             b["ignore_eos"] = True
         if load.min_tokens:
@@ -362,7 +384,7 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
 
     def one(i: int) -> None:
         try:
-            _stream(ep, body(i), recs[i], t0, clock, load.timeout_s)
+            _stream(ep, API_PATHS[load.api], body(i), recs[i], t0, clock, load.timeout_s)
         finally:
             slots.release()
 

@@ -89,6 +89,10 @@ def usage_chunk(k: int, prompt: int) -> bytes:
             + "\n\n").encode()
 
 
+#: Tokens the fake engine's chat template adds to a user message.
+CHAT_TEMPLATE_TOKENS = 5
+
+
 class FakeEngine:
     """An OpenAI-compatible streaming server on 127.0.0.1 for at most ``max_requests`` requests.
 
@@ -159,7 +163,17 @@ class FakeEngine:
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
-                    if engine.schedule is None:
+                    if engine.schedule is None and self.path == "/v1/chat/completions":
+                        # a chat template of CHAT_TEMPLATE_TOKENS, a first chunk with the role only
+                        p = len(body["messages"][-1]["content"].split()) + CHAT_TEMPLATE_TOKENS
+                        m = body["max_tokens"]
+                        for k in range(m + 1):
+                            delta = {"content": "x"} if k else {"role": "assistant", "content": ""}
+                            self._chunk(("data: " + json.dumps({
+                                "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}],
+                                "usage": {"prompt_tokens": p, "completion_tokens": k}}) + "\n\n").encode())
+                        self._chunk(usage_chunk(m, p) + b"data: [DONE]\n\n")
+                    elif engine.schedule is None:
                         prompt = body["prompt"]
                         p, m = len(prompt.split() if isinstance(prompt, str) else prompt), body["max_tokens"]
                         for k in range(1, m + 1):
@@ -424,6 +438,36 @@ def test_observe_cli_and_its_errors(tmp_path: Path) -> None:
         proc = run_cli(*args)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert msg in proc.stderr, proc.stderr
+
+
+def test_observe_a_chat_endpoint(tmp_path: Path) -> None:
+    """``--chat``: each prompt a user message of text at /v1/chat/completions; the prompt length is the
+    server's count (its chat template included), a role-only first chunk is no token, and the run
+    replays like any other."""
+    from calibrate.observe import _chunk_text
+
+    engine = FakeEngine(3)
+    out = tmp_path / "chat.json"
+    with engine.running():
+        proc = run_cli("observe", engine.url, "--out", str(out), "--offline", "--num-requests", "3",
+                       "--prompt-tokens", "12", "--output-tokens", "4", "--chat")
+    assert proc.returncode == 0, proc.stderr
+    assert all("messages" in b and "prompt" not in b and b["messages"][0]["role"] == "user"
+               and len(b["messages"][0]["content"].split()) == 12 for b in engine.bodies)
+    doc = json.loads(out.read_text())
+    assert doc["header"]["load"]["api"] == "chat" and doc["header"]["load"]["text_prompts"] is True
+    for r in doc["requests"]:
+        assert r["prompt_tokens"] == 12 + CHAT_TEMPLATE_TOKENS and r["output_tokens"] == 4
+        assert r["chunk_tokens"] == [1, 1, 1, 1] and r["first_token_s"] == r["chunk_s"][0]
+    obs = read_observation(out)
+    assert (obs.requests["num_prompt_tokens"] == 12 + CHAT_TEMPLATE_TOKENS).all()
+    sc = replay_scenario(obs, MODEL_PRESETS["tiny-llama"], BASE_PROFILE, {"scheduler": SCHEDULER})
+    assert len(simulate(sc).requests) == 3
+    assert [_chunk_text(c) for c in ({"text": "a"}, {"delta": {"content": "b"}},
+                                     {"delta": {"reasoning_content": "c"}}, {"delta": {"role": "assistant"}})] == \
+        ["a", "b", "c", None]
+    with pytest.raises(ScenarioError, match="--chat = True: a chat message is text"):
+        Load("offline", 1, Lengths(8, 8), Lengths(2, 2), api="chat").check()
 
 
 def test_observation_files_are_checked_with_one_line_errors(tmp_path: Path) -> None:

@@ -216,6 +216,8 @@ def observe(
     metrics: bool = typer.Option(True, "--metrics/--no-metrics", help="Read /metrics before and after."),
     text_prompts: bool = typer.Option(False, "--text-prompts", help="Prompts as text (one common word per "
                                       "token) for servers that take no token ids; lengths from the server's usage."),
+    chat: bool = typer.Option(False, "--chat", help="Send each prompt as a user message to /v1/chat/completions "
+                              "(text; the chat template's tokens are counted from the server's usage)."),
 ) -> None:
     """Drive a streaming endpoint (vLLM, SGLang, TGI) with a controlled load and record every request's
     send, first-token and chunk instants and token counts, plus /metrics before and after."""
@@ -234,7 +236,7 @@ def observe(
                 Lengths.parse(output_tokens, "--output-tokens"), rate_per_s=rate, concurrency=concurrency,
                 duration_s=duration_s, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups, seed=seed,
                 ignore_eos=ignore_eos, min_tokens=min_tokens, token_ids=(int(ids[0]), int(ids[1])),
-                timeout_s=timeout_s, text_prompts=text_prompts)
+                timeout_s=timeout_s, text_prompts=text_prompts or chat, api="chat" if chat else "completions")
     doc = run_observe(url, load, out, model=model, metrics=metrics,
                       log=lambda m: err_console.print(escape(m), highlight=False))
     h = doc["header"]
