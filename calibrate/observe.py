@@ -197,7 +197,7 @@ class _Record:
 class Endpoint:
     """The server at ``url`` (``http://host:port``, optionally ending in ``/v1``)."""
 
-    def __init__(self, url: str, timeout_s: float = 600.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 600.0, api_key: str | None = None) -> None:
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ScenarioError("URL", url, "an http(s) URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
@@ -206,6 +206,8 @@ class Endpoint:
         base = u.path.rstrip("/")
         self.root = base[:-3] if base.endswith("/v1") else base
         self.timeout_s = timeout_s
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        """Sent with every request (never written to the observation)."""
 
     def connect(self, timeout_s: float | None = None) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
@@ -214,7 +216,7 @@ class Endpoint:
     def get(self, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
         conn = self.connect(timeout_s)
         try:
-            conn.request("GET", self.root + path)
+            conn.request("GET", self.root + path, headers=self.headers)
             resp = conn.getresponse()
             return resp.status, resp.read(16 * 2**20)
         finally:
@@ -268,7 +270,7 @@ def _stream(ep: Endpoint, path: str, body: dict[str, Any], rec: _Record, t0: flo
     try:
         rec.send_s = clock() - t0
         conn.request("POST", ep.root + path, payload, {"Content-Type": "application/json",
-                                                        "Accept": "text/event-stream"})
+                                                        "Accept": "text/event-stream", **ep.headers})
         resp = conn.getresponse()
         if resp.status != 200:
             rec.error = f"HTTP {resp.status}: {resp.read(300).decode('utf-8', errors='replace').strip()}"
@@ -331,22 +333,30 @@ def _load_average() -> list[float] | None:
 
 def observe(url: str, load: Load, out: Path, *, model: str | None = None, metrics: bool = True,
             clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
-            log: Callable[[str], None] | None = None) -> dict[str, Any]:
+            log: Callable[[str], None] | None = None, api_key: str | None = None) -> dict[str, Any]:
     """Run ``load`` against ``url`` and write the observation to ``out`` (JSON, written whole at the
-    end). Returns the written document.
+    end); ``api_key``, where given, is sent as ``Authorization: Bearer`` and written nowhere. Returns
+    the written document.
 
     Raises:
-        ScenarioError: a bad load, an unreachable server (one line), or an unwritable ``out``.
+        ScenarioError: a bad load, an unreachable server or one that refuses the key (one line), or
+            an unwritable ``out``.
     """
     load.check()
-    ep = Endpoint(url, load.timeout_s)
+    ep = Endpoint(url, load.timeout_s, api_key)
     out = Path(out)
     if out.is_dir():
         raise ScenarioError("--out", str(out), "is a directory; give the observation file's path")
     try:
-        ep.get("/v1/models")
+        status, _ = ep.get("/v1/models")
     except (OSError, http.client.HTTPException) as exc:
         raise ScenarioError("URL", url, f"cannot reach the server ({type(exc).__name__}: {exc})") from None
+    if status in (401, 403):
+        raise ScenarioError("--api-key-env", "given" if api_key else None,
+                            f"the server answered HTTP {status} at /v1/models: "
+                            + ("it refused the key" if api_key else "it wants an API key (a server started with "
+                               "--api-key, or a gateway): put the key in an environment variable and name it "
+                               "with --api-key-env"))
     models = ep.get_json("/v1/models")
     if model is None:
         ids = [m.get("id") for m in (models or {}).get("data", []) if isinstance(m, dict)]
@@ -461,6 +471,10 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         os.replace(tmp, out)
     except OSError as exc:
         raise ScenarioError("--out", str(out), f"cannot write the observation ({exc.strerror or exc})") from None
+    failed = [r for r in sent if r.error is not None]
+    if len(failed) == len(sent):
+        raise ScenarioError("URL", url, f"none of the {len(sent)} requests completed (written to {out}); the "
+                            f"first failed with: {failed[0].error}")
     if log:
         from simulator.workload.observation import read_observation
 

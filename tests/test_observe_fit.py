@@ -56,9 +56,9 @@ NO_TORCH = ("import sys, importlib.abc\n"
             "main()\n")
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``llmplan ARGS`` in a process that cannot import torch."""
-    env = {k: v for k, v in os.environ.items() if k != "LLMPLAN_DEBUG"}
+def run_cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """``llmplan ARGS`` in a process that cannot import torch (with ``extra_env`` set)."""
+    env = {k: v for k, v in os.environ.items() if k != "LLMPLAN_DEBUG"} | extra_env
     proc = subprocess.run([sys.executable, "-c", NO_TORCH, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -101,9 +101,10 @@ class FakeEngine:
     instants and the server replays them in time order on ``clock`` (lockstep, module doc)."""
 
     def __init__(self, max_requests: int, schedule: Callable[[list[dict[str, Any]]], list[list[float]]] | None = None,
-                 clock: VirtualClock | None = None, expected: int = 0, fail_every: int = 0) -> None:
+                 clock: VirtualClock | None = None, expected: int = 0, fail_every: int = 0,
+                 api_key: str | None = None) -> None:
         self.max_requests, self.schedule, self.clock, self.expected = max_requests, schedule, clock, expected
-        self.fail_every = fail_every
+        self.fail_every, self.api_key = fail_every, api_key
         self.lock = threading.Lock()
         self.bodies: list[dict[str, Any]] = []
         self.queues: list[queue.Queue[bytes | None]] = []
@@ -130,7 +131,17 @@ class FakeEngine:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _refused(self) -> bool:
+                """Without the key (when it has one), /v1/* answers 401, as vLLM's --api-key does."""
+                if engine.api_key and self.path.startswith("/v1/") and \
+                        self.headers.get("Authorization") != f"Bearer {engine.api_key}":
+                    self._send(401, b'{"error": "Unauthorized"}')
+                    return True
+                return False
+
             def do_GET(self) -> None:
+                if self._refused():
+                    return
                 if self.path == "/v1/models":
                     self._send(200, json.dumps({"data": [{"id": "tiny", "object": "model"}]}).encode())
                 elif self.path == "/version":
@@ -142,6 +153,8 @@ class FakeEngine:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self._refused():
+                    return
                 with engine.lock:
                     n = len(engine.bodies)
                     if n >= engine.max_requests:
@@ -468,6 +481,44 @@ def test_observe_a_chat_endpoint(tmp_path: Path) -> None:
         ["a", "b", "c", None]
     with pytest.raises(ScenarioError, match="--chat = True: a chat message is text"):
         Load("offline", 1, Lengths(8, 8), Lengths(2, 2), api="chat").check()
+
+
+def test_observe_sends_an_api_key_from_the_environment_and_writes_it_nowhere(tmp_path: Path) -> None:
+    """``--api-key-env VAR``: the key in VAR goes as ``Authorization: Bearer``; a server that wants one
+    and gets none or another is a one-line error before any request is sent."""
+    engine = FakeEngine(2, api_key="sk-test-123")
+    out = tmp_path / "auth.json"
+    common = ("observe", engine.url, "--out", str(out), "--offline", "--num-requests", "2", "--prompt-tokens", "8",
+              "--output-tokens", "2")
+    with engine.running():
+        cases = [((), {}, "--api-key-env = None: the server answered HTTP 401 at /v1/models: it wants an API key"),
+                 (("--api-key-env", "OBS_KEY"), {"OBS_KEY": "sk-wrong"}, "it refused the key"),
+                 (("--api-key-env", "OBS_KEY"), {"OBS_KEY": " "}, "--api-key-env = 'OBS_KEY': no such environment "
+                                                                  "variable, or it is empty")]
+        for extra, env, msg in cases:
+            proc = run_cli(*common, *extra, **env)
+            assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+            assert msg in proc.stderr and "sk-" not in proc.stderr, proc.stderr
+        assert engine.bodies == [] and not out.exists()
+        proc = run_cli(*common, "--api-key-env", "OBS_KEY", OBS_KEY="sk-test-123")
+    assert proc.returncode == 0, proc.stderr
+    assert len(engine.bodies) == 2 and len(read_observation(out).completed) == 2
+    assert "sk-test" not in out.read_text()
+
+
+def test_a_run_where_every_request_failed_says_why(tmp_path: Path) -> None:
+    """Every request refused (here HTTP 400; on the real vLLM, prompt token ids outside its vocabulary):
+    the error quotes the first request's failure, where it said only that none completed; the file
+    keeps every request's error."""
+    engine = FakeEngine(2, fail_every=1)
+    out = tmp_path / "failed.json"
+    with engine.running():
+        proc = run_cli("observe", engine.url, "--out", str(out), "--offline", "--num-requests", "2",
+                       "--prompt-tokens", "8", "--output-tokens", "2")
+    last = proc.stderr.strip().splitlines()[-1]      # after the progress line
+    assert proc.returncode == 2 and last.startswith("error: URL = "), proc.stderr
+    assert "none of the 2 requests completed" in last and "first failed with: HTTP 400" in last
+    assert [r["error"][:8] for r in json.loads(out.read_text())["requests"]] == ["HTTP 400"] * 2
 
 
 def test_observation_files_are_checked_with_one_line_errors(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ run beside the simulator. Each imports its torch or HTTP code from :mod:`calibra
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -218,6 +219,8 @@ def observe(
                                       "token) for servers that take no token ids; lengths from the server's usage."),
     chat: bool = typer.Option(False, "--chat", help="Send each prompt as a user message to /v1/chat/completions "
                               "(text; the chat template's tokens are counted from the server's usage)."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable holding the API "
+                                           "key to send as 'Authorization: Bearer' (never written to the file)."),
 ) -> None:
     """Drive a streaming endpoint (vLLM, SGLang, TGI) with a controlled load and record every request's
     send, first-token and chunk instants and token counts, plus /metrics before and after."""
@@ -237,7 +240,13 @@ def observe(
                 duration_s=duration_s, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups, seed=seed,
                 ignore_eos=ignore_eos, min_tokens=min_tokens, token_ids=(int(ids[0]), int(ids[1])),
                 timeout_s=timeout_s, text_prompts=text_prompts or chat, api="chat" if chat else "completions")
-    doc = run_observe(url, load, out, model=model, metrics=metrics,
+    key = None
+    if api_key_env is not None:
+        key = os.environ.get(api_key_env, "").strip()
+        if not key:
+            raise ScenarioError("--api-key-env", api_key_env, "no such environment variable, or it is empty: "
+                                "export the key in it first")
+    doc = run_observe(url, load, out, model=model, metrics=metrics, api_key=key,
                       log=lambda m: err_console.print(escape(m), highlight=False))
     h = doc["header"]
     out_console.print(f"wrote {out}: {h['requests_sent']} requests to {escape(h['model'])} at {escape(url)}, "
