@@ -1,9 +1,10 @@
 """``llmplan observe URL``: drive an OpenAI-compatible streaming endpoint with a controlled load and
 record what it did, request by request (the file format: :mod:`simulator.workload.observation`).
 
-The load (:class:`Load`): Poisson arrivals at a rate, a closed loop of ``concurrency`` clients, or
-an offline burst (every request sent at once); prompt and output lengths fixed or uniform in a
-range; optionally a prefix shared by every prompt of a group (prefix caching). Prompts are lists
+The load (:class:`Load`): Poisson arrivals at a rate, a closed loop of ``concurrency`` clients, an
+offline burst (every request sent at once), or a trace's requests at its instants; prompt and
+output lengths fixed, uniform in a range, or a trace's (:class:`TraceRequests`); optionally a
+prefix shared by every prompt of a group (prefix caching). Prompts are lists
 of token ids (``/v1/completions`` takes them on vLLM and SGLang), so their lengths are exact
 without a tokenizer (``text_prompts``: words instead, one per token id, for servers that take text
 only; their lengths are then the server's count); outputs are forced to their length with
@@ -50,7 +51,7 @@ import numpy as np
 from simulator.errors import ScenarioError
 from simulator.workload.observation import OBSERVATION_FORMAT, OBSERVATION_VERSION
 
-ARRIVALS = ("poisson", "closed", "offline")
+ARRIVALS = ("poisson", "closed", "offline", "trace")
 #: The OpenAI routes a load can be sent to, by :attr:`Load.api`.
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 #: Most requests one observation sends.
@@ -102,6 +103,47 @@ class Lengths:
 
 
 @dataclass(frozen=True)
+class TraceRequests:
+    """The first requests of a trace file (:func:`~simulator.workload.traces.load_trace`, in its time
+    order): their prompt and output tokens and, for a ``trace`` load, their send instants."""
+
+    path: str
+    format: str
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    send_s: tuple[float, ...]
+    """From 0 (the first request); empty when only the lengths are taken."""
+    sha256: str
+
+    @classmethod
+    def read(cls, path: str | Path, fmt: str, num_requests: int, option: str, arrivals: bool) -> TraceRequests:
+        """The first ``num_requests`` (with their send instants if ``arrivals``).
+
+        Raises:
+            ScenarioError: an unreadable trace (naming its row and column), or fewer requests than asked."""
+        from simulator.cost.op_table import file_sha256
+        from simulator.workload.traces import load_trace
+
+        if not 1 <= num_requests <= MAX_REQUESTS:
+            raise ScenarioError("--num-requests", num_requests, f"must be 1 to {MAX_REQUESTS:,}")
+
+        table = load_trace(Path(path), fmt, field=option)
+        if len(table) < num_requests:
+            raise ScenarioError("--num-requests", num_requests, f"the trace {path} holds {len(table):,} requests: "
+                                "send at most those")
+        first = table.iloc[:num_requests]
+        send = first["arrival_time"].to_numpy(float)
+        return cls(str(path), fmt, tuple(int(x) for x in first["num_prompt_tokens"]),
+                   tuple(int(x) for x in first["max_tokens"]),
+                   tuple(float(x) for x in send - send[0]) if arrivals else (), file_sha256(Path(path)))
+
+    def lengths(self) -> tuple[Lengths, Lengths]:
+        """The range of its prompt and output tokens."""
+        return (Lengths(min(self.prompt_tokens), max(self.prompt_tokens)),
+                Lengths(min(self.output_tokens), max(self.output_tokens)))
+
+
+@dataclass(frozen=True)
 class Load:
     """What ``observe`` sends (see the module doc)."""
 
@@ -131,6 +173,9 @@ class Load:
     api: str = "completions"
     """``completions`` (``/v1/completions``) or ``chat`` (``/v1/chat/completions``: one user message of
     text per prompt, so it needs ``text_prompts``)."""
+    trace: TraceRequests | None = None
+    """Each request's lengths from a trace (``prompt_tokens`` and ``output_tokens`` then give their
+    range), and for a ``trace`` load its send instant."""
 
     def check(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -156,6 +201,10 @@ class Load:
             raise ScenarioError("--timeout-s", self.timeout_s, "must be a positive number of seconds")
         if self.api not in API_PATHS:
             raise ScenarioError("api", self.api, f"allowed: {', '.join(API_PATHS)}")
+        if (self.arrival == "trace") != (self.trace is not None and self.trace.send_s != ()) or \
+                (self.trace is not None and len(self.trace.prompt_tokens) != self.num_requests):
+            raise ScenarioError("--replay", self.trace.path if self.trace else None,
+                                "a trace load needs its trace, with one send instant per request")
         if self.api == "chat" and not self.text_prompts:
             raise ScenarioError("--chat", True, "a chat message is text: send the prompts as text (--text-prompts)")
 
@@ -169,9 +218,15 @@ class Load:
             send -= send[0]
         elif self.arrival == "offline":
             send = np.zeros(n)
+        elif self.arrival == "trace":
+            assert self.trace is not None
+            send = np.array(self.trace.send_s, dtype=float)
         else:
             send = np.full(n, np.nan)
-        plen, olen = self.prompt_tokens.draw(rng, n), self.output_tokens.draw(rng, n)
+        if self.trace is not None:
+            plen, olen = np.array(self.trace.prompt_tokens), np.array(self.trace.output_tokens)
+        else:
+            plen, olen = self.prompt_tokens.draw(rng, n), self.output_tokens.draw(rng, n)
         lo, hi = self.token_ids
         prefixes = [rng.integers(lo, hi, self.prefix_tokens).tolist() for _ in range(self.prefix_groups)]
         prompts = [prefixes[i % self.prefix_groups] + rng.integers(lo, hi, int(plen[i]) - self.prefix_tokens).tolist()
@@ -422,7 +477,7 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         for i in range(load.num_requests):
             if load.duration_s is not None and send[i] >= load.duration_s:
                 break
-            if load.arrival == "poisson":
+            if load.arrival in ("poisson", "trace"):
                 wait = send[i] - (clock() - t0)
                 if wait > 0:
                     sleep(wait)
@@ -446,8 +501,11 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
             "endpoint": url, "model": model,
             "engine": {"version": (version or {}).get("version") if isinstance(version, dict) else None,
                        "models": models.get("data") if isinstance(models, dict) else None},
-            "load": {**{k: v for k, v in asdict(load).items() if k not in ("prompt_tokens", "output_tokens")},
-                     "prompt_tokens": str(load.prompt_tokens), "output_tokens": str(load.output_tokens)},
+            "load": {**{k: v for k, v in asdict(load).items() if k not in ("prompt_tokens", "output_tokens", "trace")},
+                     "prompt_tokens": str(load.prompt_tokens), "output_tokens": str(load.output_tokens),
+                     "trace": None if load.trace is None else {
+                         "path": load.trace.path, "format": load.trace.format, "sha256": load.trace.sha256,
+                         "arrivals": load.arrival == "trace"}},
             "client": {"tool": "llmplan observe", "python": platform.python_version(), "host": socket.gethostname(),
                        "pid": os.getpid(), "clock": getattr(clock, "__name__", type(clock).__name__),
                        "cpu_count": os.cpu_count(), "load_average_before": load_before,

@@ -506,6 +506,46 @@ def test_observe_sends_an_api_key_from_the_environment_and_writes_it_nowhere(tmp
     assert "sk-test" not in out.read_text()
 
 
+def test_observe_takes_lengths_and_instants_from_a_trace(tmp_path: Path) -> None:
+    """``--lengths-from``: each request's lengths from a trace, in its order, under any load;
+    ``--replay``: its send instants too. The header names the trace (path, format, sha256); the
+    replay reads the observed instants, and bad combinations are one-line errors."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,prompt_tokens,output_tokens\n0.0,12,3\n0.05,20,2\n0.1,9,4\n0.3,15,2\n")
+    engine = FakeEngine(6)
+    with engine.running():
+        lengths = run_cli("observe", engine.url, "--out", str(tmp_path / "l.json"), "--offline", "--num-requests",
+                          "3", "--lengths-from", str(trace), "--no-min-tokens")
+        replay = run_cli("observe", engine.url, "--out", str(tmp_path / "r.json"), "--replay", str(trace),
+                         "--num-requests", "3", "--no-min-tokens")
+    assert lengths.returncode == 0 and replay.returncode == 0, lengths.stderr + replay.stderr
+    assert sorted(len(b["prompt"]) for b in engine.bodies[:3]) == [9, 12, 20]        # an offline burst: any order
+    assert [(len(b["prompt"]), b["max_tokens"]) for b in engine.bodies[3:]] == [(12, 3), (20, 2), (9, 4)]
+    for name, arrival in (("l.json", "offline"), ("r.json", "trace")):
+        doc = json.loads((tmp_path / name).read_text())
+        load = doc["header"]["load"]
+        assert load["arrival"] == arrival and load["prompt_tokens"] == "9:20" and load["output_tokens"] == "2:4"
+        assert load["trace"]["path"] == str(trace) and load["trace"]["arrivals"] is (arrival == "trace")
+        assert len(load["trace"]["sha256"]) == 64 and [r["prompt_tokens"] for r in doc["requests"]] == [12, 20, 9]
+    sends = [r["send_s"] for r in json.loads((tmp_path / "r.json").read_text())["requests"]]
+    assert sends[1] - sends[0] >= 0.05 and sends[2] - sends[0] >= 0.1       # the trace's instants (or later)
+    assert read_observation(tmp_path / "r.json").closed_loop_clients() is None
+    for extra, msg in [(("--offline", "--lengths-from", str(trace), "--prompt-tokens", "8"),
+                        "--prompt-tokens = '8': the lengths come from"),
+                       (("--offline",), "--prompt-tokens = None: give --prompt-tokens and --output-tokens, or take"),
+                       (("--replay", str(trace), "--rate", "2"), "give exactly one of --rate"),
+                       (("--replay", str(trace), "--lengths-from", str(trace)), "--replay takes the lengths"),
+                       (("--replay", str(trace), "--num-requests", "9"), "--num-requests = 9: the trace"),
+                       (("--replay", str(tmp_path / "none.csv")), "trace file not found"),
+                       (("--replay", str(trace), "--trace-format", "vidur"), "vidur")]:
+        args = ["observe", "http://127.0.0.1:9", "--out", str(tmp_path / "x.json"), *extra]
+        if "--num-requests" not in extra:
+            args += ["--num-requests", "2"]
+        proc = run_cli(*args)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert msg in proc.stderr, proc.stderr
+
+
 def test_a_run_where_every_request_failed_says_why(tmp_path: Path) -> None:
     """Every request refused (here HTTP 400; on the real vLLM, prompt token ids outside its vocabulary):
     the error quotes the first request's failure, where it said only that none completed; the file

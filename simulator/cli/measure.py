@@ -203,8 +203,8 @@ def observe(
     offline: bool = typer.Option(False, "--offline", help="An offline burst: every request sent at once."),
     num_requests: int = typer.Option(..., "--num-requests", help="Requests to send (at most)."),
     duration_s: float | None = typer.Option(None, "--duration-s", help="Stop sending after this long."),
-    prompt_tokens: str = typer.Option(..., "--prompt-tokens", help="Prompt length: N, or LO:HI (uniform)."),
-    output_tokens: str = typer.Option(..., "--output-tokens", help="Output length: N, or LO:HI (uniform)."),
+    prompt_tokens: str | None = typer.Option(None, "--prompt-tokens", help="Prompt length: N, or LO:HI (uniform)."),
+    output_tokens: str | None = typer.Option(None, "--output-tokens", help="Output length: N, or LO:HI (uniform)."),
     prefix_tokens: int = typer.Option(0, "--prefix-tokens", help="Leading tokens the prompts of a group share."),
     prefix_groups: int = typer.Option(1, "--prefix-groups", help="Groups of prompts sharing a prefix."),
     model: str | None = typer.Option(None, "--model", help="Served model name (default: the first at /v1/models)."),
@@ -219,24 +219,49 @@ def observe(
                                       "token) for servers that take no token ids; lengths from the server's usage."),
     chat: bool = typer.Option(False, "--chat", help="Send each prompt as a user message to /v1/chat/completions "
                               "(text; the chat template's tokens are counted from the server's usage)."),
+    lengths_from: Path | None = typer.Option(None, "--lengths-from", help="Take each request's prompt and output "
+                                             "tokens from this trace, in its order (instead of --prompt-tokens and "
+                                             "--output-tokens)."),
+    replay: Path | None = typer.Option(None, "--replay", help="Send the trace's requests at its instants, with "
+                                       "its lengths (a load, like --rate)."),
+    trace_format: str = typer.Option("requests", "--trace-format", help="The trace's format: requests, openai, "
+                                     "azure, mooncake (docs/scenario.md)."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable holding the API "
                                            "key to send as 'Authorization: Bearer' (never written to the file)."),
 ) -> None:
     """Drive a streaming endpoint (vLLM, SGLang, TGI) with a controlled load and record every request's
     send, first-token and chunk instants and token counts, plus /metrics before and after."""
-    from calibrate.observe import Lengths, Load
+    from calibrate.observe import Lengths, Load, TraceRequests
     from calibrate.observe import observe as run_observe
 
     modes = [m for m, on in (("poisson", rate is not None), ("closed", concurrency is not None),
-                             ("offline", offline)) if on]
+                             ("offline", offline), ("trace", replay is not None)) if on]
     if len(modes) != 1:
         raise ScenarioError("load", ", ".join(modes) or None, "give exactly one of --rate (Poisson), --concurrency "
-                            "(closed loop) or --offline (a burst)")
+                            "(closed loop), --offline (a burst) or --replay (a trace's instants)")
+    source = replay if replay is not None else lengths_from
+    if replay is not None and lengths_from is not None:
+        raise ScenarioError("--lengths-from", str(lengths_from), "--replay takes the lengths from its trace already")
+    given = [o for o, v in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)) if v is not None]
+    if source is not None and given:
+        raise ScenarioError(given[0], prompt_tokens if given[0] == "--prompt-tokens" else output_tokens,
+                            f"the lengths come from {source} ({'--replay' if replay else '--lengths-from'})")
+    if source is None and len(given) < 2:
+        raise ScenarioError("--prompt-tokens" if prompt_tokens is None else "--output-tokens", None,
+                            "give --prompt-tokens and --output-tokens, or take the lengths from a trace "
+                            "(--lengths-from, --replay)")
     ids = token_ids.split(":")
     if len(ids) != 2 or not all(i.strip().isdigit() for i in ids):
         raise ScenarioError("--token-ids", token_ids, "LO:HI, two non-negative integers")
-    load = Load(modes[0], num_requests, Lengths.parse(prompt_tokens, "--prompt-tokens"),
-                Lengths.parse(output_tokens, "--output-tokens"), rate_per_s=rate, concurrency=concurrency,
+    trace = None
+    if source is not None:
+        trace = TraceRequests.read(source, trace_format, num_requests, "--replay" if replay else "--lengths-from",
+                                   arrivals=replay is not None)
+        plen, olen = trace.lengths()
+    else:
+        assert prompt_tokens is not None and output_tokens is not None
+        plen, olen = Lengths.parse(prompt_tokens, "--prompt-tokens"), Lengths.parse(output_tokens, "--output-tokens")
+    load = Load(modes[0], num_requests, plen, olen, rate_per_s=rate, concurrency=concurrency, trace=trace,
                 duration_s=duration_s, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups, seed=seed,
                 ignore_eos=ignore_eos, min_tokens=min_tokens, token_ids=(int(ids[0]), int(ids[1])),
                 timeout_s=timeout_s, text_prompts=text_prompts or chat, api="chat" if chat else "completions")
