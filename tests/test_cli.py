@@ -457,3 +457,14 @@ def test_plan_out_that_cannot_be_a_folder_is_one_error_line(tmp_path: Path, wher
     assert "not a directory" in lines[0]
     assert proc.stdout == "" and blocker.read_text() == "not a folder\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "results"]
+
+
+def test_the_trace_format_help_names_every_registered_format() -> None:
+    """``--trace-format``'s one help text (import vllm, observe) lists exactly the formats a trace is read in."""
+    import re
+
+    from simulator.cli.support import TRACE_FORMAT_HELP
+    from simulator.workload.traces import TRACE_FORMATS
+
+    named = re.search(r"format: ([a-z, ]+) \(", TRACE_FORMAT_HELP)
+    assert named is not None and set(named.group(1).split(", ")) == set(TRACE_FORMATS)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from simulator.cli.support import (
+    TRACE_FORMAT_HELP,
     PlainProgress,
     _fail,
     at_least,
@@ -224,8 +225,7 @@ def observe(
                                              "--output-tokens)."),
     replay: Path | None = typer.Option(None, "--replay", help="Send the trace's requests at its instants, with "
                                        "its lengths (a load, like --rate)."),
-    trace_format: str = typer.Option("requests", "--trace-format", help="The trace's format: requests, openai, "
-                                     "azure, mooncake (docs/scenario.md)."),
+    trace_format: str = typer.Option("requests", "--trace-format", help=TRACE_FORMAT_HELP),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable holding the API "
                                            "key to send as 'Authorization: Bearer' (never written to the file)."),
 ) -> None:

@@ -36,6 +36,10 @@ def _console(stderr: bool = False) -> Console:
 out_console = _console()
 err_console = _console(stderr=True)
 
+#: ``--trace-format``'s help, for every command that reads a trace (the formats of
+#: :data:`simulator.workload.traces.TRACE_FORMATS`).
+TRACE_FORMAT_HELP = "The trace's format: requests, openai, azure, mooncake, observation (docs/scenario.md)."
+
 
 class PlainProgress:
     """Progress as plain lines for a stderr that is not a terminal (a log file, CI), where a bar would be

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from simulator.cli.support import at_least, err_console, guarded, jsonable, out_console
+from simulator.cli.support import TRACE_FORMAT_HELP, at_least, err_console, guarded, jsonable, out_console
 
 import_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                          help="Write a scenario from what you already run: `import vllm -- <vllm serve flags>`.")
@@ -27,8 +27,7 @@ def import_vllm_cmd(
     rate: float = typer.Option(4.0, "--rate", help="Poisson arrivals per second of the written workload."),
     num_requests: int = typer.Option(2000, "--num-requests", help="Requests of the written workload."),
     trace: Path | None = typer.Option(None, "--trace", help="Replay this request log instead (--rate unused)."),
-    trace_format: str = typer.Option("requests", "--trace-format", help="The trace's format: requests, openai, "
-                                     "azure, mooncake (docs/scenario.md)."),
+    trace_format: str = typer.Option("requests", "--trace-format", help=TRACE_FORMAT_HELP),
     acceptance_rate: float | None = typer.Option(None, "--acceptance-rate", help="Per-token acceptance of "
                                                  "speculative decoding (with --speculative-config)."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
