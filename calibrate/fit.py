@@ -415,7 +415,7 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
     for o in fit_obs:
         log(f"fitting on {o.describe()}")
     for o in fit_obs + held:
-        if (warning := o.stream_warning()) is not None:
+        for warning in o.warnings():
             log("warning: " + warning)
     try:
         def at(z: np.ndarray) -> dict[str, float]:

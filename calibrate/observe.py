@@ -18,9 +18,10 @@ Per request it records the send instant, the instant of every streamed chunk and
 one token per chunk), the first-token and end instants and the final ``usage`` (prompt and
 completion tokens); once before and once after the run, the server's Prometheus ``/metrics``
 (requests running and waiting, prefix-cache queries and hits, preemptions, KV-cache usage) and
-``/version`` where it answers; the client machine's load averages before and after. A run whose
-tokens were read back to back (:meth:`~simulator.workload.observation.Observation.stream_warning`:
-the client fell behind the engine) is logged as a warning. The run is bounded: ``num_requests``,
+``/version`` where it answers; the client machine's load averages before and after, and its
+pauses during the run (:class:`HostWatch`). A run whose tokens were read back to back
+(:meth:`~simulator.workload.observation.Observation.stream_warning`: the client fell behind the
+engine), or during which the machine stopped, is logged as a warning. The run is bounded: ``num_requests``,
 ``duration_s`` for sending, and ``timeout_s`` per request; a request without an answer by then is
 recorded as failed.
 
@@ -38,6 +39,8 @@ import os
 import platform
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -378,6 +381,75 @@ def _stream(ep: Endpoint, path: str, body: dict[str, Any], rec: _Record, t0: flo
         conn.close()
 
 
+#: The host watch's heartbeat: a separate process that sleeps :data:`HEARTBEAT_S` at a time and
+#: reports each wake-up later than :data:`HOST_PAUSE_S` after the one before, as ``start length``
+#: seconds on ``time.monotonic`` (one clock for every process of the machine).
+HEARTBEAT_S = 0.01
+HOST_PAUSE_S = 0.1
+_HEARTBEAT = (
+    "import sys, time\n"
+    "tick, limit = float(sys.argv[1]), float(sys.argv[2])\n"
+    "print('ready', flush=True)\n"
+    "last = time.monotonic()\n"
+    "while True:\n"
+    "    time.sleep(tick)\n"
+    "    now = time.monotonic()\n"
+    "    if now - last > limit:\n"
+    "        print(f'{last!r} {now - last - tick!r}', flush=True)\n"
+    "    last = now\n")
+
+
+class HostWatch:
+    """Pauses of the client's machine during a run: a heartbeat process (:data:`_HEARTBEAT`) that
+    misses its ticks by more than :data:`HOST_PAUSE_S` saw the machine stop (a virtual machine whose
+    host descheduled it, or every CPU taken). Every request in flight then waits, whatever the
+    server does, so a run's tail latencies include the pause (docs/calibration.md). Where the
+    heartbeat cannot start, nothing is watched (the header says ``null``)."""
+
+    def __init__(self) -> None:
+        self.origin = time.monotonic()
+        self.proc: subprocess.Popen[str] | None = None
+        try:
+            if sys.executable:
+                self.proc = subprocess.Popen([sys.executable, "-c", _HEARTBEAT, repr(HEARTBEAT_S), repr(HOST_PAUSE_S)],
+                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+        # Its interpreter's start-up is over before the run's is (a start-up beside the first sends
+        # would delay them on a small machine).
+        if self.proc is not None and (self.proc.stdout is None or self.proc.stdout.readline() != "ready\n"):
+            self.stop()
+            self.proc = None
+
+    def start(self) -> None:
+        """The run's instant 0 (its requests' times count from here)."""
+        self.origin = time.monotonic()
+
+    def stop(self) -> dict[str, Any] | None:
+        """``{"heartbeat_s", "threshold_s", "pauses": [[start_s, length_s], ...]}`` with the pauses'
+        starts in the run's seconds, or None where nothing was watched."""
+        if self.proc is None:
+            return None
+        alive = self.proc.poll() is None
+        self.proc.terminate()
+        try:
+            text, _ = self.proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            text, _ = self.proc.communicate()
+        if not alive:
+            return None
+        pauses = []
+        for line in (text or "").splitlines():
+            try:
+                start, length = (float(x) for x in line.split())
+            except ValueError:
+                continue
+            if start + length > self.origin:     # not one over before the run began
+                pauses.append([round(start - self.origin, 6), round(length, 6)])
+        return {"heartbeat_s": HEARTBEAT_S, "threshold_s": HOST_PAUSE_S, "pauses": pauses}
+
+
 def _load_average() -> list[float] | None:
     """The client machine's 1, 5 and 15-minute load averages (None where the OS has none)."""
     try:
@@ -388,10 +460,12 @@ def _load_average() -> list[float] | None:
 
 def observe(url: str, load: Load, out: Path, *, model: str | None = None, metrics: bool = True,
             clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
-            log: Callable[[str], None] | None = None, api_key: str | None = None) -> dict[str, Any]:
+            log: Callable[[str], None] | None = None, api_key: str | None = None,
+            watch_host: bool | None = None) -> dict[str, Any]:
     """Run ``load`` against ``url`` and write the observation to ``out`` (JSON, written whole at the
-    end); ``api_key``, where given, is sent as ``Authorization: Bearer`` and written nowhere. Returns
-    the written document.
+    end); ``api_key``, where given, is sent as ``Authorization: Bearer`` and written nowhere.
+    ``watch_host`` (default: when ``clock`` is the real one) records the client machine's pauses
+    (:class:`HostWatch`). Returns the written document.
 
     Raises:
         ScenarioError: a bad load, an unreachable server or one that refuses the key (one line), or
@@ -453,46 +527,55 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         finally:
             slots.release()
 
-    threads: list[threading.Thread] = []
-    date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-    t0 = clock()
-    if load.arrival == "closed":
-        assert load.concurrency is not None
-        nxt = iter(range(load.num_requests))
-        lock = threading.Lock()
+    watch = HostWatch() if (clock is time.perf_counter if watch_host is None else watch_host) else None
+    try:
+        threads: list[threading.Thread] = []
+        date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+        t0 = clock()
+        if watch:
+            watch.start()
+        if load.arrival == "closed":
+            assert load.concurrency is not None
+            nxt = iter(range(load.num_requests))
+            lock = threading.Lock()
 
-        def client() -> None:
-            while True:
-                with lock:
-                    i = next(nxt, None)
-                if i is None or (load.duration_s is not None and clock() - t0 >= load.duration_s):
-                    return
+            def client() -> None:
+                while True:
+                    with lock:
+                        i = next(nxt, None)
+                    if i is None or (load.duration_s is not None and clock() - t0 >= load.duration_s):
+                        return
+                    slots.acquire()
+                    one(i)
+            threads = [threading.Thread(target=client, daemon=True) for _ in range(min(load.concurrency,
+                                                                                       load.num_requests))]
+            for th in threads:
+                th.start()
+        else:
+            for i in range(load.num_requests):
+                if load.duration_s is not None and send[i] >= load.duration_s:
+                    break
+                if load.arrival in ("poisson", "trace"):
+                    wait = send[i] - (clock() - t0)
+                    if wait > 0:
+                        sleep(wait)
                 slots.acquire()
-                one(i)
-        threads = [threading.Thread(target=client, daemon=True) for _ in range(min(load.concurrency,
-                                                                                   load.num_requests))]
+                th = threading.Thread(target=one, args=(i,), daemon=True)
+                th.start()
+                threads.append(th)
+        if log:
+            log(f"{load.arrival} load of up to {load.num_requests} requests under way; waiting for the responses")
+        deadline = time.monotonic() + load.timeout_s + 5.0    # the wall clock bounds the run, whatever `clock` is
         for th in threads:
-            th.start()
-    else:
-        for i in range(load.num_requests):
-            if load.duration_s is not None and send[i] >= load.duration_s:
-                break
-            if load.arrival in ("poisson", "trace"):
-                wait = send[i] - (clock() - t0)
-                if wait > 0:
-                    sleep(wait)
-            slots.acquire()
-            th = threading.Thread(target=one, args=(i,), daemon=True)
-            th.start()
-            threads.append(th)
-    if log:
-        log(f"{load.arrival} load of up to {load.num_requests} requests under way; waiting for the responses")
-    deadline = time.monotonic() + load.timeout_s + 5.0    # the wall clock bounds the run, whatever `clock` is
-    for th in threads:
-        th.join(max(0.0, deadline - time.monotonic()))
+            th.join(max(0.0, deadline - time.monotonic()))
+    except BaseException:
+        if watch:
+            watch.stop()
+        raise
     for r in recs:
         if not math.isnan(r.send_s) and r.error is None and r.end_s is None:
             r.error = f"no complete response within {load.timeout_s:g} s"
+    host = watch.stop() if watch else None
     after = ep.metrics() if metrics else None
     sent = [r for r in recs if not math.isnan(r.send_s)]
     doc = {
@@ -509,7 +592,7 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
             "client": {"tool": "llmplan observe", "python": platform.python_version(), "host": socket.gethostname(),
                        "pid": os.getpid(), "clock": getattr(clock, "__name__", type(clock).__name__),
                        "cpu_count": os.cpu_count(), "load_average_before": load_before,
-                       "load_average_after": _load_average()},
+                       "load_average_after": _load_average(), "host_pauses": host},
             "date": date,
             "requests_sent": len(sent), "requests_failed": sum(r.error is not None for r in sent),
             "metrics_before": before, "metrics_after": after,
@@ -536,7 +619,6 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
     if log:
         from simulator.workload.observation import read_observation
 
-        warning = read_observation(out, "--out").stream_warning()
-        if warning:
+        for warning in read_observation(out, "--out").warnings():
             log("warning: " + warning)
     return doc

@@ -296,8 +296,9 @@ def observe_burst(tmp: Path, name: str, n: int, seed: int) -> Path:
     engine = FakeEngine(n, lambda bodies: simulated_token_times(tmp, hw, bodies, order), clock, expected=n)
     out = tmp / f"{name}.json"
     with engine.running():
-        observe(engine.url, load, out, clock=clock)
+        doc = observe(engine.url, load, out, clock=clock)
     assert engine.error is None, engine.error
+    assert doc["header"]["client"]["host_pauses"] is None       # a test's clock: nothing to watch
     return out
 
 
@@ -376,6 +377,8 @@ def test_observe_drives_poisson_and_closed_loads_and_the_run_replays(tmp_path: P
     with engine.running():
         doc = observe(engine.url, load, tmp_path / "poisson.json")
     assert len(engine.bodies) == 12 and doc["header"]["requests_failed"] == 2
+    host = doc["header"]["client"]["host_pauses"]         # the real clock: the heartbeat watched the run
+    assert host["heartbeat_s"] == 0.01 and isinstance(host["pauses"], list)
     b = engine.bodies
     assert all(x["stream"] and x["ignore_eos"] and x["min_tokens"] == x["max_tokens"] for x in b)
     assert all(x["stream_options"]["include_usage"] for x in b)
@@ -434,6 +437,28 @@ def test_observe_warns_when_the_client_machine_is_busy(tmp_path: Path, monkeypat
                       tmp_path / "busy.json", metrics=False, log=logged.append)
     assert doc["header"]["client"]["load_average_before"] == busy == doc["header"]["client"]["load_average_after"]
     assert any(m.startswith("warning: the client machine is busy (1-minute load average") for m in logged), logged
+
+
+def test_observe_warns_when_the_client_machine_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pause the heartbeat saw (here: given to the watch) is written to the header and logged as a
+    warning naming the run and the requests in flight across it."""
+    import calibrate.observe as observe_mod
+
+    real_stop = observe_mod.HostWatch.stop
+
+    def stop(self: observe_mod.HostWatch) -> dict | None:
+        got = real_stop(self)
+        assert got is not None
+        return {**got, "pauses": [[-0.5, 60.0]]}           # over the whole run
+    monkeypatch.setattr(observe_mod.HostWatch, "stop", stop)
+    logged: list[str] = []
+    engine = FakeEngine(2)
+    with engine.running():
+        doc = observe(engine.url, Load("offline", 2, Lengths(8, 8), Lengths(2, 2), timeout_s=60),
+                      tmp_path / "paused.json", metrics=False, log=logged.append)
+    assert doc["header"]["client"]["host_pauses"]["pauses"] == [[-0.5, 60.0]]
+    warned = [m for m in logged if m.startswith("warning: paused.json: the client's machine stopped 1 time(s)")]
+    assert len(warned) == 1 and "the 2 requests in flight" in warned[0], logged
 
 
 def test_observe_cli_and_its_errors(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ back. It serves twice:
 The ``llmplan-observation`` file (version 1) is one JSON document::
 
     {"format": "llmplan-observation", "version": 1,
-     "header": {"endpoint", "model", "engine": {"version"}, "load": {...}, "client": {...}, "date",
+     "header": {"endpoint", "model", "engine": {"version"}, "load": {...},
+                "client": {..., "host_pauses": null | {"pauses": [[start_s, length_s], ...]}}, "date",
                 "metrics_before": {...}, "metrics_after": {...}},
      "requests": [{"id", "send_s", "prompt_tokens", "output_tokens", "max_tokens", "first_token_s",
                    "end_s", "chunk_s": [...], "chunk_tokens": [...], "usage": "server" | "client",
@@ -71,6 +72,8 @@ class Observation:
     itls: list[list[float]] = field(default_factory=list, repr=False)
     """Per request, the gaps (s) between the instants its tokens arrived (a chunk of k tokens counts
     as k tokens arriving evenly over its gap), same order as ``requests``."""
+    origin_s: float = 0.0
+    """The first send's instant on the run's clock (``requests.send_s`` counts from it)."""
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -93,6 +96,47 @@ class Observation:
                 f"(tokens read back to back; flagged above {BUNCHED_SHARE_LIMIT:.0%}): the client, or "
                 "the server's front end, fell behind the engine, so its TTFT, TPOT and inter-token times describe "
                 "that, not the engine. Observe again with the client on a machine that is not busy")
+
+    def host_pauses(self) -> list[tuple[float, float]] | None:
+        """``(start_s, length_s)`` of each pause of the client's machine during the run, start on
+        ``requests.send_s``'s clock (``llmplan observe``'s heartbeat, ``header.client.host_pauses``);
+        None where nothing was watched (a ``vllm bench serve`` result, a run on a test clock)."""
+        client = self.header.get("client")
+        host = client.get("host_pauses") if isinstance(client, dict) else None
+        if not isinstance(host, dict):
+            return None
+        return [(float(a) - self.origin_s, float(b)) for a, b in host.get("pauses") or ()]
+
+    def paused_requests(self) -> int:
+        """How many requests were in flight (sent, not yet answered in full) across a host pause."""
+        pauses = self.host_pauses() or []
+        if not pauses:
+            return 0
+        req = self.requests
+        start = req["send_s"].to_numpy()
+        end = np.where(req["ok"].to_numpy(), start + req["e2e_s"].fillna(0.0).to_numpy(), np.inf)
+        hit = np.zeros(len(req), dtype=bool)
+        for a, b in pauses:
+            hit |= (start < a + b) & (end > a)
+        return int(hit.sum())
+
+    def pause_warning(self) -> str | None:
+        """A sentence saying the client's machine paused during the run (:meth:`host_pauses`), else None."""
+        pauses = self.host_pauses()
+        if not pauses:
+            return None
+        lengths = [b for _, b in pauses]
+        return (f"{Path(self.path).name}: the client's machine stopped {len(pauses)} time(s) during the run, "
+                f"{sum(lengths):.2f} s in all, the longest {max(lengths):.2f} s (a heartbeat process missed "
+                f"its ticks: the host paused the machine, or every CPU was taken); the {self.paused_requests()} "
+                "requests in flight then waited whatever the server did, so the run's tail latencies include "
+                "pauses no engine model has. Observe again on a machine that does not pause, or read its "
+                "tails knowing that")
+
+    def warnings(self) -> list[str]:
+        """Every reason to doubt this run as a measurement of the engine (:meth:`stream_warning`,
+        :meth:`pause_warning`)."""
+        return [w for w in (self.stream_warning(), self.pause_warning()) if w is not None]
 
     def closed_loop_clients(self) -> int | None:
         """The clients of a closed loop (each sent its next request as its last one ended): an ``llmplan
@@ -218,6 +262,27 @@ def _check_load(header: dict[str, Any], source: str, where: str) -> None:
         count("prefix_groups", 1, MAX_NUM_REQUESTS)
 
 
+def _check_host(header: dict[str, Any], where: str) -> None:
+    """``header.client.host_pauses``: null, or ``{"pauses": [[start_s, length_s], ...], ...}``."""
+    client = header.get("client")
+    host = client.get("host_pauses") if isinstance(client, dict) else None
+    if host is None:
+        return
+    w = f"{where}: header.client.host_pauses"
+    pauses = host.get("pauses") if isinstance(host, dict) else None
+    if not isinstance(pauses, list):
+        raise ScenarioError(w, host if not isinstance(host, dict) else pauses, "must be null or a mapping whose "
+                            "`pauses` is a list of [start_s, length_s] pairs (llmplan observe's heartbeat)")
+    if len(pauses) > MAX_NUM_REQUESTS:
+        raise ScenarioError(f"{w}.pauses", len(pauses), f"may hold at most {MAX_NUM_REQUESTS:,} pauses")
+    for i, pair in enumerate(pauses):
+        if (not isinstance(pair, list) or len(pair) != 2
+                or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in pair)
+                or not 0 <= pair[1] <= MAX_TIME_S or abs(pair[0]) > MAX_TIME_S):
+            raise ScenarioError(f"{w}.pauses[{i}]", pair, f"must be [start_s, length_s]: finite seconds, the "
+                                f"length from 0 to {MAX_TIME_S:.0e}")
+
+
 def _read_llmplan(doc: dict[str, Any], path: str, field: str) -> Observation:
     where = f"{field} {path}"
     if doc.get("version") != OBSERVATION_VERSION:
@@ -252,8 +317,9 @@ def _read_llmplan(doc: dict[str, Any], path: str, field: str) -> Observation:
             itls.append([])
         ok.append(good)
     _check_load(header, "llmplan observe", where)
+    _check_host(header, where)
     df, itls = _frame(send, prompt, output, ttft, e2e, ok, itls, where)
-    obs = Observation(path, "llmplan observe", header, df, itls)
+    obs = Observation(path, "llmplan observe", header, df, itls, min(send))
     prefix = obs.shared_prefix()
     shortest = int(df["num_prompt_tokens"].min())
     if prefix is not None and prefix[0] >= shortest:
