@@ -194,6 +194,11 @@ def observed_stats(path: Path) -> dict[str, float]:
     for q in (50, 99):
         out[f"itl_p{q}_ms"] = 1000 * float(np.percentile(gaps, q)) if len(gaps) else math.nan
     out["bunched_share"] = obs.bunched_share()
+    pauses = obs.host_pauses()
+    if pauses is not None:              # the client machine's stops (llmplan observe's heartbeat)
+        out["host_pauses"] = len(pauses)
+        out["host_pause_s"] = float(sum(b for _, b in pauses))
+        out["host_paused_requests"] = obs.paused_requests()
     out.update(engine_side(obs, done))
     return out
 
@@ -373,6 +378,10 @@ def replayed_rows(profile: Path, sections: dict, observed: list[dict[str, Path]]
             if name == "preempt":
                 print(f"  preempt (repeat {rep}): preemptions {row['observed'].get('preemptions')} observed, "
                       f"{row['simulated']['preemptions']} simulated", flush=True)
+            if pauses := obs.host_pauses():
+                print(f"  {name} (repeat {rep}): the machine stopped {len(pauses)} time(s), "
+                      f"{sum(b for _, b in pauses):.2f} s in all, the longest {max(b for _, b in pauses):.2f} s; "
+                      f"{obs.paused_requests()} requests in flight across one", flush=True)
             rows.append(row)
     return rows
 
@@ -461,6 +470,9 @@ def quick(args: argparse.Namespace, server: Server, work: Path) -> dict:
     late = [w for p in (off, mid) if (w := read_observation(str(p)).stream_warning()) is not None]
     for w in late:
         print(f"not gated: {w}")
+    for p in (off, mid):
+        if (w := read_observation(str(p)).pause_warning()) is not None:
+            print(f"reported: {w}")
     gated = gated and not late
     return {"rows": rows, "passed": ok or not gated, "gated": gated, "load_average_at_start": load_at_start,
             "read_late": late}
