@@ -527,13 +527,31 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         finally:
             slots.release()
 
+    # An offline burst's threads all start, and wait, before it fires: a thread started mid-burst
+    # waits for the interpreter behind the streams already being read, and a burst sent so spread
+    # out over a second or more on a slow machine is not a burst.
+    go, cancelled = threading.Event(), threading.Event()
+
+    def ready(i: int) -> None:
+        go.wait()
+        if cancelled.is_set():
+            slots.release()
+        else:
+            one(i)
+
     watch = HostWatch() if (clock is time.perf_counter if watch_host is None else watch_host) else None
     try:
         threads: list[threading.Thread] = []
         date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+        if load.arrival == "offline":
+            for i in range(min(load.num_requests, MAX_IN_FLIGHT)):
+                slots.acquire()
+                threads.append(threading.Thread(target=ready, args=(i,), daemon=True))
+                threads[-1].start()
         t0 = clock()
         if watch:
             watch.start()
+        go.set()
         if load.arrival == "closed":
             assert load.concurrency is not None
             nxt = iter(range(load.num_requests))
@@ -552,7 +570,7 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
             for th in threads:
                 th.start()
         else:
-            for i in range(load.num_requests):
+            for i in range(len(threads), load.num_requests):     # an offline burst: those past MAX_IN_FLIGHT
                 if load.duration_s is not None and send[i] >= load.duration_s:
                     break
                 if load.arrival in ("poisson", "trace"):
@@ -569,6 +587,8 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
         for th in threads:
             th.join(max(0.0, deadline - time.monotonic()))
     except BaseException:
+        cancelled.set()         # an offline burst's threads still waiting end without sending
+        go.set()
         if watch:
             watch.stop()
         raise

@@ -461,6 +461,26 @@ def test_observe_warns_when_the_client_machine_stopped(tmp_path: Path, monkeypat
     assert len(warned) == 1 and "the 2 requests in flight" in warned[0], logged
 
 
+def test_an_offline_burst_fires_with_every_sender_ready(tmp_path: Path) -> None:
+    """Every request of an offline burst has its thread started, and waiting, at the run's instant 0
+    (the first clock reading): none is started mid-burst behind the streams already being read."""
+    import time
+
+    engine = FakeEngine(8)
+    at_start: list[int] = []
+
+    def clock() -> float:
+        if not at_start:
+            at_start.append(threading.active_count())
+        return time.perf_counter()
+    with engine.running():
+        before = threading.active_count()
+        doc = observe(engine.url, Load("offline", 8, Lengths(8, 8), Lengths(2, 2), timeout_s=60),
+                      tmp_path / "burst.json", metrics=False, clock=clock)
+    assert at_start[0] - before >= 8, (before, at_start)
+    assert doc["header"]["requests_failed"] == 0 and len(engine.bodies) == 8
+
+
 def test_observe_cli_and_its_errors(tmp_path: Path) -> None:
     engine = FakeEngine(4)
     out = tmp_path / "cli.json"
