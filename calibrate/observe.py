@@ -382,8 +382,9 @@ def _stream(ep: Endpoint, path: str, body: dict[str, Any], rec: _Record, t0: flo
 
 
 #: The host watch's heartbeat: a separate process that sleeps :data:`HEARTBEAT_S` at a time and
-#: reports each wake-up later than :data:`HOST_PAUSE_S` after the one before, as ``start length``
-#: seconds on ``time.monotonic`` (one clock for every process of the machine).
+#: reports each wake-up more than :data:`HOST_PAUSE_S` late, as ``start length`` seconds on
+#: ``time.monotonic`` (one clock for every process of the machine): the instant it should have
+#: woken and how late it woke.
 HEARTBEAT_S = 0.01
 HOST_PAUSE_S = 0.1
 _HEARTBEAT = (
@@ -394,8 +395,8 @@ _HEARTBEAT = (
     "while True:\n"
     "    time.sleep(tick)\n"
     "    now = time.monotonic()\n"
-    "    if now - last > limit:\n"
-    "        print(f'{last!r} {now - last - tick!r}', flush=True)\n"
+    "    if now - last - tick > limit:\n"
+    "        print(f'{last + tick!r} {now - last - tick!r}', flush=True)\n"
     "    last = now\n")
 
 
