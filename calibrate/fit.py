@@ -373,7 +373,8 @@ def _run_record(obs: Observation) -> dict[str, Any]:
             "endpoint": h.get("endpoint"), "model": h.get("model"), "date": h.get("date"),
             "engine_version": (h.get("engine") or {}).get("version") if isinstance(h.get("engine"), dict) else None,
             "load": h.get("load"), "requests": int(len(obs.requests)), "completed": int(len(obs.completed)),
-            "bunched_share": obs.bunched_share()}
+            "bunched_share": obs.bunched_share(),
+            "host_pauses": None if (pauses := obs.host_pauses()) is None else [list(p) for p in pauses]}
 
 
 def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, command: str = "") -> dict[str, Any]:

@@ -87,8 +87,9 @@ def test_a_vllm_bench_result_is_checked_the_same_way(tmp_path: Path) -> None:
     assert warning is not None and warning.startswith("bench.json: 67%")
 
 
-def test_calibrate_from_observation_warns_of_a_late_run(tmp_path: Path) -> None:
-    late = _write(tmp_path / "late.json", [[0.03 if j % 3 == 0 else 2e-6 for j in range(30)]] * 4)
+def test_calibrate_from_observation_warns_of_a_late_or_paused_run(tmp_path: Path) -> None:
+    late = _write(tmp_path / "late.json", [[0.03 if j % 3 == 0 else 2e-6 for j in range(30)]] * 4,
+                  host_pauses={"heartbeat_s": 0.01, "threshold_s": 0.1, "pauses": [[1.5, 0.25]]})
     ok = _write(tmp_path / "ok.json", [[0.01] * 20] * 4)
     proc = subprocess.run([sys.executable, "-m", "simulator.cli", "calibrate", "--from-observation", str(ok),
                            "--holdout", str(late), "--model", "tiny-llama", "--hardware", "cpu-amd-epyc-tiny-llama",
@@ -100,6 +101,9 @@ def test_calibrate_from_observation_warns_of_a_late_run(tmp_path: Path) -> None:
     runs = json.loads((tmp_path / "fit" / "fit.json").read_text())
     assert runs["runs"][0]["bunched_share"] == 0.0
     assert runs["holdout_runs"][0]["bunched_share"] == pytest.approx(2 / 3)
+    assert "warning: late.json: the client's machine stopped 1 time(s) during the run, 0.25 s in all" in " ".join(
+        proc.stderr.split())
+    assert runs["runs"][0]["host_pauses"] is None and runs["holdout_runs"][0]["host_pauses"] == [[1.5, 0.25]]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="stops the heartbeat with SIGSTOP (POSIX)")
