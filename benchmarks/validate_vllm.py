@@ -194,10 +194,8 @@ def observed_stats(path: Path) -> dict[str, float]:
     for q in (50, 99):
         out[f"itl_p{q}_ms"] = 1000 * float(np.percentile(gaps, q)) if len(gaps) else math.nan
     out["bunched_share"] = obs.bunched_share()
-    pauses = obs.host_pauses()
-    if pauses is not None:              # the client machine's stops (llmplan observe's heartbeat)
-        out["host_pauses"] = len(pauses)
-        out["host_pause_s"] = float(sum(b for _, b in pauses))
+    if (totals := obs.pause_totals()) is not None:      # the client machine's stops (observe's heartbeat)
+        out["host_pauses"], out["host_pause_s"] = totals[0], totals[1]
         out["host_paused_requests"] = obs.paused_requests()
     out.update(engine_side(obs, done))
     return out
@@ -378,10 +376,10 @@ def replayed_rows(profile: Path, sections: dict, observed: list[dict[str, Path]]
             if name == "preempt":
                 print(f"  preempt (repeat {rep}): preemptions {row['observed'].get('preemptions')} observed, "
                       f"{row['simulated']['preemptions']} simulated", flush=True)
-            if pauses := obs.host_pauses():
-                print(f"  {name} (repeat {rep}): the machine stopped {len(pauses)} time(s), "
-                      f"{sum(b for _, b in pauses):.2f} s in all, the longest {max(b for _, b in pauses):.2f} s; "
-                      f"{obs.paused_requests()} requests in flight across one", flush=True)
+            if (totals := obs.pause_totals()) and totals[0]:
+                print(f"  {name} (repeat {rep}): the machine stopped {totals[0]} time(s), {totals[1]:.2f} s in "
+                      f"all, the longest {totals[2]:.2f} s; {obs.paused_requests()} requests in flight across one",
+                      flush=True)
             rows.append(row)
     return rows
 

@@ -132,6 +132,7 @@ def test_an_observation_says_when_the_machine_stopped_and_which_requests_waited(
     obs = read_observation(_write(tmp_path / "p.json", gaps, first_send_s=0.5, host_pauses={
         "heartbeat_s": 0.01, "threshold_s": 0.1, "pauses": [[1.6, 0.3], [2.9, 0.2]]}))
     assert obs.host_pauses() == [(pytest.approx(1.1), 0.3), (pytest.approx(2.4), 0.2)]   # from the first send
+    assert obs.pause_totals() == (2, pytest.approx(0.5), 0.3)
     assert obs.paused_requests() == 1                              # the one sent at 1.5 s; 2.9 s is past 2.74
     warning = obs.pause_warning()
     assert warning is not None and warning.startswith("p.json: the client's machine stopped 2 time(s) during the "
@@ -143,6 +144,7 @@ def test_an_observation_says_when_the_machine_stopped_and_which_requests_waited(
     for o in (quiet, unwatched, older):
         assert o.pause_warning() is None and o.warnings() == [] and o.paused_requests() == 0
     assert quiet.host_pauses() == [] and unwatched.host_pauses() is None and older.host_pauses() is None
+    assert quiet.pause_totals() == (0, 0.0, 0.0) and unwatched.pause_totals() is None is older.pause_totals()
 
 
 @pytest.mark.parametrize("host, where", [

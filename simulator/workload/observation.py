@@ -120,14 +120,22 @@ class Observation:
             hit |= (start < a + b) & (end > a)
         return int(hit.sum())
 
-    def pause_warning(self) -> str | None:
-        """A sentence saying the client's machine paused during the run (:meth:`host_pauses`), else None."""
+    def pause_totals(self) -> tuple[int, float, float] | None:
+        """The host pauses' number, total and longest length (s); None where nothing was watched."""
         pauses = self.host_pauses()
-        if not pauses:
+        if pauses is None:
             return None
         lengths = [b for _, b in pauses]
-        return (f"{Path(self.path).name}: the client's machine stopped {len(pauses)} time(s) during the run, "
-                f"{sum(lengths):.2f} s in all, the longest {max(lengths):.2f} s (a heartbeat process missed "
+        return len(lengths), float(sum(lengths)), max(lengths, default=0.0)
+
+    def pause_warning(self) -> str | None:
+        """A sentence saying the client's machine paused during the run (:meth:`host_pauses`), else None."""
+        totals = self.pause_totals()
+        if not totals or not totals[0]:
+            return None
+        count, total, longest = totals
+        return (f"{Path(self.path).name}: the client's machine stopped {count} time(s) during the run, "
+                f"{total:.2f} s in all, the longest {longest:.2f} s (a heartbeat process missed "
                 f"its ticks: the host paused the machine, or every CPU was taken); the {self.paused_requests()} "
                 "requests in flight then waited whatever the server did, so the run's tail latencies include "
                 "pauses no engine model has. Observe again on a machine that does not pause, or read its "
