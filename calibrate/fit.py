@@ -250,14 +250,22 @@ def _simulated(pb: _Problem, hardware: dict[str, Any], obs: Observation, seed: i
 
 
 def _residuals(sim: Any, obs: Observation) -> np.ndarray:
+    """log(simulated / observed) of each completed request's TTFT and TPOT, clipped to +-CLIP (CLIP where
+    the replay has no value). Request by request, except in a burst (:meth:`Observation.burst`), whose
+    order at the server the send instants do not give: there the k-th shortest simulated TTFT (TPOT) is
+    compared with the k-th shortest observed."""
     done = obs.completed.reset_index(drop=True)
+    by_rank = obs.burst()
     out = []
     for col in ("ttft_s", "tpot_s"):
         o, s = done[col].to_numpy(float), sim[col].to_numpy(float)
         use = np.isfinite(o) & (o > 0)
-        r = np.full(int(use.sum()), CLIP)
-        ok = np.isfinite(s[use]) & (s[use] > 0)
-        r[ok] = np.clip(np.log(s[use][ok] / o[use][ok]), -CLIP, CLIP)
+        o, s = o[use], s[use]
+        if by_rank:
+            o, s = np.sort(o), np.sort(np.where(np.isfinite(s) & (s > 0), s, np.inf))
+        r = np.full(len(o), CLIP)
+        ok = np.isfinite(s) & (s > 0)
+        r[ok] = np.clip(np.log(s[ok] / o[ok]), -CLIP, CLIP)
         out.append(r)
     return np.concatenate(out)
 
@@ -508,7 +516,8 @@ def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings,
         "engine_steps": pb.steps_fit,
         "fit": {"method": "Nelder-Mead on log parameters, simulation of every run per evaluation"
                 + ("; kernel_scale by least squares on the engine's logged step times" if pb.steps_fit else ""),
-                "objective": "mean over runs of mean over requests of log(sim/obs)^2 for TTFT and TPOT",
+                "objective": "mean over runs of mean over requests of log(sim/obs)^2 for TTFT and TPOT "
+                             "(a burst's requests matched by rank)",
                 "loss_at_base": start_loss, "loss": best, "evaluations": n_evals, "seed": s.seed},
         "runs": [_run_record(o) for o in fit_obs],
         "holdout_runs": [_run_record(o) for o in held],

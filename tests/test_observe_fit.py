@@ -27,12 +27,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.fit import nelder_mead, replay_scenario, scaled_profile
+from calibrate.fit import CLIP, _residuals, errors, nelder_mead, replay_scenario, scaled_profile
 from calibrate.observe import Lengths, Load, observe, parse_metrics
 from simulator import ScenarioError, load_scenario, scenario_from_dict, simulate
 from simulator.scenario.models import MODEL_PRESETS
 from simulator.scenario.profiles import load_profile
-from simulator.workload.observation import read_observation
+from simulator.workload.observation import Observation, read_observation
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_PROFILE = "cpu-amd-epyc-tiny-llama"
@@ -671,3 +671,35 @@ def test_nelder_mead_is_deterministic_and_finds_a_minimum() -> None:
     b, fb, m = nelder_mead(f, np.zeros(2), max_evals=200)
     assert (a == b).all() and fa == fb and n == m <= 200
     np.testing.assert_allclose(a, [1.0, -0.5], atol=2e-3)
+
+
+def _observation(arrival: str, ttft: list[float], tpot: list[float]) -> Observation:
+    n = len(ttft)
+    req = pd.DataFrame({"send_s": np.linspace(0.0, 0.1, n), "num_prompt_tokens": 100, "num_output_tokens": 11,
+                        "ttft_s": ttft, "e2e_s": np.add(ttft, np.multiply(tpot, 10)), "tpot_s": tpot, "ok": True})
+    return Observation("run.json", "llmplan observe", {"load": {"arrival": arrival}}, req, [[]] * n)
+
+
+def test_a_burst_is_compared_by_rank_and_any_other_load_request_by_request() -> None:
+    """A server takes a burst's requests in the order its front end reads them, not their send order
+    (docs/fidelity.md: rank correlation 0.65-0.80 on a real vLLM): a replay that serves them in send
+    order and matches the observed times exactly as a set has no error in a burst; in a Poisson run
+    the same replay is wrong request by request."""
+    observed_ttft, observed_tpot = [3.0, 1.0, 4.0, 2.0], [0.02, 0.04, 0.01, 0.03]
+    sim = pd.DataFrame({"ttft_s": [1.0, 2.0, 3.0, 4.0], "tpot_s": [0.01, 0.02, 0.03, 0.04],
+                        "arrival_time": np.linspace(0.0, 0.1, 4)})
+    sim["e2e_s"] = sim["ttft_s"] + 10 * sim["tpot_s"]
+    burst = _observation("offline", observed_ttft, observed_tpot)
+    assert burst.burst()
+    np.testing.assert_allclose(_residuals(sim, burst), 0.0, atol=1e-12)
+    assert errors(sim, burst)["request_median_abs_log_ratio"] == pytest.approx(0.0, abs=1e-12)
+    poisson = _observation("poisson", observed_ttft, observed_tpot)
+    assert not poisson.burst()
+    r = _residuals(sim, poisson)
+    np.testing.assert_allclose(r[:4], np.log(np.array([1.0, 2.0, 3.0, 4.0]) / observed_ttft))
+    # a request the replay has no value for costs the clip in either mode, whatever its rank
+    gap = sim.assign(tpot_s=[0.01, np.nan, 0.03, 0.04])
+    assert sorted(np.abs(_residuals(gap, burst)[4:]))[-1] == pytest.approx(CLIP)
+    closed = Observation("c.json", "llmplan observe", {"load": {"arrival": "closed", "concurrency": 2}},
+                         poisson.requests, [[]] * 4)
+    assert not closed.burst()
