@@ -52,7 +52,7 @@ from simulator.errors import ScenarioError
 from simulator.run.resolve import model_option
 from simulator.scenario.models import ModelSpec
 from simulator.scenario.profiles import HardwareProfile, load_profile
-from simulator.workload.observation import Observation, read_observation
+from simulator.workload.observation import Observation, read_observation, run_names
 
 from .provenance import git_revision
 
@@ -421,8 +421,9 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
     lo = np.log([p.lo for p in params])
     hi = np.log([p.hi for p in params])
     x0 = np.log([p.start(base) for p in params])
+    names_of = run_names([o.path for o in fit_obs + held])
     for o in fit_obs:
-        log(f"fitting on {o.describe()}")
+        log(f"fitting on {o.describe(names_of[o.path])}")
     for o in fit_obs + held:
         for warning in o.warnings():
             log("warning: " + warning)
@@ -467,9 +468,10 @@ def format_report(doc: dict[str, Any]) -> list[str]:
     """Lines for the terminal: the fitted values and the error of each run, fitted and held out."""
     lines = ["fitted " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in doc["parameters"].items())
              + f"; wrote {doc['profile']}"]
+    names_of = run_names([*doc["fit_error"], *doc["holdout_error"]])
     for what, errs in (("fit", doc["fit_error"]), ("held out", doc["holdout_error"])):
         for path, e in errs.items():
-            lines.append(f"  {what:<8} {Path(path).name}: " + ", ".join(
+            lines.append(f"  {what:<8} {names_of[path]}: " + ", ".join(
                 f"{k.replace('_', ' ')} {100 * e[k]:+.1f}%" for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
                                                                       "throughput") if math.isfinite(e[k])))
     return lines

@@ -27,12 +27,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.fit import CLIP, _residuals, errors, nelder_mead, replay_scenario, scaled_profile
+from calibrate.fit import CLIP, _residuals, errors, format_report, nelder_mead, replay_scenario, scaled_profile
 from calibrate.observe import Lengths, Load, observe, parse_metrics
 from simulator import ScenarioError, load_scenario, scenario_from_dict, simulate
 from simulator.scenario.models import MODEL_PRESETS
 from simulator.scenario.profiles import load_profile
-from simulator.workload.observation import Observation, read_observation
+from simulator.workload.observation import Observation, read_observation, run_names
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_PROFILE = "cpu-amd-epyc-tiny-llama"
@@ -703,3 +703,20 @@ def test_a_burst_is_compared_by_rank_and_any_other_load_request_by_request() -> 
     closed = Observation("c.json", "llmplan observe", {"load": {"arrival": "closed", "concurrency": 2}},
                          poisson.requests, [[]] * 4)
     assert not closed.burst()
+
+
+def test_runs_of_the_same_name_in_different_folders_are_told_apart() -> None:
+    """Repeats kept in folders of their own (rep0/offline.json, rep1/offline.json) are reported under names
+    that tell them apart; a run whose file name is unique keeps the name alone."""
+    names = run_names(["/w/rep0/offline.json", "/w/rep1/offline.json", "/w/rep0/rate-0.6.json",
+                       "/v/rep0/offline.json"])
+    assert names == {"/w/rep0/offline.json": "w/rep0/offline.json", "/w/rep1/offline.json": "rep1/offline.json",
+                     "/w/rep0/rate-0.6.json": "rate-0.6.json", "/v/rep0/offline.json": "v/rep0/offline.json"}
+    doc = {"parameters": {"step_s": 0.002}, "profile": "out/profile.yaml",
+           "fit_error": {"/w/rep0/offline.json": dict.fromkeys(("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
+                                                                "throughput"), 0.01)},
+           "holdout_error": {"/w/rep1/offline.json": dict.fromkeys(("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
+                                                                    "throughput"), -0.02)}}
+    lines = format_report(doc)
+    assert "fit      rep0/offline.json: ttft p50 +1.0%" in lines[1]
+    assert "held out rep1/offline.json: ttft p50 -2.0%" in lines[2]

@@ -173,11 +173,25 @@ class Observation:
             return None
         return int(load["prefix_tokens"]), int(load.get("prefix_groups") or 1)
 
-    def describe(self) -> str:
+    def describe(self, name: str | None = None) -> str:
+        """The run in a line: ``name`` (default the file's name), its source, load and completed requests."""
         load = self.header.get("load", {})
         what = load.get("arrival") or load.get("mode") or "?"
-        return (f"{Path(self.path).name} ({self.source}, {what}, {len(self.completed)} of {len(self.requests)} "
-                "requests completed)")
+        return (f"{name or Path(self.path).name} ({self.source}, {what}, {len(self.completed)} of "
+                f"{len(self.requests)} requests completed)")
+
+
+def run_names(paths: list[str]) -> dict[str, str]:
+    """A short name for each observation file: its file name, with as many of its folders as tell it
+    from the others (``rep0/offline.json`` and ``rep1/offline.json``, not ``offline.json`` twice)."""
+    parts = {p: Path(p).resolve().parts for p in paths}
+    names = {}
+    for p, mine in parts.items():
+        k = 1
+        while k < len(mine) and any(q != p and others[-k:] == mine[-k:] for q, others in parts.items()):
+            k += 1
+        names[p] = "/".join(mine[-k:])
+    return names
 
 
 def read_observation(path: str | Path, field: str = "--from-observation") -> Observation:
