@@ -451,6 +451,20 @@ class HostWatch:
         return {"heartbeat_s": HEARTBEAT_S, "threshold_s": HOST_PAUSE_S, "pauses": pauses}
 
 
+def _is_local(url: str) -> bool:
+    """Whether ``url`` names this machine (a loopback address or ``localhost``)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _load_average() -> list[float] | None:
     """The client machine's 1, 5 and 15-minute load averages (None where the OS has none)."""
     try:
@@ -498,8 +512,10 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
     before = ep.metrics() if metrics else None
     load_before = _load_average()
     if log and load_before and load_before[0] > (os.cpu_count() or 1):
+        local = ("; the server runs on this machine and counts in it, so the run's check of tokens read late, "
+                 "when it ends, says whether it mattered") if _is_local(url) else ""
         log(f"warning: the client machine is busy (1-minute load average {load_before[0]:.2f} on {os.cpu_count()} "
-            "CPUs): it may read the streamed tokens late, and the run then measures the client")
+            f"CPUs): it may read the streamed tokens late, and the run then measures the client{local}")
     send, prompts, olen = load.plan()
     recs = [_Record(i, len(prompts[i]), int(olen[i])) for i in range(load.num_requests)]
 

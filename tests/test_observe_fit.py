@@ -436,7 +436,11 @@ def test_observe_warns_when_the_client_machine_is_busy(tmp_path: Path, monkeypat
         doc = observe(engine.url, Load("offline", 2, Lengths(8, 8), Lengths(2, 2), timeout_s=60),
                       tmp_path / "busy.json", metrics=False, log=logged.append)
     assert doc["header"]["client"]["load_average_before"] == busy == doc["header"]["client"]["load_average_after"]
-    assert any(m.startswith("warning: the client machine is busy (1-minute load average") for m in logged), logged
+    warning = next(m for m in logged if m.startswith("warning: the client machine is busy (1-minute load average"))
+    # the fake engine listens on 127.0.0.1: a server on this machine counts in its load average
+    assert "the server runs on this machine and counts in it" in warning
+    assert observe_mod._is_local("http://localhost:8000") and observe_mod._is_local("http://[::1]:8000/v1")
+    assert not observe_mod._is_local("http://10.0.0.7:8000") and not observe_mod._is_local("https://api.example.com")
 
 
 def test_observe_warns_when_the_client_machine_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
