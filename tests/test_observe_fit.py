@@ -686,7 +686,7 @@ def _observation(arrival: str, ttft: list[float], tpot: list[float]) -> Observat
 
 def test_a_burst_is_compared_by_rank_and_any_other_load_request_by_request() -> None:
     """A server takes a burst's requests in the order its front end reads them, not their send order
-    (docs/fidelity.md: rank correlation 0.65-0.80 on a real vLLM): a replay that serves them in send
+    (docs/fidelity.md: rank correlation 0.64-0.80 on a real vLLM): a replay that serves them in send
     order and matches the observed times exactly as a set has no error in a burst; in a Poisson run
     the same replay is wrong request by request."""
     observed_ttft, observed_tpot = [3.0, 1.0, 4.0, 2.0], [0.02, 0.04, 0.01, 0.03]

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-SHAPES = {   # llmplan's tiny-llama (simulator/scenario/models.py); checked against it by validate_vllm.py
+SHAPES = {   # llmplan's tiny-llama (simulator/scenario/models.py); checked against it by tests/test_vllm_build_model.py
     "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
     "intermediate_size": 688, "vocab_size": 4096, "max_position_embeddings": 2048}
 MODEL_FILE_KEYS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size",

@@ -161,7 +161,7 @@ class Observation:
         with no request rate and no concurrency bound). A server takes a burst's requests in the order
         its front end reads them, which need not be the order of their send instants: on the CPU vLLM
         of docs/fidelity.md, a burst of 100-200 sent within 0.1-0.15 s was answered in an order whose
-        rank correlation with the sends was 0.65-0.80."""
+        rank correlation with the sends was 0.64-0.80."""
         load = self.header.get("load")
         return isinstance(load, dict) and load.get("arrival") == "offline" and self.closed_loop_clients() is None
 
