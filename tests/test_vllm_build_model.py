@@ -61,3 +61,17 @@ def test_a_model_file_without_a_shape_names_it(tmp_path: Path) -> None:
     spec = {k: preset[k] for k in m.MODEL_FILE_KEYS if k != "max_model_len"}
     with pytest.raises(SystemExit, match="missing max_model_len"):
         m.shapes_from(_file(tmp_path, spec))
+
+
+def test_a_model_file_that_cannot_be_read_is_refused_in_one_line(tmp_path: Path) -> None:
+    m = _module()
+    with pytest.raises(SystemExit, match=r"--model .*missing.yaml: cannot read it \(No such file or directory\)"):
+        m.shapes_from(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("num_layers: [1,\n")
+    with pytest.raises(SystemExit, match=r"--model .*bad.yaml: not valid YAML"):
+        m.shapes_from(bad)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n")
+    with pytest.raises(SystemExit, match="expected a mapping of model fields, got list"):
+        m.shapes_from(listed)

@@ -33,7 +33,12 @@ def shapes_from(path: Path) -> dict[str, int]:
     """A dense Llama's shapes from an llmplan model file; a key this script cannot build is refused by name."""
     import yaml
 
-    spec = yaml.safe_load(path.read_text())
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except OSError as err:
+        sys.exit(f"--model {path}: cannot read it ({err.strerror or err})")
+    except yaml.YAMLError as err:
+        sys.exit(f"--model {path}: not valid YAML ({str(err).splitlines()[0]})")
     if not isinstance(spec, dict):
         sys.exit(f"--model {path}: expected a mapping of model fields, got {type(spec).__name__}")
     out = {}
