@@ -20,7 +20,9 @@ residual lies beyond 4 median absolute deviations dropped (a garbage-collector p
 descheduled thread is not a kernel) and the fit repeated, three rounds at most. The log gives each
 step's counts, not each request's context, so a decode's context is taken as the observed runs'
 mean (prompt plus half the answer): attention at other contexts is priced by the base profile's
-shape. The result also gives, per kind of step (decode only, prefill only, both), the median of
+shape. vLLM counts a request resumed after preemption as a generation request, its recomputed
+prompt and answer among the generation tokens; those tokens are priced as a prompt
+(:func:`kernel_times_s`). The result also gives, per kind of step (decode only, prefill only, both), the median of
 measured over fitted time: a profile whose prefill and decode are priced in the wrong proportion
 shows it there, whatever the fitted scale.
 """
@@ -51,6 +53,11 @@ class EngineSteps:
     generation_requests: np.ndarray
     elapsed_s: np.ndarray
     paths: tuple[str, ...]
+    generation_tokens: np.ndarray | None = None
+    """Tokens the generation requests computed (None: one each). More than one per request where a
+    request resumed after preemption recomputes its prompt and answer so far: vLLM counts any request
+    that has an output token as a generation request (``compute_iteration_details``), so the
+    recomputation is logged among the generation tokens, not the context tokens."""
 
     def __len__(self) -> int:
         return len(self.elapsed_s)
@@ -84,20 +91,33 @@ def read_engine_steps(paths: tuple[str, ...], field: str = "--engine-steps") -> 
         parts.append(rows)
     rows = np.concatenate(parts)
     return EngineSteps(rows[:, 0].astype(np.int64), rows[:, 1].astype(np.int64), rows[:, 2].astype(np.int64),
-                       rows[:, 4] / 1e3, tuple(paths))
+                       rows[:, 4] / 1e3, tuple(paths), rows[:, 3].astype(np.int64))
 
 
-def kernel_times_s(cost: Any, steps: EngineSteps, decode_context_tokens: float) -> np.ndarray:
+def kernel_times_s(cost: Any, steps: EngineSteps, decode_context_tokens: float, *,
+                   recompute: bool = True) -> np.ndarray:
     """The cost model's time of each logged step less its CPU overhead: each context request's share
-    of the context tokens computed from scratch, each generation request at ``decode_context_tokens``."""
+    of the context tokens computed from scratch, each generation request at ``decode_context_tokens``.
+
+    With ``recompute`` (an engine without speculative decoding), a step's generation tokens beyond
+    one per generation request are a resumed request's recomputation (:attr:`EngineSteps.generation_tokens`):
+    one generation request is priced as a prompt of those tokens plus one instead (several resumed in
+    one step, as one). Without it (a speculative-decoding engine, whose generation requests verify
+    several tokens each) every generation request is priced as one decode."""
     from simulator.cost.base import BatchShape
 
     out = np.empty(len(steps))
     ctx = max(1, int(round(decode_context_tokens)))
+    tokens = steps.generation_tokens if recompute else None
     for i in range(len(steps)):
         cr, ct, gr = int(steps.context_requests[i]), int(steps.context_tokens[i]), int(steps.generation_requests[i])
         prefill = [ct // cr + (1 if j < ct % cr else 0) for j in range(cr)] if cr else []
-        b = cost.breakdown(BatchShape(prefill, [0] * cr, gr, gr * ctx, gr + cr))
+        extra = int(tokens[i]) - gr if tokens is not None and gr else 0
+        if extra > 0:                  # a resumed request: its prompt and answer so far, computed again
+            prefill.append(extra + 1)
+            gr -= 1
+        n = len(prefill)
+        b = cost.breakdown(BatchShape(prefill, [0] * n, gr, gr * ctx, gr + n))
         out[i] = b.total_s - b.overhead_s
     return out
 

@@ -304,7 +304,9 @@ def _steps_fit(pb: _Problem, s: FitSettings, fit_obs: list[Observation]) -> dict
     context = float(np.mean(np.concatenate([d["num_prompt_tokens"].to_numpy(float)
                                             + d["num_output_tokens"].to_numpy(float) / 2 for d in done])))
     scenario = replay_scenario(fit_obs[0], pb.model, _scaled(pb, {}, "steps"), pb.base_sections, s.seed)
-    fit = fit_kernel_scale(kernel_times_s(cost_model(scenario, resolve(scenario)), steps, context), steps)
+    recompute = not pb.base_sections.get("speculative_config")    # else extra tokens are verifications
+    fit = fit_kernel_scale(kernel_times_s(cost_model(scenario, resolve(scenario)), steps, context,
+                                          recompute=recompute), steps)
     fit["decode_context_tokens"] = context
     return fit
 

@@ -22,10 +22,11 @@ SCHEDULER = {"max_num_seqs": 16, "max_num_batched_tokens": 1024, "max_model_len"
 TRUE_STEP_S, TRUE_SCALE, EXECUTE_S = 0.004, 0.6, 0.0015
 
 
-def line(i: int, cr: int, ct: int, gr: int, ms: float, extra: str = "") -> str:
-    """One step as vLLM 0.32's LoggingStatLogger writes it."""
+def line(i: int, cr: int, ct: int, gr: int, ms: float, extra: str = "", gt: int | None = None) -> str:
+    """One step as vLLM 0.32's LoggingStatLogger writes it (``gt`` generation tokens, default ``gr``)."""
     return (f"(APIServer pid=7) INFO 12-06 04:09:42 [loggers.py:199] Engine 000: Iteration({i}): {cr} context "
-            f"requests, {ct} context tokens, {gr} generation requests, {gr} generation tokens, iteration elapsed "
+            f"requests, {ct} context tokens, {gr} generation requests, {gr if gt is None else gt} generation "
+            f"tokens, iteration elapsed "
             f"time: {ms:.2f} ms{extra}, CPU KV cache usage: 0.2%\n")
 
 
@@ -35,6 +36,22 @@ def test_iteration_lines_are_parsed_whatever_surrounds_them() -> None:
     rows = parse_iterations(text)
     assert rows.tolist() == [[2, 300, 0, 0, 40.5], [0, 0, 5, 5, 7.25], [1, 128, 3, 3, 20.0]]
     assert parse_iterations("no steps here").shape == (0, 5)
+
+
+def test_a_resumed_requests_recomputation_logged_among_generation_tokens_is_priced_as_a_prompt(
+        tmp_path: Path) -> None:
+    # vLLM counts a request resumed after preemption as a generation request: 4 decodes and one
+    # resume recomputing 300 tokens log as 5 generation requests, 304 generation tokens.
+    log = tmp_path / "preempt.log"
+    log.write_text(line(0, 0, 0, 5, 30.0, gt=304) + line(1, 0, 0, 5, 5.0) + line(2, 1, 300, 4, 31.0))
+    steps = read_engine_steps((str(log),))
+    assert steps.generation_tokens is not None and steps.generation_tokens.tolist() == [304, 5, 4]
+    cost = make_cost_model(load_profile(BASE), model_option("tiny-llama"), 1)
+    k = kernel_times_s(cost, steps, 300.0)
+    # the resume costs what a 300-token prompt beside 4 decodes costs, not a fifth decode
+    assert k[0] == pytest.approx(k[2], rel=0.02) and k[0] > 3 * k[1]
+    # a speculative-decoding engine's extra generation tokens are verifications: one decode each, as logged
+    assert kernel_times_s(cost, steps, 300.0, recompute=False)[0] == pytest.approx(k[1])
 
 
 def test_the_regression_recovers_a_known_scale_and_execute_time_through_outliers() -> None:
