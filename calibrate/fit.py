@@ -151,6 +151,10 @@ def _base(s: FitSettings) -> tuple[HardwareProfile, dict[str, Any], dict[str, An
     else:
         base_dir = Path.cwd()
     if s.engine is not None:
+        from simulator.scenario.engines import ENGINE_PRESETS
+
+        if s.engine not in ENGINE_PRESETS:
+            raise ScenarioError("--engine", s.engine, f"unknown engine preset; known: {', '.join(ENGINE_PRESETS)}")
         sections["engine"] = {"preset": s.engine}
     engine = sections.get("engine")
     if isinstance(engine, dict) and "overhead" in engine:     # the fitted overhead is the profile's

@@ -635,13 +635,20 @@ def test_observation_files_are_checked_with_one_line_errors(tmp_path: Path) -> N
         simulate(sc)
     assert parse_metrics('a 1\nvllm:num_requests_waiting{x="y"} 3\n# c\nvllm:num_preemptions_total NaNx') == \
         {'vllm:num_requests_waiting{x="y"}': 3.0}
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"format": "llmplan-observation", "version": 1, "header": {},
+                                "requests": [{"send_s": 0.0, "prompt_tokens": 4, "output_tokens": 2,
+                                              "first_token_s": 0.5, "end_s": 2.0}]}))
+    read_observation(good)
     for args, msg in [(("--holdout", str(bad)), "--holdout = "),
                       (("--from-observation", str(bad), "--quick"), "--quick = True: times torch kernels; it does "
                                                                     "not apply to --from-observation"),
                       (("--from-observation", str(bad), "--fit", "step_s,warp"), "--fit = 'step_s,warp'"),
                       (("--from-observation", str(bad), "--model", "gpt-9"), "unknown model preset"),
                       (("--from-observation", str(bad)), "must be in this order"),
-                      (("--engine", "vllm-v1"), "--engine = 'vllm-v1': applies to a fit")]:
+                      (("--engine", "vllm-v1"), "--engine = 'vllm-v1': applies to a fit"),
+                      (("--from-observation", str(good), "--hardware", BASE_PROFILE, "--engine", "sglangx"),
+                       "--engine = 'sglangx': unknown engine preset; known: vllm-v1")]:
         proc = run_cli("calibrate", *args, "--out", str(tmp_path / "o"))
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert msg in proc.stderr, proc.stderr
