@@ -491,6 +491,18 @@ def observe(url: str, load: Load, out: Path, *, model: str | None = None, metric
     out = Path(out)
     if out.is_dir():
         raise ScenarioError("--out", str(out), "is a directory; give the observation file's path")
+    probe = out.with_name(out.name + ".tmp")
+    blocking = next((a for a in out.parents if a.exists() and not a.is_dir()), None)
+    if blocking is not None:
+        raise ScenarioError("--out", str(out), f"cannot be written: {blocking} is a file, not a folder; nothing "
+                            "was sent")
+    try:                        # before a single request goes out: a run is not lost at the end
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ScenarioError("--out", str(out), f"cannot be written ({exc.strerror or exc}); nothing was "
+                            "sent") from None
     try:
         status, _ = ep.get("/v1/models")
     except (OSError, http.client.HTTPException) as exc:

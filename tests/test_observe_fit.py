@@ -499,7 +499,8 @@ def test_observe_cli_and_its_errors(tmp_path: Path) -> None:
     cases = [(("--rate", "1", "--offline"), "--rate (Poisson)"),
              (("--offline", "--prompt-tokens", "0"), "--prompt-tokens = '0'"),
              (("--offline", "--prefix-tokens", "16"), "--prefix-tokens = 16: must be >= 0 and below the shortest"),
-             (("--offline",), "cannot reach the server")]
+             (("--offline",), "cannot reach the server"),
+             (("--offline", "--out", str(out / "x.json")), "cli.json is a file, not a folder; nothing was sent")]
     for extra, msg in cases:
         args = ["observe", "http://127.0.0.1:9", "--out", str(tmp_path / "x.json"), "--num-requests", "2",
                 "--prompt-tokens", "16", "--output-tokens", "2", *extra]
