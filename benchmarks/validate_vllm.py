@@ -24,11 +24,12 @@ What it does (``make validate-vllm`` runs the full form):
    ``--base-profile``, default ``cpu-amd-epyc-tiny-llama``: the engine's speed drifts between
    repeats, and a user gets one profile for an engine), and replays every run on it;
 5. prints the median over repeats of each error (simulated / observed - 1: throughput, TTFT/TPOT/E2E
-   p50 and p99, E2E p90, inter-token latency p50 and p99, engine steps) beside the observed run-to-run
-   spread, and writes everything (with each run's engine-side mean TTFT from vLLM's own metrics, the
-   time outside the engine, the preemptions and steps observed and simulated, the load averages) to
-   ``--out``; the fitted profile goes to ``--out``'s folder as ``vllm-cpu-profile/``. ``--refit`` fits
-   and predicts again from the observations a full run left in ``--work``, serving nothing;
+   p50 and p99, E2E p90, inter-token latency p50 and p99, engine steps, the tokens they computed)
+   beside the observed run-to-run spread, and writes everything (with each run's engine-side mean
+   TTFT from vLLM's own metrics, the time outside the engine, the preemptions and steps observed and
+   simulated, each run's load averages; a refit's own under ``refit_*``) to ``--out``; the fitted
+   profile goes to ``--out``'s folder as ``vllm-cpu-profile/``. ``--refit`` fits and predicts again
+   from the observations a full run left in ``--work``, serving nothing;
    ``--refit --predict-with PROFILE`` fits nothing and replays every run on PROFILE (a profile fitted
    on an earlier day: how it holds up on the engine since).
 
@@ -194,6 +195,10 @@ def observed_stats(path: Path) -> dict[str, float]:
     for q in (50, 99):
         out[f"itl_p{q}_ms"] = 1000 * float(np.percentile(gaps, q)) if len(gaps) else math.nan
     out["bunched_share"] = obs.bunched_share()
+    client = obs.header.get("client") or {}
+    for k in ("load_average_before", "load_average_after"):    # the machine's while this run was observed
+        if isinstance(client.get(k), list):
+            out[k] = client[k]
     if (totals := obs.pause_totals()) is not None:      # the client machine's stops (observe's heartbeat)
         out["host_pauses"], out["host_pause_s"] = totals[0], totals[1]
         out["host_paused_requests"] = obs.paused_requests()
@@ -286,7 +291,9 @@ def engine_steps(run: Path) -> dict[str, float]:
     if not len(rows):
         return {}
     return {"engine_steps": float(len(rows)), "engine_context_tokens": float(rows[:, 1].sum()),
-            "engine_generation_tokens": float(rows[:, 3].sum()), "engine_execute_mean_ms": float(rows[:, 4].mean())}
+            "engine_generation_tokens": float(rows[:, 3].sum()),
+            "engine_computed_tokens": float(rows[:, 1].sum() + rows[:, 3].sum()),
+            "engine_execute_mean_ms": float(rows[:, 4].mean())}
 
 
 def observe_repeats(args: argparse.Namespace, server: Server, work: Path) -> list[dict[str, Path]]:
@@ -373,6 +380,7 @@ def replayed_rows(profile: Path, sections: dict, observed: list[dict[str, Path]]
                                        "steps": len(sim.steps)}}                                      # type: ignore[attr-defined]
             if engine.get("engine_steps"):
                 row["error"]["steps"] = len(sim.steps) / engine["engine_steps"] - 1.0    # type: ignore[attr-defined]
+                row["error"]["tokens"] = computed_tokens(sim) / engine["engine_computed_tokens"] - 1.0
             if name == "preempt":
                 print(f"  preempt (repeat {rep}): preemptions {row['observed'].get('preemptions')} observed, "
                       f"{row['simulated']['preemptions']} simulated", flush=True)
@@ -382,6 +390,13 @@ def replayed_rows(profile: Path, sections: dict, observed: list[dict[str, Path]]
                       flush=True)
             rows.append(row)
     return rows
+
+
+def computed_tokens(sim: object) -> int:
+    """The tokens the simulated engine computed: prompt tokens (recomputed after preemption included,
+    prefix-cache hits not) and decoded tokens, as vLLM's step lines count them."""
+    st = sim.steps                                      # type: ignore[attr-defined]
+    return int(st["num_prefill_tokens"].sum() + st["num_decode_tokens"].sum())
 
 
 def itl_errors(obs: Observation, sim: object) -> dict[str, float]:
@@ -483,13 +498,14 @@ QUICK_STEPS_BAND = 0.10
 
 #: The table's columns: each an error (simulated / observed - 1) with the observed spread beside it.
 METRICS = ("throughput", "ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90", "ttft_p99", "tpot_p99", "e2e_p99",
-           "itl_p50", "itl_p99", "steps")
+           "itl_p50", "itl_p99", "steps", "tokens")
 
 
 def table(rows: list[dict]) -> list[dict]:
     """Median over repeats of each error, beside the observed spread ((max - min) / median over repeats)."""
     out = []
-    obs_key = {"throughput": "throughput_rps", "steps": "engine_steps", **{m: f"{m}_ms" for m in METRICS[1:-1]}}
+    obs_key = {"throughput": "throughput_rps", "steps": "engine_steps", "tokens": "engine_computed_tokens"}
+    obs_key |= {m: f"{m}_ms" for m in METRICS if m not in obs_key}
     for load in dict.fromkeys(r["load"] for r in rows):
         rs = [r for r in rows if r["load"] == load]
         row = {"load": load, "fitted_on": rs[0]["fitted_on"], "repeats": len(rs)}
@@ -595,6 +611,13 @@ def main() -> None:
            "kv_blocks": blocks, "start_s": start_s, "load_average_before": load_before,
            "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **result}
+    if args.refit:      # this machine's figures are the refit's; the observations' are what was measured
+        runs = [read_observation(str(p)) for paths in observed for p in paths.values()]
+        first, last = (r.header.get("client") or {} for r in (runs[0], runs[-1]))
+        doc |= {"refit_date": doc.pop("date"), "refit_load_average_before": doc.pop("load_average_before"),
+                "refit_load_average_after": doc.pop("load_average_after"), "date": runs[0].header.get("date"),
+                "load_average_before": first.get("load_average_before"),
+                "load_average_after": last.get("load_average_after")}
     if not args.quick:
         doc["table"] = table(result["rows"])
         print(f"{'load':12} {'fit':>4} " + " ".join(f"{m.replace('_', ' '):>18}" for m in METRICS))
