@@ -1,8 +1,12 @@
 """Shared fixtures: tiny scenarios and hand-built schedulers (CPU only, no torch)."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -46,6 +50,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 CONSTANT_HW = {"cost_model": "constant", "step_time_s": 0.01, "prefill_time_per_token_s": 0.0}
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def script_module(path: str) -> ModuleType:
+    """A script of the repository (``path`` from its root, e.g. ``benchmarks/validate_vllm.py``) imported
+    as a module named after its file, registered in ``sys.modules`` (dataclasses look their module up
+    there), without running its ``main``."""
+    file = ROOT / path
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    assert spec is not None and spec.loader is not None, file
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def assert_same_run_to_1e9(a: Any, b: Any) -> None:

@@ -2,12 +2,12 @@
 (it sums to ``breakdown``), and without aiconfigurator-core it says how to install it."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 from simulator.cost.base import BatchShape
 
@@ -15,11 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("aic_step_crosscheck", ROOT / "benchmarks" / "aic_step_crosscheck.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module           # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return script_module("benchmarks/aic_step_crosscheck.py")
 
 
 def test_per_op_groups_add_up_to_the_step() -> None:

@@ -3,12 +3,12 @@ code, every relative link in README.md and docs/*.md points at a file that exist
 Markdown target with a #fragment, at a heading that exists), and the README stays short."""
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -21,10 +21,7 @@ HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.M)
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_scenario_reference", DOCS / "gen_scenario_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("docs/gen_scenario_reference.py")
 
 
 def _prose(text: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import script_module
 
 from calibrate.engine_steps import EngineSteps, fit_kernel_scale, kernel_times_s, parse_iterations, read_engine_steps
 from calibrate.fit import FitSettings, check, run_fit
@@ -157,13 +158,7 @@ def test_a_fit_with_the_engine_steps_takes_kernel_scale_from_them(tmp_path: Path
 
 
 def _step_log_terms() -> Any:
-    import importlib.util
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm" / "step_log_terms.py"
-    spec = importlib.util.spec_from_file_location("step_log_terms", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("benchmarks/vllm/step_log_terms.py")
 
 
 def test_the_shape_cache_term_misses_as_a_least_recently_used_cache() -> None:

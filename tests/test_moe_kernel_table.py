@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import script_module
 
 from simulator import ScenarioError, load_scenario, simulate
 from simulator.cost.analytic import DENSE_LAYER_KERNELS, MLA_LAYER_KERNELS, MOE_LAYER_KERNELS
@@ -195,14 +196,10 @@ def test_roofline_floor_counts_the_kernels_each_layer_runs() -> None:
 def test_the_published_moe_table_in_the_docs_is_what_the_script_prints() -> None:
     """docs/hardware-profiles.md's published MoE points are recomputed by benchmarks/published_moe.py
     (every prediction, to the printed digit): the table cannot drift from the model."""
-    import importlib.util
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("published_moe", root / "benchmarks" / "published_moe.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("benchmarks/published_moe.py")
     docs = (root / "docs" / "hardware-profiles.md").read_text()
     for point in mod.POINTS:
         pred = mod.predict(point)

@@ -3,12 +3,11 @@ recorded with its source and builds the scenario it claims, every point left unc
 the simulator for the reason it gives, and the docs' table is what the script prints."""
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import script_module
 
 from simulator.errors import ScenarioError
 from simulator.run.resolve import resolve
@@ -17,15 +16,7 @@ from simulator.scenario.engines import ENGINE_PRESETS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("published_engines", ROOT / "benchmarks" / "published_engines.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MOD = _module()
+MOD = script_module("benchmarks/published_engines.py")
 REQUIRED = ("name", "family", "model", "gpu", "tp", "quantization", "engine", "engine_label", "metric",
             "requests", "published", "unit", "source", "source_url", "date", "notes")
 

@@ -2,12 +2,12 @@
 preset or from an llmplan model file (the script runs in the vLLM venv; only its shape reading is tested)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import script_module
 
 from simulator.scenario.models import MODEL_PRESETS
 
@@ -15,11 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm" / "build_mo
 
 
 def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("build_model", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("benchmarks/vllm/build_model.py")
 
 
 def _file(tmp_path: Path, spec: dict[str, Any]) -> Path:

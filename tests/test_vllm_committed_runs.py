@@ -10,25 +10,16 @@ that moves them fails here, and the committed results and docs are refitted with
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _harness() -> Any:
-    spec = importlib.util.spec_from_file_location("validate_vllm", ROOT / "benchmarks" / "validate_vllm.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +27,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], list
     work = tmp_path_factory.mktemp("vllm-runs")
     with tarfile.open(RESULTS / "vllm-cpu-observations.tar.gz") as tar:
         tar.extractall(work, filter="data")
-    h = _harness()
+    h = script_module("benchmarks/validate_vllm.py")
     observed, served, *_ = h.from_work(work)
     rows = h.predict_with(RESULTS / "vllm-cpu-profile", h.engine_sections(served), observed)
     return rows, h.table(rows)
