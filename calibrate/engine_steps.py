@@ -22,9 +22,9 @@ step's counts, not each request's context, so a decode's context is taken as the
 mean (prompt plus half the answer): attention at other contexts is priced by the base profile's
 shape. vLLM counts a request resumed after preemption as a generation request, its recomputed
 prompt and answer among the generation tokens; those tokens are priced as a prompt
-(:func:`kernel_times_s`). The result also gives, per kind of step (decode only, prefill only, both), the median of
-measured over fitted time: a profile whose prefill and decode are priced in the wrong proportion
-shows it there, whatever the fitted scale.
+(:func:`kernel_times_s`). The result also gives, per kind of step as vLLM logs it (decode only,
+prefill only, both), the median of measured over fitted time: a profile whose prefill and decode
+are priced in the wrong proportion shows it there, whatever the fitted scale.
 """
 from __future__ import annotations
 
@@ -100,10 +100,11 @@ def kernel_times_s(cost: Any, steps: EngineSteps, decode_context_tokens: float, 
     of the context tokens computed from scratch, each generation request at ``decode_context_tokens``.
 
     With ``recompute`` (an engine without speculative decoding), a step's generation tokens beyond
-    one per generation request are a resumed request's recomputation (:attr:`EngineSteps.generation_tokens`):
-    one generation request is priced as a prompt of those tokens plus one instead (several resumed in
-    one step, as one). Without it (a speculative-decoding engine, whose generation requests verify
-    several tokens each) every generation request is priced as one decode."""
+    one per generation request are a resumed request's recomputation
+    (:attr:`EngineSteps.generation_tokens`): one generation request is priced as a prompt of those
+    tokens plus one instead (several resumed in one step, as one). Without it (a speculative-decoding
+    engine, whose generation requests verify several tokens each) every generation request is priced
+    as one decode."""
     from simulator.cost.base import BatchShape
 
     out = np.empty(len(steps))
