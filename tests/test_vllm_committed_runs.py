@@ -40,7 +40,10 @@ def test_the_committed_table_is_what_the_committed_profile_predicts(replayed: tu
     for got, want in zip(table, committed, strict=True):
         for metric, value in want.items():
             if isinstance(value, float) and not math.isnan(value):
-                assert got[metric] == pytest.approx(value, abs=1e-9), (want["load"], metric)
+                assert got[metric] == pytest.approx(value, abs=1e-9), (
+                    f"{want['load']} {metric}: the simulator now predicts {got[metric]:+.4%}, the committed table "
+                    f"says {value:+.4%}; unpack the observations, refit (python benchmarks/validate_vllm.py --refit "
+                    "--work DIR --out benchmarks/results/vllm-cpu.json) and update docs/fidelity.md")
 
 
 def test_the_simulated_engine_computes_the_tokens_vllm_logged(replayed: tuple[list[dict], list[dict]]) -> None:
