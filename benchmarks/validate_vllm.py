@@ -206,23 +206,17 @@ def observed_stats(path: Path) -> dict[str, float]:
     return out
 
 
-def _delta(obs: Observation, name: str) -> float | None:
-    delta = obs.header.get("metrics_delta") or {}
-    hits = [v for k, v in delta.items() if k.split("{")[0].endswith(name)]
-    return float(sum(hits)) if hits else None
-
-
 def engine_side(obs: Observation, done: pd.DataFrame) -> dict[str, float]:
     """The engine's own mean TTFT (vLLM's ``time_to_first_token_seconds`` histogram over the run, from
     the request's arrival at the engine's input processor) beside the client's: their difference is the
     time spent outside it (HTTP, the API server's streaming, the client); and the run's preemptions."""
     out: dict[str, float] = {}
-    ttft_sum, ttft_n = _delta(obs, "time_to_first_token_seconds_sum"), _delta(obs, "time_to_first_token_seconds_count")
+    ttft_sum, ttft_n = obs.counter("time_to_first_token_seconds_sum"), obs.counter("time_to_first_token_seconds_count")
     if ttft_sum is not None and ttft_n:
         out["engine_ttft_mean_ms"] = 1000 * ttft_sum / ttft_n
         out["client_ttft_mean_ms"] = 1000 * float(done["ttft_s"].mean())
         out["outside_engine_ttft_ms"] = out["client_ttft_mean_ms"] - out["engine_ttft_mean_ms"]
-    pre = _delta(obs, "num_preemptions_total")
+    pre = obs.counter("num_preemptions_total")
     if pre is not None:
         out["preemptions"] = pre
     return out

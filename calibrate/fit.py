@@ -294,6 +294,37 @@ def errors(sim: Any, obs: Observation) -> dict[str, float]:
     return out
 
 
+#: How far the replay's prefix-cache hits or preemptions may stray from the server's own counters
+#: before the fit says the engine settings may not be the server's (a real vLLM's preemptions on one
+#: load moved from 72 to 82 between repeats; its prefix-cache hits matched the replay's exactly).
+COUNTER_BAND = 0.25
+
+
+def server_counters(sim: Any, obs: Observation, name: str) -> dict[str, Any]:
+    """The server's own counts over the run (its Prometheus counters, where it exposed them) beside the
+    replay's: prompt tokens the prefix cache hit and preemptions, and under ``warnings`` a sentence for
+    each pair further apart than :data:`COUNTER_BAND` (and than 2 preemptions, or a few hundred
+    tokens): the replay then scheduled differently from the server, so the engine settings it was
+    given (``--scenario``) are not the server's, and the fitted costs absorb the difference."""
+    out: dict[str, Any] = {"warnings": []}
+    checks = (("prefix_cache_hits_total", "num_cached_tokens", "prefix_cache_hit_tokens", 256.0,
+               "the server's prefix cache hit {server:,.0f} prompt tokens, the replay's {replay:,.0f}: are "
+               "enable_prefix_caching and block_size in --scenario the server's?"),
+              ("num_preemptions_total", "num_preemptions", "preemptions", 2.0,
+               "the server preempted {server:,.0f} times, the replay {replay:,.0f}: is the KV cache in "
+               "--scenario (num_gpu_blocks_override or gpu_memory_utilization, block_size, max_num_seqs) "
+               "the server's?"))
+    for counter, column, key, floor, why in checks:
+        server = obs.counter(counter)
+        if server is None or column not in sim:
+            continue
+        replay = float(sim[column].sum())
+        out[key] = {"server": server, "replay": replay}
+        if abs(replay - server) > max(COUNTER_BAND * max(replay, server), floor):
+            out["warnings"].append(f"{name}: " + why.format(server=server, replay=replay))
+    return out
+
+
 def _steps_fit(pb: _Problem, s: FitSettings, fit_obs: list[Observation]) -> dict[str, Any]:
     """``kernel_scale`` (and the execute time per step) regressed on the engine's logged steps, with
     the base profile's kernels of the served engine (:mod:`calibrate.engine_steps`); a decode's
@@ -456,8 +487,13 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
         log("fitted: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in x.items())
             + f" (loss {start_loss:.4g} at the base profile -> {best:.4g}, {n_evals} evaluations)")
         final = _scaled(pb, x, "final")
-        fit_err = {o.path: errors(_simulated(pb, final, o, s.seed), o) for o in fit_obs}
-        held_err = {o.path: errors(_simulated(pb, final, o, s.seed), o) for o in held}
+        replays = {o.path: _simulated(pb, final, o, s.seed) for o in fit_obs + held}
+        fit_err = {o.path: errors(replays[o.path], o) for o in fit_obs}
+        held_err = {o.path: errors(replays[o.path], o) for o in held}
+        counters = {o.path: server_counters(replays[o.path], o, names_of[o.path]) for o in fit_obs + held}
+        for c in counters.values():
+            for warning in c.pop("warnings"):
+                log("warning: " + warning)
         if pb.table is not None:
             Path(final["table"]).unlink(missing_ok=True)
     finally:
@@ -465,6 +501,7 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
     profile = _write_profile(pb, x, out, s, fit_obs, held, fit_err, held_err, best, start_loss, n_evals, command)
     doc = {"profile": str(profile), "parameters": x, "loss": best, "loss_at_base": start_loss,
            "engine_steps": steps_fit, "evaluations": pb.evals, "fit_error": fit_err, "holdout_error": held_err,
+           "server_counters": counters,
            "runs": [_run_record(o) for o in fit_obs], "holdout_runs": [_run_record(o) for o in held]}
     (out / "fit.json").write_text(json.dumps(doc, indent=1, default=float) + "\n")
     return doc
@@ -477,9 +514,12 @@ def format_report(doc: dict[str, Any]) -> list[str]:
     names_of = run_names([*doc["fit_error"], *doc["holdout_error"]])
     for what, errs in (("fit", doc["fit_error"]), ("held out", doc["holdout_error"])):
         for path, e in errs.items():
+            counts = (doc.get("server_counters") or {}).get(path) or {}
             lines.append(f"  {what:<8} {names_of[path]}: " + ", ".join(
-                f"{k.replace('_', ' ')} {100 * e[k]:+.1f}%" for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
-                                                                      "throughput") if math.isfinite(e[k])))
+                [f"{k.replace('_', ' ')} {100 * e[k]:+.1f}%" for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
+                                                                       "throughput") if math.isfinite(e[k])]
+                + [f"{k.replace('_', ' ')} {c['replay']:,.0f} (server {c['server']:,.0f})"
+                   for k, c in counts.items() if c["server"] or c["replay"]]))
     return lines
 
 

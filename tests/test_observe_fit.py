@@ -27,7 +27,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.fit import CLIP, _residuals, errors, format_report, nelder_mead, replay_scenario, scaled_profile
+from calibrate.fit import (
+    CLIP,
+    _residuals,
+    errors,
+    format_report,
+    nelder_mead,
+    replay_scenario,
+    scaled_profile,
+    server_counters,
+)
 from calibrate.observe import Lengths, Load, observe, parse_metrics
 from simulator import ScenarioError, load_scenario, scenario_from_dict, simulate
 from simulator.scenario.models import MODEL_PRESETS
@@ -344,6 +353,9 @@ def test_observe_fit_recovers_the_engine_costs_and_predicts_a_held_out_run(tmp_p
     assert fit["parameters"]["per_token_s"] == pytest.approx(TRUE_PER_TOKEN_S, rel=0.05)
     assert fit["parameters"]["frontend_s"] == pytest.approx(TRUE_FRONTEND_S, rel=0.05)
     assert fit["loss"] < 1e-3 < fit["loss_at_base"]
+    # the fake server's counters beside the replay's (a vllm bench serve file has none)
+    assert fit["server_counters"][str(heavy)]["prefix_cache_hit_tokens"] == {"server": 16.0, "replay": 0.0}
+    assert fit["server_counters"][str(held)] == {} and "warning" not in proc.stderr
     for e in fit["holdout_error"].values():
         for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90", "throughput"):
             assert abs(e[k]) < 0.03, (k, e)
@@ -732,3 +744,27 @@ def test_runs_of_the_same_name_in_different_folders_are_told_apart() -> None:
     lines = format_report(doc)
     assert "fit      rep0/offline.json: ttft p50 +1.0%" in lines[1]
     assert "held out rep1/offline.json: ttft p50 -2.0%" in lines[2]
+
+
+def test_the_servers_counters_are_set_beside_the_replays_and_a_gap_is_named() -> None:
+    """A replay that hits the prefix cache and preempts as the server did passes silently; one whose
+    engine settings are not the server's (prefix caching off, a larger KV cache) is named with the
+    settings to check."""
+    delta = {'vllm:prefix_cache_hits_total{model_name="m"}': 97536.0,
+             'vllm:external_prefix_cache_hits_total{model_name="m"}': 5.0,     # another counter, not summed in
+             'vllm:num_preemptions_total{model_name="m",engine="0"}': 50.0,
+             'vllm:num_preemptions_total{model_name="m",engine="1"}': 32.0}
+    obs = Observation("run.json", "llmplan observe", {"metrics_delta": delta}, pd.DataFrame(), [])
+    assert obs.counter("prefix_cache_hits_total") == 97536.0 and obs.counter("num_preemptions_total") == 82.0
+    assert obs.counter("num_requests_waiting") is None
+    assert Observation("r.json", "vllm bench serve", {}, pd.DataFrame(), []).counter("num_preemptions_total") is None
+    same = pd.DataFrame({"num_cached_tokens": [97536 // 2] * 2, "num_preemptions": [40, 30]})
+    c = server_counters(same, obs, "run.json")
+    assert c["warnings"] == [] and c["prefix_cache_hit_tokens"] == {"server": 97536.0, "replay": 97536.0}
+    assert c["preemptions"] == {"server": 82.0, "replay": 70.0}          # 15% apart: a real vLLM's repeats
+    other = pd.DataFrame({"num_cached_tokens": [0, 0], "num_preemptions": [0, 0]})
+    w = server_counters(other, obs, "run.json")["warnings"]
+    assert len(w) == 2 and "run.json: the server's prefix cache hit 97,536 prompt tokens, the replay's 0" in w[0]
+    assert "enable_prefix_caching" in w[0] and "the server preempted 82 times, the replay 0" in w[1]
+    assert server_counters(other, Observation("r.json", "vllm bench serve", {}, pd.DataFrame(), []), "r") == \
+        {"warnings": []}

@@ -79,6 +79,16 @@ class Observation:
     def completed(self) -> pd.DataFrame:
         return self.requests[self.requests["ok"]]
 
+    def counter(self, name: str) -> float | None:
+        """How much the server's Prometheus counter ``name`` grew over the run (``header.metrics_delta``),
+        summed over its label sets: ``name`` is the metric's name without its namespace and labels
+        (``num_preemptions_total`` for vLLM's ``vllm:num_preemptions_total{model_name="..."}``); None
+        where the server exposed no such metric."""
+        delta = self.header.get("metrics_delta") or {}
+        hits = [v for k, v in delta.items()
+                if k.split("{")[0].split(":")[-1] == name and isinstance(v, (int, float))]
+        return float(sum(hits)) if hits else None
+
     def bunched_share(self) -> float:
         """Share of the completed requests' inter-token gaps under :data:`BUNCHED_GAP_S` (NaN when no
         request streamed two tokens)."""
