@@ -419,6 +419,7 @@ def test_plan_writes_a_plan_out_folder_by_default(tmp_path: Path) -> None:
     ws = pd.read_csv(tmp_path / "plan-out" / "worksheet.csv")
     assert sorted(ws["region"]) == ["east", "west"] and (ws["status"] == "ok").all()
     assert "plan-out" in proc.stdout.splitlines()[-1]
+    assert "std on inline: inline: numbers written in the scenario" in proc.stdout     # what its costs rest on
     last = proc.stderr.splitlines()[-1]
     assert re.fullmatch(r"planning: 2/2 searches \(100%\), \d+ s; Q1 \w+ std: \d+ replicas", last), \
         proc.stderr

@@ -768,3 +768,15 @@ def test_the_servers_counters_are_set_beside_the_replays_and_a_gap_is_named() ->
     assert "enable_prefix_caching" in w[0] and "the server preempted 82 times, the replay 0" in w[1]
     assert server_counters(other, Observation("r.json", "vllm bench serve", {}, pd.DataFrame(), []), "r") == \
         {"warnings": []}
+
+
+def test_a_profile_says_what_its_costs_rest_on() -> None:
+    """``HardwareProfile.basis``, which a plan's assumptions and printout quote for each candidate: a
+    fitted profile names the engine it was fitted to and its held-out error."""
+    assert load_profile("h100-sxm-datasheet").basis().startswith("datasheet: vendor peak FLOP/s")
+    assert load_profile(BASE_PROFILE).basis().startswith("measured: torch kernels timed on the device, not the "
+                                                           "serving engine's")
+    assert "AIConfigurator" in load_profile("h100-sxm").basis()
+    fitted = load_profile(str(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "vllm-cpu-profile"))
+    assert fitted.basis() == ("fitted to vllm-v1 0.32.0's observed runs (6); held-out median |error|: ttft p50 8%, "
+                              "tpot p50 6%, throughput 0%")

@@ -197,6 +197,7 @@ def test_assumptions_file_says_what_the_numbers_rest_on(priced, tmp_path):
     cand = a["candidates"]["auto"]
     assert cand["price_source"].startswith("assumed") and cand["price_reference"] == "list price, Nov 2026"
     assert cand["autoscaler"]["min_replicas"] == 1 and cand["autoscaler"]["floor_gpus"] == 1
+    assert cand["hardware_basis"] == "inline: numbers written in the scenario"     # what the costs rest on
     assert a["periods"]["2028Q1"] == {"start": "2028-01-01", "end": "2028-03-31", "hours": 2184.0,
                                       "source": "calendar"}
     assert a["pricing"]["egress"] == {"price_per_gb": 0.09, "bytes_per_output_token": 200.0}

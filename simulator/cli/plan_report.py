@@ -111,6 +111,11 @@ def print_plan(result: PlanResult, console: Console, delta: pd.DataFrame | None 
         console.print("[dim]provisioning: peak = no diurnal shape, the peak fleet costed all day; "
                       "static = a shape but no autoscaler, the peak fleet runs all day; diurnal = the "
                       "autoscaler's fleet hour by hour (docs/planner.md)[/]")
+    for name, c in ((result.assumptions or {}).get("candidates") or {}).items():   # what each one's costs rest on
+        basis = c.get("hardware_basis")
+        if basis:
+            basis = "; ".join(f"{k}: {v}" for k, v in basis.items()) if isinstance(basis, dict) else basis
+            console.print(f"[dim]{escape(str(name))} on {escape(str(c.get('hardware')))}: {escape(str(basis))}[/]")
     sims = int(result.candidates["simulations"].sum())
     console.print(f"[dim]{len(result.candidates)} searches, {sims} simulations in {result.wall_s:.1f} s wall[/]")
 

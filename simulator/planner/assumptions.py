@@ -72,6 +72,8 @@ def plan_assumptions(loaded: LoadedPlan, ws: pd.DataFrame) -> dict[str, Any]:
             "hardware": system.profile.name if not sc.deployment.pools else
             ";".join(f"{p.name}={sy.profile.name}" for p, (_, sy) in zip(sc.deployment.pools, system.pools,
                                                                          strict=True)),
+            "hardware_basis": system.profile.basis() if not sc.deployment.pools else
+            {p.name: sy.profile.basis() for p, (_, sy) in zip(sc.deployment.pools, system.pools, strict=True)},
             "price_per_gpu_hour": c.price_per_gpu_hour if c.price_per_gpu_hour is not None
             else system.profile.price_per_gpu_hour,
             "price_source": ("quoted in the plan" if c.price_per_gpu_hour is not None else

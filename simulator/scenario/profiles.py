@@ -168,6 +168,32 @@ class HardwareProfile(Frozen):
                              f"{', '.join(missing)}")
         return self
 
+    def basis(self) -> str:
+        """What this profile's step costs rest on, in a sentence a plan can quote beside its numbers:
+        its ``source``, and for a fitted profile the engine observed and the fit's median absolute
+        error on held-out runs (``provenance.holdout_error_median_abs``)."""
+        prov = self.provenance
+        if self.source == "datasheet":
+            return ("datasheet: vendor peak FLOP/s and bandwidth at assumed efficiencies, a roofline "
+                    "(optimistic at small batches; docs/hardware-profiles.md)")
+        if self.source == "measured":
+            return ("measured: torch kernels timed on the device, not the serving engine's own kernels "
+                    "and CPU time (fit them to the engine: docs/calibration.md#fitting-a-real-engine)")
+        if self.source == "imported":
+            origin = str(prov.get("imported_from") or "see its provenance")
+            origin = origin.split(",")[0] if len(origin) > 80 else origin       # a wheel's name and checksum
+            return f"imported: kernels measured elsewhere ({origin}), not this deployment's engine"
+        if self.source == "fitted":
+            engine = prov.get("engine")
+            engine = engine if isinstance(engine, dict) else {}
+            what = " ".join(str(v) for v in (engine.get("preset"), engine.get("version")) if v) or "an engine"
+            held = prov.get("holdout_error_median_abs") or {}
+            errs = ", ".join(f"{k.replace('_', ' ')} {100 * v:.0f}%" for k in ("ttft_p50", "tpot_p50", "throughput")
+                             if isinstance(v := held.get(k), (int, float)))
+            return (f"fitted to {what}'s observed runs ({len(prov.get('runs') or [])})"
+                    + (f"; held-out median |error|: {errs}" if errs else "; no held-out runs"))
+        return "inline: numbers written in the scenario"
+
     def peak_flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for ``dtype``, falling back to bf16/fp16 (weight-only quantisation
         computes in 16-bit)."""
