@@ -39,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,8 @@ DEFAULT_PARAMETERS = ("step_s", "kernel_scale", "per_token_s", "frontend_s")
 #: Simulations of every run a fit may take: the four default costs from their base values take 300-360 on
 #: a fake engine with known costs (recovered to 0.1%); three took ~150.
 DEFAULT_MAX_EVALS = 400
+#: The fit logs a progress line after every this many evaluations (each simulates every fitted run).
+PROGRESS_EVERY = 25
 #: Residuals are clipped at this |log ratio| (a request 20x off counts as 20x, not more).
 CLIP = 3.0
 #: Scenario sections a base scenario lends the fit (the engine as served); the rest is the observation's.
@@ -477,10 +480,15 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
                 total += float(np.mean(r ** 2)) if len(r) else 0.0
             value = total / len(fit_obs) + float(np.sum(np.maximum(0.0, np.abs(z - np.clip(z, lo, hi)))))
             pb.evals.append({**x, "loss": value})
+            if len(pb.evals) % PROGRESS_EVERY == 0:      # a fit takes minutes: say where it is
+                best = min(e["loss"] for e in pb.evals)
+                log(f"  {len(pb.evals)} simulations of each run (budget {s.max_evals}), best loss {best:.4g}, "
+                    f"{time.monotonic() - started:.0f} s")
             if hw.get("table"):
                 Path(hw["table"]).unlink(missing_ok=True)
             return value
 
+        started = time.monotonic()
         start_loss = loss(x0)
         z, best, n_evals = nelder_mead(loss, x0, max_evals=s.max_evals) if names else (x0, start_loss, 1)
         x = at(z)
