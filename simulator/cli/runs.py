@@ -151,6 +151,7 @@ def print_summary(summary: dict[str, Any], result: Any) -> None:
                           f"({sys_.profile.source})  seed={summary['seed']}  "
                           f"KV blocks={sys_.kv_plan.num_gpu_blocks:,} x {sys_.kv_plan.block_size}"
                           + (" per DP rank" if result.scenario.deployment.data_parallel_size > 1 else ""))
+        out_console.print(f"[dim]step costs: {escape(sys_.profile.basis())}[/]")
     dep = summary.get("deployment")
     if dep:
         split = (f" x PP {dep['pipeline_parallel_size']}" if "pipeline_parallel_size" in dep else "") + (

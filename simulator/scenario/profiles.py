@@ -177,8 +177,8 @@ class HardwareProfile(Frozen):
             return ("datasheet: vendor peak FLOP/s and bandwidth at assumed efficiencies, a roofline "
                     "(optimistic at small batches; docs/hardware-profiles.md)")
         if self.source == "measured":
-            return ("measured: torch kernels timed on the device, not the serving engine's own kernels "
-                    "and CPU time (fit them to the engine: docs/calibration.md#fitting-a-real-engine)")
+            return ("measured: torch kernels timed on the device (a serving engine's own kernels and CPU "
+                    "time differ: fit them to it, docs/calibration.md#fitting-a-real-engine)")
         if self.source == "imported":
             origin = str(prov.get("imported_from") or "see its provenance")
             origin = origin.split(",")[0] if len(origin) > 80 else origin       # a wheel's name and checksum
