@@ -68,12 +68,13 @@ def plan_assumptions(loaded: LoadedPlan, ws: pd.DataFrame) -> dict[str, Any]:
         system = resolve(sc)
         auto = sc.deployment.autoscaler
         tp = sc.deployment.tensor_parallel_size
+        pools = {p.name: sy.profile for p, (_, sy) in zip(sc.deployment.pools, system.pools, strict=True)} \
+            if sc.deployment.pools else None
         candidates[c.name] = {
-            "hardware": system.profile.name if not sc.deployment.pools else
-            ";".join(f"{p.name}={sy.profile.name}" for p, (_, sy) in zip(sc.deployment.pools, system.pools,
-                                                                         strict=True)),
-            "hardware_basis": system.profile.basis() if not sc.deployment.pools else
-            {p.name: sy.profile.basis() for p, (_, sy) in zip(sc.deployment.pools, system.pools, strict=True)},
+            "hardware": system.profile.name if pools is None else
+            ";".join(f"{name}={prof.name}" for name, prof in pools.items()),
+            "hardware_basis": system.profile.basis() if pools is None else
+            {name: prof.basis() for name, prof in pools.items()},
             "price_per_gpu_hour": c.price_per_gpu_hour if c.price_per_gpu_hour is not None
             else system.profile.price_per_gpu_hour,
             "price_source": ("quoted in the plan" if c.price_per_gpu_hour is not None else
