@@ -72,6 +72,7 @@ from calibrate.fit import (  # noqa: E402
     PARAMETERS,
     FitSettings,
     errors,
+    format_report,
     replay_scenario,
     run_fit,
 )
@@ -319,20 +320,20 @@ def observe_repeats(args: argparse.Namespace, server: Server, work: Path) -> lis
     return out
 
 
-def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed: list[dict[str, Path]]) -> list[dict]:
+def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed: list[dict[str, Path]]) -> dict:
     """One fit on the ``--fit-on`` loads (default :data:`FIT_ON`) of every repeat (the engine's speed
     drifts between repeats: one profile for all of them, as a user gets one profile for their engine),
-    then every run replayed on it."""
+    then every run replayed on it: ``rows``, and with ``--leave-one-out`` the refits' summary."""
     sections = engine_sections(served)
     if args.predict_with is not None:
-        return predict_with(args.predict_with, sections, observed)
+        return {"rows": predict_with(args.predict_with, sections, observed)}
     fit_dir = work / "fit"
     fit_on = tuple(args.fit_on.split(","))
     fit_paths = tuple(str(paths[k]) for paths in observed for k in fit_on)
     doc = run_fit(FitSettings(observations=fit_paths, model=MODEL, hardware=args.base_profile, scenario=str(served),
                               max_evals=args.max_evals,
                               parameters=tuple(p.strip() for p in args.fit.split(",")),
-                              name="vllm-cpu-tiny-llama", device=cpu_name(),
+                              name="vllm-cpu-tiny-llama", device=cpu_name(), leave_one_out=args.leave_one_out,
                               holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in fit_on)),
                   fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
     rows = replayed_rows(fit_dir, sections, observed, fit_on, doc["parameters"],
@@ -340,7 +341,22 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
     shutil.rmtree(args.out.parent / "vllm-cpu-profile", ignore_errors=True)
     shutil.copytree(fit_dir, args.out.parent / "vllm-cpu-profile",
                     ignore=shutil.ignore_patterns("fit.json", ".fit-work"))
-    return rows
+    if doc["leave_one_out"] is None:
+        return {"rows": rows}
+    for line in format_report(doc):
+        if not line.startswith(("  fit ", "  held out ")):
+            print("  " + line, flush=True)
+    return {"rows": rows, "leave_one_out": relative_paths(doc["leave_one_out"], work)}
+
+
+def relative_paths(doc: object, work: Path) -> object:
+    """``doc`` with every run path under ``work`` (a key or a value) written relative to it."""
+    prefix = str(work) + os.sep
+    if isinstance(doc, dict):
+        return {relative_paths(k, work): relative_paths(v, work) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [relative_paths(v, work) for v in doc]
+    return doc.removeprefix(prefix) if isinstance(doc, str) else doc
 
 
 def predict_with(profile: Path, sections: dict, observed: list[dict[str, Path]]) -> list[dict]:
@@ -547,6 +563,8 @@ def main() -> None:
     ap.add_argument("--kv-space-gib", type=int, default=1)
     ap.add_argument("--kv-blocks", type=int, default=KV_BLOCKS,
                     help="the server's KV blocks (--num-gpu-blocks-override): the preempting load outgrows them")
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="refit once without each fitted run; report the costs' range and each run's error left out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--refit", action="store_true",
                     help="serve nothing: fit and predict again from the observations already in --work")
@@ -600,7 +618,7 @@ def main() -> None:
         finally:
             server.stop()
     if not args.quick:      # every observation first, on a quiet machine; then the fit's simulations
-        result = {"rows": fit_and_predict(args, args.work, served, observed)}
+        result = fit_and_predict(args, args.work, served, observed)
     doc = {"command": " ".join(sys.argv), "vllm_version": version, "serve": server_cmd,
            "kv_blocks": blocks, "start_s": start_s, "load_average_before": load_before,
            "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),

@@ -110,6 +110,9 @@ class FitSettings:
     engine_steps: tuple[str, ...] = ()
     """Server logs of the engine's own step times (:mod:`calibrate.engine_steps`): ``kernel_scale``
     is then regressed on them instead of searched for, and the search fits the other costs."""
+    leave_one_out: bool = False
+    """Refit once without each fitted run (:func:`_leave_one_out`): how far the costs move with the
+    runs chosen, and each run's error when it was not fitted on."""
 
 
 @dataclass
@@ -136,6 +139,9 @@ def check(s: FitSettings) -> None:
                             "each once")
     if not 1 <= s.max_evals <= 10_000:
         raise ScenarioError("--max-evals", s.max_evals, "must be 1 to 10,000")
+    if s.leave_one_out and len(s.observations) < 3:
+        raise ScenarioError("--leave-one-out", list(s.observations), "refits without each fitted run, so each "
+                            "refit still sees two or more: give at least 3 --from-observation runs")
 
 
 def _base(s: FitSettings) -> tuple[HardwareProfile, dict[str, Any], dict[str, Any]]:
@@ -425,6 +431,102 @@ def _run_record(obs: Observation) -> dict[str, Any]:
             "host_pauses": None if (pauses := obs.host_pauses()) is None else [list(p) for p in pauses]}
 
 
+def _search(pb: _Problem, s: FitSettings, runs: list[Observation], names: list[str], fixed: dict[str, float],
+            x0: np.ndarray, *, evals: list[dict[str, Any]], log: Callable[[str], None], step: float = 0.5,
+            label: str = "", key: str = "") -> tuple[dict[str, float], np.ndarray, float, float, int]:
+    """Nelder-Mead over the log costs ``names`` (the rest ``fixed``) from ``x0``, simulating every run of
+    ``runs`` per evaluation (each appended to ``evals``). Returns the costs, their logs, the loss there,
+    the loss at ``x0`` and the evaluations used. ``label`` names the search in progress lines, ``key``
+    its scaled tables' file names."""
+    params = [PARAMETERS[n] for n in names]
+    lo = np.log([p.lo for p in params])
+    hi = np.log([p.hi for p in params])
+    started = time.monotonic()
+
+    def at(z: np.ndarray) -> dict[str, float]:
+        return {**fixed, **{n: float(math.exp(v)) for n, v in zip(names, np.clip(z, lo, hi), strict=True)}}
+
+    def loss(z: np.ndarray) -> float:
+        x = at(z)
+        hw = _scaled(pb, x, f"{key}{len(evals)}")
+        total = 0.0
+        for o in runs:
+            r = _residuals(_simulated(pb, hw, o, s.seed), o)
+            total += float(np.mean(r ** 2)) if len(r) else 0.0
+        value = total / len(runs) + float(np.sum(np.maximum(0.0, np.abs(z - np.clip(z, lo, hi)))))
+        evals.append({**x, "loss": value})
+        if len(evals) % PROGRESS_EVERY == 0:            # a fit takes minutes: say where it is
+            best = min(e["loss"] for e in evals)
+            log(f"  {label + ': ' if label else ''}{len(evals)} simulations of each run (budget {s.max_evals}), "
+                f"best loss {best:.4g}, {time.monotonic() - started:.0f} s")
+        if hw.get("table"):
+            Path(hw["table"]).unlink(missing_ok=True)
+        return value
+
+    start_loss = loss(x0)
+    z, best, n_evals = nelder_mead(loss, x0, step=step, max_evals=s.max_evals) if names else (x0, start_loss, 1)
+    return at(z), np.clip(z, lo, hi), best, start_loss, n_evals
+
+
+#: Leave-one-run-out refits start from the full fit's costs with a simplex this wide (log units: ~20%).
+LOO_STEP = 0.2
+#: The figures whose range over the leave-one-run-out refits is reported for each held-out run.
+BAND_KEYS = ("ttft_p50", "tpot_p50", "e2e_p50", "ttft_p99", "tpot_p99", "e2e_p99", "throughput")
+
+
+def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], held: list[Observation],
+                   names: list[str], fixed: dict[str, float], x: dict[str, float], z: np.ndarray,
+                   names_of: dict[str, str], log: Callable[[str], None]) -> dict[str, Any]:
+    """Refit once without each fitted run (from the full fit's costs), then predict the run left out and
+    every held-out run with that refit: how far the costs move with the choice of runs (range and
+    jackknife standard error of each cost's logarithm), each fitted run's error when it was not fitted
+    on, and the range of each held-out run's errors over the refits."""
+    refits: list[dict[str, Any]] = []
+    for i, o in enumerate(fit_obs):
+        rest = fit_obs[:i] + fit_obs[i + 1:]
+        label = f"without {names_of[o.path]}"
+        xi, _, best, _, used = _search(pb, s, rest, names, fixed, z, evals=[], log=log, step=LOO_STEP, label=label,
+                                      key=f"loo{i}-")
+        hw = _scaled(pb, xi, f"loo{i}")
+        left = errors(_simulated(pb, hw, o, s.seed), o)
+        held_err = {h.path: errors(_simulated(pb, hw, h, s.seed), h) for h in held}
+        if hw.get("table"):
+            Path(hw["table"]).unlink(missing_ok=True)
+        log(f"{label}: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in xi.items())
+            + f" (loss {best:.4g}, {used} evaluations); {names_of[o.path]} predicted: "
+            + _errs_text(left))
+        refits.append({"left_out": o.path, "parameters": xi, "loss": best, "evaluations": used,
+                       "left_out_error": left, "holdout_error": held_err})
+    k = len(refits)
+    costs: dict[str, Any] = {}
+    for n in x:
+        logs = np.log([r["parameters"][n] for r in refits])
+        se = math.sqrt((k - 1) / k * float(np.sum((logs - logs.mean()) ** 2)))
+        costs[n] = {"value": x[n], "min": float(np.exp(logs.min())), "max": float(np.exp(logs.max())),
+                    "jackknife_se_log": se}
+    band = {h.path: {key: [float(np.nanmin(v)), float(np.nanmax(v))]
+                     for key in BAND_KEYS
+                     if np.isfinite(v := np.array([r["holdout_error"][h.path][key] for r in refits], float)).any()}
+            for h in held}
+    left_err = {r["left_out"]: r["left_out_error"] for r in refits}
+    return {"refits": refits, "costs": costs, "left_out_error": left_err,
+            "left_out_error_median_abs": _median_abs(left_err), "holdout_band": band}
+
+
+def _median_abs(errs: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each figure's median |error| over runs (NaNs left out)."""
+    if not errs:
+        return {}
+    keys = next(iter(errs.values()))
+    return {k: float(np.median(v)) if len(v := [abs(e[k]) for e in errs.values() if math.isfinite(e[k])]) else math.nan
+            for k in keys}
+
+
+def _errs_text(e: dict[str, float]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {100 * e[k]:+.1f}%" for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
+                                                                           "throughput") if math.isfinite(e[k]))
+
+
 def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, command: str = "") -> dict[str, Any]:
     """Fit, write ``out/profile.yaml`` (+ ``ops.csv``) and ``out/fit.json``; returns the fit document.
 
@@ -457,10 +559,7 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
         log(f"kernel_scale = {fixed['kernel_scale']:.4g} from {steps_fit['steps_used']} of {steps_fit['steps']} "
             f"engine steps (execute time {1e3 * steps_fit['execute_s']:.3g} ms per step + scaled kernels, "
             f"R^2 {steps_fit['r2']:.3f})")
-    params = [PARAMETERS[n] for n in names]
-    lo = np.log([p.lo for p in params])
-    hi = np.log([p.hi for p in params])
-    x0 = np.log([p.start(base) for p in params])
+    x0 = np.log([PARAMETERS[n].start(base) for n in names])
     names_of = run_names([o.path for o in fit_obs + held])
     for o in fit_obs:
         log(f"fitting on {o.describe(names_of[o.path])}")
@@ -468,30 +567,7 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
         for warning in o.warnings():
             log("warning: " + warning)
     try:
-        def at(z: np.ndarray) -> dict[str, float]:
-            return {**fixed, **{n: float(math.exp(v)) for n, v in zip(names, np.clip(z, lo, hi), strict=True)}}
-
-        def loss(z: np.ndarray) -> float:
-            x = at(z)
-            hw = _scaled(pb, x, str(len(pb.evals)))
-            total = 0.0
-            for o in fit_obs:
-                r = _residuals(_simulated(pb, hw, o, s.seed), o)
-                total += float(np.mean(r ** 2)) if len(r) else 0.0
-            value = total / len(fit_obs) + float(np.sum(np.maximum(0.0, np.abs(z - np.clip(z, lo, hi)))))
-            pb.evals.append({**x, "loss": value})
-            if len(pb.evals) % PROGRESS_EVERY == 0:      # a fit takes minutes: say where it is
-                best = min(e["loss"] for e in pb.evals)
-                log(f"  {len(pb.evals)} simulations of each run (budget {s.max_evals}), best loss {best:.4g}, "
-                    f"{time.monotonic() - started:.0f} s")
-            if hw.get("table"):
-                Path(hw["table"]).unlink(missing_ok=True)
-            return value
-
-        started = time.monotonic()
-        start_loss = loss(x0)
-        z, best, n_evals = nelder_mead(loss, x0, max_evals=s.max_evals) if names else (x0, start_loss, 1)
-        x = at(z)
+        x, z, best, start_loss, n_evals = _search(pb, s, fit_obs, names, fixed, x0, evals=pb.evals, log=log)
         log("fitted: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in x.items())
             + f" (loss {start_loss:.4g} at the base profile -> {best:.4g}, {n_evals} evaluations)")
         final = _scaled(pb, x, "final")
@@ -504,30 +580,47 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
                 log("warning: " + warning)
         if pb.table is not None:
             Path(final["table"]).unlink(missing_ok=True)
+        loo = _leave_one_out(pb, s, fit_obs, held, names, fixed, x, z, names_of, log) if s.leave_one_out else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    profile = _write_profile(pb, x, out, s, fit_obs, held, fit_err, held_err, best, start_loss, n_evals, command)
+    profile = _write_profile(pb, x, out, s, fit_obs, held, fit_err, held_err, best, start_loss, n_evals, command,
+                             loo)
     doc = {"profile": str(profile), "parameters": x, "loss": best, "loss_at_base": start_loss,
            "engine_steps": steps_fit, "evaluations": pb.evals, "fit_error": fit_err, "holdout_error": held_err,
-           "server_counters": counters,
+           "server_counters": counters, "leave_one_out": loo,
            "runs": [_run_record(o) for o in fit_obs], "holdout_runs": [_run_record(o) for o in held]}
     (out / "fit.json").write_text(json.dumps(doc, indent=1, default=float) + "\n")
     return doc
 
 
 def format_report(doc: dict[str, Any]) -> list[str]:
-    """Lines for the terminal: the fitted values and the error of each run, fitted and held out."""
+    """Lines for the terminal: the fitted values and the error of each run, fitted and held out; with
+    ``--leave-one-out``, each cost's range over the refits, each fitted run's error when left out and,
+    in brackets after a held-out run's errors, their range over the refits."""
     lines = ["fitted " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in doc["parameters"].items())
              + f"; wrote {doc['profile']}"]
+    loo = doc.get("leave_one_out")
+    band = (loo or {}).get("holdout_band") or {}
     names_of = run_names([*doc["fit_error"], *doc["holdout_error"]])
     for what, errs in (("fit", doc["fit_error"]), ("held out", doc["holdout_error"])):
         for path, e in errs.items():
             counts = (doc.get("server_counters") or {}).get(path) or {}
+            b = band.get(path) or {}
             lines.append(f"  {what:<8} {names_of[path]}: " + ", ".join(
-                [f"{k.replace('_', ' ')} {100 * e[k]:+.1f}%" for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90",
-                                                                       "throughput") if math.isfinite(e[k])]
+                [f"{k.replace('_', ' ')} {100 * e[k]:+.1f}%"
+                 + (f" ({100 * b[k][0]:+.1f} to {100 * b[k][1]:+.1f}%)" if k in b else "")
+                 for k in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p90", "throughput") if math.isfinite(e[k])]
                 + [f"{k.replace('_', ' ')} {c['replay']:,.0f} (server {c['server']:,.0f})"
                    for k, c in counts.items() if c["server"] or c["replay"]]))
+    if loo:
+        k = len(loo["refits"])
+        lines.append(f"leaving out each fitted run in turn ({k} refits): " + ", ".join(
+            f"{n} {_fmt(n, c['min'])} to {_fmt(n, c['max'])} (s.e. {100 * c['jackknife_se_log']:.0f}%)"
+            for n, c in loo["costs"].items()))
+        for path, e in loo["left_out_error"].items():
+            lines.append(f"  left out {names_of[path]}: " + _errs_text(e))
+        if band:
+            lines.append("  (held-out errors in brackets: their range over the refits)")
     return lines
 
 
@@ -548,7 +641,7 @@ def _engine_of(runs: list[Observation], sections: dict[str, Any]) -> dict[str, A
 
 def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings, fit_obs: list[Observation],
                    held: list[Observation], fit_err: dict[str, Any], held_err: dict[str, Any], best: float,
-                   start_loss: float, n_evals: int, command: str) -> Path:
+                   start_loss: float, n_evals: int, command: str, loo: dict[str, Any] | None = None) -> Path:
     data = _scaled(pb, x, "out", out / "ops.csv.tmp")
     base = pb.base
     if pb.table is not None:
@@ -556,8 +649,6 @@ def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings,
         data["table"] = "ops.csv"
         data["table_sha256"] = file_sha256(out / "ops.csv")
     name = s.name or out.resolve().name
-    med = lambda errs: {k: float(np.median([abs(e[k]) for e in errs.values() if math.isfinite(e[k])]))  # noqa: E731
-                        for k in next(iter(errs.values()))} if errs else {}
     data.update({"name": name, "source": "fitted", "device": s.device or base.device})
     data["provenance"] = {
         "tool": "llmplan calibrate --from-observation", "command": command,
@@ -577,8 +668,11 @@ def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings,
                 "loss_at_base": start_loss, "loss": best, "evaluations": n_evals, "seed": s.seed},
         "runs": [_run_record(o) for o in fit_obs],
         "holdout_runs": [_run_record(o) for o in held],
-        "fit_error": fit_err, "fit_error_median_abs": med(fit_err),
-        "holdout_error": held_err, "holdout_error_median_abs": med(held_err),
+        "fit_error": fit_err, "fit_error_median_abs": _median_abs(fit_err),
+        "holdout_error": held_err, "holdout_error_median_abs": _median_abs(held_err),
+        **({} if loo is None else {"leave_one_out": {          # the summary; fit.json has every refit
+            "refits": len(loo["refits"]), "costs": loo["costs"],
+            "left_out_error_median_abs": loo["left_out_error_median_abs"]}}),
         "git_revision": git_revision(),
         "note": "kernel times are the base profile's scaled by kernel_scale; the overhead is fitted to the "
                 "engine's observed TTFT and TPOT; valid for the engine settings in engine_settings",

@@ -261,8 +261,9 @@ class FakeEngine:
             th.join(10)
 
 
-def true_hardware(tmp: Path) -> dict[str, Any]:
-    """The base profile with the true costs, built here from the files (independently of calibrate.fit)."""
+def true_hardware(tmp: Path, step_s: float = TRUE_STEP_S) -> dict[str, Any]:
+    """The base profile with the true costs (another engine's CPU time per step with ``step_s``), built here
+    from the files (independently of calibrate.fit)."""
     base = load_profile(BASE_PROFILE)
     table = pd.read_csv(base.table)
     for c in ("median_s", "p10_s", "p90_s", "std_s"):
@@ -272,7 +273,7 @@ def true_hardware(tmp: Path) -> dict[str, Any]:
     data.pop("table_sha256")
     data.update(table=str(tmp / "true-ops.csv"), peak_flops={k: v / TRUE_SCALE for k, v in base.peak_flops.items()},
                 memory_bandwidth_bytes_per_s=base.memory_bandwidth_bytes_per_s / TRUE_SCALE,
-                overhead={**data["overhead"], "step_s": TRUE_STEP_S, "per_token_s": TRUE_PER_TOKEN_S,
+                overhead={**data["overhead"], "step_s": step_s, "per_token_s": TRUE_PER_TOKEN_S,
                           "frontend_s": TRUE_FRONTEND_S})
     return data
 
@@ -295,12 +296,13 @@ def simulated_token_times(tmp: Path, hardware: dict[str, Any], bodies: list[dict
     return [by_client[order[tuple(b["prompt"])]] for b in bodies]
 
 
-def observe_burst(tmp: Path, name: str, n: int, seed: int) -> Path:
-    """An offline burst of ``n`` requests observed on the fake engine with the true costs."""
+def observe_burst(tmp: Path, name: str, n: int, seed: int, step_s: float = TRUE_STEP_S) -> Path:
+    """An offline burst of ``n`` requests observed on the fake engine with the true costs (the CPU time
+    per step ``step_s``)."""
     load = Load("offline", n, Lengths(32, 256), Lengths(8, 40), seed=seed, timeout_s=120)
     _, prompts, _ = load.plan()
     order = {tuple(p): i for i, p in enumerate(prompts)}
-    hw = true_hardware(tmp)
+    hw = true_hardware(tmp, step_s)
     clock = VirtualClock()
     engine = FakeEngine(n, lambda bodies: simulated_token_times(tmp, hw, bodies, order), clock, expected=n)
     out = tmp / f"{name}.json"
@@ -369,6 +371,7 @@ def test_observe_fit_recovers_the_engine_costs_and_predicts_a_held_out_run(tmp_p
     assert [Path(r["path"]).name for r in prov["runs"]] == ["burst-4.json", "burst-16.json"]
     assert [r["source"] for r in prov["holdout_runs"]] == ["vllm bench serve"]
     assert set(prov["fit_error_median_abs"]) >= {"ttft_p50", "tpot_p50", "throughput"}
+    assert fit["leave_one_out"] is None and "leave_one_out" not in prov and "leaving out" not in proc.stdout
     # The fitted profile plans: the held-out run replayed in a scenario on it.
     sc = tmp_path / "replay.yaml"
     sc.write_text(yaml.safe_dump({"model": "tiny-llama", "hardware": str(out), "scheduler": SCHEDULER,
@@ -377,6 +380,57 @@ def test_observe_fit_recovers_the_engine_costs_and_predicts_a_held_out_run(tmp_p
     r = simulate(load_scenario(sc))
     assert r.summary["requests"]["completed"] == 10
     assert r.summary["ttft_s"]["p50"] == pytest.approx(np.median(read_observation(held).completed["ttft_s"]), rel=0.03)
+
+
+def test_leave_one_out_says_how_far_the_costs_move_and_finds_a_run_of_another_engine(tmp_path: Path) -> None:
+    """--leave-one-out: refits on runs of one engine agree and predict the run each left out; among runs
+    of one engine a run of another (three times the CPU time per step) moves the costs, is mispredicted
+    when left out, and the held-out run's errors get a range."""
+    runs = [observe_burst(tmp_path, f"burst-{n}", n, seed=n) for n in (4, 8, 12)]
+    odd = observe_burst(tmp_path, "slow-8", 8, seed=21, step_s=3 * TRUE_STEP_S)
+    base = load_profile(BASE_PROFILE).model_dump(mode="json", exclude_none=True)
+    base["overhead"] = {**base["overhead"], "per_token_s": TRUE_PER_TOKEN_S, "frontend_s": TRUE_FRONTEND_S}
+    scenario = tmp_path / "served.yaml"          # two costs to fit, so the refits take seconds
+    scenario.write_text(yaml.safe_dump({"hardware": base, "scheduler": SCHEDULER}))
+
+    def fit(name: str, fitted: list[Path], held: list[Path], *extra: str) -> tuple[Any, dict[str, Any]]:
+        args = [a for p in fitted for a in ("--from-observation", str(p))] + \
+            [a for p in held for a in ("--holdout", str(p))]
+        proc = run_cli("calibrate", *args, "--model", "tiny-llama", "--scenario", str(scenario), "--fit",
+                       "step_s,kernel_scale", "--max-evals", "120", "--out", str(tmp_path / name), *extra)
+        return proc, json.loads((tmp_path / name / "fit.json").read_text()) if proc.returncode == 0 else {}
+
+    proc, _ = fit("two", runs[:2], [], "--leave-one-out")
+    assert proc.returncode == 2 and "--leave-one-out" in proc.stderr and "at least 3" in proc.stderr
+    proc = run_cli("calibrate", "--model", "tiny-llama", "--leave-one-out", "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "--leave-one-out" in proc.stderr
+
+    proc, same = fit("same", runs, [], "--leave-one-out")
+    assert proc.returncode == 0, proc.stderr
+    loo = same["leave_one_out"]
+    assert "leaving out each fitted run in turn (3 refits): step_s" in proc.stdout
+    assert [Path(r["left_out"]).name for r in loo["refits"]] == ["burst-4.json", "burst-8.json", "burst-12.json"]
+    for name, true in (("step_s", TRUE_STEP_S), ("kernel_scale", TRUE_SCALE)):
+        c = loo["costs"][name]
+        assert c["value"] == pytest.approx(true, rel=0.03) and c["min"] <= c["max"] < 1.05 * c["min"]
+        assert c["jackknife_se_log"] < 0.03
+    for e in loo["left_out_error"].values():
+        assert abs(e["ttft_p50"]) < 0.03 and abs(e["tpot_p50"]) < 0.03
+    prov = load_profile(str(tmp_path / "same")).provenance["leave_one_out"]
+    assert prov["refits"] == 3 and prov["costs"]["step_s"] == pytest.approx(loo["costs"]["step_s"])
+    assert prov["left_out_error_median_abs"]["tpot_p50"] < 0.03
+
+    proc, mixed = fit("mixed", [runs[0], runs[1], odd], [runs[2]], "--leave-one-out")
+    assert proc.returncode == 0, proc.stderr
+    loo = mixed["leave_one_out"]
+    assert loo["left_out_error"][str(odd)]["tpot_p50"] < -0.3        # the two true runs' engine is faster
+    assert max(abs(loo["left_out_error"][str(p)]["tpot_p50"]) for p in runs[:2]) > 0.1   # fitted with the odd
+    step = loo["costs"]["step_s"]
+    assert step["max"] > 1.5 * step["min"] and step["jackknife_se_log"] > 0.2
+    lo, hi = loo["holdout_band"][str(runs[2])]["tpot_p50"]
+    assert hi - lo > 0.2 and "(held-out errors in brackets: their range over the refits)" in proc.stdout
+    assert f"held out burst-12.json: ttft p50 {100 * mixed['holdout_error'][str(runs[2])]['ttft_p50']:+.1f}% (" \
+        in proc.stdout
 
 
 def test_observe_drives_poisson_and_closed_loads_and_the_run_replays(tmp_path: Path) -> None:
@@ -779,4 +833,9 @@ def test_a_profile_says_what_its_costs_rest_on() -> None:
     assert "AIConfigurator" in load_profile("h100-sxm").basis()
     fitted = load_profile(str(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "vllm-cpu-profile"))
     assert fitted.basis() == ("fitted to vllm-v1 0.32.0's observed runs (6); held-out median |error|: ttft p50 8%, "
-                              "tpot p50 6%, throughput 0%")
+                              "tpot p50 6%, throughput 0%; leaving out one run moves frontend_s by up to 46%")
+    loo = {"costs": {"step_s": {"value": 2e-3, "min": 1.6e-3, "max": 2.1e-3, "jackknife_se_log": 0.1},
+                     "kernel_scale": {"value": 1.0, "min": 0.9, "max": 1.1, "jackknife_se_log": 0.05}}}
+    refit = fitted.model_copy(update={"provenance": {**fitted.provenance, "leave_one_out": loo}})
+    assert "leave_one_out" in fitted.provenance
+    assert refit.basis().endswith("; leaving out one run moves step_s by up to 25%")      # 2 / 1.6 - 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -171,7 +172,8 @@ class HardwareProfile(Frozen):
     def basis(self) -> str:
         """What this profile's step costs rest on, in a sentence a plan can quote beside its numbers:
         its ``source``, and for a fitted profile the engine observed and the fit's median absolute
-        error on held-out runs (``provenance.holdout_error_median_abs``)."""
+        error on held-out runs (``provenance.holdout_error_median_abs``) and, where it was fitted with
+        ``--leave-one-out``, the cost that one run left out moved most, and by how much."""
         prov = self.provenance
         if self.source == "datasheet":
             return ("datasheet: vendor peak FLOP/s and bandwidth at assumed efficiencies, a roofline "
@@ -190,8 +192,16 @@ class HardwareProfile(Frozen):
             held = prov.get("holdout_error_median_abs") or {}
             errs = ", ".join(f"{k.replace('_', ' ')} {100 * v:.0f}%" for k in ("ttft_p50", "tpot_p50", "throughput")
                              if isinstance(v := held.get(k), (int, float)))
+            loo = prov.get("leave_one_out")
+            costs = loo.get("costs") if isinstance(loo, dict) else None
+            moves = [(abs(math.log(c[k] / c["value"])), n) for n, c in costs.items() for k in ("min", "max")
+                     if isinstance(c, dict) and all(isinstance(c.get(j), (int, float)) and c[j] > 0
+                                                    for j in ("value", k))] if isinstance(costs, dict) else []
+            most = max(moves, default=None)
             return (f"fitted to {what}'s observed runs ({len(prov.get('runs') or [])})"
-                    + (f"; held-out median |error|: {errs}" if errs else "; no held-out runs"))
+                    + (f"; held-out median |error|: {errs}" if errs else "; no held-out runs")
+                    + (f"; leaving out one run moves {most[1]} by up to {100 * (math.exp(most[0]) - 1):.0f}%"
+                       if most else ""))
         return "inline: numbers written in the scenario"
 
     def peak_flops_for(self, dtype: str) -> float:
