@@ -334,6 +334,7 @@ def fit_and_predict(args: argparse.Namespace, work: Path, served: Path, observed
                               max_evals=args.max_evals,
                               parameters=tuple(p.strip() for p in args.fit.split(",")),
                               name="vllm-cpu-tiny-llama", device=cpu_name(), leave_one_out=args.leave_one_out,
+                              workers=args.workers,
                               holdout=tuple(str(p) for paths in observed for k, p in paths.items() if k not in fit_on)),
                   fit_dir, log=lambda m: print("  " + m, flush=True), command=" ".join(sys.argv))
     rows = replayed_rows(fit_dir, sections, observed, fit_on, doc["parameters"],
@@ -565,6 +566,8 @@ def main() -> None:
                     help="the server's KV blocks (--num-gpu-blocks-override): the preempting load outgrows them")
     ap.add_argument("--leave-one-out", action="store_true",
                     help="refit once without each fitted run; report the costs' range and each run's error left out")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="with --leave-one-out: processes the refits run in (default: the CPU count)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--refit", action="store_true",
                     help="serve nothing: fit and predict again from the observations already in --work")

@@ -113,6 +113,8 @@ class FitSettings:
     leave_one_out: bool = False
     """Refit once without each fitted run (:func:`_leave_one_out`): how far the costs move with the
     runs chosen, and each run's error when it was not fitted on."""
+    workers: int | None = None
+    """Processes the leave-one-out refits run in (default: the CPU count; 1: in this process)."""
 
 
 @dataclass
@@ -139,6 +141,13 @@ def check(s: FitSettings) -> None:
                             "each once")
     if not 1 <= s.max_evals <= 10_000:
         raise ScenarioError("--max-evals", s.max_evals, "must be 1 to 10,000")
+    if s.workers is not None:
+        from simulator.planner.backends import check_workers
+
+        if not s.leave_one_out:
+            raise ScenarioError("--workers", s.workers, "sets the processes of the --leave-one-out refits: give "
+                                "--leave-one-out too")
+        check_workers(s.workers)
     if s.leave_one_out and len(s.observations) < 3:
         raise ScenarioError("--leave-one-out", list(s.observations), "refits without each fitted run, so each "
                             "refit still sees two or more: give at least 3 --from-observation runs")
@@ -474,6 +483,27 @@ LOO_STEP = 0.2
 BAND_KEYS = ("ttft_p50", "tpot_p50", "e2e_p50", "ttft_p99", "tpot_p99", "e2e_p99", "throughput")
 
 
+def _refit(pb: _Problem, s: FitSettings, fit_obs: list[Observation], held: list[Observation], i: int,
+           names: list[str], fixed: dict[str, float], z: np.ndarray, label: str,
+           log: Callable[[str], None] | None) -> dict[str, Any]:
+    """The fit without ``fit_obs[i]`` (from the full fit's log costs ``z``), and its errors on that run
+    and on every held-out run. A pure function of its inputs, run in a worker process (``log`` None:
+    no progress lines) or in this one."""
+    o = fit_obs[i]
+    rest = fit_obs[:i] + fit_obs[i + 1:]
+    xi, _, best, _, used = _search(pb, s, rest, names, fixed, z, evals=[], log=log or (lambda m: None),
+                                   step=LOO_STEP, label=label, key=f"loo{i}-")
+    hw = _scaled(pb, xi, f"loo{i}")
+    try:
+        left = errors(_simulated(pb, hw, o, s.seed), o)
+        held_err = {h.path: errors(_simulated(pb, hw, h, s.seed), h) for h in held}
+    finally:
+        if hw.get("table"):
+            Path(hw["table"]).unlink(missing_ok=True)
+    return {"left_out": o.path, "parameters": xi, "loss": best, "evaluations": used,
+            "left_out_error": left, "holdout_error": held_err}
+
+
 def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], held: list[Observation],
                    names: list[str], fixed: dict[str, float], x: dict[str, float], z: np.ndarray,
                    names_of: dict[str, str], log: Callable[[str], None]) -> dict[str, Any]:
@@ -481,22 +511,22 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
     every held-out run with that refit: how far the costs move with the choice of runs (range and
     jackknife standard error of each cost's logarithm), each fitted run's error when it was not fitted
     on, and the range of each held-out run's errors over the refits."""
-    refits: list[dict[str, Any]] = []
-    for i, o in enumerate(fit_obs):
-        rest = fit_obs[:i] + fit_obs[i + 1:]
-        label = f"without {names_of[o.path]}"
-        xi, _, best, _, used = _search(pb, s, rest, names, fixed, z, evals=[], log=log, step=LOO_STEP, label=label,
-                                      key=f"loo{i}-")
-        hw = _scaled(pb, xi, f"loo{i}")
-        left = errors(_simulated(pb, hw, o, s.seed), o)
-        held_err = {h.path: errors(_simulated(pb, hw, h, s.seed), h) for h in held}
-        if hw.get("table"):
-            Path(hw["table"]).unlink(missing_ok=True)
-        log(f"{label}: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in xi.items())
-            + f" (loss {best:.4g}, {used} evaluations); {names_of[o.path]} predicted: "
-            + _errs_text(left))
-        refits.append({"left_out": o.path, "parameters": xi, "loss": best, "evaluations": used,
-                       "left_out_error": left, "holdout_error": held_err})
+    from simulator.planner.backends import executor_slots, open_executor
+
+    with open_executor("local", workers=s.workers, max_tasks=len(fit_obs)) as ex:
+        slots = executor_slots(ex)
+        log(f"leaving out each fitted run in turn: {len(fit_obs)} refits, {slots} at a time")
+        inline = log if slots == 1 else None          # a worker process cannot log here
+        futures = [ex.submit(_refit, pb, s, fit_obs, held, i, names, fixed, z,
+                             f"without {names_of[fit_obs[i].path]}", inline) for i in range(len(fit_obs))]
+        refits: list[dict[str, Any]] = []
+        for i, fut in enumerate(futures):                  # in the runs' order, whichever ends first
+            r = fut.result()
+            name = names_of[fit_obs[i].path]
+            log(f"without {name}: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in r["parameters"].items())
+                + f" (loss {r['loss']:.4g}, {r['evaluations']} evaluations); {name} predicted: "
+                + _errs_text(r["left_out_error"]))
+            refits.append(r)
     k = len(refits)
     costs: dict[str, Any] = {}
     for n in x:

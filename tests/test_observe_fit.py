@@ -397,16 +397,21 @@ def test_leave_one_out_says_how_far_the_costs_move_and_finds_a_run_of_another_en
         args = [a for p in fitted for a in ("--from-observation", str(p))] + \
             [a for p in held for a in ("--holdout", str(p))]
         proc = run_cli("calibrate", *args, "--model", "tiny-llama", "--scenario", str(scenario), "--fit",
-                       "step_s,kernel_scale", "--max-evals", "120", "--out", str(tmp_path / name), *extra)
+                       "step_s,kernel_scale", "--max-evals", "80", "--out", str(tmp_path / name), *extra)
         return proc, json.loads((tmp_path / name / "fit.json").read_text()) if proc.returncode == 0 else {}
 
     proc, _ = fit("two", runs[:2], [], "--leave-one-out")
     assert proc.returncode == 2 and "--leave-one-out" in proc.stderr and "at least 3" in proc.stderr
     proc = run_cli("calibrate", "--model", "tiny-llama", "--leave-one-out", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "--leave-one-out" in proc.stderr
+    proc, _ = fit("w", runs, [], "--workers", "2")
+    assert proc.returncode == 2 and "--workers" in proc.stderr and "--leave-one-out too" in proc.stderr
+    proc, _ = fit("w", runs, [], "--leave-one-out", "--workers", "0")
+    assert proc.returncode == 2 and "--workers" in proc.stderr and ">= 1" in proc.stderr
 
-    proc, same = fit("same", runs, [], "--leave-one-out")
+    proc, same = fit("same", runs, [], "--leave-one-out")            # refits in worker processes
     assert proc.returncode == 0, proc.stderr
+    assert "3 refits, 2 at a time" in proc.stderr or os.cpu_count() == 1
     loo = same["leave_one_out"]
     assert "leaving out each fitted run in turn (3 refits): step_s" in proc.stdout
     assert [Path(r["left_out"]).name for r in loo["refits"]] == ["burst-4.json", "burst-8.json", "burst-12.json"]
@@ -416,12 +421,15 @@ def test_leave_one_out_says_how_far_the_costs_move_and_finds_a_run_of_another_en
         assert c["jackknife_se_log"] < 0.03
     for e in loo["left_out_error"].values():
         assert abs(e["ttft_p50"]) < 0.03 and abs(e["tpot_p50"]) < 0.03
+    _, inline = fit("same-inline", runs, [], "--leave-one-out", "--workers", "1")    # the same, in one process
+    assert [r["parameters"] for r in inline["leave_one_out"]["refits"]] == [r["parameters"] for r in loo["refits"]]
     prov = load_profile(str(tmp_path / "same")).provenance["leave_one_out"]
     assert prov["refits"] == 3 and prov["costs"]["step_s"] == pytest.approx(loo["costs"]["step_s"])
     assert prov["left_out_error_median_abs"]["tpot_p50"] < 0.03
 
-    proc, mixed = fit("mixed", [runs[0], runs[1], odd], [runs[2]], "--leave-one-out")
+    proc, mixed = fit("mixed", [runs[0], runs[1], odd], [runs[2]], "--leave-one-out", "--workers", "1")
     assert proc.returncode == 0, proc.stderr
+    assert "3 refits, 1 at a time" in proc.stderr and "without slow-8.json: step_s = " in proc.stderr
     loo = mixed["leave_one_out"]
     assert loo["left_out_error"][str(odd)]["tpot_p50"] < -0.3        # the two true runs' engine is faster
     assert max(abs(loo["left_out_error"][str(p)]["tpot_p50"]) for p in runs[:2]) > 0.1   # fitted with the odd

@@ -98,6 +98,8 @@ def calibrate(
                                        "more): refit once without each fitted run, and report how far each "
                                        "cost moves, each run's error when left out, and the held-out errors' "
                                        "range over the refits (one more fit's time per run)."),
+    workers: int | None = typer.Option(None, "--workers", help="With --leave-one-out: processes the refits run "
+                                       "in (default: the CPU count; 1 runs them in this process)."),
 ) -> None:
     """Time real torch kernels over the model's shapes and write a measured hardware profile, or, with
     --from-observation, fit a profile's costs to a real engine's observed runs (source: fitted).
@@ -108,7 +110,7 @@ def calibrate(
     fitting = {"--hardware": hardware, "--scenario": scenario, "--engine": engine,
                "--fit": fit,
                "--max-evals": max_evals, "--engine-steps": [str(p) for p in engine_steps] if engine_steps else None,
-               "--leave-one-out": leave_one_out or None}
+               "--leave-one-out": leave_one_out or None, "--workers": workers}
     timing = {"--device": None if device == "auto" else device, "--tp": None if tp == 1 else tp, "--dtype": dtype,
               "--quick": quick or None, "--max-tokens": max_tokens, "--max-seqs": max_seqs,
               "--max-context": max_context, "--threads": threads, "--memory-limit-gib": memory_limit_gib,
@@ -127,7 +129,8 @@ def calibrate(
                                   str(scenario) if scenario else None, engine,
                                   tuple(fit.split(",")) if fit is not None else DEFAULT_PARAMETERS,
                                   max_evals if max_evals is not None else DEFAULT_MAX_EVALS, name,
-                                  engine_steps=tuple(map(str, engine_steps or ())), leave_one_out=leave_one_out),
+                                  engine_steps=tuple(map(str, engine_steps or ())), leave_one_out=leave_one_out,
+                                  workers=workers),
                       out, log=lambda m: err_console.print(escape(m), highlight=False),
                       command="llmplan " + " ".join(sys.argv[1:]))
         for line in format_report(doc):
