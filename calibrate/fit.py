@@ -479,6 +479,8 @@ def _search(pb: _Problem, s: FitSettings, runs: list[Observation], names: list[s
 
 #: Leave-one-run-out refits start from the full fit's costs with a simplex this wide (log units: ~20%).
 LOO_STEP = 0.2
+#: A cost that one run left out moves by more than this factor is named in a warning.
+LOO_MOVED = 1.5
 #: The figures whose range over the leave-one-run-out refits is reported for each held-out run.
 BAND_KEYS = ("ttft_p50", "tpot_p50", "e2e_p50", "ttft_p99", "tpot_p99", "e2e_p99", "throughput")
 
@@ -529,18 +531,28 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
             refits.append(r)
     k = len(refits)
     costs: dict[str, Any] = {}
+    warnings = []
     for n in x:
         logs = np.log([r["parameters"][n] for r in refits])
         se = math.sqrt((k - 1) / k * float(np.sum((logs - logs.mean()) ** 2)))
         costs[n] = {"value": x[n], "min": float(np.exp(logs.min())), "max": float(np.exp(logs.max())),
                     "jackknife_se_log": se}
+        moved = np.abs(logs - math.log(x[n]))
+        if moved.max() > math.log(LOO_MOVED):
+            i = int(np.argmax(moved))
+            name = names_of[fit_obs[i].path]
+            warnings.append(f"{n} = {_fmt(n, x[n])} rests on {name}: without it {_fmt(n, float(np.exp(logs[i])))}. "
+                            f"The other runs do not pin it: check {name} (a machine that stopped, another engine "
+                            "state) and observe more runs like it")
+    for w in warnings:
+        log("warning: " + w)
     band = {h.path: {key: [float(np.nanmin(v)), float(np.nanmax(v))]
                      for key in BAND_KEYS
                      if np.isfinite(v := np.array([r["holdout_error"][h.path][key] for r in refits], float)).any()}
             for h in held}
     left_err = {r["left_out"]: r["left_out_error"] for r in refits}
     return {"refits": refits, "costs": costs, "left_out_error": left_err,
-            "left_out_error_median_abs": _median_abs(left_err), "holdout_band": band}
+            "left_out_error_median_abs": _median_abs(left_err), "holdout_band": band, "warnings": warnings}
 
 
 def _median_abs(errs: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -702,7 +714,7 @@ def _write_profile(pb: _Problem, x: dict[str, float], out: Path, s: FitSettings,
         "holdout_error": held_err, "holdout_error_median_abs": _median_abs(held_err),
         **({} if loo is None else {"leave_one_out": {          # the summary; fit.json has every refit
             "refits": len(loo["refits"]), "costs": loo["costs"],
-            "left_out_error_median_abs": loo["left_out_error_median_abs"]}}),
+            "left_out_error_median_abs": loo["left_out_error_median_abs"], "warnings": loo["warnings"]}}),
         "git_revision": git_revision(),
         "note": "kernel times are the base profile's scaled by kernel_scale; the overhead is fitted to the "
                 "engine's observed TTFT and TPOT; valid for the engine settings in engine_settings",

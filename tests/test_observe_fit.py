@@ -384,10 +384,10 @@ def test_observe_fit_recovers_the_engine_costs_and_predicts_a_held_out_run(tmp_p
 
 def test_leave_one_out_says_how_far_the_costs_move_and_finds_a_run_of_another_engine(tmp_path: Path) -> None:
     """--leave-one-out: refits on runs of one engine agree and predict the run each left out; among runs
-    of one engine a run of another (three times the CPU time per step) moves the costs, is mispredicted
+    of one engine a run of another (five times the CPU time per step) moves the costs, is mispredicted
     when left out, and the held-out run's errors get a range."""
     runs = [observe_burst(tmp_path, f"burst-{n}", n, seed=n) for n in (4, 8, 12)]
-    odd = observe_burst(tmp_path, "slow-8", 8, seed=21, step_s=3 * TRUE_STEP_S)
+    odd = observe_burst(tmp_path, "slow-8", 8, seed=21, step_s=5 * TRUE_STEP_S)
     base = load_profile(BASE_PROFILE).model_dump(mode="json", exclude_none=True)
     base["overhead"] = {**base["overhead"], "per_token_s": TRUE_PER_TOKEN_S, "frontend_s": TRUE_FRONTEND_S}
     scenario = tmp_path / "served.yaml"          # two costs to fit, so the refits take seconds
@@ -425,6 +425,7 @@ def test_leave_one_out_says_how_far_the_costs_move_and_finds_a_run_of_another_en
     assert [r["parameters"] for r in inline["leave_one_out"]["refits"]] == [r["parameters"] for r in loo["refits"]]
     prov = load_profile(str(tmp_path / "same")).provenance["leave_one_out"]
     assert prov["refits"] == 3 and prov["costs"]["step_s"] == pytest.approx(loo["costs"]["step_s"])
+    assert loo["warnings"] == prov["warnings"] == [] and "warning" not in proc.stderr
     assert prov["left_out_error_median_abs"]["tpot_p50"] < 0.03
 
     proc, mixed = fit("mixed", [runs[0], runs[1], odd], [runs[2]], "--leave-one-out", "--workers", "1")
@@ -435,6 +436,8 @@ def test_leave_one_out_says_how_far_the_costs_move_and_finds_a_run_of_another_en
     assert max(abs(loo["left_out_error"][str(p)]["tpot_p50"]) for p in runs[:2]) > 0.1   # fitted with the odd
     step = loo["costs"]["step_s"]
     assert step["max"] > 1.5 * step["min"] and step["jackknife_se_log"] > 0.2
+    assert any(w.startswith("step_s = ") and "rests on slow-8.json: without it" in w for w in loo["warnings"])
+    assert "warning: step_s = " in proc.stderr
     lo, hi = loo["holdout_band"][str(runs[2])]["tpot_p50"]
     assert hi - lo > 0.2 and "(held-out errors in brackets: their range over the refits)" in proc.stdout
     assert f"held out burst-12.json: ttft p50 {100 * mixed['holdout_error'][str(runs[2])]['ttft_p50']:+.1f}% (" \
