@@ -25,6 +25,10 @@ own CPU time per step. This module fits the few numbers that close that gap, by 
   at the base profile's values, so the same inputs give the same fit, and the simulations are
   seeded), at most ``max_evals`` simulations of every run.
 
+With ``leave_one_out`` (``--leave-one-out``) the fit is repeated without each fitted run, in worker
+processes: each cost's range over the refits, each run's error when it was left out, and a warning
+naming a run a cost rests on (:func:`_leave_one_out`).
+
 Writes ``DIR/profile.yaml`` (``source: fitted``: the base profile with the fitted overhead and its
 kernel times scaled, a scaled ``ops.csv`` for table profiles) whose provenance names the engine
 (and its version where the server reported it), the model, the device, the runs used, the fit
