@@ -6,7 +6,8 @@ logged.
 by three repeats) with vLLM's own step lines; ``benchmarks/results/vllm-cpu.json`` the errors fitted
 and predicted from them. Replaying every run on ``benchmarks/results/vllm-cpu-profile/`` (the fit's
 result; ``validate_vllm.py --refit --predict-with``) gives the same errors: a change to the simulator
-that moves them fails here, and the committed results and docs are refitted with it.
+that moves them fails here, and the committed results and docs are refitted with it. So do the
+leave-one-out refits' errors on the runs they left out.
 """
 from __future__ import annotations
 
@@ -56,3 +57,33 @@ def test_the_simulated_engine_computes_the_tokens_vllm_logged(replayed: tuple[li
         bound = 0.02 if r["load"] == "preempt" else 0.0
         assert abs(r["error"]["tokens"]) <= bound, (r["load"], r["repeat"], r["error"]["tokens"])
         assert r["observed"]["engine_computed_tokens"] > 0
+
+
+def test_each_committed_leave_one_out_refit_predicts_the_run_it_left_out_as_committed(tmp_path: Path) -> None:
+    """``vllm-cpu.json``'s ``leave_one_out`` (``validate_vllm.py --refit --leave-one-out``): each refit's
+    costs on the base profile, replayed on the run it left out, give its committed errors; and the
+    summary (each cost's range, the profile's provenance) is those refits'."""
+    from calibrate.fit import errors, replay_scenario, scaled_profile
+    from simulator import simulate
+    from simulator.run.resolve import model_option
+    from simulator.scenario.profiles import load_profile
+    from simulator.workload.observation import read_observation
+
+    loo = json.loads((RESULTS / "vllm-cpu.json").read_text())["leave_one_out"]
+    with tarfile.open(RESULTS / "vllm-cpu-observations.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    h = script_module("benchmarks/validate_vllm.py")
+    sections = h.engine_sections(tmp_path / "served.yaml")
+    base = load_profile("cpu-amd-epyc-tiny-llama")
+    assert [r["left_out"] for r in loo["refits"]] == [f"repeat-{i}/{k}.json" for i in range(3) for k in h.FIT_ON]
+    for r in loo["refits"]:
+        obs = read_observation(str(tmp_path / r["left_out"]))
+        hw = scaled_profile(base, r["parameters"], tmp_path)
+        sim = simulate(replay_scenario(obs, model_option("tiny-llama"), hw, sections))
+        got = errors(sim.requests.sort_values("request_id").reset_index(drop=True), obs)
+        for k, v in r["left_out_error"].items():
+            assert got[k] == pytest.approx(v, abs=1e-9), (r["left_out"], k, got[k], v)
+    prov = load_profile(str(RESULTS / "vllm-cpu-profile")).provenance["leave_one_out"]
+    for name, c in loo["costs"].items():
+        values = [r["parameters"][name] for r in loo["refits"]]
+        assert (c["min"], c["max"]) == (min(values), max(values)) and prov["costs"][name] == c
