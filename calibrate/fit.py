@@ -533,6 +533,23 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
                 + f" (loss {r['loss']:.4g}, {r['evaluations']} evaluations); {name} predicted: "
                 + _errs_text(r["left_out_error"]))
             refits.append(r)
+    costs, warnings = leave_one_out_costs(x, refits, [names_of[o.path] for o in fit_obs])
+    for w in warnings:
+        log("warning: " + w)
+    band = {h.path: {key: [float(np.nanmin(v)), float(np.nanmax(v))]
+                     for key in BAND_KEYS
+                     if np.isfinite(v := np.array([r["holdout_error"][h.path][key] for r in refits], float)).any()}
+            for h in held}
+    left_err = {r["left_out"]: r["left_out_error"] for r in refits}
+    return {"refits": refits, "costs": costs, "left_out_error": left_err,
+            "left_out_error_median_abs": _median_abs(left_err), "holdout_band": band, "warnings": warnings}
+
+
+def leave_one_out_costs(x: dict[str, float], refits: list[dict[str, Any]],
+                        left_out: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Each cost's fitted value, range over the ``refits`` (their ``parameters``; ``left_out`` names the
+    run each left out) and jackknife standard error of its logarithm; and a warning for each cost that
+    one run left out moved by more than :data:`LOO_MOVED` times, naming the run it rests on."""
     k = len(refits)
     costs: dict[str, Any] = {}
     warnings = []
@@ -544,19 +561,10 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
         moved = np.abs(logs - math.log(x[n]))
         if moved.max() > math.log(LOO_MOVED):
             i = int(np.argmax(moved))
-            name = names_of[fit_obs[i].path]
-            warnings.append(f"{n} = {_fmt(n, x[n])} rests on {name}: without it {_fmt(n, float(np.exp(logs[i])))}. "
-                            f"The other runs do not pin it: check {name} (a machine that stopped, another engine "
-                            "state) and observe more runs like it")
-    for w in warnings:
-        log("warning: " + w)
-    band = {h.path: {key: [float(np.nanmin(v)), float(np.nanmax(v))]
-                     for key in BAND_KEYS
-                     if np.isfinite(v := np.array([r["holdout_error"][h.path][key] for r in refits], float)).any()}
-            for h in held}
-    left_err = {r["left_out"]: r["left_out_error"] for r in refits}
-    return {"refits": refits, "costs": costs, "left_out_error": left_err,
-            "left_out_error_median_abs": _median_abs(left_err), "holdout_band": band, "warnings": warnings}
+            warnings.append(f"{n} = {_fmt(n, x[n])} rests on {left_out[i]}: without it "
+                            f"{_fmt(n, float(np.exp(logs[i])))}. The other runs do not pin it: check {left_out[i]} "
+                            "(a machine that stopped, another engine state) and observe more runs like it")
+    return costs, warnings
 
 
 def _median_abs(errs: dict[str, dict[str, float]]) -> dict[str, float]:
