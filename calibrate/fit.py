@@ -523,16 +523,24 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
         slots = executor_slots(ex)
         log(f"leaving out each fitted run in turn: {len(fit_obs)} refits, {slots} at a time")
         inline = log if slots == 1 else None          # a worker process cannot log here
-        futures = [ex.submit(_refit, pb, s, fit_obs, held, i, names, fixed, z,
-                             f"without {names_of[fit_obs[i].path]}", inline) for i in range(len(fit_obs))]
         refits: list[dict[str, Any]] = []
-        for i, fut in enumerate(futures):                  # in the runs' order, whichever ends first
-            r = fut.result()
+
+        def report(i: int, r: dict[str, Any]) -> None:
             name = names_of[fit_obs[i].path]
             log(f"without {name}: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in r["parameters"].items())
                 + f" (loss {r['loss']:.4g}, {r['evaluations']} evaluations); {name} predicted: "
                 + _errs_text(r["left_out_error"]))
             refits.append(r)
+
+        futures = []
+        for i, o in enumerate(fit_obs):              # in this process a refit runs as it is submitted
+            futures.append(ex.submit(_refit, pb, s, fit_obs, held, i, names, fixed, z, f"without {names_of[o.path]}",
+                                     inline))
+            if inline:
+                report(i, futures[-1].result())
+        if not inline:
+            for i, fut in enumerate(futures):        # in the runs' order, whichever ends first
+                report(i, fut.result())
     costs, warnings = leave_one_out_costs(x, refits, [names_of[o.path] for o in fit_obs])
     for w in warnings:
         log("warning: " + w)
