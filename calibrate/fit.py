@@ -444,6 +444,19 @@ def _run_record(obs: Observation) -> dict[str, Any]:
             "host_pauses": None if (pauses := obs.host_pauses()) is None else [list(p) for p in pauses]}
 
 
+def fit_loss(pb: _Problem, s: FitSettings, runs: list[Observation], x: dict[str, float], key: str) -> float:
+    """The fit's loss at the costs ``x``: over ``runs``, the mean of each run's mean squared residual
+    (:func:`_residuals`), each run simulated on the base profile with ``x`` (a scaled table named by ``key``)."""
+    hw = _scaled(pb, x, key)
+    total = 0.0
+    for o in runs:
+        r = _residuals(_simulated(pb, hw, o, s.seed), o)
+        total += float(np.mean(r ** 2)) if len(r) else 0.0
+    if hw.get("table"):
+        Path(hw["table"]).unlink(missing_ok=True)
+    return total / len(runs)
+
+
 def _search(pb: _Problem, s: FitSettings, runs: list[Observation], names: list[str], fixed: dict[str, float],
             x0: np.ndarray, *, evals: list[dict[str, Any]], log: Callable[[str], None], step: float = 0.5,
             label: str = "", key: str = "") -> tuple[dict[str, float], np.ndarray, float, float, int]:
@@ -461,19 +474,13 @@ def _search(pb: _Problem, s: FitSettings, runs: list[Observation], names: list[s
 
     def loss(z: np.ndarray) -> float:
         x = at(z)
-        hw = _scaled(pb, x, f"{key}{len(evals)}")
-        total = 0.0
-        for o in runs:
-            r = _residuals(_simulated(pb, hw, o, s.seed), o)
-            total += float(np.mean(r ** 2)) if len(r) else 0.0
-        value = total / len(runs) + float(np.sum(np.maximum(0.0, np.abs(z - np.clip(z, lo, hi)))))
+        value = fit_loss(pb, s, runs, x, f"{key}{len(evals)}") + \
+            float(np.sum(np.maximum(0.0, np.abs(z - np.clip(z, lo, hi)))))
         evals.append({**x, "loss": value})
         if len(evals) % PROGRESS_EVERY == 0:            # a fit takes minutes: say where it is
             best = min(e["loss"] for e in evals)
             log(f"  {label + ': ' if label else ''}{len(evals)} simulations of each run (budget {s.max_evals}), "
                 f"best loss {best:.4g}, {time.monotonic() - started:.0f} s")
-        if hw.get("table"):
-            Path(hw["table"]).unlink(missing_ok=True)
         return value
 
     start_loss = loss(x0)
@@ -485,6 +492,8 @@ def _search(pb: _Problem, s: FitSettings, runs: list[Observation], names: list[s
 LOO_STEP = 0.2
 #: A cost that one run left out moves by more than this factor is named in a warning.
 LOO_MOVED = 1.5
+#: A refit whose costs fit every run this much better than the fit (relative loss) is named in a warning.
+LOO_BETTER = 0.01
 #: The figures whose range over the leave-one-run-out refits is reported for each held-out run.
 BAND_KEYS = ("ttft_p50", "tpot_p50", "e2e_p50", "ttft_p99", "tpot_p99", "e2e_p99", "throughput")
 
@@ -507,11 +516,12 @@ def _refit(pb: _Problem, s: FitSettings, fit_obs: list[Observation], held: list[
         if hw.get("table"):
             Path(hw["table"]).unlink(missing_ok=True)
     return {"left_out": o.path, "parameters": xi, "loss": best, "evaluations": used,
+            "loss_all_runs": fit_loss(pb, s, fit_obs, xi, f"loo{i}-all"),
             "left_out_error": left, "holdout_error": held_err}
 
 
 def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], held: list[Observation],
-                   names: list[str], fixed: dict[str, float], x: dict[str, float], z: np.ndarray,
+                   names: list[str], fixed: dict[str, float], x: dict[str, float], z: np.ndarray, loss: float,
                    names_of: dict[str, str], log: Callable[[str], None]) -> dict[str, Any]:
     """Refit once without each fitted run (from the full fit's costs), then predict the run left out and
     every held-out run with that refit: how far the costs move with the choice of runs (range and
@@ -528,7 +538,8 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
         def report(i: int, r: dict[str, Any]) -> None:
             name = names_of[fit_obs[i].path]
             log(f"without {name}: " + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in r["parameters"].items())
-                + f" (loss {r['loss']:.4g}, {r['evaluations']} evaluations); {name} predicted: "
+                + f" (loss {r['loss']:.4g} on the other runs, {r['loss_all_runs']:.4g} on all against the fit's "
+                f"{loss:.4g}; {r['evaluations']} evaluations); {name} predicted: "
                 + _errs_text(r["left_out_error"]))
             refits.append(r)
 
@@ -541,7 +552,7 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
         if not inline:
             for i, fut in enumerate(futures):        # in the runs' order, whichever ends first
                 report(i, fut.result())
-    costs, warnings = leave_one_out_costs(x, refits, [names_of[o.path] for o in fit_obs])
+    costs, warnings = leave_one_out_costs(x, refits, [names_of[o.path] for o in fit_obs], loss)
     for w in warnings:
         log("warning: " + w)
     band = {h.path: {key: [float(np.nanmin(v)), float(np.nanmax(v))]
@@ -550,14 +561,17 @@ def _leave_one_out(pb: _Problem, s: FitSettings, fit_obs: list[Observation], hel
             for h in held}
     left_err = {r["left_out"]: r["left_out_error"] for r in refits}
     return {"refits": refits, "costs": costs, "left_out_error": left_err,
-            "left_out_error_median_abs": _median_abs(left_err), "holdout_band": band, "warnings": warnings}
+            "left_out_error_median_abs": _median_abs(left_err), "holdout_band": band, "loss": loss,
+            "warnings": warnings}
 
 
-def leave_one_out_costs(x: dict[str, float], refits: list[dict[str, Any]],
-                        left_out: list[str]) -> tuple[dict[str, Any], list[str]]:
+def leave_one_out_costs(x: dict[str, float], refits: list[dict[str, Any]], left_out: list[str],
+                        loss: float | None = None) -> tuple[dict[str, Any], list[str]]:
     """Each cost's fitted value, range over the ``refits`` (their ``parameters``; ``left_out`` names the
-    run each left out) and jackknife standard error of its logarithm; and a warning for each cost that
-    one run left out moved by more than :data:`LOO_MOVED` times, naming the run it rests on."""
+    run each left out) and jackknife standard error of its logarithm; a warning for each cost that one
+    run left out moved by more than :data:`LOO_MOVED` times, naming the run it rests on; and one where
+    a refit's costs fit every run (``loss_all_runs``) more than :data:`LOO_BETTER` better than the fit
+    did (``loss``): the search stopped short of its minimum."""
     k = len(refits)
     costs: dict[str, Any] = {}
     warnings = []
@@ -572,6 +586,13 @@ def leave_one_out_costs(x: dict[str, float], refits: list[dict[str, Any]],
             warnings.append(f"{n} = {_fmt(n, x[n])} rests on {left_out[i]}: without it "
                             f"{_fmt(n, float(np.exp(logs[i])))}. The other runs do not pin it: check {left_out[i]} "
                             "(a machine that stopped, another engine state) and observe more runs like it")
+    alls = [r.get("loss_all_runs", math.inf) for r in refits]
+    if loss is not None and min(alls) < (1 - LOO_BETTER) * loss:
+        i = int(np.argmin(alls))
+        warnings.append(f"the search stopped short of the lowest loss: the costs fitted without {left_out[i]} ("
+                        + ", ".join(f"{n} = {_fmt(n, v)}" for n, v in refits[i]["parameters"].items())
+                        + f") fit all the runs better (loss {alls[i]:.4g} against {loss:.4g}). A larger "
+                        "--max-evals may reach it; the profile has the search's costs")
     return costs, warnings
 
 
@@ -642,7 +663,8 @@ def run_fit(s: FitSettings, out: Path, *, log: Callable[[str], None] = print, co
                 log("warning: " + warning)
         if pb.table is not None:
             Path(final["table"]).unlink(missing_ok=True)
-        loo = _leave_one_out(pb, s, fit_obs, held, names, fixed, x, z, names_of, log) if s.leave_one_out else None
+        loo = _leave_one_out(pb, s, fit_obs, held, names, fixed, x, z, best, names_of, log) if s.leave_one_out \
+            else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     profile = _write_profile(pb, x, out, s, fit_obs, held, fit_err, held_err, best, start_loss, n_evals, command,
