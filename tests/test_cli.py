@@ -267,6 +267,24 @@ def test_profiles_show_has_what_the_listing_leaves_out() -> None:
     assert proc.returncode == 0, proc.stderr
     for word in ("NVIDIA H100 SXM5", "3.35 TB/s", "bf16 989", "date=", "$3.00"):
         assert word in proc.stdout, word
+    assert "basis:" not in proc.stdout                      # an imported profile has no fit to show
+
+
+def test_profiles_show_gives_a_fitted_profiles_costs_errors_and_warnings() -> None:
+    """A profile fitted to a real engine (the committed real-vLLM one, fitted with --leave-one-out): what
+    it rests on, each fitted cost with its range over the refits, the held-out and left-out errors, and
+    the fit's warning that its search stopped short of the lowest loss."""
+    proc = run_cli("profiles", "show", str(REPO / "benchmarks" / "results" / "vllm-cpu-profile"))
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())                     # rich wraps long lines
+    for text in ("basis: fitted to vllm-v1 0.32.0's observed runs (6)",
+                 "step_s = 1.626 ms (leaving out one run: 1.582 ms to 1.714 ms, s.e. 6%)",
+                 "frontend_s = 2.593 ms (leaving out one run: 2.73 ms to 3.788 ms, s.e. 29%)",
+                 "median |error|, held-out runs: ttft p50 8%, tpot p50 6%",
+                 "median |error|, each fitted run left out: ttft p50 6%",
+                 "warning: the search stopped short of the lowest loss",
+                 "kernel times below: the base profile's, scaled by kernel_scale"):
+        assert text in out, text
 
 
 # -- --version -----------------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 hardware profiles and their fit quality, and profiles converted from someone else's measurements."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich import box
@@ -12,6 +14,9 @@ from rich.table import Table
 
 from simulator.cli.support import check_profile_out, guarded, out_console, percent
 from simulator.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from simulator.scenario.profiles import HardwareProfile
 
 
 @guarded
@@ -103,6 +108,8 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         out_console.print(f"  noise: p90-p10 spread {100 * n.get('median_rel_spread_p90_p10', 0):.0f}% of the median "
                           f"(median over benchmarks), reference drift {100 * n.get('reference_drift', 0):+.1f}%, "
                           f"load average {n.get('load_average_before', ['-'])[0]}", highlight=False)
+    if p.source == "fitted":
+        _show_fit(p)
     if ops is None or fam is None or ops.empty:
         eff = p.efficiency
         why = "no per-op measurements" if ops is None else f"the per-op table {p.table} has no rows (a header alone)"
@@ -127,6 +134,42 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name or path."))
         ftable.add_row(r["family"], str(r["points"]), percent(r["median_abs_error"]), percent(r["p90_abs_error"]),
                        percent(r["max_abs_error"]), "met" if r["meets_target"] else "[red]missed[/]")
     out_console.print(ftable)
+
+
+def _show_fit(p: HardwareProfile) -> None:
+    """A fitted profile's fit (``llmplan calibrate --from-observation``): what it rests on, each fitted cost
+    with its range over the ``--leave-one-out`` refits, the errors on held-out and left-out runs, and the
+    fit's warnings."""
+    prov = p.provenance
+    out_console.print(f"  basis: {escape(p.basis())}", highlight=False)
+    raw = prov.get("leave_one_out")
+    loo: dict = raw if isinstance(raw, dict) else {}
+    ranges = loo.get("costs") or {}
+
+    def fmt(name: str, v: float) -> str:
+        return f"{v * 1e3:.4g} ms" if name.endswith("_s") else f"{v:.4g}"
+
+    for name, spec in (prov.get("parameters") or {}).items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("value"), (int, float)):
+            continue
+        r = ranges.get(name)
+        spread = ""
+        if isinstance(r, dict) and {"min", "max", "jackknife_se_log"} <= set(r):
+            spread = (f" (leaving out one run: {fmt(name, r['min'])} to {fmt(name, r['max'])}, s.e. "
+                      f"{100 * r['jackknife_se_log']:.0f}%)")
+        out_console.print(f"  {name} = {fmt(name, spec['value'])}{spread}: {escape(str(spec.get('meaning', '')))}",
+                          highlight=False)
+    for label, key, src in (("held-out runs", "holdout_error_median_abs", prov),
+                            ("each fitted run left out", "left_out_error_median_abs", loo)):
+        errs = src.get(key) or {}
+        text = ", ".join(f"{k.replace('_', ' ')} {100 * v:.0f}%"
+                         for k in ("ttft_p50", "tpot_p50", "e2e_p50", "ttft_p99", "tpot_p99", "throughput")
+                         if isinstance(v := errs.get(k), (int, float)) and math.isfinite(v))
+        if text:
+            out_console.print(f"  median |error|, {label}: {text}", highlight=False)
+    for w in loo.get("warnings") or []:
+        out_console.print(f"  [yellow]warning:[/] {escape(str(w))}", highlight=False)
+    out_console.print("  kernel times below: the base profile's, scaled by kernel_scale", highlight=False)
 
 
 #: The import-profile options that only some sources read: option -> those sources.
