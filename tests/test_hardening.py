@@ -750,6 +750,38 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_an_interrupt_raised_where_python_cannot_raise_it_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C landing in a weakref callback of the import system's module locks was printed as
+    "Exception ignored in ... KeyboardInterrupt" with a traceback, and lost (a CI run of the start-up test
+    below met it). The CLI's unraisable hook sends such an interrupt (or SIGTERM's) again; anything else
+    goes to the previous hook."""
+    import signal
+    import sys
+
+    from simulator.cli.startup import Terminated, redeliver_interrupts
+
+    class Raises:
+        def __init__(self, exc: BaseException) -> None:
+            self.exc = exc
+
+        def __del__(self) -> None:          # Python cannot raise from here: the exception is "unraisable"
+            raise self.exc
+
+    got: list[int] = []
+    other: list[type] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: other.append(type(u.exc_value)))
+    redeliver_interrupts()                  # wraps the hook above (monkeypatch restores the original)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.signal(sig, lambda signum, frame: got.append(signum))
+        try:
+            Raises(Terminated() if sig == signal.SIGTERM else KeyboardInterrupt())   # dropped at once
+            Raises(ValueError("not an interrupt"))
+        finally:
+            signal.signal(sig, previous)
+    assert got == [signal.SIGINT, signal.SIGTERM]
+    assert other == [ValueError, ValueError]
+
+
 def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
     """A Ctrl-C while the CLI imports pandas and scipy printed the traceback of that import."""
     scenario = tmp_path / "s.yaml"

@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from simulator.cli import measure, plan, profiles, runs, vllm
-from simulator.cli.startup import Terminated, stop_on_sigterm
+from simulator.cli.startup import Terminated, redeliver_interrupts, stop_on_sigterm
 from simulator.cli.support import _fail, err_console, out_console
 from simulator.errors import ScenarioError
 
@@ -115,8 +115,10 @@ app.command("compare-metrics")(vllm.compare_metrics_cmd)
 
 def run() -> None:
     """Run the command tree. A Ctrl-C outside a command (while the arguments are parsed) also ends in one
-    line; SIGTERM stops a command as a Ctrl-C does (:class:`simulator.cli.startup.Terminated`: status 143)."""
+    line; SIGTERM stops a command as a Ctrl-C does (:class:`simulator.cli.startup.Terminated`: status 143),
+    also where it lands in a callback that cannot raise (:func:`simulator.cli.startup.redeliver_interrupts`)."""
     stop_on_sigterm()
+    redeliver_interrupts()
     try:
         app()
     except Terminated:

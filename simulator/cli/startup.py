@@ -58,6 +58,23 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminated)
 
 
+def redeliver_interrupts() -> None:
+    """A Ctrl-C (or SIGTERM) whose exception is raised inside a callback Python cannot raise from (a
+    weakref callback of the import system's module locks, a ``__del__``) is printed as "Exception
+    ignored in ..." with a traceback, and lost: the command ran on. From here on such an interrupt is
+    sent again to this process, to land in ordinary code and stop the command as any other does; other
+    unraisable exceptions go to the hook in place before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT)
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
 @contextmanager
 def loading_modules() -> Iterator[None]:
     """Import a command's modules with the cyclic garbage collector paused, then freeze what is alive.
